@@ -1,0 +1,11 @@
+# cmake/MptDependencies.cmake: every third-party dependency comes from the system (Debian packages).
+find_package(fmt REQUIRED)
+find_package(dnnl REQUIRED)
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(nlohmann_json REQUIRED)
+find_package(CLI11 REQUIRED)
+if(MPT_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  find_package(Boost 1.74 REQUIRED COMPONENTS context)
+endif()

@@ -1,0 +1,21 @@
+# tests/consumer/run.cmake: install, relocate, configure + build + run the consumer project (ctest driver).
+file(REMOVE_RECURSE ${WORK})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK}/staging RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "install failed: ${rc}")
+endif()
+file(RENAME ${WORK}/staging ${WORK}/relocated)  # the package must not remember where it was installed
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/build -G ${GENERATOR}
+                        -DCMAKE_PREFIX_PATH=${WORK}/relocated RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "configuring the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/build RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND ${WORK}/build/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "${out}${err}")
+if(rc OR NOT out MATCHES "consumer OK")
+  message(FATAL_ERROR "the consumer failed: ${rc}")
+endif()
