@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       const auto back = x.to(dt).to(mpt::DType::F32).to_vector<float>();
       const auto ref = x.to_vector<float>();
       double max_rel = 0;
-      for (size_t i = 0; i < ref.size(); ++i) max_rel = std::max(max_rel, std::abs((back[i] - ref[i]) / ref[i]));
+      for (size_t i = 0; i < ref.size(); ++i) max_rel = std::max(max_rel, std::abs(static_cast<double>(back[i]) - ref[i]) / std::abs(static_cast<double>(ref[i])));
       fmt::print("{:>7}: max relative round-trip error {:.3e}\n", dt, max_rel);
     }
     const mpt::Tensor xt = x.t().contiguous();

@@ -1,7 +1,8 @@
 // kernels/math/common.h: host/device qualifiers shared by every math functor (CUDA, emulation, plain C++).
 #pragma once
 
-#if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)
+// Under the CUDA emulation harness device code is plain host code, so the qualifiers vanish there too.
+#if defined(__CUDACC__)
 #define MPT_HD __host__ __device__
 #define MPT_DEVICE __device__
 #else

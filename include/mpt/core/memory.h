@@ -1,0 +1,64 @@
+// mpt/core/memory.h: device memory: Storage (owned bytes), byte copies between devices, allocator statistics.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "mpt/core/device.h"
+#include "mpt/core/stream.h"
+
+namespace mpt {
+
+// Bytes owned on one device. CPU memory is 64-byte aligned and pooled; CUDA memory comes from a
+// stream-ordered cudaMallocAsync pool. Freed blocks go back to the pool of their device.
+// CUDA memory is freed on the stream it was allocated on: work on other streams that uses it must be
+// ordered before that stream's later work (Event::record / Event::wait) before the Storage dies.
+class Storage {
+ public:
+  // Allocates nbytes (0 is allowed and yields a null data pointer) on `device`, ordered on the
+  // device's current stream. Throws mpt::Error when the device is unavailable or memory runs out.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // Allocates on stream.device(), ordered on `stream`.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, const Stream& stream);
+  ~Storage();  // never throws: a failed free is reported on stderr
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  void* stream() const { return stream_.get(); }  // the cudaStream_t it is ordered on; null on the CPU
+
+ private:
+  Storage(void* data, size_t nbytes, Device device, std::shared_ptr<void> stream)
+      : data_(data), nbytes_(nbytes), device_(device), stream_(std::move(stream)) {}
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  std::shared_ptr<void> stream_;
+};
+
+// Copies nbytes between any two devices (host<->host, host->device, device->host, device->device),
+// ordered on `stream`, which must be a CUDA stream when either side is CUDA. Host<->host copies are
+// done at once. Returns once the copy is enqueued; call stream.synchronize() before reading a
+// device->host result or reusing a host source.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, const Stream& stream);
+// Synchronous: on the current (legacy default) stream of the CUDA side, if any, which is synchronized before
+// returning. Work on streams made by Stream(device) (non-blocking) is not waited for: synchronize them first.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+
+struct MemoryStats {
+  int64_t current_bytes = 0;   // bytes requested by live allocations
+  int64_t peak_bytes = 0;      // maximum of current_bytes since start or reset_peak_memory_stats
+  int64_t reserved_bytes = 0;  // bytes held from the system: live blocks (rounded up) + cached blocks
+  int64_t cached_bytes = 0;    // bytes held by the pool for reuse
+  int64_t allocations = 0;     // number of non-empty allocations
+  int64_t reused = 0;          // allocations served from the pool without asking the system
+};
+MemoryStats memory_stats(Device device);
+void reset_peak_memory_stats(Device device);
+// Returns cached blocks to the system (CPU: free(); CUDA: synchronizes the device and trims the pool).
+void empty_cache(Device device);
+
+}  // namespace mpt

@@ -1,0 +1,36 @@
+// src/backend/no_cuda/stubs.cpp: the CUDA backend interface in a build without CUDA: every entry throws.
+#include "core/backend.h"
+#include "mpt/core/error.h"
+
+namespace mpt::cuda_backend {
+namespace {
+
+[[noreturn]] void not_built() { MPT_THROW("[cuda] mptrain was built without CUDA (MPT_CUDA=OFF)"); }
+
+}  // namespace
+
+CudaStatus probe() {
+  CudaStatus s;
+  s.reason = "mptrain was built without CUDA (MPT_CUDA=OFF); using the CPU";
+  return s;
+}
+
+void* allocate(size_t, int, void*) { not_built(); }
+void free(void*, size_t, int, void*) { not_built(); }
+MemoryStats memory_stats(int) { not_built(); }
+void reset_peak_memory_stats(int) { not_built(); }
+void empty_cache(int) { not_built(); }
+void memcpy(void*, Device, const void*, Device, size_t, int, void*) { not_built(); }
+void* legacy_stream() { not_built(); }
+void* stream_create(int) { not_built(); }
+void stream_destroy(void*) noexcept {}
+void stream_synchronize(int, void*) { not_built(); }
+void* event_create(int, bool) { not_built(); }
+void event_destroy(void*) noexcept {}
+void event_record(int, void*, void*) { not_built(); }
+void stream_wait_event(int, void*, void*) { not_built(); }
+void event_synchronize(void*) { not_built(); }
+bool event_query(void*) { not_built(); }
+float event_elapsed_ms(void*, void*) { not_built(); }
+
+}  // namespace mpt::cuda_backend

@@ -1,0 +1,43 @@
+// src/core/backend.h: the private interface between core and the CUDA backend (resources only, no math).
+// Implemented by src/backend/cuda (against cudart) or src/backend/no_cuda (stubs that throw).
+// No CUDA types appear here: streams and events travel as void* (cudaStream_t / cudaEvent_t).
+#pragma once
+
+#include <cstddef>
+
+#include "mpt/core/device.h"
+#include "mpt/core/memory.h"
+
+namespace mpt::cuda_backend {
+
+// Probes the driver and devices; called once by mpt::cuda_status(). Never throws.
+CudaStatus probe();
+
+// Stream-ordered allocation from the device's memory pool. nbytes > 0.
+void* allocate(size_t nbytes, int device, void* stream);
+// Returns memory to the pool, ordered on `stream`. Throws mpt::Error on a CUDA error.
+void free(void* ptr, size_t nbytes, int device, void* stream);
+MemoryStats memory_stats(int device);
+void reset_peak_memory_stats(int device);
+void empty_cache(int device);
+
+// Asynchronous copy on `stream` (a stream of CUDA device `stream_device`); at least one side is CUDA.
+void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, int stream_device,
+            void* stream);
+
+// Stream and event calls take the device they belong to: cudaStreamLegacy means "the legacy stream of the
+// current device", so the backend makes `device` current around each call.
+void* legacy_stream();                 // cudaStreamLegacy
+void* stream_create(int device);       // non-blocking stream
+void stream_destroy(void* stream) noexcept;
+void stream_synchronize(int device, void* stream);
+
+void* event_create(int device, bool timing);
+void event_destroy(void* event) noexcept;
+void event_record(int device, void* event, void* stream);
+void stream_wait_event(int device, void* stream, void* event);
+void event_synchronize(void* event);
+bool event_query(void* event);
+float event_elapsed_ms(void* start, void* end);
+
+}  // namespace mpt::cuda_backend

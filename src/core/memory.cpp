@@ -1,0 +1,99 @@
+// src/core/memory.cpp: Storage allocation routed to the device's allocator, byte copies, memory statistics.
+#include "mpt/core/memory.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "core/backend.h"
+#include "core/cpu_allocator.h"
+#include "mpt/core/error.h"
+
+namespace mpt {
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
+  if (device.is_cpu()) {
+    void* p = CpuAllocator::instance().allocate(nbytes);
+    try {
+      return std::shared_ptr<Storage>(new Storage(p, nbytes, device, nullptr));
+    } catch (...) {
+      CpuAllocator::instance().free(p, nbytes);
+      throw;
+    }
+  }
+  return allocate(nbytes, Stream::current(device));
+}
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, const Stream& stream) {
+  const Device device = stream.device();
+  if (device.is_cpu()) return allocate(nbytes, device);
+  check_device_available(device);
+  void* p = nbytes == 0 ? nullptr : cuda_backend::allocate(nbytes, device.index(), stream.native());
+  try {
+    return std::shared_ptr<Storage>(new Storage(p, nbytes, device, stream.shared_native()));
+  } catch (...) {
+    if (p != nullptr) cuda_backend::free(p, nbytes, device.index(), stream.native());
+    throw;
+  }
+}
+
+Storage::~Storage() {
+  if (data_ == nullptr) return;
+  if (device_.is_cpu()) {
+    CpuAllocator::instance().free(data_, nbytes_);
+    return;
+  }
+  try {
+    cuda_backend::free(data_, nbytes_, device_.index(), stream_.get());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[memory] freeing %zu bytes on %s failed: %s\n", nbytes_, device_.str().c_str(), e.what());
+  }
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                const Stream& stream) {
+  if (nbytes == 0) return;
+  MPT_CHECK(dst != nullptr && src != nullptr, "[copy] copying {} bytes {} -> {} with a null pointer", nbytes,
+            src_device, dst_device);
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    if (dst != src) std::memmove(dst, src, nbytes);
+    return;
+  }
+  check_device_available(dst_device);
+  check_device_available(src_device);
+  const Device sd = stream.device();
+  MPT_CHECK(sd.is_cuda() && (sd == dst_device || sd == src_device),
+            "[copy] a copy {} -> {} must be ordered on a stream of one of its CUDA devices, got a stream of {}",
+            src_device, dst_device, sd);
+  cuda_backend::memcpy(dst, dst_device, src, src_device, nbytes, sd.index(), stream.native());
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    copy_bytes(dst, dst_device, src, src_device, nbytes, Stream::current(Device::cpu()));
+    return;
+  }
+  Stream stream = Stream::current(dst_device.is_cuda() ? dst_device : src_device);
+  copy_bytes(dst, dst_device, src, src_device, nbytes, stream);
+  stream.synchronize();
+}
+
+MemoryStats memory_stats(Device device) {
+  if (device.is_cpu()) return CpuAllocator::instance().stats();
+  check_device_available(device);
+  return cuda_backend::memory_stats(device.index());
+}
+
+void reset_peak_memory_stats(Device device) {
+  if (device.is_cpu()) return CpuAllocator::instance().reset_peak();
+  check_device_available(device);
+  cuda_backend::reset_peak_memory_stats(device.index());
+}
+
+void empty_cache(Device device) {
+  if (device.is_cpu()) return CpuAllocator::instance().empty_cache();
+  check_device_available(device);
+  cuda_backend::empty_cache(device.index());
+}
+
+}  // namespace mpt

@@ -1,0 +1,140 @@
+// tests/support/cuda_emu/runtime.cpp: launch validation, the OS worker threads that run blocks, and the emulated runtime's error API.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "block_runner.h"
+#include "cuda_emu/cuda_emu.h"
+
+namespace mpt::cuda_emu {
+namespace {
+
+// Kernels here are small device functions; 64 KiB leaves room for libstdc++ error paths.
+constexpr size_t kStackBytes = 64 * 1024;
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+
+cudaError_t validate(dim3 grid, dim3 block, size_t shared_bytes) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > kMaxThreadsPerBlock || block.y > kMaxThreadsPerBlock ||
+      block.z > kMaxBlockDimZ || threads > kMaxThreadsPerBlock) {
+    return cudaErrorInvalidConfiguration;
+  }
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ ||
+      grid.z > kMaxGridDimYZ) {
+    return cudaErrorInvalidConfiguration;
+  }
+  if (shared_bytes > kMaxSharedBytes) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+uint3 block_index(uint64_t linear, dim3 grid) {
+  return {static_cast<unsigned>(linear % grid.x), static_cast<unsigned>((linear / grid.x) % grid.y),
+          static_cast<unsigned>(linear / (uint64_t{grid.x} * grid.y))};
+}
+
+}  // namespace
+
+unsigned worker_threads() { return std::clamp(std::thread::hardware_concurrency(), 2u, 16u); }
+
+cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody body) {
+  if (detail::BlockRunner::current() != nullptr) {
+    throw KernelError("[cuda_emu] a kernel launched a kernel: dynamic parallelism is not emulated");
+  }
+  if (const cudaError_t e = validate(grid, block, shared_bytes); e != cudaSuccess) {
+    t_last_error = e;
+    return e;
+  }
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  uint64_t failed_block = std::numeric_limits<uint64_t>::max();
+  std::string failure;
+  const auto record = [&](uint64_t b, const std::string& what) {
+    std::lock_guard lock(mutex);
+    if (b < failed_block) {
+      failed_block = b;
+      failure = what;
+    }
+    failed = true;
+  };
+  // Each worker owns its stacks and block runner; it takes the next block until all ran or one failed.
+  const auto work = [&] {
+    uint64_t b = 0;
+    try {
+      detail::StackPool stacks(kStackBytes);
+      detail::BlockRunner runner(grid, block, shared_bytes, body, stacks);
+      while (!failed.load() && (b = next.fetch_add(1)) < blocks) runner.run(block_index(b, grid));
+    } catch (const std::exception& e) {
+      record(b, e.what());
+    } catch (...) {
+      record(b, "[cuda_emu] unknown exception");
+    }
+  };
+  const unsigned nworkers = static_cast<unsigned>(std::min<uint64_t>(blocks, worker_threads()));
+  std::vector<std::thread> workers;
+  workers.reserve(nworkers);
+  for (unsigned w = 0; w < nworkers; ++w) workers.emplace_back(work);
+  for (std::thread& w : workers) w.join();
+  if (failed) throw KernelError(failure);
+  return cudaSuccess;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+  }
+  return "unrecognized error code";
+}
+
+cudaError_t cudaGetLastError() { return std::exchange(t_last_error, cudaSuccess); }
+cudaError_t cudaPeekAtLastError() { return t_last_error; }
+
+namespace detail {
+namespace {
+BlockRunner& runner_for(const char* what) {
+  BlockRunner* runner = BlockRunner::current();
+  if (runner == nullptr) throw KernelError(std::string("[cuda_emu] ") + what + " called outside an emulated kernel");
+  return *runner;
+}
+}  // namespace
+
+void sync_threads(const std::source_location& site) { runner_for("__syncthreads").sync_threads(site); }
+
+uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+  return runner_for("a warp intrinsic").warp_op(op, mask, value, arg, width);
+}
+
+void* dynamic_shared_memory() { return runner_for("MPT_DYNAMIC_SHARED").dynamic_shared(); }
+
+void misaligned(const void* p, size_t alignment, const char* what) {
+  std::ostringstream out;
+  out << what << ": address " << p << " is not " << alignment << "-byte aligned (a misaligned address fault on a GPU)";
+  throw KernelError(out.str());
+}
+
+}  // namespace detail
+}  // namespace mpt::cuda_emu
