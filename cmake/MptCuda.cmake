@@ -17,6 +17,8 @@ if(MPT_WITH_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES "80-real;80-virtual;89-real;90-real;90a-real")
   endif()
   enable_language(CUDA)
+  # fmt/dnnl export /usr/include; passed to nvcc as -isystem it breaks libstdc++'s #include_next <math.h>.
+  list(APPEND CMAKE_CUDA_IMPLICIT_INCLUDE_DIRECTORIES /usr/include)
   # CMake 3.25 knows no C++20 flag for nvcc; nvcc 12+ accepts -std=c++20.
   set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")

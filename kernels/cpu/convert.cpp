@@ -82,24 +82,29 @@ using U32x16 = uint32_t __attribute__((vector_size(64)));
 
 // vcvtneps2bf16 rounds to nearest even but treats subnormal inputs as zero and keeps NaN payloads:
 // subnormal lanes are recomputed with the integer RNE formula, NaN lanes become 0x7FFF.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline __m256i float_to_bf16_x16(__m512 x) {
+  const __m512i xi = _mm512_castps_si512(x);
+  __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+  const __mmask16 subnormal = _mm512_testn_epi32_mask(xi, _mm512_set1_epi32(0x7F800000)) &
+                              _mm512_test_epi32_mask(xi, _mm512_set1_epi32(0x007FFFFF));
+  if (subnormal != 0) {
+    const U32x16 u = reinterpret_cast<U32x16>(xi);
+    const U32x16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    r = _mm512_mask_cvtepi32_epi16(r, subnormal, reinterpret_cast<__m512i>(rounded));
+  }
+  const __m256i canonical_nan = _mm256_set1_epi16(static_cast<short>(kBF16CanonicalNaN));
+  return _mm256_mask_blend_epi16(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, canonical_nan);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void float_to_bf16_avx512(const float* src, bf16* dst,
                                                                                           size_t n, Fp8Saturation) {
-  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
-  const __m512i man_mask = _mm512_set1_epi32(0x007FFFFF);
-  const __m256i canonical_nan = _mm256_set1_epi16(static_cast<short>(kBF16CanonicalNaN));
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 x = _mm512_maskz_loadu_ps(lanes, src + i);
-    __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
-    const __m512i xi = _mm512_castps_si512(x);
-    const __mmask16 subnormal = _mm512_testn_epi32_mask(xi, exp_mask) & _mm512_test_epi32_mask(xi, man_mask);
-    if (subnormal != 0) {
-      const U32x16 u = reinterpret_cast<U32x16>(xi);
-      const U32x16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-      r = _mm512_mask_cvtepi32_epi16(r, subnormal, reinterpret_cast<__m512i>(rounded));
-    }
-    r = _mm256_mask_blend_epi16(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, canonical_nan);
-    _mm256_mask_storeu_epi16(dst + i, lanes, r);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), float_to_bf16_x16(_mm512_loadu_ps(src + i)));
+  }
+  if (i < n) {  // the tail, with masked loads and stores
+    const auto lanes = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(dst + i, lanes, float_to_bf16_x16(_mm512_maskz_loadu_ps(lanes, src + i)));
   }
 }
 

@@ -21,8 +21,8 @@
 //   S.1111.111); E5M2 has Inf (max 57344). Fp8Saturation::Saturate maps finite overflow and +-Inf
 //   to +-max; NoSaturate maps them to NaN (E4M3) or +-Inf (E5M2).
 // - A NaN input gives the canonical, unsigned NaN: 0x7FFF (f16, bf16), 0x7F (FP8). A non-saturating
-//   E4M3 overflow gives NaN with the input's sign (0x7F or 0xFF), as NVIDIA's and PyTorch's
-//   conversions do. Negative zero stays negative. Subnormal inputs and outputs are honoured (no
+//   E4M3 overflow gives NaN with the input's sign (0x7F or 0xFF), as NVIDIA's conversion does.
+//   Negative zero stays negative. Subnormal inputs and outputs are honoured (no
 //   flush to zero). float -> every format is bit-identical to cuda_fp16.h / cuda_bf16.h /
 //   cuda_fp8.h host code on all 2^32 inputs.
 // - format -> float is exact; a NaN keeps its sign and payload with the quiet bit set on the host

@@ -6,16 +6,43 @@
 #include <cstring>
 #include <sstream>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace mpt::cuda_emu::detail {
 namespace ctx = boost::context;
 namespace {
 
 thread_local BlockRunner* t_runner = nullptr;
 
-// Lends the worker's StackPool to boost::context.
+// AddressSanitizer must be told before and after every stack switch, or it misreads the fiber stacks
+// (false reports, especially when an exception unwinds a fiber). No-ops in other builds.
+void asan_start_switch(void** fake_stack, const void* bottom, size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake_stack, bottom, size);
+#endif
+}
+void asan_finish_switch(void* fake_stack, const void** bottom, size_t* size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake_stack, bottom, size);
+#endif
+}
+
+// Thrown inside a suspended fiber to unwind it when its block is abandoned after an error.
+struct AbandonFiber {};
+
+// Lends the worker's StackPool to boost::context and records the stack bounds for ASan.
 struct PooledStack {
   StackPool* pool;
-  ctx::stack_context allocate() { return pool->take(); }
+  const void** bottom;
+  size_t* size;
+  ctx::stack_context allocate() {
+    ctx::stack_context sc = pool->take();
+    *bottom = static_cast<char*>(sc.sp) - sc.size;
+    *size = sc.size;
+    return sc;
+  }
   void deallocate(ctx::stack_context& sc) noexcept { pool->give(sc); }
 };
 
@@ -114,7 +141,8 @@ void BlockRunner::run(uint3 block_idx) {
 
   for (int t = 0; t < nthreads_; ++t) {
     threads_[t].state = State::kReady;
-    threads_[t].fiber = ctx::fiber(std::allocator_arg, PooledStack{&stacks_},
+    threads_[t].fiber = ctx::fiber(std::allocator_arg,
+                                   PooledStack{&stacks_, &threads_[t].stack_bottom, &threads_[t].stack_size},
                                    [this, t](ctx::fiber&& scheduler) { return entry(t, std::move(scheduler)); });
   }
   while (done_ < nthreads_) {
@@ -124,7 +152,7 @@ void BlockRunner::run(uint3 block_idx) {
       if (th.state != State::kReady) continue;
       current_ = t;
       builtins.thread_idx = th.idx;
-      th.fiber = std::move(th.fiber).resume();
+      switch_to(th);
       progressed = true;
     }
     current_ = -1;
@@ -149,13 +177,16 @@ void BlockRunner::run(uint3 block_idx) {
 }
 
 ctx::fiber BlockRunner::entry(int t, ctx::fiber&& scheduler) {
+  asan_finish_switch(nullptr, &scheduler_stack_bottom_, &scheduler_stack_size_);
   Thread& self = threads_[t];
   self.scheduler = std::move(scheduler);
   try {
-    body_.fn(body_.ctx);
-    on_exit(t);
-  } catch (const ctx::detail::forced_unwind&) {
-    throw;  // abandon_fibers() unwinding this fiber's stack
+    if (!abandoning_) {  // a fiber first entered by abandon_fibers() never runs the kernel
+      body_.fn(body_.ctx);
+      on_exit(t);
+    }
+  } catch (const AbandonFiber&) {
+    // abandon_fibers() unwound this fiber's stack; the block already failed.
   } catch (...) {
     if (!error_) {
       error_ = std::current_exception();
@@ -166,10 +197,22 @@ ctx::fiber BlockRunner::entry(int t, ctx::fiber&& scheduler) {
     self.state = State::kDone;
     ++done_;
   }
+  asan_start_switch(nullptr, scheduler_stack_bottom_, scheduler_stack_size_);  // this stack is finished
   return std::move(self.scheduler);
 }
 
-void BlockRunner::suspend(Thread& self) { self.scheduler = std::move(self.scheduler).resume(); }
+void BlockRunner::switch_to(Thread& th) {
+  asan_start_switch(&scheduler_fake_stack_, th.stack_bottom, th.stack_size);
+  th.fiber = std::move(th.fiber).resume();
+  asan_finish_switch(scheduler_fake_stack_, nullptr, nullptr);
+}
+
+void BlockRunner::suspend(Thread& self) {
+  asan_start_switch(&self.asan_fake_stack, scheduler_stack_bottom_, scheduler_stack_size_);
+  self.scheduler = std::move(self.scheduler).resume();
+  asan_finish_switch(self.asan_fake_stack, &scheduler_stack_bottom_, &scheduler_stack_size_);
+  if (abandoning_) throw AbandonFiber{};
+}
 
 void BlockRunner::sync_threads(const std::source_location& site) {
   Thread& self = threads_[current_];
@@ -291,11 +334,17 @@ void BlockRunner::on_exit(int t) {
 }
 
 void BlockRunner::abandon_fibers() {
-  // Destroying a suspended fiber unwinds its stack (boost::context throws forced_unwind inside it).
-  for (Thread& th : threads_) {
-    th.fiber = ctx::fiber();
+  // Resume every suspended fiber once so that suspend() throws AbandonFiber and its stack unwinds
+  // through our own (ASan-annotated) switches rather than boost's forced_unwind.
+  abandoning_ = true;
+  for (int t = 0; t < nthreads_; ++t) {
+    Thread& th = threads_[t];
+    current_ = t;
+    if (th.fiber) switch_to(th);
     th.state = State::kDone;
   }
+  current_ = -1;
+  abandoning_ = false;
   waiting_sync_ = 0;
 }
 

@@ -63,6 +63,9 @@ class BlockRunner {
     unsigned mask = 0;
     int width = 32, arg = 0;
     uint64_t value = 0, result = 0;
+    const void* stack_bottom = nullptr;  // the fiber's stack, for AddressSanitizer's switch annotations
+    size_t stack_size = 0;
+    void* asan_fake_stack = nullptr;
   };
   struct alignas(128) SharedChunk {
     unsigned char bytes[128];
@@ -70,6 +73,7 @@ class BlockRunner {
 
   boost::context::fiber entry(int t, boost::context::fiber&& scheduler);
   void suspend(Thread& self);
+  void switch_to(Thread& th);  // scheduler -> fiber, annotated for ASan
   void on_exit(int t);
   void complete_warp_op(int warp, unsigned mask);
   void abandon_fibers();
@@ -87,6 +91,10 @@ class BlockRunner {
   int current_ = -1;
   int waiting_sync_ = 0;
   int done_ = 0;
+  bool abandoning_ = false;  // set while abandon_fibers() unwinds suspended fibers
+  const void* scheduler_stack_bottom_ = nullptr;
+  size_t scheduler_stack_size_ = 0;
+  void* scheduler_fake_stack_ = nullptr;
   std::exception_ptr error_;
   int error_thread_ = -1;
 };
