@@ -1,6 +1,8 @@
 // tests/core/test_device.cpp: Device parsing and selection, the CUDA probe, CPU features, streams and events.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -16,18 +18,8 @@ using mpt::Device;
 
 namespace {
 
-template <class F>
-std::string error_message(F&& fn) {
-  try {
-    fn();
-  } catch (const mpt::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no mpt::Error was thrown";
-  return {};
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using mpt::testing::contains;
+using mpt::testing::error_message;
 
 // Sets an environment variable for one scope.
 class ScopedEnv {

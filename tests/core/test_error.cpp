@@ -1,6 +1,8 @@
 // tests/core/test_error.cpp: mpt::Error messages from MPT_CHECK / MPT_THROW and the CUDA-library status translation.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -13,19 +15,8 @@
 
 namespace {
 
-// Runs `fn`, expects an mpt::Error, and returns its message.
-template <class F>
-std::string error_message(F&& fn) {
-  try {
-    fn();
-  } catch (const mpt::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no mpt::Error was thrown";
-  return {};
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using mpt::testing::contains;
+using mpt::testing::error_message;
 
 static_assert(mpt::detail::is_string_literal_v<decltype(("[op] oops"))>);
 static_assert(!mpt::detail::is_string_literal_v<decltype((true))>);

@@ -1,6 +1,8 @@
 // tests/core/test_memory.cpp: the pooled CPU allocator, Storage, copy_bytes, and the CUDA pool (GPU only).
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -19,18 +21,8 @@ using mpt::Storage;
 
 namespace {
 
-template <class F>
-std::string error_message(F&& fn) {
-  try {
-    fn();
-  } catch (const mpt::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no mpt::Error was thrown";
-  return {};
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using mpt::testing::contains;
+using mpt::testing::error_message;
 
 bool aligned64(const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; }
 

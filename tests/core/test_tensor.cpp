@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "mpt/mpt.h"
+#include "test_util.h"
 
 using namespace mpt;
 
@@ -19,16 +20,6 @@ T at(const Tensor& t, const std::vector<int64_t>& index) {
 }
 
 Tensor iota(const Shape& shape) { return Tensor::arange(0.0, static_cast<double>(numel(shape)), 1.0).view(shape); }
-
-#define EXPECT_MPT_ERROR(stmt, fragment)                                                  \
-  do {                                                                                    \
-    try {                                                                                 \
-      stmt;                                                                               \
-      ADD_FAILURE() << "expected mpt::Error containing \"" << fragment << "\"";            \
-    } catch (const mpt::Error& e) {                                                       \
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();     \
-    }                                                                                     \
-  } while (0)
 
 }  // namespace
 
