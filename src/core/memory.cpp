@@ -1,7 +1,9 @@
 // src/core/memory.cpp: Storage allocation routed to the device's allocator, byte copies, memory statistics.
 #include "mpt/core/memory.h"
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 
@@ -11,9 +13,23 @@
 
 namespace mpt {
 
+namespace {
+std::atomic<bool>& poison_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* v = std::getenv("MPT_POISON_ALLOCATIONS");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return flag;
+}
+}  // namespace
+
+void set_allocation_poison(bool enabled) { poison_flag().store(enabled); }
+bool allocation_poison() { return poison_flag().load(); }
+
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   if (device.is_cpu()) {
     void* p = CpuAllocator::instance().allocate(nbytes);
+    if (p != nullptr && allocation_poison()) std::memset(p, 0xFF, nbytes);
     try {
       return std::shared_ptr<Storage>(new Storage(p, nbytes, device, nullptr));
     } catch (...) {

@@ -61,4 +61,9 @@ void reset_peak_memory_stats(Device device);
 // Returns cached blocks to the system (CPU: free(); CUDA: synchronizes the device and trims the pool).
 void empty_cache(Device device);
 
+// When on, every new CPU allocation is filled with 0xFF bytes (NaN in every float dtype), so a test can
+// prove that an op wrote every element of its output. Off by default; MPT_POISON_ALLOCATIONS=1 turns it on.
+void set_allocation_poison(bool enabled);
+bool allocation_poison();
+
 }  // namespace mpt

@@ -1,0 +1,46 @@
+// src/ops/dispatch.h: the checks and the one dtype switch every op runs before calling its kernel.
+#pragma once
+
+#include <initializer_list>
+
+#include "mpt/core/tensor.h"
+
+#if defined(MPT_WITH_CUDA)
+#include "backend/cuda/check.h"
+#endif
+
+namespace mpt::ops::detail {
+
+// Calls f(T{}) for the storage types arithmetic ops support: f32, f64 (CPU reference), f16, bf16.
+template <class F>
+decltype(auto) visit_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    case DType::F16: return f(f16{});
+    case DType::BF16: return f(bf16{});
+    default: break;
+  }
+  MPT_THROW("[{}] expected a f32, f64, f16 or bf16 tensor, got {}", op, t);
+}
+
+// All tensors defined, on one device; returns that device.
+Device check_same_device(std::initializer_list<const Tensor*> tensors, const char* op);
+// Same dtype as the first.
+void check_same_dtype(std::initializer_list<const Tensor*> tensors, const char* op);
+void check_shape(const Tensor& t, const Shape& expected, const char* what, const char* op);
+// f64 tensors exist for CPU reference checks only.
+void check_f64_on_cpu(const Tensor& t, const char* op);
+
+// The native stream ops on `device` run on (cudaStream_t; null on the CPU).
+void* stream_of(Device device);
+
+}  // namespace mpt::ops::detail
+
+// MPT_CUDA_KERNEL(expr): runs a kernels::cuda launcher and checks its status; in a build without CUDA it is
+// unreachable (no CUDA tensor can exist) and throws.
+#if defined(MPT_WITH_CUDA)
+#define MPT_CUDA_KERNEL(expr) MPT_CUDA_CHECK(expr)
+#else
+#define MPT_CUDA_KERNEL(expr) MPT_THROW("[cuda] mptrain was built without CUDA (MPT_CUDA=OFF)")
+#endif

@@ -1,0 +1,110 @@
+// tests/support/op_test.cpp: tolerance table, random inputs, reference comparison and finite differences.
+#include "op_test.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace mpt::testing {
+
+Tolerance tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::F64: return {1e-7, 1e-7};
+    case DType::F32: return {1.3e-6, 1e-5};
+    case DType::F16: return {1e-3, 1e-5};
+    case DType::BF16: return {1.6e-2, 1e-5};
+    case DType::F8E4M3: return {0.125, 1e-3};
+    case DType::F8E5M2: return {0.25, 1e-3};
+    default: return {0, 0};
+  }
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double scale) {
+  Generator gen(seed);
+  std::vector<double> v = Tensor::normal(shape, 0, 1, DType::F64, Device::cpu(), gen).to_vector<double>();
+  for (double& x : v) {
+    if (std::abs(x) < 1e-3) x = std::copysign(1e-3, x == 0 ? 1.0 : x);
+    x *= scale;
+  }
+  return Tensor::from_vector(v, shape).to(dtype);
+}
+
+double tolerance_ratio(const Tensor& got, const Tensor& ref, Tolerance tol) {
+  EXPECT_EQ(got.shape(), ref.shape());
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < g.size() && i < r.size(); ++i) {
+    if (std::isnan(g[i]) != std::isnan(r[i])) return std::numeric_limits<double>::infinity();
+    if (std::isnan(r[i]) || g[i] == r[i]) continue;
+    worst = std::max(worst, std::abs(g[i] - r[i]) / (tol.atol + tol.rtol * std::abs(r[i])));
+  }
+  return worst;
+}
+
+double max_abs_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < g.size() && i < r.size(); ++i) {
+    if (std::isnan(g[i]) != std::isnan(r[i])) return std::numeric_limits<double>::infinity();
+    if (!std::isnan(r[i])) worst = std::max(worst, std::abs(g[i] - r[i]));
+  }
+  return worst;
+}
+
+void expect_close(const Tensor& got, const Tensor& ref, Tolerance tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), ref.shape()) << what;
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
+  size_t worst_i = 0;
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool nan_mismatch = std::isnan(g[i]) != std::isnan(r[i]);
+    const double ratio = nan_mismatch ? std::numeric_limits<double>::infinity()
+                         : std::isnan(r[i]) || g[i] == r[i] ? 0
+                                                            : std::abs(g[i] - r[i]) / (tol.atol + tol.rtol * std::abs(r[i]));
+    if (ratio > worst || (ratio == worst && nan_mismatch)) {
+      worst = ratio;
+      worst_i = i;
+    }
+  }
+  EXPECT_LE(worst, 1.0) << what << ": worst element " << worst_i << " got " << g[worst_i] << " expected "
+                        << r[worst_i] << " (rtol " << tol.rtol << ", atol " << tol.atol << ")";
+}
+
+std::vector<Tensor> numeric_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                                      const std::vector<Tensor>& inputs, const Tensor& weights, double eps) {
+  const std::vector<double> w = weights.to_vector<double>();
+  auto objective = [&](const std::vector<Tensor>& xs) {
+    const std::vector<double> y = fn(xs).to_vector<double>();
+    EXPECT_EQ(y.size(), w.size());
+    double s = 0;
+    for (size_t i = 0; i < y.size() && i < w.size(); ++i) s += w[i] * y[i];
+    return s;
+  };
+  std::vector<Tensor> grads;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    EXPECT_EQ(inputs[k].dtype(), DType::F64) << "finite differences need f64 inputs";
+    std::vector<Tensor> xs;
+    for (const Tensor& t : inputs) xs.push_back(t.clone());
+    Tensor flat = xs[k].view({-1});
+    double* p = flat.data<double>();
+    std::vector<double> g(static_cast<size_t>(flat.numel()));
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      const double x0 = p[i];
+      const double h = eps * std::max(1.0, std::abs(x0));
+      p[i] = x0 + h;
+      const double fp = objective(xs);
+      p[i] = x0 - h;
+      const double fm = objective(xs);
+      p[i] = x0;
+      g[static_cast<size_t>(i)] = (fp - fm) / (2 * h);
+    }
+    grads.push_back(Tensor::from_vector(g, inputs[k].shape()));
+  }
+  return grads;
+}
+
+PoisonAllocations::PoisonAllocations() : previous_(allocation_poison()) { set_allocation_poison(true); }
+PoisonAllocations::~PoisonAllocations() { set_allocation_poison(previous_); }
+
+}  // namespace mpt::testing
