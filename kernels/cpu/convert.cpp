@@ -1,4 +1,4 @@
-// kernels/cpu/convert.cpp: array conversions between storage types; scalar loop plus F16C / AVX512-BF16 / AVX2 paths picked at run time.
+// kernels/cpu/convert.cpp: array conversions between storage types; scalar loop plus F16C / AVX512-BF16 / AVX2 / AVX-512 FP8 paths and FP8 decode tables picked at run time.
 #include "kernels/cpu/convert.h"
 
 #include <cpuid.h>
@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/fp8_simd.h"
 #include "kernels/math/numerics_cast.h"
 
 namespace mpt::kernels::cpu {
@@ -37,6 +38,8 @@ ConvertIsa detect_isa() {
   isa.avx512_bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
   isa.avx2 = __builtin_cpu_supports("avx2");
+  isa.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
   return isa;
 }
 
@@ -117,6 +120,75 @@ __attribute__((target("avx2"))) void bf16_to_float_avx2(const bf16* src, float* 
   convert_scalar(src + i, dst + i, n - i, sat);
 }
 
+template <class T>
+inline constexpr bool is_fp8_v = std::is_same_v<T, f8e4m3> || std::is_same_v<T, f8e5m2>;
+
+// float, bf16 or f16 -> e4m3 or e5m2, 16 lanes at a time (the tail with masked loads and stores).
+template <class Dst, class Src>
+MPT_TARGET_AVX512 void to_fp8_avx512(const Src* src, Dst* dst, size_t n, Fp8Saturation sat) {
+  const auto count = static_cast<int64_t>(n);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 lanes = fp8_simd::lanes_for(count - i);
+    fp8_simd::store_x16(dst + i, fp8_simd::encode_x16<Dst>(fp8_simd::load_x16(src + i, lanes), sat), lanes);
+  }
+}
+
+// An FP8 source has 256 codes: every conversion from it is a lookup in a table that the scalar path fills
+// (one table per saturation mode, which matters only for FP8 destinations), built on first use.
+template <class Dst, class Src>
+struct DecodeTable {
+  Dst values[2][256];
+};
+
+template <class Dst, class Src>
+const Dst* decode_table(Fp8Saturation sat) {
+  static const DecodeTable<Dst, Src> kTable = [] {
+    DecodeTable<Dst, Src> t;
+    for (int s = 0; s < 2; ++s) {
+      const Fp8Saturation mode = s == 0 ? Fp8Saturation::Saturate : Fp8Saturation::NoSaturate;
+      for (int b = 0; b < 256; ++b) t.values[s][b] = scalar_cast<Dst>(Src::from_bits(static_cast<uint8_t>(b)), mode);
+    }
+    return t;
+  }();
+  return kTable.values[sat == Fp8Saturation::Saturate ? 0 : 1];
+}
+
+template <class Dst, class Src>
+void from_fp8_table(const Src* src, Dst* dst, size_t n, Fp8Saturation sat) {
+  const Dst* table = decode_table<Dst, Src>(sat);
+  for (size_t i = 0; i < n; ++i) dst[i] = table[src[i].bits];
+}
+
+// fp8 -> float, 16 lanes at a time: the float table of the 128 unsigned codes sits in eight registers, four
+// two-register permutes look up the low five index bits and two blends pick by bits 5 and 6; the sign bit is
+// then OR-ed in (decode(b) == decode(b & 0x7F) | sign for every code, NaNs included).
+template <class Src>
+MPT_TARGET_AVX512 void fp8_to_float_avx512(const Src* src, float* dst, size_t n, Fp8Saturation sat) {
+  const float* table = decode_table<float, Src>(sat);
+  __m512i t[8];
+  for (int k = 0; k < 8; ++k) t[k] = _mm512_castps_si512(_mm512_loadu_ps(table + 16 * k));
+  const auto count = static_cast<int64_t>(n);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 lanes = fp8_simd::lanes_for(count - i);
+    const __m128i bytes = lanes == 0xFFFF ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))
+                                          : _mm_maskz_loadu_epi8(lanes, src + i);
+    const __m512i c = _mm512_maskz_cvtepu8_epi32(0xFFFF, bytes);
+    const __m512i r01 = _mm512_permutex2var_epi32(t[0], c, t[1]), r23 = _mm512_permutex2var_epi32(t[2], c, t[3]);
+    const __m512i r45 = _mm512_permutex2var_epi32(t[4], c, t[5]), r67 = _mm512_permutex2var_epi32(t[6], c, t[7]);
+    const __mmask16 bit5 = _mm512_test_epi32_mask(c, _mm512_set1_epi32(32));
+    const __mmask16 bit6 = _mm512_test_epi32_mask(c, _mm512_set1_epi32(64));
+    const __m512i low = _mm512_mask_blend_epi32(bit5, r01, r23), high = _mm512_mask_blend_epi32(bit5, r45, r67);
+    const fp8_simd::U32x16 value = reinterpret_cast<fp8_simd::U32x16>(_mm512_mask_blend_epi32(bit6, low, high));
+    const fp8_simd::U32x16 sign = (reinterpret_cast<fp8_simd::U32x16>(c) & 0x80u) << 24;
+    const __m512 out = reinterpret_cast<__m512>(value | sign);
+    if (lanes == 0xFFFF) {
+      _mm512_storeu_ps(dst + i, out);
+    } else {
+      _mm512_mask_storeu_ps(dst + i, lanes, out);
+    }
+  }
+}
+
 template <class Dst, class Src>
 RangeFn<Dst, Src> pick_kernel() {
   if (g_vector_conversions.load(std::memory_order_relaxed)) {
@@ -130,6 +202,14 @@ RangeFn<Dst, Src> pick_kernel() {
     } else if constexpr (std::is_same_v<Dst, float> && std::is_same_v<Src, bf16>) {
       if (isa.avx2) return &bf16_to_float_avx2;
     }
+    if constexpr (is_fp8_v<Dst> && (std::is_same_v<Src, float> || std::is_same_v<Src, bf16> ||
+                                    std::is_same_v<Src, f16>)) {
+      if (isa.avx512) return &to_fp8_avx512<Dst, Src>;
+    }
+    if constexpr (is_fp8_v<Src> && std::is_same_v<Dst, float>) {
+      if (isa.avx512) return &fp8_to_float_avx512<Src>;
+    }
+    if constexpr (is_fp8_v<Src>) return &from_fp8_table<Dst, Src>;
   }
   return &convert_scalar<Dst, Src>;
 }

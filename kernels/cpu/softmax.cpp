@@ -1,4 +1,4 @@
-// kernels/cpu/softmax.cpp: row softmax forward, OpenMP over rows, the per-element math from kernels/math/softmax.h.
+// kernels/cpu/softmax.cpp: row softmax forward and backward, OpenMP over rows, the math from kernels/math/softmax.h.
 #include "kernels/cpu/softmax.h"
 
 #include <cmath>
@@ -10,22 +10,48 @@ namespace mpt::kernels::cpu {
 
 template <class T>
 void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
+  using F = decltype(math::softmax_load(T{}));
   if (rows <= 0 || cols <= 0) return;
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
-    float row_max = -INFINITY;
+    F row_max = -INFINITY;
     for (int64_t c = 0; c < cols; ++c) row_max = math::softmax_max(row_max, math::softmax_load(xr[c]));
-    float sum = 0.0f;
+    F sum = 0;
     for (int64_t c = 0; c < cols; ++c) sum += math::softmax_exp(math::softmax_load(xr[c]), row_max);
-    const auto row = math::SoftmaxRow::from_max_and_sum(row_max, sum);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = row.output<T>(math::softmax_load(xr[c]));
+    const auto row = math::SoftmaxRowOf<F>::from_max_and_sum(row_max, sum);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = row.template output<T>(math::softmax_load(xr[c]));
   }
 }
 
-template void softmax_rows<float>(const float*, float*, int64_t, int64_t);
-template void softmax_rows<f16>(const f16*, f16*, int64_t, int64_t);
-template void softmax_rows<bf16>(const bf16*, bf16*, int64_t, int64_t);
+template <class T>
+void softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t cols, bool accumulate) {
+  using F = decltype(math::softmax_load(T{}));
+  if (rows <= 0 || cols <= 0) return;
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* dyr = dy + r * cols;
+    const T* yr = y + r * cols;
+    T* dxr = dx + r * cols;
+    F dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < cols; ++c) dot += math::softmax_load(dyr[c]) * math::softmax_load(yr[c]);
+    for (int64_t c = 0; c < cols; ++c) {
+      F v = math::softmax_backward(math::softmax_load(yr[c]), math::softmax_load(dyr[c]), dot);
+      if (accumulate) v += math::softmax_load(dxr[c]);
+      dxr[c] = static_cast<T>(v);
+    }
+  }
+}
+
+#define MPT_INSTANTIATE(T)                                                    \
+  template void softmax_rows<T>(const T*, T*, int64_t, int64_t);              \
+  template void softmax_backward_rows<T>(const T*, const T*, T*, int64_t, int64_t, bool);
+MPT_INSTANTIATE(float)
+MPT_INSTANTIATE(double)
+MPT_INSTANTIATE(f16)
+MPT_INSTANTIATE(bf16)
+#undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

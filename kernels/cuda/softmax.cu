@@ -1,7 +1,8 @@
-// kernels/cuda/softmax.cu: row softmax forward, one block per row, float math from kernels/math/softmax.h.
+// kernels/cuda/softmax.cu: row softmax forward and backward, one block per row, float math from kernels/math/softmax.h.
 #include "kernels/cuda/softmax.h"
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/row_io.cuh"
 #include "kernels/math/numerics.h"
 #include "kernels/math/reduce.h"
 #include "kernels/math/softmax.h"
@@ -60,7 +61,49 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_rows_kernel(const T* x, T
   }
 }
 
+// Two passes: the block's sum of dy * y, then dx.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kMaxThreads)
+    softmax_backward_rows_kernel(const T* dy, const T* y, T* dx, int64_t cols, bool accumulate) {
+  __shared__ float scratch[math::kBlockReduceScratch];
+  using Pack = RowPack<T, kVec>;
+  const int64_t offset = static_cast<int64_t>(blockIdx.x) * cols;
+  const RowStride rs = row_stride<Pack::kWidth>();
+  float dot = 0.0f;
+  for (int64_t c = rs.first; c < cols; c += rs.stride) {
+    const Pack g = Pack::load(dy + offset + c), v = Pack::load(y + offset + c);
+#pragma unroll
+    for (int k = 0; k < Pack::kWidth; ++k) dot += g.v[k] * v.v[k];
+  }
+  dot = math::block_allreduce(dot, math::SumOp{}, 0.0f, scratch);
+  for (int64_t c = rs.first; c < cols; c += rs.stride) {
+    const Pack g = Pack::load(dy + offset + c), v = Pack::load(y + offset + c);
+    Pack out;
+    if (accumulate) out = Pack::load(dx + offset + c);
+#pragma unroll
+    for (int k = 0; k < Pack::kWidth; ++k) {
+      const float d = math::softmax_backward(v.v[k], g.v[k], dot);
+      out.v[k] = accumulate ? out.v[k] + d : d;
+    }
+    out.store(dx + offset + c);
+  }
+}
+
 }  // namespace
+
+template <class T>
+cudaError_t softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t cols, bool accumulate,
+                                  cudaStream_t stream) {
+  if (rows < 0 || cols < 1 || rows > 2147483647) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (dy == nullptr || y == nullptr || dx == nullptr) return cudaErrorInvalidValue;
+  constexpr int kWidth = Vec16<T>::kSize;
+  const bool vec = cols % kWidth == 0 && is_aligned16(dy) && is_aligned16(y) && is_aligned16(dx);
+  const int threads = row_block_threads(vec ? cols / kWidth : cols, kMaxThreads);
+  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  return vec ? launch(softmax_backward_rows_kernel<T, true>, config, dy, y, dx, cols, accumulate)
+             : launch(softmax_backward_rows_kernel<T, false>, config, dy, y, dx, cols, accumulate);
+}
 
 template <class T>
 cudaError_t softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream) {
@@ -79,5 +122,10 @@ cudaError_t softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, cudaStrea
 template cudaError_t softmax_rows<float>(const float*, float*, int64_t, int64_t, cudaStream_t);
 template cudaError_t softmax_rows<f16>(const f16*, f16*, int64_t, int64_t, cudaStream_t);
 template cudaError_t softmax_rows<bf16>(const bf16*, bf16*, int64_t, int64_t, cudaStream_t);
+template cudaError_t softmax_backward_rows<float>(const float*, const float*, float*, int64_t, int64_t, bool,
+                                                  cudaStream_t);
+template cudaError_t softmax_backward_rows<f16>(const f16*, const f16*, f16*, int64_t, int64_t, bool, cudaStream_t);
+template cudaError_t softmax_backward_rows<bf16>(const bf16*, const bf16*, bf16*, int64_t, int64_t, bool,
+                                                 cudaStream_t);
 
 }  // namespace mpt::kernels::cuda

@@ -1,4 +1,4 @@
-// kernels/cuda/softmax.h: row softmax forward on a CUDA stream (checked against kernels/cpu/softmax.h).
+// kernels/cuda/softmax.h: row softmax forward and backward on a CUDA stream (checked against kernels/cpu/softmax.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,5 +14,13 @@ namespace mpt::kernels::cuda {
 // else the launch error. T: float, mpt::f16, mpt::bf16.
 template <class T>
 cudaError_t softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// Device-pointer version of kernels/cpu/softmax.h's softmax_backward_rows: dx = y * (dy - sum(dy * y)) per
+// row (dx += ... when accumulate), one block per row, the row sum a float block reduction; 16-byte vectors
+// when all three pointers are aligned and a row is a whole number of vectors. Same errors and types as
+// softmax_rows.
+template <class T>
+cudaError_t softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t cols, bool accumulate,
+                                  cudaStream_t stream);
 
 }  // namespace mpt::kernels::cuda

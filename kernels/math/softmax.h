@@ -16,26 +16,38 @@ namespace mpt::kernels::math {
 // then each output is one SoftmaxRow call. The max is exact in any order; the sum's rounding depends
 // on the order, so two backends agree to within the sum's rounding error, not bit for bit.
 // A row holding a NaN or +Inf, or only -Inf, gives NaN everywhere (like PyTorch's softmax).
+// double (the CPU's float64 reference path) is computed in double throughout.
 template <class T>
 MPT_HD MPT_INLINE float softmax_load(T x) {
   return static_cast<float>(x);
 }
+MPT_HD MPT_INLINE double softmax_load(double x) { return x; }
 
 MPT_HD MPT_INLINE float softmax_max(float a, float b) { return fmaxf(a, b); }
+MPT_HD MPT_INLINE double softmax_max(double a, double b) { return fmax(a, b); }
 
 MPT_HD MPT_INLINE float softmax_exp(float x, float row_max) { return expf(x - row_max); }
+MPT_HD MPT_INLINE double softmax_exp(double x, double row_max) { return exp(x - row_max); }
 
-struct SoftmaxRow {
-  float row_max;
-  float inv_sum;
+template <class F>
+struct SoftmaxRowOf {
+  F row_max;
+  F inv_sum;
 
-  MPT_HD MPT_INLINE static SoftmaxRow from_max_and_sum(float row_max, float sum) { return {row_max, 1.0f / sum}; }
+  MPT_HD MPT_INLINE static SoftmaxRowOf from_max_and_sum(F row_max, F sum) { return {row_max, F(1) / sum}; }
 
-  // The output for input x (already in float), rounded once to the storage type T.
+  // The output for input x (already in F), rounded once to the storage type T.
   template <class T>
-  MPT_HD MPT_INLINE T output(float x) const {
+  MPT_HD MPT_INLINE T output(F x) const {
     return static_cast<T>(softmax_exp(x, row_max) * inv_sum);
   }
 };
+using SoftmaxRow = SoftmaxRowOf<float>;
+
+// Softmax backward, one element: dx_j = y_j * (dy_j - sum_k dy_k y_k), `dot` being that row sum.
+template <class F>
+MPT_HD MPT_INLINE F softmax_backward(F y, F dy, F dot) {
+  return y * (dy - dot);
+}
 
 }  // namespace mpt::kernels::math

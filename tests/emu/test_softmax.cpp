@@ -1,4 +1,4 @@
-// tests/emu/test_softmax.cpp: the emulated CUDA row softmax against the CPU path and a float64 reference (float, f16, bf16).
+// tests/emu/test_softmax.cpp: emulated CUDA row softmax forward/backward vs the CPU path and a float64 reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -167,6 +167,40 @@ TEST(EmuSoftmax, LargeInputsDoNotOverflowAndInPlaceWorks) {
   }
 }
 
+// Backward: dx = y * (dy - dot). The dot products (float, different orders) differ by <= 2 cols u max|dy|
+// (u = 2^-24, |dy| <= 1 here), multiplied by y <= 1; then both round to T, at most one step of T apart.
+template <class T>
+void check_backward(int64_t cols, int offset, bool accumulate) {
+  SCOPED_TRACE(testing::Message() << "backward cols " << cols << " offset " << offset << " accumulate " << accumulate);
+  const int64_t n = kRows * cols;
+  const std::vector<T> x = random_rows<T>(kRows, cols, static_cast<uint32_t>(cols), -4, 4);
+  std::vector<T> y(x.size());
+  mpt::kernels::cpu::softmax_rows(x.data(), y.data(), kRows, cols);
+  const std::vector<T> dy_storage = random_rows<T>(n + offset, 1, static_cast<uint32_t>(cols + 1), -1, 1);
+  const std::vector<T> dx0 = random_rows<T>(n + offset, 1, static_cast<uint32_t>(cols + 2), -1, 1);
+  std::vector<T> dx_cpu(dx0.begin() + offset, dx0.end()), dx_emu = dx0;
+  const T* dy = dy_storage.data() + offset;
+  mpt::kernels::cpu::softmax_backward_rows(dy, y.data(), dx_cpu.data(), kRows, cols, accumulate);
+  ASSERT_EQ(mpt::kernels::cuda::softmax_backward_rows(dy, y.data(), dx_emu.data() + offset, kRows, cols, accumulate,
+                                                      nullptr),
+            cudaSuccess);
+  for (int64_t i = 0; i < n; ++i) {
+    const double emu = to_double(dx_emu[offset + i]), cpu = to_double(dx_cpu[i]);
+    const double step = std::is_same_v<T, float> ? 0x1p-23 : relative_ulp<T>();
+    EXPECT_NEAR(emu, cpu, 2.0 * static_cast<double>(cols) * 0x1p-24 + std::abs(cpu) * step + subnormal_step<T>())
+        << "element " << i;
+  }
+}
+
+TEST(EmuSoftmax, BackwardMatchesCpu) {
+  for (int64_t cols : {1, 33, 1000}) {
+    check_backward<float>(cols, 0, false);
+    check_backward<float>(cols, 1, true);
+    check_backward<bf16>(cols, 0, true);
+    check_backward<f16>(cols, 3, false);
+  }
+}
+
 TEST(EmuSoftmax, InvalidArgumentsAreRejected) {
   float x[4] = {1, 2, 3, 4}, y[4] = {NAN, NAN, NAN, NAN};
   EXPECT_EQ(mpt::kernels::cuda::softmax_rows(x, y, 1, 0, nullptr), cudaErrorInvalidValue);
@@ -175,6 +209,9 @@ TEST(EmuSoftmax, InvalidArgumentsAreRejected) {
   EXPECT_EQ(mpt::kernels::cuda::softmax_rows(x, y, int64_t{1} << 31, 4, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(mpt::kernels::cuda::softmax_rows(x, y, 0, 4, nullptr), cudaSuccess);
   for (float v : y) EXPECT_TRUE(std::isnan(v));
+  EXPECT_EQ(mpt::kernels::cuda::softmax_backward_rows(x, x, y, 1, 0, false, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(mpt::kernels::cuda::softmax_backward_rows(x, x, static_cast<float*>(nullptr), 1, 4, false, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -37,15 +37,16 @@ uint64_t bits_of(T v) {
 
 // Converts src with the vector paths and with the scalar path and counts differing output bits.
 template <class Dst, class Src>
-size_t vector_scalar_mismatches(const std::vector<Src>& src, const char* what) {
+size_t vector_scalar_mismatches(const std::vector<Src>& src, const char* what,
+                                Fp8Saturation sat = Fp8Saturation::Saturate) {
   std::vector<Dst> vec(src.size()), sca(src.size());
   {
     ScopedVector on(true);
-    convert(src.data(), vec.data(), src.size());
+    convert(src.data(), vec.data(), src.size(), sat);
   }
   {
     ScopedVector off(false);
-    convert(src.data(), sca.data(), src.size());
+    convert(src.data(), sca.data(), src.size(), sat);
   }
   size_t bad = 0;
   for (size_t i = 0; i < src.size(); ++i) {
@@ -140,6 +141,119 @@ TEST(ConvertVector, TailsAndUnalignedStarts) {
       convert(b.data(), back.data(), n);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(back[i]), bits_of(bf16_bits_to_float(b[i].bits)));
       ASSERT_EQ(back[n], 1.5f);
+    }
+  }
+}
+
+constexpr Fp8Saturation kBothModes[] = {Fp8Saturation::Saturate, Fp8Saturation::NoSaturate};
+
+TEST(ConvertVector, FloatToFp8MatchesScalarOverSweep) {
+  if (!kernels::cpu::convert_isa().avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  size_t total = 0, bad = 0;
+  for_each_float_batch(37, [&](const std::vector<float>& batch) {
+    total += batch.size();
+    for (Fp8Saturation sat : kBothModes) {
+      bad += vector_scalar_mismatches<f8e4m3>(batch, "float->e4m3", sat);
+      bad += vector_scalar_mismatches<f8e5m2>(batch, "float->e5m2", sat);
+    }
+  });
+  EXPECT_GT(total, size_t(100) << 20);
+  EXPECT_EQ(bad, 0u);
+}
+
+// Exact ties, their neighbours, every representable value, overflow thresholds (464 and 480 for E4M3,
+// 61440 for E5M2), the smallest subnormal and its half, infinities and NaNs with several payloads.
+TEST(ConvertVector, FloatToFp8MatchesScalarAndReferenceOnTiesAndSpecials) {
+  if (!kernels::cpu::convert_isa().avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::vector<float> src = test::float_boundary_samples();
+  for (test::RefFormat f : {test::RefFormat::E4M3, test::RefFormat::E5M2}) {
+    const std::vector<float> s = test::ref_float_samples(f);
+    src.insert(src.end(), s.begin(), s.end());
+  }
+  for (Fp8Saturation sat : kBothModes) {
+    EXPECT_EQ((vector_scalar_mismatches<f8e4m3>(src, "float->e4m3", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<f8e5m2>(src, "float->e5m2", sat)), 0u);
+    // And the vector path alone against the independent long double reference.
+    std::vector<f8e4m3> q4(src.size());
+    std::vector<f8e5m2> q5(src.size());
+    convert(src.data(), q4.data(), src.size(), sat);
+    convert(src.data(), q5.data(), src.size(), sat);
+    const bool saturate = sat == Fp8Saturation::Saturate;
+    size_t bad = 0;
+    for (size_t i = 0; i < src.size(); ++i) {
+      bad += q4[i].bits != test::ref_encode(test::RefFormat::E4M3, src[i], saturate);
+      bad += q5[i].bits != test::ref_encode(test::RefFormat::E5M2, src[i], saturate);
+    }
+    EXPECT_EQ(bad, 0u) << "saturate=" << saturate;
+  }
+}
+
+TEST(ConvertVector, SixteenBitToFp8MatchesScalarForEveryCode) {
+  if (!kernels::cpu::convert_isa().avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::vector<f16> h(1 << 18);  // every code four times: above the parallel threshold
+  std::vector<bf16> b(1 << 18);
+  for (size_t i = 0; i < h.size(); ++i) {
+    h[i] = f16::from_bits(static_cast<uint16_t>(i));
+    b[i] = bf16::from_bits(static_cast<uint16_t>(i * 7));
+  }
+  for (Fp8Saturation sat : kBothModes) {
+    EXPECT_EQ((vector_scalar_mismatches<f8e4m3>(h, "f16->e4m3", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<f8e5m2>(h, "f16->e5m2", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<f8e4m3>(b, "bf16->e4m3", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<f8e5m2>(b, "bf16->e5m2", sat)), 0u);
+  }
+}
+
+// The decode tables against the scalar path, every code in every position of a long array.
+template <class Src>
+void expect_fp8_tables_match_scalar() {
+  std::vector<Src> q(1 << 17);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = Src::from_bits(static_cast<uint8_t>(i * 13 + (i >> 8)));
+  for (Fp8Saturation sat : kBothModes) {
+    EXPECT_EQ((vector_scalar_mismatches<float>(q, "fp8->float", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<double>(q, "fp8->double", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<f16>(q, "fp8->f16", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<bf16>(q, "fp8->bf16", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<f8e4m3>(q, "fp8->e4m3", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<f8e5m2>(q, "fp8->e5m2", sat)), 0u);
+    EXPECT_EQ((vector_scalar_mismatches<int32_t>(q, "fp8->int32", sat)), 0u);
+  }
+}
+
+TEST(ConvertVector, Fp8DecodeTablesMatchScalarForEveryCode) {
+  expect_fp8_tables_match_scalar<f8e4m3>();
+  expect_fp8_tables_match_scalar<f8e5m2>();
+  // E5M2 -> E4M3 overflows beyond 448: the two modes must differ there (the table is per mode).
+  const f8e5m2 big = f8e5m2::from_bits(0x78);  // 32768
+  f8e4m3 sat{}, nosat{};
+  convert(&big, &sat, 1, Fp8Saturation::Saturate);
+  convert(&big, &nosat, 1, Fp8Saturation::NoSaturate);
+  EXPECT_EQ(sat.bits, 0x7E);
+  EXPECT_EQ(nosat.bits, 0x7F);
+}
+
+TEST(ConvertVector, Fp8TailsUnalignedStartsAndGuards) {
+  if (!kernels::cpu::convert_isa().avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(11);
+  const std::vector<float> specials = test::ref_float_samples(test::RefFormat::E4M3);
+  std::vector<float> f(70);
+  for (size_t start = 0; start < 3; ++start) {
+    for (size_t n = 0; n + start <= f.size(); ++n) {
+      for (size_t i = 0; i < f.size(); ++i) f[i] = specials[rng() % specials.size()];
+      const std::vector<float> src(f.begin() + start, f.begin() + start + n);
+      std::vector<bf16> b(n);
+      for (size_t i = 0; i < n; ++i) b[i] = bf16::from_bits(static_cast<uint16_t>(rng()));
+      for (Fp8Saturation sat : kBothModes) {
+        std::vector<f8e4m3> q4(n + 3, f8e4m3::from_bits(0xAB));
+        std::vector<f8e5m2> q5(n + 3, f8e5m2::from_bits(0xAB));
+        convert(src.data(), q4.data(), n, sat);
+        convert(b.data(), q5.data(), n, sat);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(q4[i].bits, float_to_e4m3_bits(src[i], sat)) << "n=" << n << " i=" << i;
+          ASSERT_EQ(q5[i].bits, float_to_e5m2_bits(static_cast<float>(b[i]), sat)) << "n=" << n << " i=" << i;
+        }
+        for (size_t i = n; i < n + 3; ++i) ASSERT_TRUE(q4[i].bits == 0xAB && q5[i].bits == 0xAB) << "n=" << n;
+      }
     }
   }
 }

@@ -1,0 +1,250 @@
+// benchmarks/bench_kernels.cpp: kernel throughput next to this machine's measured peaks (table + JSON); one function
+// per section: peaks (AVX-512 FMA loops), GEMM (the matmul op against the raw oneDNN primitive, side by side).
+#include <mpt/mpt.h>
+#include <mpt/ops/matmul.h>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <immintrin.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using mpt::DType;
+using mpt::Tensor;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// ---------------------------------------------------------------- peaks
+__attribute__((target("avx512f"))) double sum_lanes(const __m512* acc) {
+  alignas(64) float lanes[16];
+  double sum = 0;
+  for (int i = 0; i < 16; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (float x : lanes) sum += x;
+  }
+  return sum;
+}
+
+// Register-only loops with 16 independent accumulators (enough to cover FMA latency x throughput), one per thread.
+__attribute__((target("avx512f"))) double fma_loop(int64_t iters) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);  // unrolled: acc lives in registers
+  }
+  return sum_lanes(acc);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) double bf16_dot_loop(int64_t iters) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3F80), y = (__m512bh)_mm512_set1_epi16(0x3380);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+  }
+  return sum_lanes(acc);
+}
+
+// GFLOP/s of `loop` on every OpenMP thread at once, `flops_per_iter` per thread and iteration; best of 5.
+double peak_gflops(double (*loop)(int64_t), double flops_per_iter) {
+  const int64_t iters = 20'000'000;
+  double best = 0, sink = 0;
+  for (int r = 0; r < 5; ++r) {
+    int threads = 1;
+    const auto t0 = Clock::now();
+#pragma omp parallel reduction(+ : sink)
+    {
+      sink += loop(iters);
+#pragma omp single
+      threads = omp_get_num_threads();
+    }
+    best = std::max(best, threads * iters * flops_per_iter / seconds_since(t0) / 1e9);
+  }
+  if (sink == 1.2345) fmt::print(" ");  // keeps the loops from being optimised away
+  return best;
+}
+
+struct Peaks {
+  double fp32_fma = 0, bf16_dot = 0;
+};
+
+Peaks measure_peaks(nlohmann::json& out) {
+  Peaks p;
+  if (__builtin_cpu_supports("avx512f")) p.fp32_fma = peak_gflops(fma_loop, 16 * 16 * 2);
+  if (__builtin_cpu_supports("avx512bf16")) p.bf16_dot = peak_gflops(bf16_dot_loop, 16 * 32 * 2);
+  fmt::print("peaks ({} threads): FP32 AVX-512 FMA {:.0f} GFLOP/s, AVX512-BF16 dot product {:.0f} GFLOP/s\n\n",
+             omp_get_max_threads(), p.fp32_fma, p.bf16_dot);
+  out = {{"threads", omp_get_max_threads()}, {"fp32_fma_gflops", p.fp32_fma}, {"bf16_dot_gflops", p.bf16_dot}};
+  return p;
+}
+
+// ---------------------------------------------------------------- GEMM
+struct GemmShape {
+  std::string name;
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+// A transformer MLP's first linear layer (W: 4C x C) on `tokens` rows: forward and its two backward GEMMs.
+std::vector<GemmShape> mlp_shapes(int64_t tokens, int64_t width) {
+  const int64_t c = width, h = 4 * width;
+  return {{fmt::format("fwd  y=xW^T  C={}", c), tokens, h, c, false, true},
+          {fmt::format("dgrad dx=dyW C={}", c), tokens, c, h, false, false},
+          {fmt::format("wgrad dW=dy^Tx C={}", c), h, c, tokens, true, false}};
+}
+
+// The raw oneDNN matmul on plain row-major buffers (the layouts the op hands over), created once.
+class RawMatmul {
+ public:
+  RawMatmul(const GemmShape& s, dnnl::memory::data_type in, dnnl::memory::data_type out, void* a, void* b, void* c)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    using dims = dnnl::memory::dims;
+    const dnnl::memory::desc da({s.m, s.k}, in, s.ta ? dims{1, s.m} : dims{s.k, 1});
+    const dnnl::memory::desc db({s.k, s.n}, in, s.tb ? dims{1, s.k} : dims{s.n, 1});
+    const dnnl::memory::desc dc({s.m, s.n}, out, dims{s.n, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(da, db, dc), engine_);
+    impl_ = pd.impl_info_str();
+    prim_ = dnnl::matmul(pd);
+    args_ = {{DNNL_ARG_SRC, dnnl::memory(da, engine_, a)}, {DNNL_ARG_WEIGHTS, dnnl::memory(db, engine_, b)},
+             {DNNL_ARG_DST, dnnl::memory(dc, engine_, c)}};
+  }
+  void run() {
+    prim_.execute(stream_, args_);
+    stream_.wait();
+  }
+  const std::string& impl() const { return impl_; }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::matmul prim_;
+  std::unordered_map<int, dnnl::memory> args_;
+  std::string impl_;
+};
+
+// One op configuration: input dtype and, for FP8, the scaling.
+struct GemmVariant {
+  std::string name;
+  DType in, out;
+  bool fp8 = false, block = false, pow2 = true;
+};
+
+Tensor scales(const mpt::Shape& shape, bool pow2) {
+  return pow2 ? Tensor::full(shape, 0.5, DType::F32) : Tensor::uniform(shape, 0.3, 0.7, DType::F32);
+}
+
+std::vector<GemmVariant> gemm_variants() {
+  return {{"f32", DType::F32, DType::F32},
+          {"bf16", DType::BF16, DType::BF16},
+          {"f16 (via f32)", DType::F16, DType::F16},
+          {"e4m3 tensor->bf16", DType::F8E4M3, DType::BF16, true, false},
+          {"e4m3 block pow2", DType::F8E4M3, DType::BF16, true, true, true},
+          {"e4m3 block fp32", DType::F8E4M3, DType::BF16, true, true, false}};
+}
+
+// The matmul options of a variant on a shape (FP8: 1x128 activations and gradients, 128x128 weights).
+mpt::ops::MatmulOptions gemm_options(const GemmShape& s, const GemmVariant& v) {
+  using Kind = mpt::ops::Fp8Scaling::Kind;
+  mpt::ops::MatmulOptions opt{.trans_a = s.ta, .trans_b = s.tb, .out_dtype = v.out};
+  if (!v.fp8) return opt;
+  const int64_t kb = (s.k + 127) / 128;
+  if (!v.block) {
+    opt.scale_a = {Kind::PerTensor, Tensor::full({1}, 0.37, DType::F32)};
+    opt.scale_b = {Kind::PerTensor, Tensor::full({1}, 1.9, DType::F32)};
+    return opt;
+  }
+  const bool b_is_weight = !s.ta;  // fwd and dgrad multiply by W; wgrad multiplies two activations
+  opt.scale_a = {Kind::Block1x128, scales({s.m, kb}, v.pow2)};
+  opt.scale_b = b_is_weight ? mpt::ops::Fp8Scaling{Kind::Block128x128, scales({(s.n + 127) / 128, kb}, v.pow2)}
+                            : mpt::ops::Fp8Scaling{Kind::Block1x128, scales({s.n, kb}, v.pow2)};
+  return opt;
+}
+
+// The op and the raw primitive alternate run by run, so drift and other load hit both alike.
+nlohmann::json bench_gemm(int64_t tokens, const std::vector<int64_t>& widths, int reps, const Peaks& peaks) {
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("{:<22} {:<18} {:>9} {:>9} {:>7} {:>7}  {}\n", "GEMM (m x n x k)", "dtype", "op GF/s", "raw GF/s",
+             "op/raw", "%peak", "raw oneDNN impl");
+  for (int64_t width : widths)
+    for (const GemmShape& s : mlp_shapes(tokens, width))
+      for (const GemmVariant& v : gemm_variants()) {
+        const bool wide = v.in == DType::F32 || v.in == DType::F16;  // computed on the f32 path
+        const DType raw_in = wide ? DType::F32 : DType::BF16, raw_out = wide ? DType::F32 : DType::BF16;
+        const mpt::Shape sa = s.ta ? mpt::Shape{s.k, s.m} : mpt::Shape{s.m, s.k};
+        const mpt::Shape sb = s.tb ? mpt::Shape{s.n, s.k} : mpt::Shape{s.k, s.n};
+        const Tensor a = Tensor::normal(sa, 0, 1).to(v.in), b = Tensor::normal(sb, 0, 1).to(v.in);
+        const Tensor ra = a.to(raw_in), rb = b.to(raw_in), rc = Tensor::empty({s.m, s.n}, raw_out);
+        const auto dt = [](DType t) { return t == DType::F32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16; };
+        RawMatmul raw(s, dt(raw_in), dt(raw_out), ra.data_ptr(), rb.data_ptr(), rc.data_ptr());
+        const mpt::ops::MatmulOptions opt = gemm_options(s, v);
+        mpt::ops::matmul(a, b, opt);  // warm-up: primitive creation, pools, page faults
+        raw.run();
+        std::vector<double> t_op, t_raw;
+        for (int r = 0; r < reps; ++r) {
+          auto t0 = Clock::now();
+          mpt::ops::matmul(a, b, opt);
+          t_op.push_back(seconds_since(t0));
+          t0 = Clock::now();
+          raw.run();
+          t_raw.push_back(seconds_since(t0));
+        }
+        const double flop = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+        const double op = flop / median(t_op) / 1e9, rw = flop / median(t_raw) / 1e9;
+        const double peak = wide ? peaks.fp32_fma : peaks.bf16_dot;
+        fmt::print("{:<22} {:<18} {:>9.0f} {:>9.0f} {:>6.0f}% {:>6.0f}%  {}\n",
+                   fmt::format("{} {}x{}x{}", s.name.substr(0, 5), s.m, s.n, s.k), v.name, op, rw, 100 * op / rw,
+                   peak > 0 ? 100 * op / peak : 0.0, raw.impl());
+        rows.push_back({{"shape", s.name}, {"m", s.m}, {"n", s.n}, {"k", s.k}, {"trans_a", s.ta}, {"trans_b", s.tb},
+                        {"dtype", v.name}, {"op_gflops", op}, {"raw_gflops", rw}, {"op_over_raw", op / rw},
+                        {"raw_dtype", fmt::format("{}->{}", raw_in, raw_out)}, {"raw_impl", raw.impl()},
+                        {"peak_gflops", peak}});
+      }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_kernels: CPU kernel throughput next to the measured peaks"};
+  int64_t tokens = 4096;
+  std::vector<int64_t> widths{384, 768};
+  int reps = 7;
+  std::string json_path;
+  app.add_option("-t,--tokens", tokens, "GEMM rows: batch x sequence length");
+  app.add_option("-w,--widths", widths, "model widths C (GEMMs of an MLP with hidden 4C)");
+  app.add_option("-r,--reps", reps, "timed repetitions after one warm-up (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "also write the results to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  nlohmann::json peaks_json;
+  const Peaks peaks = measure_peaks(peaks_json);
+  const nlohmann::json out = {{"benchmark", "kernels"}, {"tokens", tokens}, {"reps", reps}, {"peaks", peaks_json},
+                              {"gemm", bench_gemm(tokens, widths, reps, peaks)}};
+  fmt::print("{}\n", out.dump());
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) {
+      fmt::print(stderr, "bench_kernels: cannot write {}\n", json_path);
+      return 1;
+    }
+    fmt::print(f, "{}\n", out.dump(2));
+    std::fclose(f);
+  }
+  return 0;
+}

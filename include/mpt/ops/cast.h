@@ -1,0 +1,65 @@
+// mpt/ops/cast.h: FP8 quantization of tensors: amax, per-tensor quantize (given or current scale), fused cast + transpose, 1x128 / 128x128 block quantize, dequantize.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+// Conventions (shared/design/scaling-spec.md): a scale s multiplies on quantize, q = fp8(float(x) * s), rounded
+// to nearest even and saturating by default (NaN stays NaN); scale_inv = 1 / s multiplies on dequantize. Inputs
+// are f32, f16 or bf16 tensors of any shape and strides (made contiguous first); the FP8 dtype is f8e4m3 or
+// f8e5m2. For the 2-d views below, rows = numel / last dim and cols = last dim (a 1-d tensor is one row).
+
+// How codes map back to values: value = code * scale_inv[block]. The block layouts are the ones the FP8 GEMMs
+// consume (kernels/cpu/gemm.h ScaleMode; kernels/math/quantize.h BlockScaleLayout):
+//   PerTensor     scale_inv is 0-d
+//   Block1x128    scale_inv is row-major [rows, ceil(cols / 128)]: one scale per row and 128-wide column group
+//   Block128x128  scale_inv is row-major [ceil(rows / 128), ceil(cols / 128)]: one scale per 128 x 128 tile
+// Partial blocks at the edges count only their real elements.
+enum class ScaleLayout : uint8_t { PerTensor, Block1x128, Block128x128 };
+
+struct Quantized {
+  Tensor data;       // f8e4m3 / f8e5m2 codes
+  Tensor scale_inv;  // f32 on data's device, shaped as `layout` says
+  ScaleLayout layout = ScaleLayout::PerTensor;
+};
+
+struct QuantizeOptions {
+  // f32 with one element on x's device (FP8 recipes keep their scales on the device): q = fp8(x * scale).
+  // Undefined: current scaling, scale = fp8_max * 2^-margin / amax(x), computed on the device in a first pass
+  // (amax 0, Inf or NaN gives scale 1; a quotient that overflows gives FLT_MAX).
+  Tensor scale;
+  // Optional f32 with one element on x's device: receives amax(x) = max |x| of the input (NaN if x holds a
+  // NaN), computed in the same pass as the quantization (TransformerEngine records it for delayed scaling).
+  Tensor amax;
+  int margin = 0;           // current scaling only, 0..64
+  bool power_of_2 = false;  // current scaling only: round the scale down to a power of two
+  Fp8Saturation saturation = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or +-Inf (E5M2)
+};
+
+struct BlockQuantizeOptions {
+  bool power_of_2 = false;  // round each block's scale down to a power of two (TE's default for block scaling)
+};
+
+// max |x| as a 0-d f32 tensor on x's device; NaN if any element is NaN, 0 for an empty tensor.
+Tensor amax(const Tensor& x);
+
+// Per-tensor quantization: data has x's shape, scale_inv is 0-d (1 / the scale used).
+Quantized quantize_fp8(const Tensor& x, DType fp8, const QuantizeOptions& options = {});
+
+// The quantized [rows, cols] copy and its transpose [cols, rows] (what the backward GEMMs need), both from one
+// pass over x with one scale: first.data has x's shape, second.data is [cols, rows], and both share one
+// scale_inv tensor. Equal bit for bit to quantize_fp8(x) followed by a transpose.
+std::pair<Quantized, Quantized> quantize_fp8_transpose(const Tensor& x, DType fp8, const QuantizeOptions& options = {});
+
+// Block quantization with `layout` Block1x128 or Block128x128: per block s = fp8_max / amax(block) (amax 0 or
+// non-finite: s = 1), q = fp8(x * s) saturating, scale_inv[block] = 1 / s. data has x's shape.
+Quantized quantize_blockwise(const Tensor& x, DType fp8, ScaleLayout layout, const BlockQuantizeOptions& options = {});
+
+// float(code) * scale_inv, rounded once to `out` (f32, f16 or bf16); the result has q.data's shape.
+Tensor dequantize(const Quantized& q, DType out = DType::F32);
+
+}  // namespace mpt::ops

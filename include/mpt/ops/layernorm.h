@@ -1,0 +1,49 @@
+// mpt/ops/layernorm.h: LayerNorm over the last dim, forward beside backward, and fused residual add + LayerNorm.
+#pragma once
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+// Per-row statistics saved for backward: f32 [rows] (f64 for f64 inputs), rows = numel / C.
+struct LayerNormSaved {
+  Tensor mean;
+  Tensor rstd;  // 1 / sqrt(var + eps), var the biased variance
+};
+
+struct LayerNormResult {
+  Tensor y;  // same shape and dtype as x
+  LayerNormSaved saved;
+};
+
+// y = (x - mean) * rstd * weight + bias over the last dimension C of x (any leading shape), statistics in
+// f32 (f64 for f64). x: f32, f16, bf16 (f64 on the CPU); weight and bias: [C], of x's dtype or f32 (f32
+// masters with f16/bf16 activations); bias may be undefined (no bias).
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+struct ResidualLayerNormResult {
+  Tensor sum;  // x + residual in x's dtype: the new residual stream, and the input backward needs
+  Tensor y;    // layer_norm(sum)
+  LayerNormSaved saved;
+};
+
+// sum = x + residual (rounded to x's dtype) and y = layer_norm(sum) in one pass over memory. The statistics
+// come from the rounded sum, so backward is layer_norm_backward(dy, result.sum, weight, result.saved);
+// the residual branch's gradient is dsum itself (d(x + residual) / dx = 1).
+ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                            const Tensor& bias, double eps = 1e-5);
+
+struct LayerNormGrads {
+  Tensor dx;       // shape and dtype of x
+  Tensor dweight;  // shape and dtype of weight
+  Tensor dbias;    // shape and dtype of bias (undefined when the forward had no bias)
+};
+
+// Gradients of layer_norm(x, weight, bias) given dy and the saved statistics. Each member of `into` that is
+// defined is accumulated into (+=) and returned; the others are new tensors. dweight and dbias are reduced
+// over rows in a fixed order: the same inputs give the same bits on every run. `has_bias` says whether to
+// produce dbias.
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormSaved& saved,
+                                   bool has_bias = true, LayerNormGrads into = {});
+
+}  // namespace mpt::ops

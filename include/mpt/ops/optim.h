@@ -1,0 +1,97 @@
+// mpt/ops/optim.h: fused multi-tensor optimizer steps (AdamW with f32 / bf16 / 8-bit moments, SGD with momentum)
+// and the AMP unscale + inf/NaN check, on lists of tensors.
+#pragma once
+
+#include <span>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+// ---- AdamW (torch.optim.AdamW semantics, amsgrad=False, maximize=False) ----
+
+// How the two moments of a parameter are stored.
+//  F32, BF16: tensors of the parameter's shape (BF16: rounded to nearest even after each update; math in f32).
+//  Int8: bitsandbytes blockwise dynamic quantization: U8 codes of the parameter's shape (m with the signed map,
+//        v with the unsigned map) and one F32 absmax per block of 256 elements, shape [ceil(n / 256)].
+enum class MomentStorage { F32, BF16, Int8 };
+
+struct AdamWState {
+  Tensor exp_avg;            // m
+  Tensor exp_avg_sq;         // v
+  Tensor exp_avg_absmax;     // Int8 only
+  Tensor exp_avg_sq_absmax;  // Int8 only
+};
+
+// Zero-initialised state for `param` (Int8: codes 0 and absmax 0, which decode to zeros, as bitsandbytes starts).
+// F64 parameters (the CPU reference path) get F64 moments and accept only F32 storage.
+AdamWState adamw_state(const Tensor& param, MomentStorage storage = MomentStorage::F32);
+MomentStorage moment_storage(const AdamWState& state);
+
+struct AdamWParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  int64_t step = 1;  // the step being taken, counting from 1 (bias corrections 1 - beta^step)
+};
+
+// One parameter: its F32 master (F64 on the CPU reference path), its gradient (F32, BF16 or F16, converted on
+// load; F64 with F64 params) and its state. All slots of one call share the device, the gradient dtype and the
+// moment storage.
+struct AdamWSlot {
+  Tensor param;
+  Tensor grad;
+  AdamWState state;
+};
+
+// What a GradScaler hands a step; both optional, F32 with one element, on the parameters' device (nothing is
+// read back to the host). grad_scale_inv: every gradient is multiplied by it before use. found_inf: when it
+// holds a non-zero value the step changes nothing (parameters and states keep their bits).
+struct GradScaling {
+  Tensor grad_scale_inv;
+  Tensor found_inf;
+};
+
+// Per parameter, in place: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). With Int8 storage each block of 256 is
+// dequantized, updated in f32 and requantized (new absmax = max |m|, max |v| of the block); an element whose
+// gradient is inf or NaN then gets m = v = 0 and keeps its parameter (bitsandbytes' rule). One kernel launch
+// covers many small parameters on CUDA.
+void adamw_step(std::span<const AdamWSlot> slots, const AdamWParams& params, const GradScaling& scaling = {});
+
+// ---- SGD (torch.optim.SGD semantics, maximize=False) ----
+
+struct SgdParams {
+  double lr = 1e-2;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = false;  // the momentum buffers are set to the gradient instead of updated (PyTorch: None)
+};
+
+// momentum_buffer: same shape and dtype as param, required when momentum != 0 (otherwise ignored).
+struct SgdSlot {
+  Tensor param;
+  Tensor grad;
+  Tensor momentum_buffer;
+};
+
+// g += wd p; buf = first_step ? g : momentum buf + (1 - dampening) g; g = nesterov ? g + momentum buf : buf;
+// p -= lr g. Parameters F32 (F64 on the CPU), gradients F32/BF16/F16 (F64 with F64), buffers like params.
+void sgd_step(std::span<const SgdSlot> slots, const SgdParams& params, const GradScaling& scaling = {});
+
+// ---- AMP ----
+
+// PyTorch's _amp_foreach_non_finite_check_and_unscale_: for every gradient (F32, BF16, F16; F64 on the CPU),
+// found_inf = 1 if any element is inf or NaN (tested before the multiply; set, never cleared), and g *= inv_scale
+// in place unless inv_scale == 1 (then the gradients keep their exact bits). found_inf and inv_scale: F32 with one
+// element on the gradients' device. Gradients must be contiguous.
+void non_finite_check_and_unscale_(std::span<const Tensor> grads, const Tensor& found_inf, const Tensor& inv_scale);
+
+// The bitsandbytes dynamic quantization map (256 sorted F32 values on the CPU): signed for m, unsigned for v.
+Tensor dynamic_quantization_map(bool is_signed);
+
+}  // namespace mpt::ops

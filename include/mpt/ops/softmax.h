@@ -1,0 +1,58 @@
+// mpt/ops/softmax.h: softmax over the last dim and the fused softmax + cross-entropy loss, forward beside backward.
+#pragma once
+
+#include <cstdint>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+// y = softmax(x) over the last dimension, same shape, dtype and device (f32, f16, bf16; f64 on the CPU),
+// computed in f32 (f64 for f64).
+Tensor softmax(const Tensor& x);
+
+// dx = y * (dy - sum(dy * y)) over the last dimension, from the forward's output y. When `dx` is given (same
+// shape, dtype and device, contiguous) the result is accumulated into it (dx += ...) and dx is returned.
+Tensor softmax_backward(const Tensor& dy, const Tensor& y, Tensor dx = {});
+
+enum class LossReduction { None, Mean, Sum };
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;                    // rows with this target have loss 0 and a zero gradient
+  LossReduction reduction = LossReduction::Mean;  // Mean divides by the number of non-ignored rows
+  // CUDA only: after the forward, read back (one 8-byte copy that waits for the stream) whether a target
+  // was out of range, and throw. Without it such rows silently give a NaN loss and NaN gradients. The CPU
+  // always checks.
+  bool check_targets = true;
+};
+
+// What backward needs besides the logits and targets: f32 (f64 for f64 logits).
+struct CrossEntropySaved {
+  Tensor lse;          // [rows]: logsumexp of each row (the probabilities are never stored)
+  Tensor valid_count;  // [1]: rows whose target is not ignore_index (Mean's divisor)
+};
+
+struct CrossEntropyResult {
+  Tensor loss;  // f32 (f64 for f64 logits): targets' shape for None (0 where ignored), else [] (a scalar)
+  CrossEntropySaved saved;
+};
+
+// loss_r = logsumexp(logits_r) - logits_r[targets_r] for logits [..., V] (f32, f16, bf16; f64 on the CPU)
+// and targets [...] (i64 or i32) of the same leading shape, reduced per options. A target outside [0, V)
+// other than ignore_index is an mpt::Error (on CUDA: see CrossEntropyOptions::check_targets).
+CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                         const CrossEntropyOptions& options = {});
+
+// dlogits = (softmax(logits) - onehot(targets)) * dloss (/ valid_count for Mean), recomputed from the
+// logits and saved.lse and written directly: no probabilities are materialised. dloss has the loss's shape
+// and dtype. When `dlogits` is given (logits' shape and dtype, contiguous) the result is accumulated into it.
+Tensor softmax_cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                      const CrossEntropySaved& saved, const CrossEntropyOptions& options = {},
+                                      Tensor dlogits = {});
+
+// The same gradient written over the logits buffer (contiguous logits required), which is returned: saves
+// the [rows, V] gradient allocation (llm.c's trick) when the logits are not needed afterwards.
+Tensor softmax_cross_entropy_backward_in_place(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                               const CrossEntropySaved& saved, const CrossEntropyOptions& options = {});
+
+}  // namespace mpt::ops

@@ -1,0 +1,68 @@
+// kernels/cpu/attention.h: causal scaled-dot-product attention on the CPU (blocked, online softmax) and the causal softmax rows.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/math/opmath.h"
+
+namespace mpt::kernels::cpu {
+
+// q, k, v, o: (B*H, T, D) contiguous, `batch_heads` = B*H independent heads; scale > 0 (usually 1/sqrt(D)).
+struct AttentionShape {
+  int64_t batch_heads = 0;
+  int64_t seq = 0;
+  int64_t head_dim = 0;
+  double scale = 0;
+};
+
+// o_i = sum_{j <= i} softmax_j(scale * q_i . k_j) v_j for every head and query i, and lse_i = the logsumexp
+// of row i's scaled scores ((B*H, T); float, double for double). Flash-attention style: blocks of 64 query
+// rows against blocks of 64 keys up to the diagonal with an online softmax, so no T x T matrix exists (the
+// scratch per thread is one head's K and V as float plus O(64 * (64 + D)), i.e. O(T * D)). Computed in float (double for double) from converted
+// inputs, the output rounded once to T. Tasks (head, query block) run on OpenMP threads; each row's
+// arithmetic is the same whatever the thread count, so results are bit-identical across runs and threads.
+// T: float, double, mpt::f16, mpt::bf16.
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* o, math::opmath_t<T>* lse);
+
+// Inputs and outputs of attention_backward: the forward's inputs, its output o and lse, the output gradient
+// do_, and the gradients dq, dk, dv (same layout as q).
+template <class T>
+struct AttentionBackwardArgs {
+  const T* q;
+  const T* k;
+  const T* v;
+  const T* o;
+  const math::opmath_t<T>* lse;
+  const T* do_;
+  T* dq;
+  T* dk;
+  T* dv;
+  bool accumulate = false;  // dq/dk/dv += the gradients (backward accumulates), else overwritten
+};
+
+// Flash-attention-2 backward: D_i = rowsum(do_i * o_i); per block pair P = exp(scale * S - lse) is
+// recomputed, dV += P^T dO, dP = dO V^T, dS = P * (dP - D), dQ += scale dS K, dK += scale dS^T Q, all in
+// float (double) with per-head accumulators of O(T * D), never T x T. Heads run on OpenMP threads, each
+// owned by one thread, so results are deterministic and race-free.
+template <class T>
+void attention_backward(const AttentionShape& s, const AttentionBackwardArgs<T>& a);
+
+// attention_forward and attention_backward run an AVX-512 build of their loops when the CPU has AVX-512F/BW/VL
+// and FMA, else a generic build (no FMA contraction, so last-bit differences). false forces the generic build
+// (for tests); true (the default) restores the choice by CPU.
+void set_attention_avx512(bool enabled);
+
+// The causal softmax of the CUDA fallback path (GEMMs + fused softmax), on the CPU as its reference.
+// x: `rows` rows of t scores, rows laid out [B*H, t, t] so row r is query r % t: y_j = softmax_j(scale * x)
+// over j <= r % t and y_j = 0 beyond; lse[r] (when not null) = the row's logsumexp of scale * x. Computed in
+// float (double for double), sums left to right. T: float, double, mpt::f16, mpt::bf16.
+template <class T>
+void causal_softmax_forward(const T* x, T* y, math::opmath_t<T>* lse, int64_t rows, int64_t t, double scale);
+
+// dx_j = scale * y_j * (dy_j - sum_{k <= i} dy_k y_k) for j <= i = r % t, 0 beyond (the gradient with
+// respect to the unscaled scores). Same types as causal_softmax_forward.
+template <class T>
+void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64_t t, double scale);
+
+}  // namespace mpt::kernels::cpu

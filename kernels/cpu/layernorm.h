@@ -1,0 +1,20 @@
+// kernels/cpu/layernorm.h: LayerNorm forward (optionally fused with a residual add) and backward on the CPU.
+#pragma once
+
+#include "kernels/math/layernorm.h"
+
+namespace mpt::kernels::cpu {
+
+// See math::LayerNormForwardParams. Rows are split across OpenMP threads; the row statistics are two
+// passes in opmath (mean, then the mean of squared deviations). T: float, double, mpt::f16, mpt::bf16 with
+// P = T, and f16/bf16 with P = float.
+template <class T, class P>
+void layer_norm_forward(const math::LayerNormForwardParams<T, P>& p);
+
+// See math::LayerNormBackwardParams. dweight and dbias are reduced over rows deterministically: rows are
+// cut into a fixed number of chunks (independent of the thread count), each chunk sums into its own
+// opmath partial, and the partials are added in chunk order.
+template <class T, class P>
+void layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p);
+
+}  // namespace mpt::kernels::cpu

@@ -1,0 +1,194 @@
+// kernels/cuda/cross_entropy.cu: softmax + cross-entropy, one block per row, math from kernels/math/cross_entropy.h.
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/row_io.cuh"
+#include "kernels/math/numerics.h"
+#include "kernels/math/reduce.h"
+
+namespace mpt::kernels::cuda {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr int kReduceThreads = 1024;
+
+// A row as [0, head) scalar elements, [head, body_end) whole 16-byte vectors, [body_end, n) scalar
+// elements. Without kVec everything is scalar (head = n).
+struct RowSplit {
+  int64_t head;
+  int64_t body_end;
+};
+
+template <class T, bool kVec>
+MPT_DEVICE MPT_INLINE RowSplit split_row(const T* row, int64_t n) {
+  if constexpr (!kVec) {
+    return {n, n};
+  } else {
+    constexpr int64_t kWidth = Vec16<T>::kSize;
+    int64_t head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(row) % 16) % 16 / sizeof(T));
+    if (head > n) head = n;
+    return {head, head + (n - head) / kWidth * kWidth};
+  }
+}
+
+// f(c, value) for every element of the row this thread owns; f(c, pack) receives whole vectors.
+template <class T, bool kVec, class Scalar, class Vector>
+MPT_DEVICE MPT_INLINE void for_row(const T* row, int64_t n, Scalar scalar, Vector vector) {
+  const RowSplit s = split_row<T, kVec>(row, n);
+  const int64_t tid = threadIdx.x, threads = blockDim.x;
+  for (int64_t c = tid; c < s.head; c += threads) scalar(c);
+  if constexpr (kVec) {
+    constexpr int64_t kWidth = Vec16<T>::kSize;
+    for (int64_t c = s.head + tid * kWidth; c < s.body_end; c += threads * kWidth) vector(c);
+    for (int64_t c = s.body_end + tid; c < n; c += threads) scalar(c);
+  }
+}
+
+template <class T, class I, bool kVec>
+__global__ void __launch_bounds__(kMaxThreads)
+    cross_entropy_forward_kernel(const math::CrossEntropyForwardParams<T, I> p) {
+  __shared__ float scratch[math::kBlockReduceScratch];
+  const int64_t n = p.vocab;
+  const T* x = p.logits + static_cast<int64_t>(blockIdx.x) * n;
+  math::OnlineLogSumExp<float> acc;
+  for_row<T, kVec>(
+      x, n, [&](int64_t c) { acc.add(math::load(x[c])); },
+      [&](int64_t c) {
+        const RowPack<T, true> v = RowPack<T, true>::load(x + c);
+#pragma unroll
+        for (int k = 0; k < RowPack<T, true>::kWidth; ++k) acc.add(v.v[k]);
+      });
+  const float row_max = math::block_allreduce(acc.max, math::MaxOp{}, -INFINITY, scratch);
+  const float sum = math::block_allreduce(acc.sum_at(row_max), math::SumOp{}, 0.0f, scratch);
+  if (threadIdx.x == 0) {
+    const float lse = row_max + math::ce_log(sum);
+    const int64_t t = static_cast<int64_t>(p.targets[blockIdx.x]);
+    p.lse[blockIdx.x] = lse;
+    p.loss[blockIdx.x] = t == p.ignore_index              ? 0.0f
+                         : math::ce_target_in_range(t, n) ? math::ce_row_loss(lse, math::load(x[t]))
+                                                          : NAN;
+  }
+}
+
+struct MinOp {
+  MPT_HD MPT_INLINE int64_t operator()(int64_t a, int64_t b) const { return a < b ? a : b; }
+};
+
+// One block strides over the rows; the per-thread partials are combined by block reductions, so the order
+// is fixed by the block size, which depends on rows alone.
+template <class T, class I>
+__global__ void __launch_bounds__(kReduceThreads)
+    cross_entropy_reduce_kernel(const math::CrossEntropyReduceParams<T, I> p) {
+  __shared__ float fscratch[math::kBlockReduceScratch];
+  __shared__ int64_t iscratch[math::kBlockReduceScratch];
+  constexpr int64_t kNone = INT64_MAX;
+  float total = 0.0f;
+  int64_t count = 0, bad = kNone;
+  for (int64_t r = threadIdx.x; r < p.rows; r += blockDim.x) {
+    const int64_t t = static_cast<int64_t>(p.targets[r]);
+    if (t == p.ignore_index) continue;
+    if (!math::ce_target_in_range(t, p.vocab) && bad == kNone) bad = r;
+    ++count;
+    total += p.row_loss[r];
+  }
+  total = math::block_allreduce(total, math::SumOp{}, 0.0f, fscratch);
+  count = math::block_allreduce(count, math::SumOp{}, int64_t{0}, iscratch);
+  bad = math::block_allreduce(bad, MinOp{}, kNone, iscratch);
+  if (threadIdx.x == 0) {
+    *p.count = static_cast<float>(count);
+    *p.bad_row = bad == kNone ? -1 : bad;
+    if (p.reduction == math::CrossEntropyReduction::Sum) *p.loss = total;
+    if (p.reduction == math::CrossEntropyReduction::Mean) *p.loss = total / static_cast<float>(count);
+  }
+}
+
+// dlogits and logits rows share their alignment (the launcher checks), so one split serves both.
+template <class T, class I, bool kVec>
+__global__ void __launch_bounds__(kMaxThreads)
+    cross_entropy_backward_kernel(const math::CrossEntropyBackwardParams<T, I> p) {
+  const int64_t n = p.vocab, offset = static_cast<int64_t>(blockIdx.x) * n;
+  const T* x = p.logits + offset;
+  T* d = p.dlogits + offset;
+  const float scale = math::ce_grad_scale(p, blockIdx.x), lse = p.lse[blockIdx.x];
+  const int64_t t = static_cast<int64_t>(p.targets[blockIdx.x]);
+  for_row<T, kVec>(
+      x, n,
+      [&](int64_t c) {
+        float v = math::ce_dlogit(math::load(x[c]), lse, c == t, scale);
+        if (p.accumulate) v += math::load(d[c]);
+        d[c] = math::store<T>(v);
+      },
+      [&](int64_t c) {
+        using Pack = RowPack<T, true>;
+        Pack v = Pack::load(x + c);
+        Pack old;
+        if (p.accumulate) old = Pack::load(d + c);
+#pragma unroll
+        for (int k = 0; k < Pack::kWidth; ++k) {
+          v.v[k] = math::ce_dlogit(v.v[k], lse, c + k == t, scale);
+          if (p.accumulate) v.v[k] += old.v[k];
+        }
+        v.store(d + c);
+      });
+}
+
+bool bad_shape(int64_t rows, int64_t vocab) { return rows < 0 || vocab < 1 || rows > 2147483647; }
+
+template <class T>
+int row_threads(int64_t vocab) {
+  return row_block_threads((vocab + Vec16<T>::kSize - 1) / Vec16<T>::kSize, kMaxThreads);
+}
+
+}  // namespace
+
+template <class T, class I>
+cudaError_t cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p, cudaStream_t stream) {
+  if (bad_shape(p.rows, p.vocab)) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  if (p.logits == nullptr || p.targets == nullptr || p.loss == nullptr || p.lse == nullptr)
+    return cudaErrorInvalidValue;
+  // Every row can be split into aligned vectors as long as the elements themselves are aligned.
+  const bool vec = reinterpret_cast<uintptr_t>(p.logits) % sizeof(T) == 0;
+  const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(row_threads<T>(p.vocab))),
+                            0, stream};
+  return vec ? launch(cross_entropy_forward_kernel<T, I, true>, config, p)
+             : launch(cross_entropy_forward_kernel<T, I, false>, config, p);
+}
+
+template <class T, class I>
+cudaError_t cross_entropy_reduce(const math::CrossEntropyReduceParams<T, I>& p, cudaStream_t stream) {
+  if (p.rows < 0 || p.vocab < 1) return cudaErrorInvalidValue;
+  if (p.row_loss == nullptr || p.targets == nullptr || p.count == nullptr || p.bad_row == nullptr ||
+      (p.reduction != math::CrossEntropyReduction::None && p.loss == nullptr))
+    return cudaErrorInvalidValue;
+  const int threads = row_block_threads(p.rows > 0 ? p.rows : 1, kReduceThreads);
+  return launch(cross_entropy_reduce_kernel<T, I>,
+                LaunchConfig{dim3(1), dim3(static_cast<unsigned>(threads)), 0, stream}, p);
+}
+
+template <class T, class I>
+cudaError_t cross_entropy_backward(const math::CrossEntropyBackwardParams<T, I>& p, cudaStream_t stream) {
+  if (bad_shape(p.rows, p.vocab)) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  if (p.logits == nullptr || p.targets == nullptr || p.lse == nullptr || p.dloss == nullptr || p.dlogits == nullptr ||
+      (p.accumulate && static_cast<const void*>(p.dlogits) == static_cast<const void*>(p.logits)))
+    return cudaErrorInvalidValue;
+  const auto x = reinterpret_cast<uintptr_t>(p.logits), d = reinterpret_cast<uintptr_t>(p.dlogits);
+  const bool vec = x % sizeof(T) == 0 && (x > d ? x - d : d - x) % 16 == 0;
+  const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(row_threads<T>(p.vocab))),
+                            0, stream};
+  return vec ? launch(cross_entropy_backward_kernel<T, I, true>, config, p)
+             : launch(cross_entropy_backward_kernel<T, I, false>, config, p);
+}
+
+#define MPT_INSTANTIATE(T, I)                                                                                   \
+  template cudaError_t cross_entropy_forward<T, I>(const math::CrossEntropyForwardParams<T, I>&, cudaStream_t); \
+  template cudaError_t cross_entropy_reduce<T, I>(const math::CrossEntropyReduceParams<T, I>&, cudaStream_t);   \
+  template cudaError_t cross_entropy_backward<T, I>(const math::CrossEntropyBackwardParams<T, I>&, cudaStream_t);
+#define MPT_INSTANTIATE_TARGETS(T) MPT_INSTANTIATE(T, int32_t) MPT_INSTANTIATE(T, int64_t)
+MPT_INSTANTIATE_TARGETS(float)
+MPT_INSTANTIATE_TARGETS(f16)
+MPT_INSTANTIATE_TARGETS(bf16)
+#undef MPT_INSTANTIATE_TARGETS
+#undef MPT_INSTANTIATE
+
+}  // namespace mpt::kernels::cuda

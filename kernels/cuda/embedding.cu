@@ -1,0 +1,113 @@
+// kernels/cuda/embedding.cu: row gathers (16-byte vectors when aligned) and per-token ordered sums for the gradient.
+#include "kernels/cuda/embedding.h"
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/math/numerics.h"
+#include "kernels/math/opmath.h"
+
+namespace mpt::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int64_t kMaxBlocks = 65535 * 8;
+
+template <class T, class I>
+struct ForwardParams {
+  const I* ids;
+  const T* table;
+  T* out;
+  EmbeddingShape shape;
+};
+
+// Block-stride over positions; the block's threads cover one row in units of kWidth elements.
+template <bool kVec, class T, class I>
+__global__ void __launch_bounds__(kThreads) forward_kernel(ForwardParams<T, I> p) {
+  constexpr int kWidth = kVec ? Vec16<T>::kSize : 1;
+  const int64_t units = p.shape.channels / kWidth;
+  for (int64_t pos = blockIdx.x; pos < p.shape.n; pos += gridDim.x) {
+    const int64_t id = static_cast<int64_t>(p.ids[pos]);
+    const bool valid = id >= 0 && id < p.shape.vocab;
+    const T* src = p.table + (valid ? id : 0) * p.shape.channels;
+    T* dst = p.out + pos * p.shape.channels;
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+      if constexpr (kVec) {
+        Vec16<T> v;
+        if (valid) {
+          v = load16(src + u * kWidth);
+        } else {
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) v.v[k] = math::store<T>(NAN);
+        }
+        store16(dst + u * kWidth, v);
+      } else {
+        dst[u] = valid ? src[u] : math::store<T>(NAN);
+      }
+    }
+  }
+}
+
+template <class T>
+struct BackwardParams {
+  DeviceBuckets buckets;
+  const T* dout;
+  T* dtable;
+  int64_t channels;
+};
+
+// grid.x strides over tokens, grid.y * blockDim.x covers the channels.
+template <class T>
+__global__ void __launch_bounds__(kThreads) backward_kernel(BackwardParams<T> p) {
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= p.channels) return;
+  for (int64_t k = blockIdx.x; k < p.buckets.num_tokens; k += gridDim.x) {
+    float acc = 0.0f;
+    const int64_t end = p.buckets.starts[k + 1];
+    for (int64_t q = p.buckets.starts[k]; q < end; ++q) acc += math::load(p.dout[p.buckets.positions[q] * p.channels + c]);
+    T* dst = p.dtable + p.buckets.tokens[k] * p.channels + c;
+    *dst = math::store<T>(math::load(*dst) + acc);
+  }
+}
+
+unsigned grid_x(int64_t units) { return static_cast<unsigned>(units < 1 ? 1 : units > kMaxBlocks ? kMaxBlocks : units); }
+
+}  // namespace
+
+template <class T, class I>
+cudaError_t embedding_forward(const I* ids, const T* table, T* out, const EmbeddingShape& s, cudaStream_t stream) {
+  if (s.n < 0 || s.vocab < 0 || s.channels < 0) return cudaErrorInvalidValue;
+  if (s.n == 0 || s.channels == 0) return cudaSuccess;
+  if (ids == nullptr || out == nullptr || (s.vocab > 0 && table == nullptr)) return cudaErrorInvalidValue;
+  constexpr int kWidth = Vec16<T>::kSize;
+  const bool vec = s.channels % kWidth == 0 && is_aligned16(table) && is_aligned16(out);
+  const int64_t units = vec ? s.channels / kWidth : s.channels;
+  const int threads = units >= kThreads ? kThreads : static_cast<int>((units + 31) / 32 * 32);
+  const LaunchConfig config{dim3(grid_x(s.n)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  const ForwardParams<T, I> p{ids, table, out, s};
+  return vec ? launch(forward_kernel<true, T, I>, config, p) : launch(forward_kernel<false, T, I>, config, p);
+}
+
+template <class T>
+cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable, int64_t channels, cudaStream_t stream) {
+  if (b.num_tokens < 0 || channels < 0) return cudaErrorInvalidValue;
+  if (b.num_tokens == 0 || channels == 0) return cudaSuccess;
+  if (b.tokens == nullptr || b.starts == nullptr || b.positions == nullptr || dout == nullptr || dtable == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t blocks_y = (channels + kThreads - 1) / kThreads;
+  if (blocks_y > 65535) return cudaErrorInvalidValue;
+  const LaunchConfig config{dim3(grid_x(b.num_tokens), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream};
+  return launch(backward_kernel<T>, config, BackwardParams<T>{b, dout, dtable, channels});
+}
+
+#define MPT_INSTANTIATE(T)                                                                                      \
+  template cudaError_t embedding_forward<T, int32_t>(const int32_t*, const T*, T*, const EmbeddingShape&,        \
+                                                     cudaStream_t);                                              \
+  template cudaError_t embedding_forward<T, int64_t>(const int64_t*, const T*, T*, const EmbeddingShape&,        \
+                                                     cudaStream_t);                                              \
+  template cudaError_t embedding_backward<T>(const DeviceBuckets&, const T*, T*, int64_t, cudaStream_t);
+MPT_INSTANTIATE(float)
+MPT_INSTANTIATE(f16)
+MPT_INSTANTIATE(bf16)
+#undef MPT_INSTANTIATE
+
+}  // namespace mpt::kernels::cuda

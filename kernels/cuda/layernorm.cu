@@ -1,0 +1,218 @@
+// kernels/cuda/layernorm.cu: LayerNorm forward/backward, one block per row, float math from kernels/math/layernorm.h.
+#include "kernels/cuda/layernorm.h"
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/row_io.cuh"
+#include "kernels/math/numerics.h"
+#include "kernels/math/reduce.h"
+
+namespace mpt::kernels::cuda {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr int kBackwardThreads = 512;        // the backward kernel keeps more values live: 128 registers a thread
+constexpr int64_t kGradBlocks = 512;         // blocks of the backward kernel: the partial-sum slices
+constexpr int kParamThreads = 256;           // threads per block of the dweight/dbias kernel
+constexpr int64_t kSharedPartialBytes = 48 * 1024;
+
+// Three passes over the row (with a residual, the first one writes s = x + residual and later passes read
+// s back): sum, sum of squared deviations, output.
+template <class T, class P, bool kVec>
+__global__ void __launch_bounds__(kMaxThreads) layer_norm_forward_kernel(const math::LayerNormForwardParams<T, P> p) {
+  __shared__ float scratch[math::kBlockReduceScratch];
+  using Pack = RowPack<T, kVec>;
+  const int64_t n = p.cols, offset = static_cast<int64_t>(blockIdx.x) * n;
+  const RowStride rs = row_stride<Pack::kWidth>();
+  const T* x = p.x + offset;
+
+  float sum = 0.0f;
+  if (p.residual != nullptr) {
+    T* s = p.sum + offset;
+    for (int64_t c = rs.first; c < n; c += rs.stride) {
+      Pack a = Pack::load(x + c);
+      const Pack b = Pack::load(p.residual + offset + c);
+#pragma unroll
+      for (int k = 0; k < Pack::kWidth; ++k) a.v[k] = math::load(math::store<T>(a.v[k] + b.v[k]));
+      a.store(s + c);
+#pragma unroll
+      for (int k = 0; k < Pack::kWidth; ++k) sum += a.v[k];
+    }
+    x = s;
+  } else {
+    for (int64_t c = rs.first; c < n; c += rs.stride) {
+      const Pack a = Pack::load(x + c);
+#pragma unroll
+      for (int k = 0; k < Pack::kWidth; ++k) sum += a.v[k];
+    }
+  }
+  const float mean = math::block_allreduce(sum, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
+
+  float sq = 0.0f;
+  for (int64_t c = rs.first; c < n; c += rs.stride) {
+    const Pack a = Pack::load(x + c);
+#pragma unroll
+    for (int k = 0; k < Pack::kWidth; ++k) sq += (a.v[k] - mean) * (a.v[k] - mean);
+  }
+  sq = math::block_allreduce(sq, math::SumOp{}, 0.0f, scratch);
+  const float rstd = math::layer_norm_rstd(sq / static_cast<float>(n), static_cast<float>(p.eps));
+
+  for (int64_t c = rs.first; c < n; c += rs.stride) {
+    Pack a = Pack::load(x + c);
+#pragma unroll
+    for (int k = 0; k < Pack::kWidth; ++k) {
+      const float b = p.bias != nullptr ? static_cast<float>(math::load(p.bias[c + k])) : 0.0f;
+      a.v[k] = math::layer_norm_output(a.v[k], mean, rstd, static_cast<float>(math::load(p.weight[c + k])), b);
+    }
+    a.store(p.y + offset + c);
+  }
+  if (threadIdx.x == 0) {
+    p.mean[blockIdx.x] = mean;
+    p.rstd[blockIdx.x] = rstd;
+  }
+}
+
+// Block b handles rows b, b + gridDim.x, ...: dx per row, and its threads sum dy * xhat and dy of the columns
+// they own into acc (shared memory, or the block's slice of `partials` when use_shared is false), which is
+// finally written to the block's slice (blocks, 2, cols) of `partials`.
+template <class T, class P, bool kVec>
+__global__ void __launch_bounds__(kBackwardThreads)
+    layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P> p, float* partials, bool use_shared) {
+  __shared__ float scratch[math::kBlockReduceScratch];
+  MPT_DYNAMIC_SHARED(float, smem);
+  using Pack = RowPack<T, kVec>;
+  const int64_t n = p.cols;
+  const RowStride rs = row_stride<Pack::kWidth>();
+  float* slice = partials + static_cast<int64_t>(blockIdx.x) * 2 * n;
+  float* acc = use_shared ? smem : slice;
+  for (int64_t c = rs.first; c < n; c += rs.stride) {
+#pragma unroll
+    for (int k = 0; k < Pack::kWidth; ++k) acc[c + k] = acc[n + c + k] = 0.0f;
+  }
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t offset = row * n;
+    const float mean = p.mean[row], rstd = p.rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t c = rs.first; c < n; c += rs.stride) {
+      const Pack x = Pack::load(p.x + offset + c), dy = Pack::load(p.dy + offset + c);
+#pragma unroll
+      for (int k = 0; k < Pack::kWidth; ++k) {
+        const float xhat = (x.v[k] - mean) * rstd;
+        const float g = dy.v[k] * static_cast<float>(math::load(p.weight[c + k]));
+        sg += g;
+        sgx += g * xhat;
+        acc[c + k] += dy.v[k] * xhat;
+        acc[n + c + k] += dy.v[k];
+      }
+    }
+    const float g_mean = math::block_allreduce(sg, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
+    const float gx_mean = math::block_allreduce(sgx, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
+    for (int64_t c = rs.first; c < n; c += rs.stride) {
+      const Pack x = Pack::load(p.x + offset + c);
+      Pack dx = Pack::load(p.dy + offset + c);
+#pragma unroll
+      for (int k = 0; k < Pack::kWidth; ++k) {
+        const float xhat = (x.v[k] - mean) * rstd;
+        const float g = dx.v[k] * static_cast<float>(math::load(p.weight[c + k]));
+        dx.v[k] = math::layer_norm_dx(g, xhat, rstd, g_mean, gx_mean);
+      }
+      if (p.accumulate_dx) {
+        const Pack old = Pack::load(p.dx + offset + c);
+#pragma unroll
+        for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] += old.v[k];
+      }
+      dx.store(p.dx + offset + c);
+    }
+  }
+  if (use_shared) {
+    for (int64_t c = rs.first; c < n; c += rs.stride) {
+#pragma unroll
+      for (int k = 0; k < Pack::kWidth; ++k) {
+        slice[c + k] = acc[c + k];
+        slice[n + c + k] = acc[n + c + k];
+      }
+    }
+  }
+}
+
+template <class P>
+MPT_DEVICE MPT_INLINE void store_param_grad(P* out, int64_t c, float v, bool accumulate) {
+  if (accumulate) v += static_cast<float>(math::load(out[c]));
+  out[c] = math::store<P>(v);
+}
+
+// One thread per column: dweight[c] (+)= sum over slices in block order, likewise dbias.
+template <class T, class P>
+__global__ void __launch_bounds__(kParamThreads)
+    layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P> p, const float* partials, int64_t blocks) {
+  const int64_t n = p.cols;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= n) return;
+  float w = 0.0f, b = 0.0f;
+  for (int64_t k = 0; k < blocks; ++k) {
+    w += partials[k * 2 * n + c];
+    b += partials[k * 2 * n + n + c];
+  }
+  store_param_grad(p.dweight, c, w, p.accumulate_dweight);
+  if (p.dbias != nullptr) store_param_grad(p.dbias, c, b, p.accumulate_dbias);
+}
+
+bool bad_shape(int64_t rows, int64_t cols) { return rows < 0 || cols < 1 || rows > 2147483647; }
+
+}  // namespace
+
+template <class T, class P>
+cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P>& p, cudaStream_t stream) {
+  if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  const bool fused = p.residual != nullptr;
+  if (p.x == nullptr || p.weight == nullptr || p.y == nullptr || p.mean == nullptr || p.rstd == nullptr ||
+      (fused && p.sum == nullptr))
+    return cudaErrorInvalidValue;
+  constexpr int kWidth = Vec16<T>::kSize;
+  const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.y) &&
+                   (!fused || (is_aligned16(p.residual) && is_aligned16(p.sum)));
+  const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kMaxThreads);
+  const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  return vec ? launch(layer_norm_forward_kernel<T, P, true>, config, p)
+             : launch(layer_norm_forward_kernel<T, P, false>, config, p);
+}
+
+int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols) {
+  const int64_t blocks = rows < kGradBlocks ? rows : kGradBlocks;
+  return blocks * 2 * cols;
+}
+
+template <class T, class P>
+cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p, float* scratch, cudaStream_t stream) {
+  if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  if (p.dy == nullptr || p.x == nullptr || p.weight == nullptr || p.mean == nullptr || p.rstd == nullptr ||
+      p.dx == nullptr || p.dweight == nullptr || scratch == nullptr)
+    return cudaErrorInvalidValue;
+  constexpr int kWidth = Vec16<T>::kSize;
+  const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.dy) && is_aligned16(p.dx);
+  const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kBackwardThreads);
+  const int64_t blocks = p.rows < kGradBlocks ? p.rows : kGradBlocks;
+  const int64_t partial_bytes = 2 * p.cols * static_cast<int64_t>(sizeof(float));
+  const bool use_shared = partial_bytes <= kSharedPartialBytes;
+  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
+                            use_shared ? static_cast<size_t>(partial_bytes) : 0, stream};
+  const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, true>, config, p, scratch, use_shared)
+                            : launch(layer_norm_backward_kernel<T, P, false>, config, p, scratch, use_shared);
+  if (e != cudaSuccess) return e;
+  const LaunchConfig reduce{dim3(static_cast<unsigned>((p.cols + kParamThreads - 1) / kParamThreads)),
+                            dim3(kParamThreads), 0, stream};
+  return launch(layer_norm_param_grad_kernel<T, P>, reduce, p, static_cast<const float*>(scratch), blocks);
+}
+
+#define MPT_INSTANTIATE(T, P)                                                                                  \
+  template cudaError_t layer_norm_forward<T, P>(const math::LayerNormForwardParams<T, P>&, cudaStream_t); \
+  template cudaError_t layer_norm_backward<T, P>(const math::LayerNormBackwardParams<T, P>&, float*, cudaStream_t);
+MPT_INSTANTIATE(float, float)
+MPT_INSTANTIATE(f16, f16)
+MPT_INSTANTIATE(bf16, bf16)
+MPT_INSTANTIATE(f16, float)
+MPT_INSTANTIATE(bf16, float)
+#undef MPT_INSTANTIATE
+
+}  // namespace mpt::kernels::cuda

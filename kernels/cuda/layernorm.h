@@ -1,0 +1,30 @@
+// kernels/cuda/layernorm.h: LayerNorm forward (optionally fused with a residual add) and backward on a CUDA stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/math/layernorm.h"
+
+namespace mpt::kernels::cuda {
+
+// Device-pointer version of kernels/cpu/layernorm.h: one block per row, float statistics (two passes:
+// mean, then mean of squared deviations, each a block reduction), 16-byte vector loads when every row
+// array is aligned and cols is a whole number of vectors. Asynchronous on `stream`; cudaErrorInvalidValue
+// for rows < 0, cols < 1, rows > 2^31 - 1 or a missing pointer. T: float, mpt::f16, mpt::bf16 with P = T,
+// and f16/bf16 with P = float.
+template <class T, class P>
+cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P>& p, cudaStream_t stream);
+
+// The float scratch layer_norm_backward needs: (blocks, 2, cols) partial sums of dweight and dbias.
+int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols);
+
+// Backward in two kernels: min(rows, 512) blocks each take every 512th row, write dx, and sum their rows'
+// dy * xhat and dy into their own slice of `scratch` (through shared memory when 2 * cols floats fit in
+// 48 KiB); a second kernel adds the slices per column in block order. No atomics: the result is the same
+// on every run. `scratch` holds layer_norm_backward_scratch_floats(rows, cols) floats.
+template <class T, class P>
+cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p, float* scratch, cudaStream_t stream);
+
+}  // namespace mpt::kernels::cuda

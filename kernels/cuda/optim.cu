@@ -1,0 +1,288 @@
+// kernels/cuda/optim.cu: multi-tensor optimizer kernels over a tensor table passed as a kernel argument, applying
+// the math of kernels/math/optim.h (the same operations in the same order as kernels/cpu/optim.cpp).
+#include <climits>
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/optim.h"
+#include "kernels/math/opmath.h"
+#include "kernels/math/reduce.h"
+
+namespace mpt::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kIlp = 8;                                // elements per thread per dense chunk
+constexpr int kDenseChunk = kThreads * kIlp;           // elements per thread block (dense kernels)
+constexpr int kQuantBlocksPerChunk = 8;                // 8-bit kernel: absmax blocks per thread block
+constexpr int kTableBytes = 1920;                      // keeps every kernel's arguments under 4 KiB
+
+// Up to kMax tensors; tensor s owns the thread blocks [block_begin[s], block_begin[s + 1]).
+template <class T>
+struct TensorTable {
+  static constexpr int kMax = kTableBytes / (sizeof(T) + sizeof(int32_t));
+  T tensors[kMax];
+  int32_t block_begin[kMax + 1];
+  int32_t count;
+};
+
+struct DynamicMaps {
+  float m[256];
+  float v[256];
+};
+
+template <class T>
+MPT_DEVICE MPT_INLINE int table_slot(const TensorTable<T>& table) {
+  int s = 0;
+  while (static_cast<int32_t>(blockIdx.x) >= table.block_begin[s + 1]) ++s;
+  return s;
+}
+
+MPT_DEVICE MPT_INLINE bool step_skipped(const math::StepGuards& guards) {
+  return guards.found_inf != nullptr && *guards.found_inf != 0.0f;
+}
+
+template <class G, class M>
+__global__ void __launch_bounds__(kThreads)
+    adamw_dense_kernel(const TensorTable<math::AdamWTensor<float, G, M>> table, const math::AdamWCoefficients<float> c,
+                       const math::StepGuards guards) {
+  if (step_skipped(guards)) return;
+  const int s = table_slot(table);
+  const math::AdamWTensor<float, G, M> t = table.tensors[s];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
+  const float* scale = guards.grad_scale_inv;
+  float g[kIlp], m[kIlp], v[kIlp], p[kIlp];
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {  // all loads first: kIlp independent memory requests in flight
+    const int64_t i = begin + k * kThreads;
+    if (i < t.n) {
+      g[k] = math::load(t.grad[i]);
+      m[k] = math::load(t.exp_avg[i]);
+      v[k] = math::load(t.exp_avg_sq[i]);
+      p[k] = t.param[i];
+    }
+  }
+  const float sc = scale != nullptr ? *scale : 1.0f;
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = begin + k * kThreads;
+    if (i < t.n) {
+      if (scale != nullptr) g[k] = math::optim_detail::mul(g[k], sc);
+      math::adamw_moments(c, g[k], m[k], v[k]);
+      t.param[i] = math::adamw_param(c, p[k], m[k], v[k]);
+      t.exp_avg[i] = math::store<M>(m[k]);
+      t.exp_avg_sq[i] = math::store<M>(v[k]);
+    }
+  }
+}
+
+// One thread per lane of a 256-element absmax block; the block's new absmax values come from two block-wide
+// max reductions (exact in any order, so they equal the CPU's sequential maximum).
+template <class G>
+__global__ void __launch_bounds__(kThreads)
+    adamw_8bit_kernel(const TensorTable<math::AdamWTensor<float, G, uint8_t>> table, const DynamicMaps maps,
+                      const math::AdamWCoefficients<float> c, const math::StepGuards guards) {
+  static_assert(kThreads == math::kQuantBlock, "one thread per lane of an absmax block");
+  __shared__ float code_m[256], code_v[256];
+  __shared__ float scratch[math::kBlockReduceScratch];
+  if (step_skipped(guards)) return;  // uniform over the block, before any barrier
+  code_m[threadIdx.x] = maps.m[threadIdx.x];
+  code_v[threadIdx.x] = maps.v[threadIdx.x];
+  __syncthreads();
+  const int s = table_slot(table);
+  const math::AdamWTensor<float, G, uint8_t> t = table.tensors[s];
+  const int64_t first_block = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kQuantBlocksPerChunk;
+  for (int qb = 0; qb < kQuantBlocksPerChunk; ++qb) {
+    const int64_t block = first_block + qb;
+    const int64_t base = block * math::kQuantBlock;
+    if (base >= t.n) break;  // the same for every thread of the block
+    const int64_t i = base + threadIdx.x;
+    const bool real = i < t.n;
+    float g = real ? math::load(t.grad[i]) : 0.0f;
+    if (real && guards.grad_scale_inv != nullptr) g = math::optim_detail::mul(g, *guards.grad_scale_inv);
+    const math::Adam8bitLane l = math::adam8bit_moments(
+        c, code_m, code_v, g, real ? t.exp_avg[i] : math::kSignedPadCode,
+        real ? t.exp_avg_sq[i] : math::kUnsignedPadCode, t.exp_avg_absmax[block], t.exp_avg_sq_absmax[block]);
+    const float absmax_m = math::block_allreduce(fabsf(l.m), math::MaxOp{}, 0.0f, scratch);
+    const float absmax_v = math::block_allreduce(fabsf(l.v), math::MaxOp{}, 0.0f, scratch);
+    if (real) {
+      if (l.update) t.param[i] = math::adamw_param(c, t.param[i], l.m, l.v);
+      t.exp_avg[i] = math::quantize_signed_state(code_m, l.m, absmax_m);
+      t.exp_avg_sq[i] = math::quantize_unsigned_state(code_v, l.v, absmax_v);
+    }
+    if (threadIdx.x == 0) {
+      t.exp_avg_absmax[block] = absmax_m;
+      t.exp_avg_sq_absmax[block] = absmax_v;
+    }
+  }
+}
+
+template <class G>
+__global__ void __launch_bounds__(kThreads)
+    sgd_kernel(const TensorTable<math::SgdTensor<float, G>> table, const math::SgdCoefficients<float> c,
+               const math::StepGuards guards) {
+  if (step_skipped(guards)) return;
+  const int s = table_slot(table);
+  const math::SgdTensor<float, G> t = table.tensors[s];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
+  const float* scale = guards.grad_scale_inv;
+  float g[kIlp], p[kIlp], buf[kIlp];
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = begin + k * kThreads;
+    if (i < t.n) {
+      g[k] = math::load(t.grad[i]);
+      p[k] = t.param[i];
+      buf[k] = t.momentum_buffer != nullptr ? t.momentum_buffer[i] : 0.0f;
+    }
+  }
+  const float sc = scale != nullptr ? *scale : 1.0f;
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = begin + k * kThreads;
+    if (i < t.n) {
+      if (scale != nullptr) g[k] = math::optim_detail::mul(g[k], sc);
+      t.param[i] = math::sgd_update(c, p[k], g[k], buf[k]);
+      if (t.momentum_buffer != nullptr) t.momentum_buffer[i] = buf[k];
+    }
+  }
+}
+
+template <class G>
+struct GradSlot {
+  G* grad;
+  int64_t n;
+};
+
+template <class G>
+__global__ void __launch_bounds__(kThreads)
+    unscale_kernel(const TensorTable<GradSlot<G>> table, const float* inv_scale, float* found_inf) {
+  const int s = table_slot(table);
+  const GradSlot<G> t = table.tensors[s];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
+  const float inv = *inv_scale;
+  float v[kIlp];
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = begin + k * kThreads;
+    if (i < t.n) v[k] = math::load(t.grad[i]);
+  }
+  bool found = false;
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = begin + k * kThreads;
+    if (i < t.n) {
+      const float r = math::unscale_value(v[k], inv, found);
+      if (inv != 1.0f) t.grad[i] = math::store<G>(r);
+    }
+  }
+  if (found) atomicExch(found_inf, 1.0f);
+}
+
+// Fills tables of up to kMax tensors (ceil(n / per_block) thread blocks each) and calls launch(table, blocks)
+// for each; empty tensors are skipped.
+template <class T, class Launch>
+cudaError_t launch_tables(const T* tensors, int64_t count, int64_t per_block, Launch&& launch_one) {
+  TensorTable<T> table;
+  table.count = 0;
+  int64_t blocks = 0;
+  auto flush = [&]() -> cudaError_t {
+    if (table.count == 0) return cudaSuccess;
+    table.block_begin[table.count] = static_cast<int32_t>(blocks);
+    const cudaError_t e = launch_one(table, blocks);
+    table.count = 0;
+    blocks = 0;
+    return e;
+  };
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t n = tensors[k].n;
+    if (n < 0) return cudaErrorInvalidValue;
+    const int64_t nb = (n + per_block - 1) / per_block;
+    if (nb == 0) continue;
+    if (nb > INT_MAX) return cudaErrorInvalidValue;
+    if (table.count == TensorTable<T>::kMax || blocks + nb > INT_MAX) {
+      if (const cudaError_t e = flush(); e != cudaSuccess) return e;
+    }
+    table.tensors[table.count] = tensors[k];
+    table.block_begin[table.count] = static_cast<int32_t>(blocks);
+    blocks += nb;
+    ++table.count;
+  }
+  return flush();
+}
+
+LaunchConfig config_for(int64_t blocks, cudaStream_t stream) {
+  return LaunchConfig{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream};
+}
+
+}  // namespace
+
+template <class G, class M>
+cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t count,
+                       const math::AdamWCoefficients<double>& c, math::StepGuards guards, cudaStream_t stream) {
+  if (count < 0 || (count > 0 && tensors == nullptr)) return cudaErrorInvalidValue;
+  const auto cf = c.to<float>();
+  if constexpr (std::is_same_v<M, uint8_t>) {
+    DynamicMaps maps;
+    for (int i = 0; i < 256; ++i) {
+      maps.m[i] = math::kDynamicMapSigned[i];
+      maps.v[i] = math::kDynamicMapUnsigned[i];
+    }
+    return launch_tables(tensors, count, int64_t{kQuantBlocksPerChunk} * math::kQuantBlock,
+                         [&](const auto& table, int64_t blocks) {
+                           return launch(adamw_8bit_kernel<G>, config_for(blocks, stream), table, maps, cf, guards);
+                         });
+  } else {
+    return launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
+      return launch(adamw_dense_kernel<G, M>, config_for(blocks, stream), table, cf, guards);
+    });
+  }
+}
+
+template <class G>
+cudaError_t sgd_step(const math::SgdTensor<float, G>* tensors, int64_t count, const math::SgdCoefficients<double>& c,
+                     math::StepGuards guards, cudaStream_t stream) {
+  if (count < 0 || (count > 0 && tensors == nullptr)) return cudaErrorInvalidValue;
+  const auto cf = c.to<float>();
+  return launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
+    return launch(sgd_kernel<G>, config_for(blocks, stream), table, cf, guards);
+  });
+}
+
+template <class G>
+cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const float* inv_scale,
+                          float* found_inf, cudaStream_t stream) {
+  if (count < 0 || (count > 0 && (grads == nullptr || sizes == nullptr)) || inv_scale == nullptr ||
+      found_inf == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr int64_t kBatch = 256;  // descriptors converted per pass (host stack)
+  for (int64_t k0 = 0; k0 < count; k0 += kBatch) {
+    GradSlot<G> slots[kBatch];
+    const int64_t m = count - k0 < kBatch ? count - k0 : kBatch;
+    for (int64_t k = 0; k < m; ++k) slots[k] = GradSlot<G>{grads[k0 + k], sizes[k0 + k]};
+    const cudaError_t e = launch_tables(slots, m, kDenseChunk, [&](const auto& table, int64_t blocks) {
+      return launch(unscale_kernel<G>, config_for(blocks, stream), table, inv_scale, found_inf);
+    });
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+#define MPT_INSTANTIATE(G)                                                                                        \
+  template cudaError_t adamw_step<G, float>(const math::AdamWTensor<float, G, float>*, int64_t,                   \
+                                            const math::AdamWCoefficients<double>&, math::StepGuards, cudaStream_t); \
+  template cudaError_t adamw_step<G, bf16>(const math::AdamWTensor<float, G, bf16>*, int64_t,                     \
+                                           const math::AdamWCoefficients<double>&, math::StepGuards, cudaStream_t);  \
+  template cudaError_t adamw_step<G, uint8_t>(const math::AdamWTensor<float, G, uint8_t>*, int64_t,               \
+                                              const math::AdamWCoefficients<double>&, math::StepGuards,             \
+                                              cudaStream_t);                                                        \
+  template cudaError_t sgd_step<G>(const math::SgdTensor<float, G>*, int64_t, const math::SgdCoefficients<double>&, \
+                                   math::StepGuards, cudaStream_t);                                                 \
+  template cudaError_t unscale_check<G>(G* const*, const int64_t*, int64_t, const float*, float*, cudaStream_t);
+MPT_INSTANTIATE(float)
+MPT_INSTANTIATE(bf16)
+MPT_INSTANTIATE(f16)
+#undef MPT_INSTANTIATE
+
+}  // namespace mpt::kernels::cuda

@@ -1,0 +1,34 @@
+// kernels/cuda/optim.h: multi-tensor AdamW, SGD and the fused AMP unscale + inf/NaN check on a CUDA stream
+// (the CPU twins are in kernels/cpu/optim.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/math/optim.h"
+
+namespace mpt::kernels::cuda {
+
+// The descriptor arrays live in host memory and name device pointers. One kernel launch covers up to a table's
+// worth of tensors (kernels/cuda/optim.cu: the tensor table travels as a kernel argument, every tensor gets
+// ceil(n / chunk) thread blocks), so small parameters do not cost a launch each; longer lists take several
+// launches. `guards` point to device memory. Asynchronous on `stream`; returns cudaErrorInvalidValue for bad
+// arguments (null arrays, n < 0, more than 2^31 - 1 blocks for one tensor), else the first launch error.
+
+// P = float; G in {float, bf16, f16}; M in {float, bf16, uint8_t} (uint8_t: bitsandbytes 8-bit states).
+template <class G, class M>
+cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t count,
+                       const math::AdamWCoefficients<double>& c, math::StepGuards guards, cudaStream_t stream);
+
+// G in {float, bf16, f16}.
+template <class G>
+cudaError_t sgd_step(const math::SgdTensor<float, G>* tensors, int64_t count, const math::SgdCoefficients<double>& c,
+                     math::StepGuards guards, cudaStream_t stream);
+
+// G in {float, bf16, f16}; inv_scale and found_inf are device pointers (found_inf is set, never cleared).
+template <class G>
+cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const float* inv_scale,
+                          float* found_inf, cudaStream_t stream);
+
+}  // namespace mpt::kernels::cuda

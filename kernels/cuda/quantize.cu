@@ -1,0 +1,354 @@
+// kernels/cuda/quantize.cu: FP8 amax, scale, quantize, cast + transpose, block quantize and dequantize kernels (math from kernels/math/quantize.h).
+#include "kernels/cuda/pack.cuh"
+#include "kernels/cuda/quantize.h"
+#include "kernels/math/quantize.h"
+#include "kernels/math/reduce.h"
+
+namespace mpt::kernels::cuda {
+namespace {
+
+constexpr int kTile = 32;        // cast + transpose: 32 x 32 tiles, 32 x 8 threads, 4 rows per thread
+constexpr int kTileRowsPerPass = 8;
+
+struct UMaxOp {
+  MPT_HD MPT_INLINE unsigned operator()(unsigned a, unsigned b) const { return a > b ? a : b; }
+};
+
+// Folds this thread's max |x| bits into *out: canonical NaN, block reduction, one atomicMax per block
+// (integer max is order-independent, so the result is deterministic). Every thread of the block must call it.
+MPT_DEVICE MPT_INLINE void block_amax_to(unsigned m, unsigned* out) {
+  __shared__ unsigned scratch[math::kBlockReduceScratch];
+  m = math::block_allreduce(math::canonical_amax_bits(m), UMaxOp{}, 0u, scratch);
+  if (math::block_thread_index() == 0 && m != 0) atomicMax(out, m);
+}
+
+__global__ void zero_kernel(unsigned* bits) { *bits = 0; }
+
+// Output amax buffers are float; the kernels accumulate their bits (non-negative floats order like ints).
+inline unsigned* amax_bits_ptr(float* amax) { return reinterpret_cast<unsigned*>(amax); }
+
+cudaError_t zero_amax(float* amax, cudaStream_t stream) {
+  return launch(zero_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, amax_bits_ptr(amax));
+}
+
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kPackThreads) amax_kernel(const T* x, int64_t n, unsigned* out) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned m = 0;
+  if constexpr (kVec) {
+    const int64_t packs = n / 8;
+    for (int64_t i = tid; i < packs; i += stride) {
+      const Pack8<T> a = load8(x + i * 8);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) m = UMaxOp{}(m, math::abs_bits(a.v[k]));
+    }
+    const int64_t tail = packs * 8 + tid;
+    if (tail < n) m = UMaxOp{}(m, math::abs_bits(x[tail]));
+  } else {
+    for (int64_t i = tid; i < n; i += stride) m = UMaxOp{}(m, math::abs_bits(x[i]));
+  }
+  block_amax_to(m, out);
+}
+
+__global__ void scale_kernel(const float* amax, float* scale, float* scale_inv, math::ScaleFromAmax f) {
+  const float s = f(*amax);
+  *scale = s;
+  if (scale_inv != nullptr) *scale_inv = math::reciprocal(s);
+}
+
+template <class Q, class T>
+struct QuantizeParams {
+  const T* x;
+  Q* q;
+  int64_t n;
+  const float* scale;
+  float* scale_inv;  // optional
+  unsigned* amax;    // optional, zeroed before the launch
+  Fp8Saturation sat;
+};
+
+template <class Q, class T, bool kVec>
+__global__ void __launch_bounds__(kPackThreads) quantize_kernel(QuantizeParams<Q, T> p) {
+  const float s = *p.scale;
+  if (p.scale_inv != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = math::reciprocal(s);
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned m = 0;
+  if constexpr (kVec) {
+    const int64_t packs = p.n / 8;
+    for (int64_t i = tid; i < packs; i += stride) {
+      const Pack8<T> a = load8(p.x + i * 8);
+      Pack8<Q> b;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        m = UMaxOp{}(m, math::abs_bits(a.v[k]));
+        b.v[k] = math::quantize_value<Q>(a.v[k], s, p.sat);
+      }
+      store8(p.q + i * 8, b);
+    }
+    const int64_t tail = packs * 8 + tid;
+    if (tail < p.n) {
+      m = UMaxOp{}(m, math::abs_bits(p.x[tail]));
+      p.q[tail] = math::quantize_value<Q>(p.x[tail], s, p.sat);
+    }
+  } else {
+    for (int64_t i = tid; i < p.n; i += stride) {
+      m = UMaxOp{}(m, math::abs_bits(p.x[i]));
+      p.q[i] = math::quantize_value<Q>(p.x[i], s, p.sat);
+    }
+  }
+  if (p.amax != nullptr) block_amax_to(m, p.amax);
+}
+
+template <class Q, class T>
+struct TransposeParams {
+  const T* x;
+  Q* q;
+  Q* qt;
+  int64_t rows, cols, col_tiles;
+  const float* scale;
+  float* scale_inv;  // optional
+  unsigned* amax;    // optional, zeroed before the launch
+  Fp8Saturation sat;
+};
+
+// One 32 x 32 tile per block: coalesced reads of x and writes of q along rows, the codes staged in shared
+// memory (33-byte pitch: the column reads hit 32 different banks), then coalesced writes of qt along its rows.
+template <class Q, class T>
+__global__ void __launch_bounds__(kTile * kTileRowsPerPass) quantize_transpose_kernel(TransposeParams<Q, T> p) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const float s = *p.scale;
+  if (p.scale_inv != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    *p.scale_inv = math::reciprocal(s);
+  }
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x / p.col_tiles) * kTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x % p.col_tiles) * kTile;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  unsigned m = 0;
+  for (int k = ty; k < kTile; k += kTileRowsPerPass) {
+    const int64_t r = r0 + k, c = c0 + tx;
+    if (r < p.rows && c < p.cols) {
+      const T v = p.x[r * p.cols + c];
+      m = UMaxOp{}(m, math::abs_bits(v));
+      const Q code = math::quantize_value<Q>(v, s, p.sat);
+      p.q[r * p.cols + c] = code;
+      tile[k][tx] = code.bits;
+    }
+  }
+  __syncthreads();
+  for (int k = ty; k < kTile; k += kTileRowsPerPass) {
+    const int64_t c = c0 + k, r = r0 + tx;  // qt row c, column r
+    if (c < p.cols && r < p.rows) p.qt[c * p.rows + r] = Q::from_bits(tile[tx][k]);
+  }
+  if (p.amax != nullptr) block_amax_to(m, p.amax);
+}
+
+template <class Q, class T>
+struct BlockParams {
+  const T* x;
+  Q* q;
+  float* scale_inv;
+  math::BlockScaleLayout layout;
+  math::ScaleFromAmax scaling;
+};
+
+// 1x128: one warp per block of 128 columns of one row, 4 elements per lane (coalesced).
+template <class Q, class T>
+__global__ void __launch_bounds__(kPackThreads) quantize_1x128_kernel(BlockParams<Q, T> p) {
+  const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t groups = p.layout.scale_cols();
+  if (block >= p.layout.rows * groups) return;  // the whole warp leaves together
+  const int64_t r = block / groups, c0 = (block % groups) * math::kBlockCols;
+  const T* x = p.x + r * p.layout.cols;
+  unsigned m = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int64_t c = c0 + lane + 32 * k;
+    if (c < p.layout.cols) m = UMaxOp{}(m, math::abs_bits(x[c]));
+  }
+  m = math::warp_allreduce(m, UMaxOp{});
+  const float s = p.scaling(math::amax_from_bits(m));
+  if (lane == 0) p.scale_inv[block] = math::reciprocal(s);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int64_t c = c0 + lane + 32 * k;
+    if (c < p.layout.cols) p.q[r * p.layout.cols + c] = math::quantize_value<Q>(x[c], s, Fp8Saturation::Saturate);
+  }
+}
+
+// 128x128: one 256-thread block per tile (32 columns x 8 rows of threads, 64 elements each), two passes.
+template <class Q, class T>
+__global__ void __launch_bounds__(kPackThreads) quantize_128x128_kernel(BlockParams<Q, T> p) {
+  __shared__ unsigned scratch[math::kBlockReduceScratch];
+  const int64_t groups = p.layout.scale_cols();
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x / groups) * 128, c0 = (blockIdx.x % groups) * math::kBlockCols;
+  const int tx = static_cast<int>(threadIdx.x % 32), ty = static_cast<int>(threadIdx.x / 32);
+  unsigned m = 0;
+  for (int j = ty; j < 128; j += 8) {
+    const int64_t r = r0 + j;
+    for (int k = tx; k < 128; k += 32) {
+      if (r < p.layout.rows && c0 + k < p.layout.cols) m = UMaxOp{}(m, math::abs_bits(p.x[r * p.layout.cols + c0 + k]));
+    }
+  }
+  m = math::block_allreduce(m, UMaxOp{}, 0u, scratch);
+  const float s = p.scaling(math::amax_from_bits(m));
+  if (threadIdx.x == 0) p.scale_inv[blockIdx.x] = math::reciprocal(s);
+  for (int j = ty; j < 128; j += 8) {
+    const int64_t r = r0 + j;
+    for (int k = tx; k < 128; k += 32) {
+      const int64_t i = r * p.layout.cols + c0 + k;
+      if (r < p.layout.rows && c0 + k < p.layout.cols) p.q[i] = math::quantize_value<Q>(p.x[i], s, Fp8Saturation::Saturate);
+    }
+  }
+}
+
+template <class Out, class Q, bool kVec>
+__global__ void __launch_bounds__(kPackThreads) dequantize_kernel(const Q* q, Out* out, int64_t n, const float* scale_inv) {
+  const float si = *scale_inv;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if constexpr (kVec) {
+    const int64_t packs = n / 8;
+    for (int64_t i = tid; i < packs; i += stride) {
+      const Pack8<Q> a = load8(q + i * 8);
+      Pack8<Out> b;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) b.v[k] = math::dequantize_value<Out>(a.v[k], si);
+      store8(out + i * 8, b);
+    }
+    const int64_t tail = packs * 8 + tid;
+    if (tail < n) out[tail] = math::dequantize_value<Out>(q[tail], si);
+  } else {
+    for (int64_t i = tid; i < n; i += stride) out[i] = math::dequantize_value<Out>(q[i], si);
+  }
+}
+
+template <class Out, class Q>
+__global__ void __launch_bounds__(kPackThreads) dequantize_blockwise_kernel(const Q* q, Out* out, const float* scale_inv,
+                                                                            math::BlockScaleLayout layout) {
+  const int64_t n = layout.rows * layout.cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = math::dequantize_value<Out>(q[i], scale_inv[layout.scale_index(i / layout.cols, i % layout.cols)]);
+  }
+}
+
+}  // namespace
+
+template <class T>
+cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream) {
+  if (n < 0 || amax == nullptr || (n > 0 && x == nullptr)) return cudaErrorInvalidValue;
+  cudaError_t e = zero_amax(amax, stream);
+  if (e != cudaSuccess || n == 0) return e;
+  const bool vec = pack8_aligned(x);
+  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
+  return vec ? launch(amax_kernel<T, true>, config, x, n, amax_bits_ptr(amax))
+             : launch(amax_kernel<T, false>, config, x, n, amax_bits_ptr(amax));
+}
+
+cudaError_t scale_from_amax(const float* amax, float* scale, float* scale_inv, const math::ScaleFromAmax& f,
+                            cudaStream_t stream) {
+  if (amax == nullptr || scale == nullptr) return cudaErrorInvalidValue;
+  return launch(scale_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, amax, scale, scale_inv, f);
+}
+
+template <class Q, class T>
+cudaError_t quantize(const T* x, Q* q, int64_t n, const QuantizeArgs& args, cudaStream_t stream) {
+  if (n < 0 || args.scale == nullptr || (n > 0 && (x == nullptr || q == nullptr))) return cudaErrorInvalidValue;
+  if (args.amax != nullptr) {
+    const cudaError_t e = zero_amax(args.amax, stream);
+    if (e != cudaSuccess) return e;
+  }
+  const bool vec = pack8_aligned(x) && pack8_aligned(q);
+  const QuantizeParams<Q, T> p{x, q, n, args.scale, args.scale_inv, args.amax ? amax_bits_ptr(args.amax) : nullptr,
+                               args.sat};
+  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
+  return vec ? launch(quantize_kernel<Q, T, true>, config, p) : launch(quantize_kernel<Q, T, false>, config, p);
+}
+
+template <class Q, class T>
+cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const QuantizeArgs& args,
+                               cudaStream_t stream) {
+  if (dims.rows < 0 || dims.cols < 0 || args.scale == nullptr) return cudaErrorInvalidValue;
+  const int64_t n = dims.rows * dims.cols;
+  if (n > 0 && (x == nullptr || q == nullptr || qt == nullptr)) return cudaErrorInvalidValue;
+  if (args.amax != nullptr) {
+    const cudaError_t e = zero_amax(args.amax, stream);
+    if (e != cudaSuccess) return e;
+  }
+  const int64_t row_tiles = (dims.rows + kTile - 1) / kTile, col_tiles = (dims.cols + kTile - 1) / kTile;
+  const int64_t tiles = row_tiles * col_tiles;
+  if (tiles > 2147483647) return cudaErrorInvalidValue;
+  const TransposeParams<Q, T> p{x,          q,         qt,
+                                dims.rows,  dims.cols, col_tiles,
+                                args.scale, args.scale_inv, args.amax ? amax_bits_ptr(args.amax) : nullptr,
+                                args.sat};
+  // An empty matrix still runs one (idle) block, so scale_inv is written.
+  const LaunchConfig config{dim3(static_cast<unsigned>(tiles > 0 ? tiles : 1)), dim3(kTile, kTileRowsPerPass), 0,
+                            stream};
+  return launch(quantize_transpose_kernel<Q, T>, config, p);
+}
+
+template <class Q, class T>
+cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
+                               const math::ScaleFromAmax& scaling, cudaStream_t stream) {
+  if (layout.rows < 0 || layout.cols < 0 || (layout.block_rows != 1 && layout.block_rows != 128)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t blocks = layout.scale_rows() * layout.scale_cols();
+  if (blocks == 0) return cudaSuccess;
+  if (x == nullptr || q == nullptr || scale_inv == nullptr) return cudaErrorInvalidValue;
+  const BlockParams<Q, T> p{x, q, scale_inv, layout, scaling};
+  constexpr int64_t kWarpsPerBlock = kPackThreads / 32;
+  const int64_t grid = layout.block_rows == 1 ? (blocks + kWarpsPerBlock - 1) / kWarpsPerBlock : blocks;
+  if (grid > 2147483647) return cudaErrorInvalidValue;
+  const LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kPackThreads), 0, stream};
+  return layout.block_rows == 1 ? launch(quantize_1x128_kernel<Q, T>, config, p)
+                                : launch(quantize_128x128_kernel<Q, T>, config, p);
+}
+
+template <class Out, class Q>
+cudaError_t dequantize(const Q* q, Out* out, int64_t n, const float* scale_inv, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (q == nullptr || out == nullptr || scale_inv == nullptr) return cudaErrorInvalidValue;
+  const bool vec = pack8_aligned(q) && pack8_aligned(out);
+  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
+  return vec ? launch(dequantize_kernel<Out, Q, true>, config, q, out, n, scale_inv)
+             : launch(dequantize_kernel<Out, Q, false>, config, q, out, n, scale_inv);
+}
+
+template <class Out, class Q>
+cudaError_t dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, const math::BlockScaleLayout& layout,
+                                 cudaStream_t stream) {
+  if (layout.rows < 0 || layout.cols < 0 || (layout.block_rows != 1 && layout.block_rows != 128)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t n = layout.rows * layout.cols;
+  if (n == 0) return cudaSuccess;
+  if (q == nullptr || out == nullptr || scale_inv == nullptr) return cudaErrorInvalidValue;
+  const LaunchConfig config{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream};
+  return launch(dequantize_blockwise_kernel<Out, Q>, config, q, out, scale_inv, layout);
+}
+
+#define MPT_INSTANTIATE_QT(Q, T)                                                                                   \
+  template cudaError_t quantize<Q, T>(const T*, Q*, int64_t, const QuantizeArgs&, cudaStream_t);                 \
+  template cudaError_t quantize_transpose<Q, T>(const T*, Q*, Q*, math::Dims2, const QuantizeArgs&, cudaStream_t); \
+  template cudaError_t quantize_blockwise<Q, T>(const T*, Q*, float*, const math::BlockScaleLayout&,              \
+                                                const math::ScaleFromAmax&, cudaStream_t);                        \
+  template cudaError_t dequantize<T, Q>(const Q*, T*, int64_t, const float*, cudaStream_t);                        \
+  template cudaError_t dequantize_blockwise<T, Q>(const Q*, T*, const float*, const math::BlockScaleLayout&,       \
+                                                  cudaStream_t);
+#define MPT_INSTANTIATE_T(T)                                               \
+  template cudaError_t amax<T>(const T*, int64_t, float*, cudaStream_t); \
+  MPT_INSTANTIATE_QT(f8e4m3, T)                                            \
+  MPT_INSTANTIATE_QT(f8e5m2, T)
+MPT_INSTANTIATE_T(float)
+MPT_INSTANTIATE_T(f16)
+MPT_INSTANTIATE_T(bf16)
+#undef MPT_INSTANTIATE_T
+#undef MPT_INSTANTIATE_QT
+
+}  // namespace mpt::kernels::cuda

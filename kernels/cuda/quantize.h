@@ -1,0 +1,65 @@
+// kernels/cuda/quantize.h: dtype conversion and FP8 quantization on a CUDA stream (the CPU twin is kernels/cpu/quantize.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/math/numerics.h"
+#include "kernels/math/quantize.h"
+
+namespace mpt::kernels::cuda {
+
+// Every pointer is a device pointer; every launcher is asynchronous on `stream` and returns
+// cudaErrorInvalidValue for a negative size or a missing required pointer, else the launch error. Element math
+// is kernels/math (scalar_cast, quantize.h), the same code as the CPU kernels, so results are bit-identical
+// to them (on sm_89+ the saturating FP8 conversion is the hardware's, which NVIDIA documents as the same
+// rounding). Types: T and Out in {float, f16, bf16}; Q in {f8e4m3, f8e5m2}. 16-byte-class vector accesses
+// when the pointers allow, else a scalar kernel.
+
+// dst[i] = scalar_cast<Dst>(src[i], sat) for every pair of {float, f16, bf16, f8e4m3, f8e5m2} (25 pairs).
+template <class Dst, class Src>
+cudaError_t convert(const Src* src, Dst* dst, int64_t n, Fp8Saturation sat, cudaStream_t stream);
+
+// *amax = max |x| (the canonical NaN if any element is NaN; 0 for n == 0). Block reductions and an
+// atomicMax on the float's bits, which is order-independent: deterministic.
+template <class T>
+cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream);
+
+// *scale = f(*amax) and, when scale_inv is not null, *scale_inv = 1 / *scale (one thread).
+cudaError_t scale_from_amax(const float* amax, float* scale, float* scale_inv, const math::ScaleFromAmax& f,
+                            cudaStream_t stream);
+
+struct QuantizeArgs {
+  const float* scale = nullptr;                 // required: q = fp8(x * *scale)
+  float* scale_inv = nullptr;                   // optional: receives 1 / *scale
+  float* amax = nullptr;                        // optional: receives amax(x) of the input
+  Fp8Saturation sat = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or Inf (E5M2)
+};
+
+// q[i] = fp8(x[i] * scale) for i < n.
+template <class Q, class T>
+cudaError_t quantize(const T* x, Q* q, int64_t n, const QuantizeArgs& args, cudaStream_t stream);
+
+// x [rows, cols] row-major -> q [rows, cols] and qt [cols, rows] = q's transpose, one pass through 32 x 32
+// shared-memory tiles.
+template <class Q, class T>
+cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const QuantizeArgs& args,
+                               cudaStream_t stream);
+
+// Block quantization (layout in kernels/math/quantize.h): one warp per 1x128 block, one 256-thread block
+// per 128x128 tile; scale_inv[block] = 1 / scaling(amax(block)), q = fp8(x * scale) saturating.
+template <class Q, class T>
+cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
+                               const math::ScaleFromAmax& scaling, cudaStream_t stream);
+
+// out[i] = Out(float(q[i]) * *scale_inv).
+template <class Out, class Q>
+cudaError_t dequantize(const Q* q, Out* out, int64_t n, const float* scale_inv, cudaStream_t stream);
+
+// out[r, c] = Out(float(q[r, c]) * scale_inv[layout.scale_index(r, c)]).
+template <class Out, class Q>
+cudaError_t dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, const math::BlockScaleLayout& layout,
+                                 cudaStream_t stream);
+
+}  // namespace mpt::kernels::cuda

@@ -1,0 +1,126 @@
+// kernels/math/cross_entropy.h: fused softmax + cross-entropy row math and kernel parameters, for CPU and CUDA.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/math/common.h"
+#include "kernels/math/opmath.h"
+
+namespace mpt::kernels::math {
+
+// loss_r = logsumexp(logits_r) - logits_r[target_r] over rows of `vocab` logits; a row whose target is
+// ignore_index has loss 0 and no gradient; a target outside [0, vocab) (and not ignore_index) gives a NaN
+// loss and NaN gradients and is reported by the reduction step (bad_row), never read out of bounds.
+// Statistics in opmath (float; double for double logits). Only logsumexp is saved for backward:
+// exp(x - lse) <= 1 cannot overflow, so the row max is not needed again.
+template <class T, class I>
+struct CrossEntropyForwardParams {
+  const T* logits = nullptr;    // (rows, vocab)
+  const I* targets = nullptr;   // (rows)
+  opmath_t<T>* loss = nullptr;  // (rows)
+  opmath_t<T>* lse = nullptr;   // (rows)
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  int64_t ignore_index = -100;
+};
+
+enum class CrossEntropyReduction : uint8_t { None, Mean, Sum };
+
+// The per-batch step after the row kernel: count of non-ignored rows, the reduced loss (sum, or sum / count
+// for Mean: 0 / 0 = NaN when every row is ignored), and the first row with an out-of-range target (-1 if none).
+template <class T, class I>
+struct CrossEntropyReduceParams {
+  const opmath_t<T>* row_loss = nullptr;  // (rows), from the forward
+  const I* targets = nullptr;             // (rows)
+  opmath_t<T>* loss = nullptr;            // (1), written unless reduction is None
+  opmath_t<T>* count = nullptr;           // (1): rows whose target is not ignore_index
+  int64_t* bad_row = nullptr;             // (1)
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  int64_t ignore_index = -100;
+  CrossEntropyReduction reduction = CrossEntropyReduction::Mean;
+};
+
+// dlogits_rj = (exp(logits_rj - lse_r) - [j == target_r]) * g_r with g_r = dloss[r * dloss_stride]
+// (divided by *divisor when divisor is given: the Mean reduction's count), 0 for ignored rows. dlogits may
+// be logits itself (the gradient overwrites the logits, llm.c's memory saving; accumulate must be false).
+template <class T, class I>
+struct CrossEntropyBackwardParams {
+  const T* logits = nullptr;              // (rows, vocab)
+  const I* targets = nullptr;             // (rows)
+  const opmath_t<T>* lse = nullptr;       // (rows)
+  const opmath_t<T>* dloss = nullptr;     // (1) or (rows)
+  const opmath_t<T>* divisor = nullptr;   // (1) or null
+  T* dlogits = nullptr;                   // (rows, vocab)
+  int64_t dloss_stride = 0;               // 0: one dloss for every row, 1: one per row
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  int64_t ignore_index = -100;
+  bool accumulate = false;                // dlogits += ... instead of =
+};
+
+template <class F>
+MPT_HD MPT_INLINE F ce_exp(F x) {
+#if defined(__CUDA_ARCH__)
+  return ::exp(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+template <class F>
+MPT_HD MPT_INLINE F ce_log(F x) {
+#if defined(__CUDA_ARCH__)
+  return ::log(x);
+#else
+  return std::log(x);
+#endif
+}
+
+MPT_HD MPT_INLINE bool ce_target_in_range(int64_t target, int64_t vocab) { return target >= 0 && target < vocab; }
+
+// A running (max, sum of exp(x - max)) over a stream of values: logsumexp = max + log(sum). -inf entries
+// (masked logits) add nothing; a NaN makes the sum NaN; a row of only -inf gives sum 0 and lse -inf.
+template <class F>
+struct OnlineLogSumExp {
+  F max = -INFINITY;
+  F sum = 0;
+
+  MPT_HD MPT_INLINE void add(F x) {
+    if (x > max) {
+      sum = sum * ce_exp(max - x) + F(1);
+      max = x;
+    } else if (!(x == -INFINITY)) {
+      sum += ce_exp(x - max);
+    }
+  }
+
+  // This partial's sum rescaled to a larger max (the row's), 0 when it saw nothing finite.
+  MPT_HD MPT_INLINE F sum_at(F row_max) const { return sum == F(0) ? F(0) : sum * ce_exp(max - row_max); }
+};
+
+template <class F>
+MPT_HD MPT_INLINE F ce_row_loss(F lse, F target_logit) {
+  return lse - target_logit;
+}
+
+// g_r of a row: 0 when ignored, NaN when its target is out of range.
+template <class T, class I>
+MPT_HD MPT_INLINE opmath_t<T> ce_grad_scale(const CrossEntropyBackwardParams<T, I>& p, int64_t row) {
+  using F = opmath_t<T>;
+  const int64_t target = static_cast<int64_t>(p.targets[row]);
+  if (target == p.ignore_index) return F(0);
+  if (!ce_target_in_range(target, p.vocab)) return F(NAN);
+  F g = p.dloss[row * p.dloss_stride];
+  if (p.divisor != nullptr) g /= *p.divisor;
+  return g;
+}
+
+// One gradient element: (softmax_j - onehot_j) * scale.
+template <class F>
+MPT_HD MPT_INLINE F ce_dlogit(F x, F lse, bool is_target, F scale) {
+  return (ce_exp(x - lse) - (is_target ? F(1) : F(0))) * scale;
+}
+
+}  // namespace mpt::kernels::math

@@ -1,0 +1,72 @@
+// kernels/math/layernorm.h: LayerNorm row math and kernel parameters, written once for CPU and CUDA.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/math/common.h"
+#include "kernels/math/opmath.h"
+
+namespace mpt::kernels::math {
+
+// y = (x - mean) * rstd * weight + bias over each row of `cols` elements; statistics in opmath (float,
+// double for double). With `residual`, the row normalised is s = x + residual, rounded to T and written
+// to `sum` first: the statistics come from the rounded s, so the saved (s, mean, rstd) are consistent for
+// backward. bias may be null (no bias). T is the activation type, P the parameter type (T or float).
+template <class T, class P>
+struct LayerNormForwardParams {
+  const T* x = nullptr;         // (rows, cols)
+  const T* residual = nullptr;  // (rows, cols) or null
+  T* sum = nullptr;             // (rows, cols): x + residual, when residual is given
+  const P* weight = nullptr;    // (cols)
+  const P* bias = nullptr;      // (cols) or null
+  T* y = nullptr;               // (rows, cols)
+  opmath_t<T>* mean = nullptr;  // (rows)
+  opmath_t<T>* rstd = nullptr;  // (rows)
+  int64_t rows = 0;
+  int64_t cols = 0;
+  double eps = 1e-5;  // rounded to opmath (float) before use, except for double
+};
+
+// dx, dweight, dbias of y = xhat * weight + bias, xhat = (x - mean) * rstd. Each output is overwritten, or
+// added to when its accumulate flag is set (backward accumulates into gradients). dbias may be null.
+template <class T, class P>
+struct LayerNormBackwardParams {
+  const T* dy = nullptr;              // (rows, cols)
+  const T* x = nullptr;               // (rows, cols): the normalised input (s for the fused residual add)
+  const P* weight = nullptr;          // (cols)
+  const opmath_t<T>* mean = nullptr;  // (rows)
+  const opmath_t<T>* rstd = nullptr;  // (rows)
+  T* dx = nullptr;                    // (rows, cols)
+  P* dweight = nullptr;               // (cols)
+  P* dbias = nullptr;                 // (cols) or null
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool accumulate_dx = false;
+  bool accumulate_dweight = false;
+  bool accumulate_dbias = false;
+};
+
+template <class F>
+MPT_HD MPT_INLINE F layer_norm_rstd(F var, F eps) {
+#if defined(__CUDA_ARCH__)
+  return F(1) / ::sqrt(var + eps);
+#else
+  return F(1) / std::sqrt(var + eps);
+#endif
+}
+
+// The forward output of one element: (x - mean) * rstd * w + b.
+template <class F>
+MPT_HD MPT_INLINE F layer_norm_output(F x, F mean, F rstd, F w, F b) {
+  return (x - mean) * rstd * w + b;
+}
+
+// dx_j = rstd * (g_j - mean(g) - xhat_j * mean(g * xhat)), g = dy * w. `g_mean` and `gx_mean` are
+// the row means of g and g * xhat.
+template <class F>
+MPT_HD MPT_INLINE F layer_norm_dx(F g, F xhat, F rstd, F g_mean, F gx_mean) {
+  return rstd * (g - g_mean - xhat * gx_mean);
+}
+
+}  // namespace mpt::kernels::math

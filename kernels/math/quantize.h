@@ -1,0 +1,101 @@
+// kernels/math/quantize.h: FP8 scaling math shared by the CPU and CUDA quantize kernels: amax as float bits, scale from amax, the quantize/dequantize element and the block-scale layout.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/math/common.h"
+#include "kernels/math/numerics.h"
+#include "kernels/math/numerics_cast.h"
+
+namespace mpt::kernels::math {
+
+// ---- amax = max |x|, NaN-propagating and order-independent
+// Non-negative floats order like their bit patterns, and every NaN's |bits| lies above +Inf's. So amax is
+// an unsigned max over |x| bits: associative and commutative (any reduction order, atomicMax on a GPU,
+// gives the same bits), and a NaN anywhere makes the result NaN, reported as the canonical 0x7FC00000.
+inline constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
+inline constexpr uint32_t kInfBits = 0x7F800000u;
+inline constexpr uint32_t kCanonicalNaNBits = 0x7FC00000u;
+
+template <class T>
+MPT_HD MPT_INLINE uint32_t abs_bits(T x) {
+  return numerics_detail::bit_cast<uint32_t>(scalar_cast<float>(x)) & kAbsMask;
+}
+
+// Any NaN pattern becomes the canonical one (apply before combining partial results from different threads
+// when the result is read as raw bits, e.g. after atomicMax).
+MPT_HD MPT_INLINE uint32_t canonical_amax_bits(uint32_t bits) { return bits > kInfBits ? kCanonicalNaNBits : bits; }
+
+MPT_HD MPT_INLINE float amax_from_bits(uint32_t bits) {
+  return numerics_detail::bit_cast<float>(canonical_amax_bits(bits));
+}
+
+// ---- scale from amax (TransformerEngine's compute_scale_from_amax, recipe_common.cuh)
+// s = (fp8_max * 2^-margin) / amax, one IEEE division. amax 0, Inf or NaN -> s = 1 (nothing to scale by);
+// an overflowing quotient (tiny amax) -> FLT_MAX; power_of_2 floors s to a power of two (keeps only the
+// exponent), as TE's block scaling does by default. The quantizer stores scale_inv = 1 / s.
+struct ScaleFromAmax {
+  float fp8_max = kE4M3Max;
+  int margin = 0;  // 0..64
+  bool power_of_2 = false;
+
+  MPT_HD MPT_INLINE float operator()(float amax) const {
+    const uint32_t a = numerics_detail::bit_cast<uint32_t>(amax);
+    if (amax == 0.0f || (a & kInfBits) == kInfBits) return 1.0f;
+    const float factor = numerics_detail::bit_cast<float>(static_cast<uint32_t>(127 - margin) << 23);
+    float s = (fp8_max * factor) / amax;
+    if ((numerics_detail::bit_cast<uint32_t>(s) & kAbsMask) == kInfBits) s = 0x1.fffffep127f;
+    if (power_of_2) s = numerics_detail::bit_cast<float>(numerics_detail::bit_cast<uint32_t>(s) & 0xFF800000u);
+    return s;
+  }
+};
+
+MPT_HD MPT_INLINE float reciprocal(float s) { return 1.0f / s; }
+
+// ---- the elements: q = fp8(float(x) * scale), x = float(q) * scale_inv rounded to Out
+template <class Q, class T>
+MPT_HD MPT_INLINE Q quantize_value(T x, float scale, Fp8Saturation sat) {
+  static_assert(std::is_same_v<Q, f8e4m3> || std::is_same_v<Q, f8e5m2>);
+  return scalar_cast<Q>(scalar_cast<float>(x) * scale, sat);
+}
+
+template <class Out, class Q>
+MPT_HD MPT_INLINE Out dequantize_value(Q q, float scale_inv) {
+  return scalar_cast<Out>(static_cast<float>(q) * scale_inv);
+}
+
+template <class Q>
+MPT_HD constexpr float fp8_max() {
+  return std::is_same_v<Q, f8e4m3> ? kE4M3Max : kE5M2Max;
+}
+
+// A row-major matrix's extents (cast + transpose).
+struct Dims2 {
+  int64_t rows = 0, cols = 0;
+};
+
+// ---- block scaling (DeepSeek-V3 / TE Float8BlockScaling), the layout kernels/cpu/gemm.h consumes
+// x is [rows, cols] row-major; blocks are 128 wide along cols (the GEMM's K) and kBlockRows tall:
+//   Block1x128    one FP32 scale_inv per (row, 128-column group): row-major [rows, ceil(cols / 128)]
+//   Block128x128  one per 128 x 128 tile:                         row-major [ceil(rows / 128), ceil(cols / 128)]
+// Partial blocks at the right and bottom edges hold only the real elements (no padding in the amax).
+// Dequantize: x = q * scale_inv[block of (r, c)].
+inline constexpr int64_t kBlockCols = 128;
+enum class BlockScaling : uint8_t { Block1x128, Block128x128 };
+
+struct BlockScaleLayout {
+  int64_t rows = 0, cols = 0;
+  int64_t block_rows = 1;  // 1 or 128
+
+  MPT_HD MPT_INLINE static BlockScaleLayout make(int64_t rows, int64_t cols, BlockScaling b) {
+    return BlockScaleLayout{rows, cols, b == BlockScaling::Block1x128 ? 1 : 128};
+  }
+  MPT_HD MPT_INLINE int64_t scale_cols() const { return (cols + kBlockCols - 1) / kBlockCols; }
+  MPT_HD MPT_INLINE int64_t scale_rows() const { return (rows + block_rows - 1) / block_rows; }
+  MPT_HD MPT_INLINE int64_t scale_index(int64_t r, int64_t c) const {
+    return (r / block_rows) * scale_cols() + c / kBlockCols;
+  }
+};
+
+}  // namespace mpt::kernels::math

@@ -1,0 +1,227 @@
+// src/ops/cast.cpp: FP8 amax, quantize (given or current scale), cast + transpose, block quantize and dequantize: checks, dtype dispatch, CPU or CUDA kernels.
+#include "mpt/ops/cast.h"
+
+#include "kernels/cpu/quantize.h"
+#include "kernels/math/quantize.h"
+#include "ops/dispatch.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/quantize.h"
+#endif
+
+namespace mpt::ops {
+namespace {
+
+// Calls f(T{}) for the high-precision dtypes the quantizers read and the dequantizer writes.
+template <class F>
+decltype(auto) visit_wide(DType t, const char* op, const char* what, F&& f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::F16: return f(f16{});
+    case DType::BF16: return f(bf16{});
+    default: break;
+  }
+  MPT_THROW("[{}] expected {} to be f32, f16 or bf16, got {}", op, what, t);
+}
+
+template <class F>
+decltype(auto) visit_fp8(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F8E4M3: return f(f8e4m3{});
+    case DType::F8E5M2: return f(f8e5m2{});
+    default: break;
+  }
+  MPT_THROW("[{}] expected an fp8 dtype (f8e4m3 or f8e5m2), got {}", op, t);
+}
+
+// The 2-d view of a tensor: rows = numel / last dim, cols = last dim (a 0-d tensor is 1 x 1).
+kernels::math::Dims2 dims_of(const Tensor& t) {
+  const int64_t cols = t.dim() == 0 ? 1 : t.size(t.dim() - 1);
+  return {cols == 0 ? 0 : t.numel() / cols, cols};
+}
+
+void check_scalar_f32(const Tensor& t, Device dev, const char* what, const char* op) {
+  MPT_CHECK(t.dtype() == DType::F32 && t.numel() == 1 && t.device() == dev,
+            "[{}] {} must be an f32 tensor with one element on {}, got {}", op, what, dev.str(), t.meta_str());
+}
+
+// Checks x and the options, returns x's device.
+Device check_quantize_args(const Tensor& x, DType fp8, const QuantizeOptions& o, const char* op) {
+  const Device dev = detail::check_same_device({&x}, op);
+  visit_wide(x.dtype(), op, "the input", [](auto) {});
+  visit_fp8(fp8, op, [](auto) {});
+  if (o.scale.defined()) check_scalar_f32(o.scale, dev, "the scale", op);
+  if (o.amax.defined()) check_scalar_f32(o.amax, dev, "the amax output", op);
+  MPT_CHECK(o.margin >= 0 && o.margin <= 64, "[{}] margin must be in [0, 64], got {}", op, o.margin);
+  return dev;
+}
+
+template <class Q>
+kernels::math::ScaleFromAmax current_scaling(const QuantizeOptions& o) {
+  return {kernels::math::fp8_max<Q>(), o.margin, o.power_of_2};
+}
+
+float* amax_ptr(const QuantizeOptions& o) { return o.amax.defined() ? o.amax.data<float>() : nullptr; }
+
+#if defined(MPT_WITH_CUDA)
+// The CUDA launches of quantize_per_tensor; returns the first failure.
+template <class Q, class T>
+cudaError_t quantize_per_tensor_cuda(const Tensor& x, const Tensor& q, const Tensor& qt, const Tensor& scale_inv,
+                                     const QuantizeOptions& o) {
+  const auto stream = static_cast<cudaStream_t>(detail::stream_of(x.device()));
+  Tensor scale = o.scale;
+  if (!scale.defined()) {  // current scaling: an amax pass, then the scale, both on the device
+    const Tensor amax = Tensor::empty({}, DType::F32, x.device());
+    scale = Tensor::empty({}, DType::F32, x.device());
+    cudaError_t e = kernels::cuda::amax(x.data<T>(), x.numel(), amax.data<float>(), stream);
+    if (e == cudaSuccess) {
+      e = kernels::cuda::scale_from_amax(amax.data<float>(), scale.data<float>(), nullptr, current_scaling<Q>(o), stream);
+    }
+    if (e != cudaSuccess) return e;
+  }
+  const kernels::cuda::QuantizeArgs args{scale.data<float>(), scale_inv.data<float>(), amax_ptr(o), o.saturation};
+  return qt.defined() ? kernels::cuda::quantize_transpose(x.data<T>(), q.data<Q>(), qt.data<Q>(), dims_of(x), args, stream)
+                      : kernels::cuda::quantize(x.data<T>(), q.data<Q>(), x.numel(), args, stream);
+}
+#endif
+
+// Quantizes x (contiguous) into q and, when qt is defined, its transpose; writes scale_inv (0-d).
+void quantize_per_tensor(const Tensor& x, const Tensor& q, const Tensor& qt, const Tensor& scale_inv,
+                         const QuantizeOptions& o, const char* op) {
+  visit_fp8(q.dtype(), op, [&](auto qtag) {
+    using Q = decltype(qtag);
+    visit_wide(x.dtype(), op, "the input", [&](auto ttag) {
+      using T = decltype(ttag);
+      if (!x.device().is_cpu()) {
+        MPT_CUDA_KERNEL((quantize_per_tensor_cuda<Q, T>(x, q, qt, scale_inv, o)));
+        return;
+      }
+      const float scale = o.scale.defined() ? o.scale.item<float>()
+                                            : current_scaling<Q>(o)(kernels::cpu::amax(x.data<T>(), x.numel()));
+      const kernels::cpu::QuantizeArgs args{scale, o.saturation, amax_ptr(o)};
+      if (qt.defined()) {
+        kernels::cpu::quantize_transpose(x.data<T>(), q.data<Q>(), qt.data<Q>(), dims_of(x), args);
+      } else {
+        kernels::cpu::quantize(x.data<T>(), q.data<Q>(), x.numel(), args);
+      }
+      *scale_inv.data<float>() = kernels::math::reciprocal(scale);
+    });
+  });
+}
+
+kernels::math::BlockScaleLayout block_layout(const Tensor& t, ScaleLayout layout) {
+  const kernels::math::Dims2 d = dims_of(t);
+  return kernels::math::BlockScaleLayout::make(d.rows, d.cols,
+                                               layout == ScaleLayout::Block1x128
+                                                   ? kernels::math::BlockScaling::Block1x128
+                                                   : kernels::math::BlockScaling::Block128x128);
+}
+
+const char* layout_name(ScaleLayout l) {
+  switch (l) {
+    case ScaleLayout::PerTensor: return "per-tensor";
+    case ScaleLayout::Block1x128: return "1x128";
+    case ScaleLayout::Block128x128: return "128x128";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Tensor amax(const Tensor& x_in) {
+  const Device dev = detail::check_same_device({&x_in}, "amax");
+  const Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty({}, DType::F32, dev);
+  visit_wide(x.dtype(), "amax", "the input", [&](auto tag) {
+    using T = decltype(tag);
+    if (dev.is_cpu()) {
+      *out.data<float>() = kernels::cpu::amax(x.data<T>(), x.numel());
+    } else {
+      MPT_CUDA_KERNEL(kernels::cuda::amax(x.data<T>(), x.numel(), out.data<float>(),
+                                          static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  });
+  return out;
+}
+
+Quantized quantize_fp8(const Tensor& x_in, DType fp8, const QuantizeOptions& options) {
+  const Device dev = check_quantize_args(x_in, fp8, options, "quantize_fp8");
+  const Tensor x = x_in.contiguous();
+  Quantized q{Tensor::empty(x.shape(), fp8, dev), Tensor::empty({}, DType::F32, dev), ScaleLayout::PerTensor};
+  quantize_per_tensor(x, q.data, Tensor(), q.scale_inv, options, "quantize_fp8");
+  return q;
+}
+
+std::pair<Quantized, Quantized> quantize_fp8_transpose(const Tensor& x_in, DType fp8, const QuantizeOptions& options) {
+  const Device dev = check_quantize_args(x_in, fp8, options, "quantize_fp8_transpose");
+  const Tensor x = x_in.contiguous();
+  const kernels::math::Dims2 d = dims_of(x);
+  const Tensor scale_inv = Tensor::empty({}, DType::F32, dev);
+  Quantized q{Tensor::empty(x.shape(), fp8, dev), scale_inv, ScaleLayout::PerTensor};
+  Quantized qt{Tensor::empty({d.cols, d.rows}, fp8, dev), scale_inv, ScaleLayout::PerTensor};
+  quantize_per_tensor(x, q.data, qt.data, scale_inv, options, "quantize_fp8_transpose");
+  return {q, qt};
+}
+
+Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, const BlockQuantizeOptions& options) {
+  const char* op = "quantize_blockwise";
+  const Device dev = detail::check_same_device({&x_in}, op);
+  visit_wide(x_in.dtype(), op, "the input", [](auto) {});
+  MPT_CHECK(layout != ScaleLayout::PerTensor, "[{}] expected a block layout (1x128 or 128x128), got per-tensor "
+            "(use quantize_fp8)", op);
+  const Tensor x = x_in.contiguous();
+  const kernels::math::BlockScaleLayout bl = block_layout(x, layout);
+  Quantized q{Tensor::empty(x.shape(), fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev),
+              layout};
+  visit_fp8(fp8, op, [&](auto qtag) {
+    using Q = decltype(qtag);
+    const kernels::math::ScaleFromAmax scaling{kernels::math::fp8_max<Q>(), 0, options.power_of_2};
+    visit_wide(x.dtype(), op, "the input", [&](auto ttag) {
+      using T = decltype(ttag);
+      if (dev.is_cpu()) {
+        kernels::cpu::quantize_blockwise(x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), bl, scaling);
+      } else {
+        MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise(x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), bl,
+                                                          scaling, static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    });
+  });
+  return q;
+}
+
+Tensor dequantize(const Quantized& q, DType out_dtype) {
+  const char* op = "dequantize";
+  const Device dev = detail::check_same_device({&q.data, &q.scale_inv}, op);
+  MPT_CHECK(q.scale_inv.dtype() == DType::F32, "[{}] scale_inv must be f32, got {}", op, q.scale_inv.meta_str());
+  const kernels::math::BlockScaleLayout bl = block_layout(q.data, q.layout);
+  const Shape expected = q.layout == ScaleLayout::PerTensor ? Shape{} : Shape{bl.scale_rows(), bl.scale_cols()};
+  MPT_CHECK(q.scale_inv.numel() == numel(expected) && (q.layout == ScaleLayout::PerTensor || q.scale_inv.shape() == expected),
+            "[{}] a {} scale_inv for data {} must have shape {}, got {}", op, layout_name(q.layout),
+            q.data.meta_str(), shape_str(expected), q.scale_inv.meta_str());
+  const Tensor data = q.data.contiguous(), scale_inv = q.scale_inv.contiguous();
+  Tensor out;
+  visit_fp8(data.dtype(), op, [&](auto qtag) {
+    using Q = decltype(qtag);
+    visit_wide(out_dtype, op, "the output dtype", [&](auto otag) {
+      using Out = decltype(otag);
+      out = Tensor::empty(data.shape(), out_dtype, dev);
+      const Q* codes = data.data<Q>();
+      const float* si = scale_inv.data<float>();
+      if (dev.is_cpu()) {
+        if (q.layout == ScaleLayout::PerTensor) {
+          kernels::cpu::dequantize(codes, out.data<Out>(), data.numel(), *si);
+        } else {
+          kernels::cpu::dequantize_blockwise(codes, out.data<Out>(), si, bl);
+        }
+      } else if (q.layout == ScaleLayout::PerTensor) {
+        MPT_CUDA_KERNEL(kernels::cuda::dequantize(codes, out.data<Out>(), data.numel(), si,
+                                                  static_cast<cudaStream_t>(detail::stream_of(dev))));
+      } else {
+        MPT_CUDA_KERNEL(kernels::cuda::dequantize_blockwise(codes, out.data<Out>(), si, bl,
+                                                            static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace mpt::ops

@@ -1,0 +1,181 @@
+// src/ops/elementwise.cpp: add, mul, scale, in-place add and their backward: checks, broadcast plan, kernels.
+#include "mpt/ops/elementwise.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/elementwise.h"
+#include "mpt/ops/reduction.h"
+#include "ops/dispatch.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/elementwise.h"
+#endif
+
+namespace mpt::ops {
+
+using detail::visit_float;
+using kernels::math::BinaryShape;
+
+namespace {
+
+// Contiguous operands and the period of b: b's shape without leading 1s is a suffix of a's shape (bias
+// [C] over [N, C], same shape, ...) -> b is used as it is; otherwise b is expanded to a's shape first.
+struct BinaryPlan {
+  Tensor a;
+  Tensor b;
+  int64_t period;
+};
+
+BinaryPlan plan_binary(const Tensor& a_in, const Tensor& b_in, const char* op) {
+  detail::check_same_device({&a_in, &b_in}, op);
+  detail::check_same_dtype({&a_in, &b_in}, op);
+  detail::check_f64_on_cpu(a_in, op);
+  const Shape& as = a_in.shape();
+  MPT_CHECK(b_in.dim() <= a_in.dim() && broadcast_shapes(as, b_in.shape(), op) == as,
+            "[{}] b {} must broadcast to a's shape {} (the result has a's shape)", op, b_in.meta_str(), shape_str(as));
+  Shape core = b_in.shape();
+  core.erase(core.begin(), std::find_if(core.begin(), core.end(), [](int64_t s) { return s != 1; }));
+  const bool suffix = std::equal(core.begin(), core.end(), as.end() - static_cast<std::ptrdiff_t>(core.size()));
+  BinaryPlan plan{a_in.contiguous(), suffix ? b_in.contiguous() : b_in.expand(as).contiguous(), 0};
+  plan.period = std::max<int64_t>(1, plan.b.numel());
+  return plan;
+}
+
+void check_grad(const Tensor& grad, const Tensor& like, const Shape& shape, const char* what, const char* op) {
+  detail::check_same_device({&like, &grad}, op);
+  detail::check_same_dtype({&like, &grad}, op);
+  detail::check_shape(grad, shape, what, op);
+  MPT_CHECK(grad.is_contiguous(), "[{}] the gradient {} to accumulate into must be contiguous, got strides {}", op,
+            what, shape_str(grad.strides()));
+}
+
+// out (+)= a op b with the plan's broadcast.
+template <bool kMul>
+void run_binary(const BinaryPlan& p, const Tensor& out, bool accumulate, double alpha, const char* op) {
+  const Device dev = p.a.device();
+  const BinaryShape shape{p.a.numel(), p.period, accumulate};
+  visit_float(p.a.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T *a = p.a.data<T>(), *b = p.b.data<T>();
+    T* o = out.data<T>();
+    if (dev.is_cpu()) {
+      if constexpr (kMul) {
+        kernels::cpu::mul(a, b, o, shape);
+      } else {
+        kernels::cpu::add(a, b, o, shape, alpha);
+      }
+    } else if constexpr (!std::is_same_v<T, double>) {
+      if constexpr (kMul) {
+        MPT_CUDA_KERNEL(kernels::cuda::mul(a, b, o, shape, static_cast<cudaStream_t>(detail::stream_of(dev))));
+      } else {
+        MPT_CUDA_KERNEL(
+            kernels::cuda::add(a, b, o, shape, alpha, static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    }
+  });
+}
+
+void run_scale(const Tensor& x, const Tensor& out, double alpha, bool accumulate, const char* op) {
+  const Device dev = x.device();
+  visit_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if (dev.is_cpu()) {
+      kernels::cpu::scale(x.data<T>(), out.data<T>(), x.numel(), alpha, accumulate);
+    } else if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::scale(x.data<T>(), out.data<T>(), x.numel(), alpha, accumulate,
+                                           static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  });
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  const BinaryPlan p = plan_binary(a, b, "add");
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  run_binary<false>(p, y, false, 1.0, "add");
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  const BinaryPlan p = plan_binary(a, b, "mul");
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  run_binary<true>(p, y, false, 1.0, "mul");
+  return y;
+}
+
+Tensor scale(const Tensor& x_in, double alpha) {
+  detail::check_same_device({&x_in}, "scale");
+  detail::check_f64_on_cpu(x_in, "scale");
+  const Tensor x = x_in.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  run_scale(x, y, alpha, false, "scale");
+  return y;
+}
+
+Tensor add_(const Tensor& a, const Tensor& b, double alpha) {
+  detail::check_same_device({&a, &b}, "add_");
+  MPT_CHECK(a.is_contiguous(), "[add_] the tensor updated in place must be contiguous, got {} with strides {}",
+            a.meta_str(), shape_str(a.strides()));
+  MPT_CHECK(!b.shares_storage(a) || (b.is_contiguous() && b.offset() == a.offset() && b.shape() == a.shape()),
+            "[add_] b {} shares storage with a {} other than element for element", b.meta_str(), a.meta_str());
+  const BinaryPlan p = plan_binary(a, b, "add_");
+  run_binary<false>(p, a, false, alpha, "add_");
+  return a;
+}
+
+BinaryGrads add_backward(const Tensor& dy, const Shape& b_shape, Tensor da, Tensor db) {
+  const char* op = "add_backward";
+  detail::check_same_device({&dy}, op);
+  detail::check_f64_on_cpu(dy, op);
+  if (da.defined()) {
+    check_grad(da, dy, dy.shape(), "da", op);
+    add_(da, dy);
+  } else {
+    da = dy.clone();
+  }
+  if (db.defined()) check_grad(db, dy, b_shape, "db", op);
+  db = sum_to_shape(dy, b_shape, db);
+  return {da, db};
+}
+
+BinaryGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, Tensor da, Tensor db) {
+  const char* op = "mul_backward";
+  detail::check_same_device({&dy, &a, &b}, op);
+  detail::check_same_dtype({&dy, &a, &b}, op);
+  detail::check_shape(dy, a.shape(), "dy", op);
+  if (da.defined()) check_grad(da, dy, a.shape(), "da", op);
+  if (db.defined()) check_grad(db, dy, b.shape(), "db", op);
+  // da (+)= dy * b, b broadcast as in forward.
+  const BinaryPlan pa = plan_binary(dy, b, op);
+  const bool accumulate_a = da.defined();
+  if (!accumulate_a) da = Tensor::empty(a.shape(), a.dtype(), a.device());
+  run_binary<true>(pa, da, accumulate_a, 1.0, op);
+  // db (+)= sum over b's broadcast dims of dy * a.
+  const BinaryPlan pb = plan_binary(dy, a, op);
+  if (b.shape() == a.shape()) {
+    const bool accumulate_b = db.defined();
+    if (!accumulate_b) db = Tensor::empty(b.shape(), b.dtype(), b.device());
+    run_binary<true>(pb, db, accumulate_b, 1.0, op);
+  } else {
+    Tensor prod = Tensor::empty(a.shape(), a.dtype(), a.device());
+    run_binary<true>(pb, prod, false, 1.0, op);
+    db = sum_to_shape(prod, b.shape(), db);
+  }
+  return {da, db};
+}
+
+Tensor scale_backward(const Tensor& dy_in, double alpha, Tensor dx) {
+  const char* op = "scale_backward";
+  detail::check_same_device({&dy_in}, op);
+  detail::check_f64_on_cpu(dy_in, op);
+  const bool accumulate = dx.defined();
+  if (accumulate) {
+    check_grad(dx, dy_in, dy_in.shape(), "dx", op);
+  } else {
+    dx = Tensor::empty(dy_in.shape(), dy_in.dtype(), dy_in.device());
+  }
+  run_scale(dy_in.contiguous(), dx, alpha, accumulate, op);
+  return dx;
+}
+
+}  // namespace mpt::ops

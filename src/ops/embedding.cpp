@@ -1,0 +1,119 @@
+// src/ops/embedding.cpp: embedding lookup and its deterministic backward (positions bucketed by token on the host).
+#include "mpt/ops/embedding.h"
+
+#include <vector>
+
+#include "kernels/cpu/embedding.h"
+#include "ops/dispatch.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/embedding.h"
+#endif
+
+namespace mpt::ops {
+
+using detail::visit_float;
+
+namespace {
+
+template <class F>
+decltype(auto) visit_ids(const Tensor& ids, const char* op, F&& f) {
+  switch (ids.dtype()) {
+    case DType::I32: return f(int32_t{});
+    case DType::I64: return f(int64_t{});
+    default: break;
+  }
+  MPT_THROW("[{}] ids must be i32 or i64, got {}", op, ids.meta_str());
+}
+
+Shape with_channels(const Shape& ids_shape, int64_t channels) {
+  Shape s = ids_shape;
+  s.push_back(channels);
+  return s;
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
+  const char* op = "embedding";
+  const Device dev = detail::check_same_device({&ids_in, &table_in}, op);
+  detail::check_f64_on_cpu(table_in, op);
+  MPT_CHECK(table_in.dim() == 2, "[{}] the table must be 2-d [vocab, channels], got {}", op, table_in.meta_str());
+  const Tensor ids = ids_in.contiguous(), table = table_in.contiguous();
+  const int64_t vocab = table.size(0), channels = table.size(1), n = ids.numel();
+  Tensor out = Tensor::empty(with_channels(ids.shape(), channels), table.dtype(), dev);
+  visit_ids(ids, op, [&](auto itag) {
+    using I = decltype(itag);
+    visit_float(table.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      if (dev.is_cpu()) {
+        const int64_t bad =
+            kernels::cpu::embedding_forward(ids.data<I>(), table.data<T>(), out.data<T>(), n, vocab, channels);
+        MPT_CHECK(bad < 0, "[{}] token id {} at position {} of ids {} is out of range for a table {} of {} rows", op,
+                  bad < 0 ? 0 : static_cast<int64_t>(ids.data<I>()[bad]), bad, ids.meta_str(), table.meta_str(),
+                  vocab);
+      } else if constexpr (!std::is_same_v<T, double>) {
+        MPT_CUDA_KERNEL(kernels::cuda::embedding_forward(ids.data<I>(), table.data<T>(), out.data<T>(),
+                                                         kernels::cuda::EmbeddingShape{n, vocab, channels},
+                                                         static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    });
+  });
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t vocab, Tensor dtable) {
+  const char* op = "embedding_backward";
+  const Device dev = dtable.defined() ? detail::check_same_device({&dout_in, &dtable}, op)
+                                      : detail::check_same_device({&dout_in}, op);
+  detail::check_same_device({&ids_in}, op);
+  detail::check_f64_on_cpu(dout_in, op);
+  MPT_CHECK(ids_in.device().is_cpu() || ids_in.device() == dev, "[{}] ids must be on the CPU or on dout's device {}, "
+            "got {}", op, dev.str(), ids_in.meta_str());
+  MPT_CHECK(vocab >= 0, "[{}] vocab must be >= 0, got {}", op, vocab);
+  MPT_CHECK(dout_in.dim() == ids_in.dim() + 1, "[{}] dout must have shape ids.shape + [channels] = {} + [C], got {}",
+            op, shape_str(ids_in.shape()), dout_in.meta_str());
+  const int64_t channels = dout_in.shape().back();
+  detail::check_shape(dout_in, with_channels(ids_in.shape(), channels), "dout", op);
+  if (dtable.defined()) {
+    detail::check_same_dtype({&dout_in, &dtable}, op);
+    detail::check_shape(dtable, {vocab, channels}, "dtable", op);
+    MPT_CHECK(dtable.is_contiguous(), "[{}] the gradient to accumulate into must be contiguous, got strides {}", op,
+              shape_str(dtable.strides()));
+  }
+  visit_float(dout_in.dtype(), op, [](auto) {});
+  // The buckets fix the summation order on both backends; building them on the host needs the ids there.
+  const Tensor ids = ids_in.to(Device::cpu()).contiguous();
+  kernels::cpu::EmbeddingBuckets buckets;
+  visit_ids(ids, op, [&](auto itag) {
+    using I = decltype(itag);
+    const int64_t bad = kernels::cpu::embedding_buckets(ids.data<I>(), ids.numel(), vocab, buckets);
+    MPT_CHECK(bad < 0, "[{}] token id {} at position {} of ids {} is out of range [0, {})", op,
+              bad < 0 ? 0 : static_cast<int64_t>(ids.data<I>()[bad]), bad, ids_in.meta_str(), vocab);
+  });
+  if (!dtable.defined()) dtable = Tensor::zeros({vocab, channels}, dout_in.dtype(), dev);
+  const Tensor dout = dout_in.contiguous();
+  visit_float(dout.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if (dev.is_cpu()) {
+      kernels::cpu::embedding_backward(buckets, dout.data<T>(), dtable.data<T>(), channels);
+    } else if constexpr (!std::is_same_v<T, double>) {
+#if defined(MPT_WITH_CUDA)
+      // One upload: [tokens | starts | positions].
+      std::vector<int64_t> packed(buckets.tokens);
+      packed.insert(packed.end(), buckets.starts.begin(), buckets.starts.end());
+      packed.insert(packed.end(), buckets.positions.begin(), buckets.positions.end());
+      const Tensor device_buckets = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())}, dev);
+      const int64_t* base = device_buckets.data<int64_t>();
+      const int64_t num_tokens = static_cast<int64_t>(buckets.tokens.size());
+      const kernels::cuda::DeviceBuckets view{base, base + num_tokens, base + 2 * num_tokens + 1, num_tokens};
+      MPT_CUDA_KERNEL(kernels::cuda::embedding_backward(view, dout.data<T>(), dtable.data<T>(), channels,
+                                                        static_cast<cudaStream_t>(detail::stream_of(dev))));
+#else
+      MPT_CUDA_KERNEL(0);
+#endif
+    }
+  });
+  return dtable;
+}
+
+}  // namespace mpt::ops

@@ -1,0 +1,184 @@
+// src/ops/layernorm.cpp: LayerNorm forward/backward and residual add + LayerNorm: checks, dispatch, CPU or CUDA kernel.
+#include "mpt/ops/layernorm.h"
+
+#include <cmath>
+
+#include "kernels/cpu/layernorm.h"
+#include "ops/dispatch.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/layernorm.h"
+#endif
+
+namespace mpt::ops {
+
+namespace {
+
+using detail::visit_float;
+
+// The statistics' dtype: f32, or f64 for the f64 reference path.
+DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
+
+// Calls f(T{}, P{}) for activation type T and parameter dtype `param` (T itself, or f32 beside f16/bf16).
+template <class T, class F>
+void visit_param(DType param, const char* op, F&& f) {
+  if (param == dtype_of<T>()) return f(T{}, T{});
+  if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+    if (param == DType::F32) return f(T{}, float{});
+  }
+  MPT_THROW("[{}] weight must be {} or f32 (with f16/bf16 inputs), got {}", op, dtype_of<T>(), param);
+}
+
+struct RowShape {
+  int64_t rows;
+  int64_t cols;
+};
+
+RowShape check_input(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  detail::check_f64_on_cpu(x, op);
+  MPT_CHECK(x.dim() >= 1, "[{}] expected an input with at least one dimension, got {}", op, x.meta_str());
+  const int64_t cols = x.size(-1);
+  MPT_CHECK(cols >= 1, "[{}] the normalised dimension is empty: {}", op, x.meta_str());
+  detail::check_shape(weight, {cols}, "weight", op);
+  if (bias.defined()) {
+    MPT_CHECK(bias.device() == x.device(), "[{}] bias is {}, x is {}", op, bias.meta_str(), x.meta_str());
+    detail::check_shape(bias, {cols}, "bias", op);
+    detail::check_same_dtype({&weight, &bias}, op);
+  }
+  const int64_t rows = x.numel() / cols;
+  MPT_CHECK(x.device().is_cpu() || rows <= 2147483647, "[{}] at most 2^31 - 1 rows on CUDA, got {}", op, rows);
+  return {rows, cols};
+}
+
+// Forward, with or without the fused residual add (residual defined).
+LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* sum_out, const Tensor& weight_in,
+                        const Tensor& bias_in, double eps, const char* op) {
+  const Device dev = residual_in ? detail::check_same_device({&x_in, residual_in, &weight_in}, op)
+                                 : detail::check_same_device({&x_in, &weight_in}, op);
+  const auto [rows, cols] = check_input(x_in, weight_in, bias_in, op);
+  MPT_CHECK(std::isfinite(eps) && eps >= 0, "[{}] eps must be finite and >= 0, got {}", op, eps);
+  if (residual_in) {
+    detail::check_same_dtype({&x_in, residual_in}, op);
+    detail::check_shape(*residual_in, x_in.shape(), "residual", op);
+  }
+  const Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
+  const Tensor residual = residual_in ? residual_in->contiguous() : Tensor();
+  const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  LayerNormResult out{
+      Tensor::empty(x.shape(), x.dtype(), dev),
+      {Tensor::empty({rows}, stats_dtype(x.dtype()), dev), Tensor::empty({rows}, stats_dtype(x.dtype()), dev)}};
+  if (residual_in) *sum_out = Tensor::empty(x.shape(), x.dtype(), dev);
+  visit_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    visit_param<T>(weight.dtype(), op, [&](auto, auto ptag) {
+      using P = decltype(ptag);
+      kernels::math::LayerNormForwardParams<T, P> p;
+      p.x = x.data<T>();
+      if (residual_in) {
+        p.residual = residual.data<T>();
+        p.sum = sum_out->data<T>();
+      }
+      p.weight = weight.data<P>();
+      p.bias = bias.defined() ? bias.data<P>() : nullptr;
+      p.y = out.y.data<T>();
+      p.mean = out.saved.mean.data<kernels::math::opmath_t<T>>();
+      p.rstd = out.saved.rstd.data<kernels::math::opmath_t<T>>();
+      p.rows = rows;
+      p.cols = cols;
+      p.eps = eps;
+      if (dev.is_cpu()) {
+        kernels::cpu::layer_norm_forward(p);
+      } else if constexpr (!std::is_same_v<T, double>) {
+        MPT_CUDA_KERNEL(kernels::cuda::layer_norm_forward(p, static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    });
+  });
+  return out;
+}
+
+// The gradient to write: `given` (checked, accumulated into) or a new tensor.
+Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, const char* op) {
+  if (!given.defined()) return Tensor::empty(like.shape(), like.dtype(), like.device());
+  MPT_CHECK(given.device() == like.device() && given.dtype() == like.dtype(),
+            "[{}] {} to accumulate into must be {} on {}, got {}", op, what, like.dtype(), like.device(),
+            given.meta_str());
+  detail::check_shape(given, like.shape(), what, op);
+  MPT_CHECK(given.is_contiguous(), "[{}] {} to accumulate into must be contiguous, got strides {}", op, what,
+            shape_str(given.strides()));
+  return given;
+}
+
+}  // namespace
+
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return forward(x, nullptr, nullptr, weight, bias, eps, "layer_norm");
+}
+
+ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                            const Tensor& bias, double eps) {
+  ResidualLayerNormResult out;
+  LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, "residual_layer_norm");
+  out.y = std::move(r.y);
+  out.saved = std::move(r.saved);
+  return out;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
+                                   const LayerNormSaved& saved, bool has_bias, LayerNormGrads into) {
+  const char* op = "layer_norm_backward";
+  const Device dev = detail::check_same_device({&dy_in, &x_in, &weight_in, &saved.mean, &saved.rstd}, op);
+  const auto [rows, cols] = check_input(x_in, weight_in, Tensor(), op);
+  detail::check_same_dtype({&x_in, &dy_in}, op);
+  detail::check_shape(dy_in, x_in.shape(), "dy", op);
+  for (const Tensor* s : {&saved.mean, &saved.rstd}) {
+    MPT_CHECK(s->dtype() == stats_dtype(x_in.dtype()), "[{}] saved statistics must be {}, got {}", op,
+              stats_dtype(x_in.dtype()), s->meta_str());
+    detail::check_shape(*s, {rows}, "saved statistics", op);
+  }
+  MPT_CHECK(has_bias || !into.dbias.defined(), "[{}] dbias was given but has_bias is false", op);
+  const bool acc_dx = into.dx.defined(), acc_dw = into.dweight.defined(), acc_db = into.dbias.defined();
+  LayerNormGrads g{grad_output(into.dx, x_in, "dx", op), grad_output(into.dweight, weight_in, "dweight", op),
+                   has_bias ? grad_output(into.dbias, weight_in, "dbias", op) : Tensor()};
+  if (rows == 0) {  // sums over no rows
+    if (!acc_dw) g.dweight.zero_();
+    if (has_bias && !acc_db) g.dbias.zero_();
+    return g;
+  }
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
+  const Tensor mean = saved.mean.contiguous(), rstd = saved.rstd.contiguous();
+  visit_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using F = kernels::math::opmath_t<T>;
+    visit_param<T>(weight.dtype(), op, [&](auto, auto ptag) {
+      using P = decltype(ptag);
+      kernels::math::LayerNormBackwardParams<T, P> p;
+      p.dy = dy.data<T>();
+      p.x = x.data<T>();
+      p.weight = weight.data<P>();
+      p.mean = mean.data<F>();
+      p.rstd = rstd.data<F>();
+      p.dx = g.dx.data<T>();
+      p.dweight = g.dweight.data<P>();
+      p.dbias = has_bias ? g.dbias.data<P>() : nullptr;
+      p.rows = rows;
+      p.cols = cols;
+      p.accumulate_dx = acc_dx;
+      p.accumulate_dweight = acc_dw;
+      p.accumulate_dbias = acc_db;
+      if (dev.is_cpu()) {
+        kernels::cpu::layer_norm_backward(p);
+      } else if constexpr (!std::is_same_v<T, double>) {
+#if defined(MPT_WITH_CUDA)
+        Tensor scratch =
+            Tensor::empty({kernels::cuda::layer_norm_backward_scratch_floats(rows, cols)}, DType::F32, dev);
+        MPT_CUDA_KERNEL(kernels::cuda::layer_norm_backward(p, scratch.data<float>(),
+                                                           static_cast<cudaStream_t>(detail::stream_of(dev))));
+#else
+        MPT_THROW("[cuda] mptrain was built without CUDA (MPT_CUDA=OFF)");
+#endif
+      }
+    });
+  });
+  return g;
+}
+
+}  // namespace mpt::ops

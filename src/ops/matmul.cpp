@@ -1,0 +1,357 @@
+// src/ops/matmul.cpp: matmul forward and backward: shape, dtype and scale checks, layouts, one dtype dispatch into
+// the CPU GEMM kernels (kernels/cpu/gemm.h).
+#include "mpt/ops/matmul.h"
+
+#include <exception>
+#include <string>
+
+#include "kernels/cpu/gemm.h"
+#include "ops/dispatch.h"
+
+namespace mpt::ops {
+
+namespace {
+
+namespace kc = kernels::cpu;
+
+constexpr int64_t kBlock = 128;
+
+// The matrix the kernel reads for one operand: data (maybe a copy), whether the stored matrix is op()'s
+// transpose, its leading dimension and its batch stride (0 broadcasts it).
+struct Layout {
+  Tensor t;
+  bool trans = false;
+  int64_t ld = 1, stride = 0;
+};
+
+// t holds op(t)^T when `trans`; its last two dims are the stored (or viewed) rows x cols.
+Layout layout_of(const Tensor& t, bool trans) {
+  const int64_t r = t.size(-2), c = t.size(-1);
+  Layout l{t, trans, std::max<int64_t>(1, c), 0};
+  if (t.numel() == 0) return l;
+  const int64_t s_row = t.stride(-2), s_col = t.stride(-1);
+  if ((s_col == 1 || c == 1) && (r == 1 || s_row >= c)) {
+    l.ld = r == 1 ? c : s_row;
+  } else if ((s_row == 1 || r == 1) && (c == 1 || s_col >= r)) {  // a transposed view: read it as stored
+    l.trans = !trans;
+    l.ld = c == 1 ? r : s_col;
+  } else {
+    l.t = t.contiguous();
+  }
+  if (l.t.dim() == 3 && l.t.size(0) > 1) l.stride = l.t.stride(0);
+  return l;
+}
+
+int64_t batch_of(const Tensor& t) { return t.dim() == 3 ? t.size(0) : 1; }
+Tensor batch_entry(const Tensor& t, int64_t i) { return t.dim() == 3 ? t.select(0, t.size(0) == 1 ? 0 : i) : t; }
+
+DType default_out_dtype(DType in) { return is_fp8(in) ? DType::F32 : in; }
+
+bool out_dtype_allowed(DType in, DType out) {
+  switch (in) {
+    case DType::F32: case DType::F64: return out == in;
+    case DType::F16: case DType::BF16: return out == in || out == DType::F32;
+    case DType::F8E4M3: case DType::F8E5M2:
+      return out == DType::F32 || out == DType::BF16 || out == DType::F16 || is_fp8(out);
+    default: return false;
+  }
+}
+
+template <class F>
+void visit_fp8(DType t, F&& f) {
+  if (t == DType::F8E4M3) f(f8e4m3{});
+  else f(f8e5m2{});
+}
+
+template <class F>
+void visit_gemm_out(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); break;
+    case DType::BF16: f(bf16{}); break;
+    case DType::F16: f(f16{}); break;
+    case DType::F8E4M3: f(f8e4m3{}); break;
+    case DType::F8E5M2: f(f8e5m2{}); break;
+    default: MPT_THROW("[matmul] unsupported output dtype {}", t);
+  }
+}
+
+kc::ScaleMode scale_mode(Fp8Scaling::Kind k) {
+  switch (k) {
+    case Fp8Scaling::Kind::Block1x128: return kc::ScaleMode::Block1x128;
+    case Fp8Scaling::Kind::Block128x128: return kc::ScaleMode::Block128x128;
+    default: return kc::ScaleMode::PerTensor;
+  }
+}
+
+// Checks one FP8 operand's scales (rows: its non-K dimension) and returns them contiguous.
+Tensor checked_scale(const Fp8Scaling& s, const Tensor& operand, int64_t rows, int64_t k, const char* name,
+                     Device dev) {
+  MPT_CHECK(s.scale_inv.defined(), "[matmul] {} is {} and needs scale_{}.scale_inv (see Fp8Scaling)", name,
+            operand.meta_str(), name);
+  MPT_CHECK(s.scale_inv.dtype() == DType::F32 && s.scale_inv.device() == dev,
+            "[matmul] scale_{}.scale_inv must be f32 on {}, got {}", name, dev.str(), s.scale_inv.meta_str());
+  const int64_t kb = (k + kBlock - 1) / kBlock;
+  Shape expected;
+  if (s.kind == Fp8Scaling::Kind::PerTensor) {
+    MPT_CHECK(s.scale_inv.numel() == 1, "[matmul] per-tensor scale_{}.scale_inv must have one element, got {}", name,
+              s.scale_inv.meta_str());
+    return s.scale_inv.contiguous();
+  }
+  expected = {s.kind == Fp8Scaling::Kind::Block1x128 ? rows : (rows + kBlock - 1) / kBlock, kb};
+  if (operand.dim() == 3) expected.insert(expected.begin(), operand.size(0));
+  MPT_CHECK(s.scale_inv.shape() == expected,
+            "[matmul] {} block scale_{}.scale_inv for {} (non-K rows {}, k {}) must have shape {}, got {}",
+            s.kind == Fp8Scaling::Kind::Block1x128 ? "1x128" : "128x128", name, operand.meta_str(), rows, k,
+            shape_str(expected), s.scale_inv.meta_str());
+  return s.scale_inv.contiguous();
+}
+
+void check_no_fp8_options(const MatmulOptions& opt, const char* op, const Tensor& a) {
+  MPT_CHECK(!opt.scale_a.scale_inv.defined() && !opt.scale_b.scale_inv.defined() && !opt.out_scale.defined() &&
+                !opt.out_amax.defined(),
+            "[{}] FP8 scales (scale_a, scale_b, out_scale, out_amax) apply to FP8 operands and outputs only, got {}",
+            op, a.meta_str());
+}
+
+// Runs a kernel and turns oneDNN or parameter errors into mpt::Error naming the operands.
+template <class F>
+void run_kernel(F&& f, const Tensor& a, const Tensor& b, const Tensor& c) {
+  try {
+    f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    MPT_THROW("[matmul] CPU GEMM failed for a {}, b {}, c {}: {}", a.meta_str(), b.meta_str(), c.meta_str(), e.what());
+  }
+}
+
+// c = alpha op(a) op(b) + beta c for validated shapes and dtypes; c has the result's shape.
+void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
+  const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a_in.size(-2) : a_in.size(-1);
+  const int64_t batch = c.dim() == 3 ? c.size(0) : 1;
+  const bool fp8_in = is_fp8(a_in.dtype());
+  if (fp8_in) {  // validated on the caller's shapes, before any reshaping below
+    checked_scale(opt.scale_a, a_in, m, k, "a", c.device());
+    checked_scale(opt.scale_b, b_in, n, k, "b", c.device());
+  }
+
+  // A batch of A rows against one B is one taller GEMM (oneDNN is faster on it, and 1x128 scales stay valid).
+  if (a_in.dim() == 3 && b_in.dim() == 2 && !opt.trans_a && c.is_contiguous() &&
+      !(fp8_in && opt.scale_a.kind == Fp8Scaling::Kind::Block128x128)) {
+    MatmulOptions flat = opt;
+    if (fp8_in && opt.scale_a.kind == Fp8Scaling::Kind::Block1x128)
+      flat.scale_a.scale_inv = opt.scale_a.scale_inv.reshape({-1, opt.scale_a.scale_inv.size(-1)});
+    return gemm_into(a_in.reshape({-1, k}), b_in, c.view({-1, n}), beta, flat);
+  }
+  // An output the kernel cannot write in place goes through a contiguous copy.
+  const bool c_ok = (c.stride(-1) == 1 || n == 1) && (m == 1 || c.stride(-2) >= n) &&
+                    (batch == 1 || c.stride(0) >= (m - 1) * std::max<int64_t>(c.stride(-2), 1) + n);
+  if (!c_ok && c.numel() > 0) {
+    Tensor tmp = beta == 0.0f ? Tensor::empty(c.shape(), c.dtype(), c.device()) : c.contiguous().clone();
+    gemm_into(a_in, b_in, tmp, beta, opt);
+    Tensor dst = c;
+    dst.copy_(tmp);
+    return;
+  }
+
+  const Layout la = layout_of(a_in, opt.trans_a), lb = layout_of(b_in, opt.trans_b);
+  kc::GemmParams p;
+  p.m = m, p.n = n, p.k = k;
+  p.trans_a = la.trans, p.trans_b = lb.trans;
+  p.lda = la.ld, p.ldb = lb.ld;
+  p.ldc = m == 1 || c.numel() == 0 ? std::max<int64_t>(1, n) : c.stride(-2);
+  p.batch = batch;
+  p.stride_a = la.stride, p.stride_b = lb.stride;
+  p.stride_c = batch > 1 ? c.stride(0) : 0;
+  p.alpha = opt.alpha, p.beta = beta;
+  const Tensor &a = la.t, &b = lb.t;
+
+  if (!fp8_in) {
+    detail::visit_float(a.dtype(), "matmul", [&](auto tag) {
+      using T = decltype(tag);
+      run_kernel([&] {
+        if (c.dtype() == a.dtype()) kc::gemm<T, T>(p, a.data<T>(), b.data<T>(), c.data<T>());
+        else if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>)
+          kc::gemm<T, float>(p, a.data<T>(), b.data<T>(), c.data<float>());
+      }, a, b, c);
+    });
+    return;
+  }
+  const Device dev = c.device();
+  const Tensor sa = checked_scale(opt.scale_a, a_in, m, k, "a", dev);
+  const Tensor sb = checked_scale(opt.scale_b, b_in, n, k, "b", dev);
+  kc::Fp8GemmArgs args;
+  args.a = {scale_mode(opt.scale_a.kind), sa.data<float>()};
+  args.b = {scale_mode(opt.scale_b.kind), sb.data<float>()};
+  Tensor out_scale;
+  if (is_fp8(c.dtype())) {
+    MPT_CHECK(opt.out_scale.defined() && opt.out_scale.numel() == 1 && opt.out_scale.dtype() == DType::F32 &&
+                  opt.out_scale.device() == dev,
+              "[matmul] an FP8 output ({}) needs out_scale, an f32 scalar on {}; got {}", c.meta_str(), dev.str(),
+              opt.out_scale.defined() ? opt.out_scale.meta_str() : std::string("none"));
+    MPT_CHECK(beta == 0.0f, "[matmul] an FP8 output ({}) cannot accumulate (beta = {})", c.meta_str(), beta);
+    out_scale = opt.out_scale.contiguous();
+    args.out_scale = out_scale.data<float>();
+    if (opt.out_amax.defined()) {
+      MPT_CHECK(opt.out_amax.numel() == 1 && opt.out_amax.dtype() == DType::F32 && opt.out_amax.device() == dev &&
+                    opt.out_amax.is_contiguous(),
+                "[matmul] out_amax must be a contiguous f32 scalar on {}, got {}", dev.str(), opt.out_amax.meta_str());
+      args.out_amax = opt.out_amax.data<float>();
+    }
+  } else {
+    MPT_CHECK(!opt.out_scale.defined() && !opt.out_amax.defined(),
+              "[matmul] out_scale and out_amax apply to FP8 outputs only, the output is {}", c.meta_str());
+  }
+  visit_fp8(a.dtype(), [&](auto ta) {
+    visit_fp8(b.dtype(), [&](auto tb) {
+      using TA = decltype(ta);
+      using TB = decltype(tb);
+      visit_gemm_out(c.dtype(), [&](auto tc) {
+        using TC = decltype(tc);
+        run_kernel([&] { kc::gemm_fp8<TA, TB, TC>(p, a.data<TA>(), b.data<TB>(), c.data<TC>(), args); }, a, b, c);
+      });
+    });
+  });
+}
+
+// Validates a matmul and returns the result's shape; dtype-independent checks only.
+Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, const char* op) {
+  const Device dev = detail::check_same_device({&a, &b}, op);
+  MPT_CHECK(dev.is_cpu(), "[{}] CUDA GEMM (cuBLASLt) is not implemented yet: a {}, b {}", op, a.meta_str(),
+            b.meta_str());
+  detail::check_f64_on_cpu(a, op);
+  MPT_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3),
+            "[{}] expected 2-d or 3-d (batched) operands, got a {} and b {}", op, a.meta_str(), b.meta_str());
+  const int64_t m = opt.trans_a ? a.size(-1) : a.size(-2), ka = opt.trans_a ? a.size(-2) : a.size(-1);
+  const int64_t kb = opt.trans_b ? b.size(-1) : b.size(-2), n = opt.trans_b ? b.size(-2) : b.size(-1);
+  MPT_CHECK(ka == kb, "[{}] inner dimensions differ: op(a) is {}x{} (a {}{}) and op(b) is {}x{} (b {}{})", op, m, ka,
+            a.meta_str(), opt.trans_a ? ", trans_a" : "", kb, n, b.meta_str(), opt.trans_b ? ", trans_b" : "");
+  const int64_t ba = batch_of(a), bb = batch_of(b);
+  MPT_CHECK(ba == bb || ba == 1 || bb == 1, "[{}] batch sizes differ: a {} and b {}", op, a.meta_str(),
+            b.meta_str());
+  const bool fp8_a = is_fp8(a.dtype()), fp8_b = is_fp8(b.dtype());
+  MPT_CHECK(fp8_a == fp8_b && (fp8_a || a.dtype() == b.dtype()),
+            "[{}] unsupported dtype pair a {} and b {}: both f32, f16, bf16 or f64 alike, or both FP8", op,
+            a.meta_str(), b.meta_str());
+  if (!fp8_a) {
+    detail::visit_float(a.dtype(), op, [](auto) {});
+    check_no_fp8_options(opt, op, a);
+  }
+  if (a.dim() == 2 && b.dim() == 2) return {m, n};
+  return {std::max(ba, bb), m, n};
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  const Shape shape = checked_shape(a, b, opt, "matmul");
+  const DType out = opt.out_dtype.value_or(default_out_dtype(a.dtype()));
+  MPT_CHECK(out_dtype_allowed(a.dtype(), out), "[matmul] {} x {} cannot produce a {} output", a.meta_str(),
+            b.meta_str(), out);
+  Tensor c = Tensor::empty(shape, out, a.device());
+  gemm_into(a, b, c, 0.0f, opt);
+  return c;
+}
+
+void matmul_out(const Tensor& a, const Tensor& b, const Tensor& c, float beta, const MatmulOptions& opt) {
+  const Shape shape = checked_shape(a, b, opt, "matmul_out");
+  detail::check_same_device({&a, &c}, "matmul_out");
+  detail::check_shape(c, shape, "c", "matmul_out");
+  MPT_CHECK(!opt.out_dtype || *opt.out_dtype == c.dtype(), "[matmul_out] out_dtype {} differs from c {}",
+            *opt.out_dtype, c.meta_str());
+  MPT_CHECK(out_dtype_allowed(a.dtype(), c.dtype()), "[matmul_out] {} x {} cannot produce a {} output", a.meta_str(),
+            b.meta_str(), c.dtype());
+  gemm_into(a, b, c, beta, opt);
+}
+
+namespace {
+
+// Shared by both gradients: checks, the dc conversion and the destination (accumulating when given).
+struct GradSetup {
+  Tensor dc, out;
+  float beta;
+};
+
+GradSetup grad_setup(const Tensor& dc, const Tensor& a, const Tensor& b, const MatmulOptions& opt,
+                     const Tensor& target, Tensor given, const char* op) {
+  const Shape shape = checked_shape(a, b, opt, op);
+  MPT_CHECK(!is_fp8(a.dtype()), "[{}] FP8 operands ({}, {}): quantize dc and call matmul for the dgrad and wgrad "
+            "GEMMs", op, a.meta_str(), b.meta_str());
+  detail::check_same_device({&a, &dc}, op);
+  detail::check_shape(dc, shape, "dc", op);
+  GradSetup s{dc.dtype() == a.dtype() ? dc : dc.to(a.dtype()), given, given.defined() ? 1.0f : 0.0f};
+  if (given.defined()) {
+    detail::check_same_device({&a, &given}, op);
+    detail::check_shape(given, target.shape(), "the gradient to accumulate into", op);
+    MPT_CHECK(out_dtype_allowed(a.dtype(), given.dtype()), "[{}] cannot accumulate a {} gradient into {}", op,
+              a.dtype(), given.meta_str());
+  } else {
+    s.out = Tensor::empty(target.shape(), a.dtype(), a.device());
+  }
+  return s;
+}
+
+// out (+)= x op y over the batch, where out is 2-d and the batch of x / y is summed (beta = 1 after the first).
+// A low-precision out is summed in an f32 buffer and rounded once.
+void sum_over_batch(const Tensor& x, const Tensor& y, const Tensor& out, float beta, const MatmulOptions& g) {
+  const int64_t batch = std::max(batch_of(x), batch_of(y));
+  const bool wide = out.dtype() == DType::F32 || out.dtype() == DType::F64;
+  const Tensor acc = wide ? out : beta == 0.0f ? Tensor::empty(out.shape(), DType::F32, out.device()) : out.to(DType::F32);
+  for (int64_t i = 0; i < batch; ++i) gemm_into(batch_entry(x, i), batch_entry(y, i), acc, i == 0 ? beta : 1.0f, g);
+  if (!wide) {
+    Tensor dst = out;
+    dst.copy_(acc);
+  }
+}
+
+MatmulOptions grad_options(float alpha, bool trans_a, bool trans_b) {
+  MatmulOptions g;
+  g.alpha = alpha, g.trans_a = trans_a, g.trans_b = trans_b;
+  return g;
+}
+
+}  // namespace
+
+Tensor matmul_grad_a(const Tensor& dc_in, const Tensor& a, const Tensor& b, const MatmulOptions& opt, Tensor da) {
+  GradSetup s = grad_setup(dc_in, a, b, opt, a, std::move(da), "matmul_backward");
+  const Tensor& dc = s.dc;
+  // !trans_a: dA = dC op(B)^T;   trans_a: dA = op(B) dC^T  (dA is stored as op(A)^T).
+  const Tensor& x = opt.trans_a ? b : dc;
+  const Tensor& y = opt.trans_a ? dc : b;
+  const MatmulOptions g = opt.trans_a ? grad_options(opt.alpha, opt.trans_b, true)
+                                      : grad_options(opt.alpha, false, !opt.trans_b);
+  if (batch_of(a) == 1 && dc.dim() == 3 && dc.size(0) > 1) {
+    sum_over_batch(x, y, a.dim() == 3 ? s.out.select(0, 0) : s.out, s.beta, g);
+  } else {
+    gemm_into(x, y, s.out, s.beta, g);
+  }
+  return s.out;
+}
+
+Tensor matmul_grad_b(const Tensor& dc_in, const Tensor& a, const Tensor& b, const MatmulOptions& opt, Tensor db) {
+  GradSetup s = grad_setup(dc_in, a, b, opt, b, std::move(db), "matmul_backward");
+  const Tensor& dc = s.dc;
+  // !trans_b: dB = op(A)^T dC;   trans_b: dB = dC^T op(A)  (dB is stored as op(B)^T).
+  const Tensor& x = opt.trans_b ? dc : a;
+  const Tensor& y = opt.trans_b ? a : dc;
+  const MatmulOptions g = opt.trans_b ? grad_options(opt.alpha, true, opt.trans_a)
+                                      : grad_options(opt.alpha, !opt.trans_a, false);
+  if (batch_of(b) == 1 && dc.dim() == 3 && dc.size(0) > 1) {
+    const Tensor out2 = b.dim() == 3 ? s.out.select(0, 0) : s.out;
+    if (!opt.trans_a && a.dim() == 3) {  // the batch folds into K: one GEMM over (batch * m) rows
+      const Tensor a2 = a.reshape({-1, a.size(-1)}), dc2 = dc.reshape({-1, dc.size(-1)});
+      gemm_into(opt.trans_b ? dc2 : a2, opt.trans_b ? a2 : dc2, out2, s.beta, g);
+    } else {
+      sum_over_batch(x, y, out2, s.beta, g);
+    }
+  } else {
+    gemm_into(x, y, s.out, s.beta, g);
+  }
+  return s.out;
+}
+
+MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  return {matmul_grad_a(dc, a, b, opt), matmul_grad_b(dc, a, b, opt)};
+}
+
+}  // namespace mpt::ops

@@ -1,0 +1,292 @@
+// src/ops/optim.cpp: multi-tensor AdamW / SGD steps and the AMP unscale check: checks, one dtype dispatch per
+// call, then the CPU kernel or the CUDA launcher over the whole list.
+#include "mpt/ops/optim.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/optim.h"
+#include "ops/dispatch.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/optim.h"
+#endif
+
+namespace mpt::ops {
+
+namespace {
+
+namespace km = kernels::math;
+
+// Calls f(T{}) for the gradient dtypes the optimizer kernels read.
+template <class F>
+decltype(auto) visit_grad(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::BF16: return f(bf16{});
+    case DType::F16: return f(f16{});
+    default: break;
+  }
+  MPT_THROW("[{}] expected f32, bf16 or f16 gradients for f32 parameters, got {}", op, t);
+}
+
+void check_in_place(const Tensor& t, Device dev, const char* what, int64_t i, const char* op) {
+  MPT_CHECK(t.defined(), "[{}] slot {}: {} is an undefined tensor", op, i, what);
+  MPT_CHECK(t.device() == dev, "[{}] slot {}: {} is {}, expected a tensor on {}", op, i, what, t.meta_str(), dev.str());
+  MPT_CHECK(t.is_contiguous(), "[{}] slot {}: {} must be contiguous (updated in place), got strides {}", op, i, what,
+            shape_str(t.strides()));
+}
+
+void check_tensor(const Tensor& t, Device dev, DType dtype, const Shape& shape, const char* what, int64_t i,
+                  const char* op) {
+  check_in_place(t, dev, what, i, op);
+  MPT_CHECK(t.dtype() == dtype, "[{}] slot {}: {} must be {}, got {}", op, i, what, dtype, t.meta_str());
+  MPT_CHECK(t.shape() == shape, "[{}] slot {}: {} must have shape {}, got {}", op, i, what, shape_str(shape),
+            t.meta_str());
+}
+
+void check_scalar(const Tensor& t, Device dev, const char* what, const char* op) {
+  MPT_CHECK(t.dtype() == DType::F32 && t.numel() == 1 && t.device() == dev,
+            "[{}] {} must be an f32 tensor with one element on {}, got {}", op, what, dev.str(), t.meta_str());
+}
+
+km::StepGuards guards_of(const GradScaling& s, Device dev, const char* op) {
+  km::StepGuards g;
+  if (s.grad_scale_inv.defined()) {
+    check_scalar(s.grad_scale_inv, dev, "grad_scale_inv", op);
+    g.grad_scale_inv = static_cast<const float*>(s.grad_scale_inv.data_ptr());
+  }
+  if (s.found_inf.defined()) {
+    check_scalar(s.found_inf, dev, "found_inf", op);
+    g.found_inf = static_cast<const float*>(s.found_inf.data_ptr());
+  }
+  return g;
+}
+
+void check_hyper(bool ok, const char* what, double value, const char* op) {
+  MPT_CHECK(ok && std::isfinite(value), "[{}] invalid {}: {}", op, what, value);
+}
+
+// The dtypes of one call, taken from slot 0; every slot must match them.
+struct CallTypes {
+  Device dev;
+  DType param, grad;
+};
+
+template <class Slot>
+CallTypes call_types(std::span<const Slot> slots, const char* op) {
+  const Slot& s = slots[0];
+  MPT_CHECK(s.param.defined() && s.grad.defined(), "[{}] slot 0: param and grad must be defined", op);
+  const DType p = s.param.dtype();
+  MPT_CHECK(p == DType::F32 || (p == DType::F64 && s.param.device().is_cpu()),
+            "[{}] parameters must be f32 (or f64 on the CPU), got {}", op, s.param.meta_str());
+  return {s.param.device(), p, s.grad.dtype()};
+}
+
+template <class Slot>
+void check_param_grad(const Slot& s, const CallTypes& types, int64_t i, const char* op) {
+  check_in_place(s.param, types.dev, "param", i, op);
+  MPT_CHECK(s.param.dtype() == types.param, "[{}] slot {}: param must be {} like slot 0, got {}", op, i, types.param,
+            s.param.meta_str());
+  MPT_CHECK(s.grad.defined(), "[{}] slot {}: grad is an undefined tensor", op, i);
+  MPT_CHECK(s.grad.device() == types.dev, "[{}] slot {}: grad is {}, expected a tensor on {}", op, i,
+            s.grad.meta_str(), types.dev.str());
+  MPT_CHECK(s.grad.dtype() == types.grad, "[{}] slot {}: grad must be {} like slot 0, got {}", op, i, types.grad,
+            s.grad.meta_str());
+  MPT_CHECK(s.grad.shape() == s.param.shape(), "[{}] slot {}: grad must have shape {}, got {}", op, i,
+            shape_str(s.param.shape()), s.grad.meta_str());
+}
+
+int64_t absmax_blocks(int64_t n) { return (n + km::kQuantBlock - 1) / km::kQuantBlock; }
+
+void check_state(const AdamWState& st, const Tensor& param, MomentStorage storage, DType moment_dtype, Device dev,
+                 int64_t i, const char* op) {
+  MPT_CHECK(st.exp_avg.defined() && moment_storage(st) == storage,
+            "[{}] slot {}: all slots must use the moment storage of slot 0", op, i);
+  if (storage == MomentStorage::Int8) {
+    check_tensor(st.exp_avg, dev, DType::U8, param.shape(), "exp_avg", i, op);
+    check_tensor(st.exp_avg_sq, dev, DType::U8, param.shape(), "exp_avg_sq", i, op);
+    const Shape blocks{absmax_blocks(param.numel())};
+    check_tensor(st.exp_avg_absmax, dev, DType::F32, blocks, "exp_avg_absmax", i, op);
+    check_tensor(st.exp_avg_sq_absmax, dev, DType::F32, blocks, "exp_avg_sq_absmax", i, op);
+  } else {
+    check_tensor(st.exp_avg, dev, moment_dtype, param.shape(), "exp_avg", i, op);
+    check_tensor(st.exp_avg_sq, dev, moment_dtype, param.shape(), "exp_avg_sq", i, op);
+  }
+}
+
+template <class P, class G, class M>
+void run_adamw(std::span<const AdamWSlot> slots, const std::vector<Tensor>& grads, Device dev,
+               const km::AdamWCoefficients<double>& c, km::StepGuards guards) {
+  std::vector<km::AdamWTensor<P, G, M>> ts;
+  ts.reserve(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const AdamWSlot& s = slots[i];
+    const bool q = std::is_same_v<M, uint8_t>;
+    ts.push_back({s.param.data<P>(), grads[i].data<G>(), s.state.exp_avg.data<M>(), s.state.exp_avg_sq.data<M>(),
+                  q ? s.state.exp_avg_absmax.data<float>() : nullptr,
+                  q ? s.state.exp_avg_sq_absmax.data<float>() : nullptr, s.param.numel()});
+  }
+  if (dev.is_cpu()) {
+    kernels::cpu::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), c, guards);
+  } else if constexpr (std::is_same_v<P, float>) {
+    MPT_CUDA_KERNEL(kernels::cuda::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), c, guards,
+                                              static_cast<cudaStream_t>(detail::stream_of(dev))));
+  }
+}
+
+}  // namespace
+
+MomentStorage moment_storage(const AdamWState& state) {
+  MPT_CHECK(state.exp_avg.defined(), "[adamw_state] the state has no exp_avg tensor");
+  switch (state.exp_avg.dtype()) {
+    case DType::U8: return MomentStorage::Int8;
+    case DType::BF16: return MomentStorage::BF16;
+    default: return MomentStorage::F32;
+  }
+}
+
+AdamWState adamw_state(const Tensor& param, MomentStorage storage) {
+  MPT_CHECK(param.defined(), "[adamw_state] param is an undefined tensor");
+  const Device dev = param.device();
+  if (param.dtype() == DType::F64) {
+    MPT_CHECK(storage == MomentStorage::F32, "[adamw_state] f64 parameters keep f64 moments; bf16 and 8-bit moments "
+              "need f32 parameters, got {}", param.meta_str());
+    return {Tensor::zeros(param.shape(), DType::F64, dev), Tensor::zeros(param.shape(), DType::F64, dev), {}, {}};
+  }
+  MPT_CHECK(param.dtype() == DType::F32, "[adamw_state] parameters must be f32 (or f64), got {}", param.meta_str());
+  switch (storage) {
+    case MomentStorage::F32:
+    case MomentStorage::BF16: {
+      const DType dt = storage == MomentStorage::F32 ? DType::F32 : DType::BF16;
+      return {Tensor::zeros(param.shape(), dt, dev), Tensor::zeros(param.shape(), dt, dev), {}, {}};
+    }
+    case MomentStorage::Int8: {
+      const Shape blocks{absmax_blocks(param.numel())};
+      return {Tensor::zeros(param.shape(), DType::U8, dev), Tensor::zeros(param.shape(), DType::U8, dev),
+              Tensor::zeros(blocks, DType::F32, dev), Tensor::zeros(blocks, DType::F32, dev)};
+    }
+  }
+  MPT_THROW("[adamw_state] unknown moment storage");
+}
+
+void adamw_step(std::span<const AdamWSlot> slots, const AdamWParams& hp, const GradScaling& scaling) {
+  constexpr const char* op = "adamw_step";
+  check_hyper(hp.lr >= 0, "learning rate", hp.lr, op);
+  check_hyper(hp.eps >= 0, "epsilon", hp.eps, op);
+  check_hyper(hp.beta1 >= 0 && hp.beta1 < 1, "beta1", hp.beta1, op);
+  check_hyper(hp.beta2 >= 0 && hp.beta2 < 1, "beta2", hp.beta2, op);
+  check_hyper(hp.weight_decay >= 0, "weight_decay", hp.weight_decay, op);
+  MPT_CHECK(hp.step >= 1, "[{}] step counts from 1, got {}", op, hp.step);
+  if (slots.empty()) return;
+  const CallTypes types = call_types(slots, op);
+  const MomentStorage storage = moment_storage(slots[0].state);
+  MPT_CHECK(types.param == DType::F32 || storage == MomentStorage::F32,
+            "[{}] f64 parameters keep f64 moments (bf16 and 8-bit moments need f32 parameters)", op);
+  const DType moment_dtype = types.param == DType::F64 ? DType::F64
+                             : storage == MomentStorage::BF16 ? DType::BF16 : DType::F32;
+  std::vector<Tensor> grads;
+  grads.reserve(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    check_param_grad(slots[i], types, static_cast<int64_t>(i), op);
+    check_state(slots[i].state, slots[i].param, storage, moment_dtype, types.dev, static_cast<int64_t>(i), op);
+    grads.push_back(slots[i].grad.contiguous());
+  }
+  const km::StepGuards guards = guards_of(scaling, types.dev, op);
+  const auto c = km::adamw_coefficients(hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.step);
+  if (types.param == DType::F64) {
+    MPT_CHECK(types.grad == DType::F64, "[{}] f64 parameters need f64 gradients, got {}", op, types.grad);
+    return run_adamw<double, double, double>(slots, grads, types.dev, c, guards);
+  }
+  visit_grad(types.grad, op, [&](auto tag) {
+    using G = decltype(tag);
+    switch (storage) {
+      case MomentStorage::F32: return run_adamw<float, G, float>(slots, grads, types.dev, c, guards);
+      case MomentStorage::BF16: return run_adamw<float, G, bf16>(slots, grads, types.dev, c, guards);
+      case MomentStorage::Int8: return run_adamw<float, G, uint8_t>(slots, grads, types.dev, c, guards);
+    }
+  });
+}
+
+void sgd_step(std::span<const SgdSlot> slots, const SgdParams& hp, const GradScaling& scaling) {
+  constexpr const char* op = "sgd_step";
+  check_hyper(hp.lr >= 0, "learning rate", hp.lr, op);
+  check_hyper(hp.momentum >= 0, "momentum", hp.momentum, op);
+  check_hyper(true, "dampening", hp.dampening, op);
+  check_hyper(hp.weight_decay >= 0, "weight_decay", hp.weight_decay, op);
+  MPT_CHECK(!hp.nesterov || (hp.momentum > 0 && hp.dampening == 0),
+            "[{}] nesterov momentum requires a momentum and zero dampening", op);
+  if (slots.empty()) return;
+  const CallTypes types = call_types(slots, op);
+  const bool with_buffer = hp.momentum != 0;
+  std::vector<Tensor> grads;
+  grads.reserve(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto k = static_cast<int64_t>(i);
+    check_param_grad(slots[i], types, k, op);
+    if (with_buffer) {
+      check_tensor(slots[i].momentum_buffer, types.dev, types.param, slots[i].param.shape(), "momentum_buffer", k, op);
+    }
+    grads.push_back(slots[i].grad.contiguous());
+  }
+  const km::StepGuards guards = guards_of(scaling, types.dev, op);
+  const km::SgdCoefficients<double> c{hp.lr, hp.momentum, 1 - hp.dampening, hp.weight_decay, hp.nesterov,
+                                      hp.first_step};
+  auto run = [&](auto ptag, auto gtag) {
+    using P = decltype(ptag);
+    using G = decltype(gtag);
+    std::vector<km::SgdTensor<P, G>> ts;
+    ts.reserve(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      ts.push_back({slots[i].param.data<P>(), grads[i].data<G>(),
+                    with_buffer ? slots[i].momentum_buffer.data<P>() : nullptr, slots[i].param.numel()});
+    }
+    if (types.dev.is_cpu()) {
+      kernels::cpu::sgd_step(ts.data(), static_cast<int64_t>(ts.size()), c, guards);
+    } else if constexpr (std::is_same_v<P, float>) {
+      MPT_CUDA_KERNEL(kernels::cuda::sgd_step(ts.data(), static_cast<int64_t>(ts.size()), c, guards,
+                                              static_cast<cudaStream_t>(detail::stream_of(types.dev))));
+    }
+  };
+  if (types.param == DType::F64) {
+    MPT_CHECK(types.grad == DType::F64, "[{}] f64 parameters need f64 gradients, got {}", op, types.grad);
+    return run(double{}, double{});
+  }
+  visit_grad(types.grad, op, [&](auto gtag) { run(float{}, gtag); });
+}
+
+void non_finite_check_and_unscale_(std::span<const Tensor> grads, const Tensor& found_inf, const Tensor& inv_scale) {
+  constexpr const char* op = "non_finite_check_and_unscale_";
+  MPT_CHECK(found_inf.defined() && inv_scale.defined(), "[{}] found_inf and inv_scale must be defined", op);
+  const Device dev = found_inf.device();
+  check_scalar(found_inf, dev, "found_inf", op);
+  check_scalar(inv_scale, dev, "inv_scale", op);
+  if (grads.empty()) return;
+  const DType dt = grads[0].defined() ? grads[0].dtype() : DType::F32;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    check_in_place(grads[i], dev, "grad", static_cast<int64_t>(i), op);
+    MPT_CHECK(grads[i].dtype() == dt, "[{}] slot {}: grad must be {} like slot 0, got {}", op, i, dt,
+              grads[i].meta_str());
+    sizes.push_back(grads[i].numel());
+  }
+  detail::visit_float(dt, op, [&](auto tag) {
+    using G = decltype(tag);
+    std::vector<G*> ptrs;
+    for (const Tensor& g : grads) ptrs.push_back(g.data<G>());
+    const auto* inv = static_cast<const float*>(inv_scale.data_ptr());
+    auto* found = static_cast<float*>(found_inf.data_ptr());
+    if (dev.is_cpu()) {
+      kernels::cpu::unscale_check(ptrs.data(), sizes.data(), static_cast<int64_t>(ptrs.size()), inv, found);
+    } else if constexpr (!std::is_same_v<G, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::unscale_check(ptrs.data(), sizes.data(), static_cast<int64_t>(ptrs.size()), inv,
+                                                   found, static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  });
+}
+
+Tensor dynamic_quantization_map(bool is_signed) {
+  const float* code = is_signed ? km::kDynamicMapSigned : km::kDynamicMapUnsigned;
+  return Tensor::from_vector(std::vector<float>(code, code + 256), {256});
+}
+
+}  // namespace mpt::ops

@@ -1,0 +1,274 @@
+// src/ops/softmax.cpp: softmax and softmax + cross-entropy, forward and backward: checks, dispatch, CPU or CUDA kernel.
+#include "mpt/ops/softmax.h"
+
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/softmax.h"
+#include "ops/dispatch.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/softmax.h"
+#endif
+
+namespace mpt::ops {
+
+namespace {
+
+using detail::visit_float;
+namespace math = kernels::math;
+
+DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
+
+int64_t last_dim(const Tensor& x, const char* op) {
+  MPT_CHECK(x.dim() >= 1, "[{}] expected at least one dimension, got {}", op, x.meta_str());
+  return x.size(-1);
+}
+
+template <class F>
+void visit_index(DType t, const char* op, F&& f) {
+  if (t == DType::I64) return f(int64_t{});
+  if (t == DType::I32) return f(int32_t{});
+  MPT_THROW("[{}] targets must be i64 or i32, got {}", op, t);
+}
+
+struct CeShape {
+  int64_t rows;
+  int64_t vocab;
+};
+
+CeShape check_ce(const Tensor& logits, const Tensor& targets, const char* op) {
+  detail::check_f64_on_cpu(logits, op);
+  const int64_t vocab = last_dim(logits, op);
+  MPT_CHECK(vocab >= 1, "[{}] the class dimension is empty: {}", op, logits.meta_str());
+  MPT_CHECK(targets.dtype() == DType::I64 || targets.dtype() == DType::I32, "[{}] targets must be i64 or i32, got {}",
+            op, targets.meta_str());
+  const Shape& ls = logits.shape();
+  const Shape lead(ls.begin(), ls.end() - 1);
+  MPT_CHECK(targets.shape() == lead, "[{}] targets must have shape {} for logits {}, got {}", op, shape_str(lead),
+            logits.meta_str(), targets.meta_str());
+  const int64_t rows = logits.numel() / vocab;
+  MPT_CHECK(logits.device().is_cpu() || rows <= 2147483647, "[{}] at most 2^31 - 1 rows on CUDA, got {}", op, rows);
+  return {rows, vocab};
+}
+
+[[noreturn]] void throw_bad_target(const Tensor& targets, int64_t row, int64_t vocab, int64_t ignore_index,
+                                   const char* op) {
+  const int64_t value = targets.reshape({-1}).select(0, row).item<int64_t>();
+  MPT_THROW("[{}] target {} at row {} is out of range [0, {}) and is not ignore_index {}", op, value, row, vocab,
+            ignore_index);
+}
+
+// The first row whose target is outside [0, vocab) and not ignore_index (CPU targets), or -1.
+int64_t first_bad_target(const Tensor& targets, int64_t vocab, int64_t ignore_index) {
+  int64_t bad = -1;
+  visit_index(targets.dtype(), "softmax_cross_entropy", [&](auto tag) {
+    using I = decltype(tag);
+    const I* t = targets.data<I>();
+    for (int64_t r = 0; r < targets.numel() && bad < 0; ++r) {
+      const int64_t v = static_cast<int64_t>(t[r]);
+      if (v != ignore_index && !math::ce_target_in_range(v, vocab)) bad = r;
+    }
+  });
+  return bad;
+}
+
+math::CrossEntropyReduction kernel_reduction(LossReduction r) {
+  switch (r) {
+    case LossReduction::None:
+      return math::CrossEntropyReduction::None;
+    case LossReduction::Sum:
+      return math::CrossEntropyReduction::Sum;
+    case LossReduction::Mean:
+      break;
+  }
+  return math::CrossEntropyReduction::Mean;
+}
+
+Tensor ce_backward(const Tensor& dloss_in, const Tensor& logits_in, const Tensor& targets_in,
+                   const CrossEntropySaved& saved, const CrossEntropyOptions& options, Tensor dlogits, bool in_place,
+                   const char* op) {
+  const Device dev =
+      detail::check_same_device({&dloss_in, &logits_in, &targets_in, &saved.lse, &saved.valid_count}, op);
+  const auto [rows, vocab] = check_ce(logits_in, targets_in, op);
+  const DType acc = stats_dtype(logits_in.dtype());
+  MPT_CHECK(dloss_in.dtype() == acc, "[{}] dloss must be {} (the loss's dtype), got {}", op, acc, dloss_in.meta_str());
+  if (options.reduction == LossReduction::None) {
+    detail::check_shape(dloss_in, targets_in.shape(), "dloss", op);
+  } else {
+    MPT_CHECK(dloss_in.numel() == 1, "[{}] dloss of a reduced loss must have one element, got {}", op,
+              dloss_in.meta_str());
+  }
+  MPT_CHECK(saved.lse.dtype() == acc && saved.valid_count.dtype() == acc,
+            "[{}] saved tensors must be {}, got {} and {}", op, acc, saved.lse.meta_str(),
+            saved.valid_count.meta_str());
+  detail::check_shape(saved.lse, {rows}, "saved.lse", op);
+  detail::check_shape(saved.valid_count, {1}, "saved.valid_count", op);
+  const bool accumulate = dlogits.defined();
+  if (in_place) {
+    MPT_CHECK(logits_in.is_contiguous(), "[{}] in-place backward needs contiguous logits, got strides {}", op,
+              shape_str(logits_in.strides()));
+    dlogits = logits_in;
+  } else if (accumulate) {
+    detail::check_same_dtype({&logits_in, &dlogits}, op);
+    MPT_CHECK(dlogits.device() == dev, "[{}] dlogits is {}, logits are {}", op, dlogits.meta_str(),
+              logits_in.meta_str());
+    detail::check_shape(dlogits, logits_in.shape(), "dlogits", op);
+    MPT_CHECK(dlogits.is_contiguous(), "[{}] dlogits to accumulate into must be contiguous, got strides {}", op,
+              shape_str(dlogits.strides()));
+  } else {
+    dlogits = Tensor::empty(logits_in.shape(), logits_in.dtype(), dev);
+  }
+  if (rows == 0) return dlogits;
+  const Tensor logits = logits_in.contiguous(), targets = targets_in.contiguous(), dloss = dloss_in.contiguous();
+  const Tensor lse = saved.lse.contiguous();
+  if (dev.is_cpu()) {
+    const int64_t bad = first_bad_target(targets, vocab, options.ignore_index);
+    if (bad >= 0) throw_bad_target(targets, bad, vocab, options.ignore_index, op);
+  }
+  visit_float(logits.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using F = math::opmath_t<T>;
+    visit_index(targets.dtype(), op, [&](auto itag) {
+      using I = decltype(itag);
+      math::CrossEntropyBackwardParams<T, I> p;
+      p.logits = logits.data<T>();
+      p.targets = targets.data<I>();
+      p.lse = lse.data<F>();
+      p.dloss = dloss.data<F>();
+      p.divisor = options.reduction == LossReduction::Mean ? saved.valid_count.data<F>() : nullptr;
+      p.dlogits = dlogits.data<T>();
+      p.dloss_stride = options.reduction == LossReduction::None ? 1 : 0;
+      p.rows = rows;
+      p.vocab = vocab;
+      p.ignore_index = options.ignore_index;
+      p.accumulate = accumulate && !in_place;
+      if (dev.is_cpu()) {
+        kernels::cpu::cross_entropy_backward(p);
+      } else if constexpr (!std::is_same_v<T, double>) {
+        MPT_CUDA_KERNEL(kernels::cuda::cross_entropy_backward(p, static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    });
+  });
+  return dlogits;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x_in) {
+  const Device dev = detail::check_same_device({&x_in}, "softmax");
+  detail::check_f64_on_cpu(x_in, "softmax");
+  const int64_t cols = last_dim(x_in, "softmax");
+  const Tensor x = x_in.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
+  if (x.numel() == 0) return y;
+  const int64_t rows = x.numel() / cols;
+  MPT_CHECK(dev.is_cpu() || rows <= 2147483647, "[softmax] at most 2^31 - 1 rows on CUDA, got {}", rows);
+  visit_float(x.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    if (dev.is_cpu()) {
+      kernels::cpu::softmax_rows(x.data<T>(), y.data<T>(), rows, cols);
+    } else if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::softmax_rows(x.data<T>(), y.data<T>(), rows, cols,
+                                                  static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  });
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, Tensor dx) {
+  const char* op = "softmax_backward";
+  const bool accumulate = dx.defined();
+  const Device dev =
+      accumulate ? detail::check_same_device({&dy_in, &y_in, &dx}, op) : detail::check_same_device({&dy_in, &y_in}, op);
+  detail::check_same_dtype({&y_in, &dy_in}, op);
+  detail::check_shape(dy_in, y_in.shape(), "dy", op);
+  detail::check_f64_on_cpu(y_in, op);
+  const int64_t cols = last_dim(y_in, op);
+  if (accumulate) {
+    detail::check_same_dtype({&y_in, &dx}, op);
+    detail::check_shape(dx, y_in.shape(), "dx", op);
+    MPT_CHECK(dx.is_contiguous(), "[{}] the gradient to accumulate into must be contiguous, got strides {}", op,
+              shape_str(dx.strides()));
+  } else {
+    dx = Tensor::empty(y_in.shape(), y_in.dtype(), dev);
+  }
+  if (y_in.numel() == 0) return dx;
+  const int64_t rows = y_in.numel() / cols;
+  MPT_CHECK(dev.is_cpu() || rows <= 2147483647, "[{}] at most 2^31 - 1 rows on CUDA, got {}", op, rows);
+  const Tensor dy = dy_in.contiguous(), y = y_in.contiguous();
+  visit_float(y.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if (dev.is_cpu()) {
+      kernels::cpu::softmax_backward_rows(dy.data<T>(), y.data<T>(), dx.data<T>(), rows, cols, accumulate);
+    } else if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::softmax_backward_rows(dy.data<T>(), y.data<T>(), dx.data<T>(), rows, cols,
+                                                           accumulate,
+                                                           static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  });
+  return dx;
+}
+
+CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
+                                         const CrossEntropyOptions& options) {
+  const char* op = "softmax_cross_entropy";
+  const Device dev = detail::check_same_device({&logits_in, &targets_in}, op);
+  const auto [rows, vocab] = check_ce(logits_in, targets_in, op);
+  const DType acc = stats_dtype(logits_in.dtype());
+  const Tensor logits = logits_in.contiguous(), targets = targets_in.contiguous();
+  const Tensor row_loss = Tensor::empty({rows}, acc, dev);
+  CrossEntropyResult out{
+      options.reduction == LossReduction::None ? row_loss.view(targets.shape()) : Tensor::empty({}, acc, dev),
+      {Tensor::empty({rows}, acc, dev), Tensor::empty({1}, acc, dev)}};
+  const Tensor bad_row = Tensor::empty({1}, DType::I64, dev);
+  visit_float(logits.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using F = math::opmath_t<T>;
+    visit_index(targets.dtype(), op, [&](auto itag) {
+      using I = decltype(itag);
+      math::CrossEntropyForwardParams<T, I> f;
+      f.logits = logits.data<T>();
+      f.targets = targets.data<I>();
+      f.loss = row_loss.data<F>();
+      f.lse = out.saved.lse.data<F>();
+      f.rows = rows;
+      f.vocab = vocab;
+      f.ignore_index = options.ignore_index;
+      math::CrossEntropyReduceParams<T, I> r;
+      r.row_loss = row_loss.data<F>();
+      r.targets = f.targets;
+      r.loss = options.reduction == LossReduction::None ? nullptr : out.loss.data<F>();
+      r.count = out.saved.valid_count.data<F>();
+      r.bad_row = bad_row.data<int64_t>();
+      r.rows = rows;
+      r.vocab = vocab;
+      r.ignore_index = options.ignore_index;
+      r.reduction = kernel_reduction(options.reduction);
+      if (dev.is_cpu()) {
+        kernels::cpu::cross_entropy_forward(f);
+        kernels::cpu::cross_entropy_reduce(r);
+      } else if constexpr (!std::is_same_v<T, double>) {
+        MPT_CUDA_KERNEL(kernels::cuda::cross_entropy_forward(f, static_cast<cudaStream_t>(detail::stream_of(dev))));
+        MPT_CUDA_KERNEL(kernels::cuda::cross_entropy_reduce(r, static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    });
+  });
+  if (dev.is_cpu() || options.check_targets) {
+    const int64_t bad = bad_row.item<int64_t>();  // on CUDA: copies to the host after the stream's work
+    if (bad >= 0) throw_bad_target(targets, bad, vocab, options.ignore_index, op);
+  }
+  return out;
+}
+
+Tensor softmax_cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                      const CrossEntropySaved& saved, const CrossEntropyOptions& options,
+                                      Tensor dlogits) {
+  return ce_backward(dloss, logits, targets, saved, options, std::move(dlogits), false,
+                     "softmax_cross_entropy_backward");
+}
+
+Tensor softmax_cross_entropy_backward_in_place(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                               const CrossEntropySaved& saved, const CrossEntropyOptions& options) {
+  return ce_backward(dloss, logits, targets, saved, options, Tensor(), true, "softmax_cross_entropy_backward_in_place");
+}
+
+}  // namespace mpt::ops

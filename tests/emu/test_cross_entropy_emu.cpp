@@ -1,0 +1,212 @@
+// tests/emu/test_cross_entropy_emu.cpp: the CUDA softmax + cross-entropy kernels under emulation vs the CPU kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/math/numerics.h"
+#include "mpt/core/tensor.h"
+#include "op_test.h"
+
+namespace {
+
+using mpt::bf16;
+using mpt::f16;
+namespace math = mpt::kernels::math;
+namespace cpu = mpt::kernels::cpu;
+namespace cuda = mpt::kernels::cuda;
+
+template <class T>
+std::vector<T> random_values(int64_t n, uint64_t seed, double scale) {
+  return mpt::testing::random_tensor({n}, mpt::dtype_of<T>(), seed, scale).template to_vector<T>();
+}
+
+template <class T>
+bool same_bits(const T* a, const T* b, int64_t n) {
+  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(T)) == 0;
+}
+
+// Targets: in range, except row 1 (ignore_index) and, when `bad_row` >= 0, that row (vocab: out of range).
+std::vector<int64_t> make_targets(int64_t rows, int64_t vocab, int64_t bad_row) {
+  std::vector<int64_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r) t[r] = r == 1 ? -100 : r == bad_row ? vocab : (r * 7919 + 3) % vocab;
+  return t;
+}
+
+// The CUDA forward sums each thread's strided share of the row in float (online max), then a tree; the CPU
+// sums in double. With |logits| <= ~15, lse and loss agree to (vocab / threads + 48) float roundings of
+// |lse| + |loss| <= ~40, which the stated 2^-24 * 40 * (vocab / 1024 + 64) covers.
+double forward_tolerance(int64_t vocab) { return 0x1p-24 * 40 * (static_cast<double>(vocab) / 1024 + 64); }
+
+template <class T>
+void check_cross_entropy(int64_t rows, int64_t vocab, int64_t misalign, int64_t bad_row) {
+  SCOPED_TRACE(testing::Message() << "rows " << rows << " vocab " << vocab << " misalign " << misalign << " sizeof(T) "
+                                  << sizeof(T) << " bad row " << bad_row);
+  const int64_t n = rows * vocab;
+  const auto x_all = random_values<T>(n + misalign, 10 + n, 3.0);
+  const T* x = x_all.data() + misalign;
+  const std::vector<int64_t> t = make_targets(rows, vocab, bad_row);
+  std::vector<float> loss_cpu(rows, NAN), lse_cpu(rows, NAN), loss_emu(rows, NAN), lse_emu(rows, NAN);
+  math::CrossEntropyForwardParams<T, int64_t> f;
+  f.logits = x;
+  f.targets = t.data();
+  f.rows = rows;
+  f.vocab = vocab;
+  f.loss = loss_cpu.data();
+  f.lse = lse_cpu.data();
+  cpu::cross_entropy_forward(f);
+  f.loss = loss_emu.data();
+  f.lse = lse_emu.data();
+  ASSERT_EQ(cuda::cross_entropy_forward(f, nullptr), cudaSuccess);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_NEAR(lse_emu[r], lse_cpu[r], forward_tolerance(vocab)) << "lse row " << r;
+    if (r == bad_row) {
+      EXPECT_TRUE(std::isnan(loss_emu[r]) && std::isnan(loss_cpu[r])) << "an out-of-range target gives NaN";
+    } else {
+      EXPECT_NEAR(loss_emu[r], loss_cpu[r], forward_tolerance(vocab)) << "loss row " << r;
+    }
+  }
+  EXPECT_EQ(loss_emu[1], 0.0f) << "ignored row";
+
+  for (auto red :
+       {math::CrossEntropyReduction::None, math::CrossEntropyReduction::Mean, math::CrossEntropyReduction::Sum}) {
+    float total_cpu = NAN, total_emu = NAN, count_cpu = NAN, count_emu = NAN;
+    int64_t bad_cpu = -7, bad_emu = -7;
+    math::CrossEntropyReduceParams<T, int64_t> r;
+    r.row_loss = loss_cpu.data();
+    r.targets = t.data();
+    r.rows = rows;
+    r.vocab = vocab;
+    r.reduction = red;
+    r.loss = &total_cpu;
+    r.count = &count_cpu;
+    r.bad_row = &bad_cpu;
+    cpu::cross_entropy_reduce(r);
+    r.loss = &total_emu;
+    r.count = &count_emu;
+    r.bad_row = &bad_emu;
+    ASSERT_EQ(cuda::cross_entropy_reduce(r, nullptr), cudaSuccess);
+    EXPECT_EQ(count_emu, count_cpu);
+    EXPECT_EQ(count_emu, static_cast<float>(rows - 1));
+    EXPECT_EQ(bad_emu, bad_cpu);
+    EXPECT_EQ(bad_emu, bad_row);
+    if (red == math::CrossEntropyReduction::None) {
+      EXPECT_TRUE(std::isnan(total_emu)) << "None writes no reduced loss";
+    } else if (bad_row < 0) {
+      EXPECT_NEAR(total_emu, total_cpu, 1e-6 * rows * 20) << "float vs double sums of <= 20-sized losses";
+    }
+  }
+
+  // Backward from the same saved lse: elementwise with the same functor, so bit for bit. Plain, accumulating,
+  // and in place over a copy of the logits.
+  const float dloss = 0.8f, count = static_cast<float>(rows - 1);
+  for (int mode = 0; mode < 3; ++mode) {
+    const auto base = random_values<T>(n + misalign, 20 + n, 1.0);
+    std::vector<T> d_cpu(base.begin() + misalign, base.end()), d_emu = base;
+    std::vector<T> x_copy(x_all);
+    math::CrossEntropyBackwardParams<T, int64_t> b;
+    b.targets = t.data();
+    b.lse = lse_cpu.data();
+    b.dloss = &dloss;
+    b.divisor = &count;
+    b.rows = rows;
+    b.vocab = vocab;
+    b.accumulate = mode == 1;
+    b.dlogits = d_cpu.data();
+    b.logits = x;
+    cpu::cross_entropy_backward(b);
+    b.logits = mode == 2 ? x_copy.data() + misalign : x;
+    b.dlogits = mode == 2 ? x_copy.data() + misalign : d_emu.data() + misalign;
+    ASSERT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaSuccess);
+    const T* got = b.dlogits;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t o = r * vocab;
+      if (r == bad_row) {
+        EXPECT_TRUE(std::isnan(static_cast<float>(got[o]))) << "bad target row gradient";
+        continue;
+      }
+      EXPECT_TRUE(same_bits(got + o, d_cpu.data() + o, vocab)) << "backward mode " << mode << " row " << r;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(CrossEntropyEmu, MatchesCpu) {
+  for (int64_t vocab : {1, 7, 65, 1000}) {
+    for (int64_t misalign : {0, 3}) {
+      check_cross_entropy<float>(4, vocab, misalign, -1);
+      check_cross_entropy<bf16>(4, vocab, misalign, -1);
+    }
+  }
+  check_cross_entropy<f16>(3, 65, 1, -1);
+  check_cross_entropy<float>(3, 4099, 1, -1);
+}
+
+// GPT-2's vocabulary: 50257 is odd, so every row starts at a different alignment: the scalar head and tail
+// around the vector body move from row to row.
+TEST(CrossEntropyEmu, Gpt2Vocabulary) {
+  check_cross_entropy<bf16>(3, 50257, 0, -1);
+  check_cross_entropy<float>(2, 50257, 1, -1);
+}
+
+TEST(CrossEntropyEmu, OutOfRangeTargetGivesNaNAndIsReported) {
+  check_cross_entropy<float>(5, 33, 0, 3);
+  check_cross_entropy<bf16>(4, 100, 1, 0);
+}
+
+// A row of masked (-inf) logits except a few finite ones: the online max must not turn -inf - -inf into NaN.
+TEST(CrossEntropyEmu, MaskedLogits) {
+  const int64_t vocab = 300;
+  std::vector<float> x(2 * vocab, -INFINITY);
+  x[5] = 1.0f;
+  x[vocab + 290] = -2.0f;
+  x[vocab + 7] = 3.0f;
+  const std::vector<int64_t> t = {5, 290};
+  std::vector<float> loss(2, NAN), lse(2, NAN);
+  math::CrossEntropyForwardParams<float, int64_t> f;
+  f.logits = x.data();
+  f.targets = t.data();
+  f.loss = loss.data();
+  f.lse = lse.data();
+  f.rows = 2;
+  f.vocab = vocab;
+  ASSERT_EQ(cuda::cross_entropy_forward(f, nullptr), cudaSuccess);
+  EXPECT_FLOAT_EQ(loss[0], 0.0f);
+  EXPECT_NEAR(loss[1], std::log(std::exp(-2.0) + std::exp(3.0)) + 2.0, 1e-5);
+}
+
+TEST(CrossEntropyEmu, RejectsInvalidArguments) {
+  float x[4] = {1, 2, 3, 4}, out[4];
+  const int64_t t[1] = {0};
+  math::CrossEntropyForwardParams<float, int64_t> f;
+  f.logits = x;
+  f.targets = t;
+  f.loss = out;
+  f.lse = out + 1;
+  f.rows = 1;
+  f.vocab = 0;
+  EXPECT_EQ(cuda::cross_entropy_forward(f, nullptr), cudaErrorInvalidValue);
+  f.vocab = 4;
+  f.rows = int64_t{1} << 31;
+  EXPECT_EQ(cuda::cross_entropy_forward(f, nullptr), cudaErrorInvalidValue);
+  math::CrossEntropyBackwardParams<float, int64_t> b;
+  b.logits = x;
+  b.targets = t;
+  b.lse = out;
+  b.dloss = out;
+  b.dlogits = x;
+  b.rows = 1;
+  b.vocab = 4;
+  b.accumulate = true;  // accumulating into the logits it reads
+  EXPECT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaErrorInvalidValue);
+  math::CrossEntropyReduceParams<float, int64_t> r;
+  r.row_loss = out;
+  r.targets = t;
+  r.rows = 1;
+  r.vocab = 4;
+  EXPECT_EQ(cuda::cross_entropy_reduce(r, nullptr), cudaErrorInvalidValue);
+}

@@ -1,0 +1,243 @@
+// tests/ops/test_layernorm.cpp: LayerNorm and residual add + LayerNorm against float64 math and finite differences.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "mpt/ops/layernorm.h"
+#include "op_test.h"
+#include "test_util.h"
+
+using namespace mpt;
+using mpt::testing::random_tensor;
+using mpt::testing::tolerance;
+
+namespace {
+
+struct RefLayerNorm {
+  std::vector<double> y, mean, rstd;
+};
+
+// Independent float64 LayerNorm over the last dimension (two-pass variance, biased).
+RefLayerNorm ln_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                    int64_t cols, double eps) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / cols;
+  RefLayerNorm r{std::vector<double>(x.size()), std::vector<double>(rows), std::vector<double>(rows)};
+  for (int64_t i = 0; i < rows; ++i) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < cols; ++c) m += x[i * cols + c];
+    m /= static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c) v += (x[i * cols + c] - m) * (x[i * cols + c] - m);
+    const double rstd = 1 / std::sqrt(v / static_cast<double>(cols) + eps);
+    for (int64_t c = 0; c < cols; ++c)
+      r.y[i * cols + c] = (x[i * cols + c] - m) * rstd * w[c] + (b.empty() ? 0.0 : b[c]);
+    r.mean[i] = m;
+    r.rstd[i] = rstd;
+  }
+  return r;
+}
+
+Tensor ref_y(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5) {
+  const auto bias = b.defined() ? b.to_vector<double>() : std::vector<double>();
+  return Tensor::from_vector(ln_ref(x.to_vector<double>(), w.to_vector<double>(), bias, x.size(-1), eps).y, x.shape());
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+// Float sums of `terms` products of magnitude <= `magnitude` round with absolute error <= terms * magnitude * 2^-24
+// (each addition rounds once, relative to a partial sum no larger than the total of magnitudes).
+mpt::testing::Tolerance with_sum_error(DType dt, int64_t terms, double magnitude) {
+  const auto t = tolerance(dt);
+  return {t.rtol, t.atol + static_cast<double>(terms) * magnitude * 0x1p-24};
+}
+
+}  // namespace
+
+TEST(LayerNorm, ForwardMatchesFloat64ReferenceInEveryDtype) {
+  mpt::testing::PoisonAllocations poison;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    for (int64_t cols : {1, 7, 65, 1000, 4099}) {
+      const Tensor x = random_tensor({3, cols}, dt, 10 + cols, 2.0);
+      const Tensor w = random_tensor({cols}, dt, 20 + cols), b = random_tensor({cols}, dt, 30 + cols);
+      const auto r = ops::layer_norm(x, w, b);
+      const std::string what = fmt::format("layer_norm {} C={}", dtype_name(dt), cols);
+      EXPECT_EQ(r.y.dtype(), dt);
+      mpt::testing::expect_close(r.y, ref_y(x, w, b), tolerance(dt), what);
+      const auto ref = ln_ref(x.to_vector<double>(), w.to_vector<double>(), b.to_vector<double>(), cols, 1e-5);
+      const DType st = dt == DType::F64 ? DType::F64 : DType::F32;
+      ASSERT_EQ(r.saved.mean.dtype(), st);
+      ASSERT_EQ(r.saved.mean.shape(), Shape({3}));
+      mpt::testing::expect_close(r.saved.mean, Tensor::from_vector(ref.mean, {3}), tolerance(st), what + " mean");
+      mpt::testing::expect_close(r.saved.rstd, Tensor::from_vector(ref.rstd, {3}), tolerance(st), what + " rstd");
+    }
+  }
+}
+
+TEST(LayerNorm, F32ParametersWithLowPrecisionActivationsAndNoBias) {
+  mpt::testing::PoisonAllocations poison;
+  for (DType dt : {DType::F16, DType::BF16}) {
+    const Tensor x = random_tensor({2, 3, 129}, dt, 1, 3.0);
+    const Tensor w = random_tensor({129}, DType::F32, 2), b = random_tensor({129}, DType::F32, 3);
+    mpt::testing::expect_close(ops::layer_norm(x, w, b).y, ref_y(x, w, b), tolerance(dt), "f32 weight and bias");
+    mpt::testing::expect_close(ops::layer_norm(x, w, Tensor()).y, ref_y(x, w, Tensor()), tolerance(dt), "no bias");
+  }
+}
+
+TEST(LayerNorm, WorksOnNonContiguousInputsAndCustomEps) {
+  const Tensor x = random_tensor({9, 4}, DType::F32, 5).t();  // (4, 9), rows of 9
+  const Tensor w = random_tensor({9}, DType::F32, 6), b = random_tensor({9}, DType::F32, 7);
+  mpt::testing::expect_close(ops::layer_norm(x, w, b, 0.5).y, ref_y(x, w, b, 0.5), tolerance(DType::F32), "eps 0.5");
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferencesInFloat64) {
+  for (int64_t cols : {1, 5, 37}) {
+    const Tensor x = random_tensor({3, cols}, DType::F64, 40 + cols, 2.0);
+    const Tensor w = random_tensor({cols}, DType::F64, 41), b = random_tensor({cols}, DType::F64, 42);
+    const Tensor dy = random_tensor({3, cols}, DType::F64, 43);
+    const auto numeric = mpt::testing::numeric_gradients(
+        [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]).y; }, {x, w, b}, dy);
+    const auto saved = ops::layer_norm(x, w, b).saved;
+    const auto g = ops::layer_norm_backward(dy, x, w, saved);
+    const std::string what = fmt::format("C={}", cols);
+    mpt::testing::expect_close(g.dx, numeric[0], {1e-6, 1e-7}, "dx vs finite differences " + what);
+    mpt::testing::expect_close(g.dweight, numeric[1], {1e-6, 1e-7}, "dweight vs finite differences " + what);
+    mpt::testing::expect_close(g.dbias, numeric[2], {1e-6, 1e-7}, "dbias vs finite differences " + what);
+  }
+}
+
+TEST(LayerNorm, BackwardInLowPrecisionMatchesFloat64) {
+  mpt::testing::PoisonAllocations poison;
+  const int64_t rows = 67;  // more rows than the 32 partial-sum chunks, not a multiple of them
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (DType pt : {dt, DType::F32}) {
+      for (int64_t cols : {7, 200, 1029}) {
+        const Tensor x = random_tensor({rows, cols}, dt, 50 + cols, 2.0), dy = random_tensor({rows, cols}, dt, 51);
+        const Tensor w = random_tensor({cols}, pt, 52), b = random_tensor({cols}, pt, 53);
+        const auto saved = ops::layer_norm(x, w, b).saved;
+        const auto g = ops::layer_norm_backward(dy, x, w, saved);
+        const auto x64 = x.to(DType::F64), w64 = w.to(DType::F64);
+        const auto ref =
+            ops::layer_norm_backward(dy.to(DType::F64), x64, w64, ops::layer_norm(x64, w64, b.to(DType::F64)).saved);
+        const std::string what = fmt::format("{} weight {} C={}", dtype_name(dt), dtype_name(pt), cols);
+        EXPECT_EQ(g.dx.dtype(), dt);
+        EXPECT_EQ(g.dweight.dtype(), pt);
+        // dx: the float terms (|dy w rstd| up to ~20 with these inputs) cancel, 2C products each;
+        // dweight, dbias: sums over rows of |dy xhat| <= ~20.
+        mpt::testing::expect_close(g.dx, ref.dx, with_sum_error(dt, 2 * cols, 20), "dx " + what);
+        mpt::testing::expect_close(g.dweight, ref.dweight, with_sum_error(pt, rows, 20), "dweight " + what);
+        mpt::testing::expect_close(g.dbias, ref.dbias, with_sum_error(pt, rows, 20), "dbias " + what);
+      }
+    }
+  }
+}
+
+TEST(LayerNorm, BackwardAccumulatesIntoGivenGradients) {
+  const Tensor x = random_tensor({4, 33}, DType::F64, 60), dy = random_tensor({4, 33}, DType::F64, 61);
+  const Tensor w = random_tensor({33}, DType::F64, 62), b = random_tensor({33}, DType::F64, 63);
+  const auto saved = ops::layer_norm(x, w, b).saved;
+  const auto fresh = ops::layer_norm_backward(dy, x, w, saved);
+  ops::LayerNormGrads into{random_tensor({4, 33}, DType::F64, 64), random_tensor({33}, DType::F64, 65), Tensor()};
+  const auto dx0 = into.dx.to_vector<double>(), dw0 = into.dweight.to_vector<double>();
+  const auto out = ops::layer_norm_backward(dy, x, w, saved, true, into);
+  EXPECT_TRUE(out.dx.shares_storage(into.dx));
+  EXPECT_TRUE(out.dweight.shares_storage(into.dweight));
+  const auto dx = out.dx.to_vector<double>(), dw = out.dweight.to_vector<double>();
+  const auto fdx = fresh.dx.to_vector<double>(), fdw = fresh.dweight.to_vector<double>();
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_DOUBLE_EQ(dx[i], dx0[i] + fdx[i]);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_DOUBLE_EQ(dw[i], dw0[i] + fdw[i]);
+  EXPECT_EQ(out.dbias.to_vector<double>(), fresh.dbias.to_vector<double>()) << "dbias not given: overwritten";
+}
+
+TEST(LayerNorm, ParameterGradientsDoNotDependOnTheThreadCount) {
+  const Tensor x = random_tensor({301, 96}, DType::BF16, 70), dy = random_tensor({301, 96}, DType::BF16, 71);
+  const Tensor w = random_tensor({96}, DType::F32, 72), b = random_tensor({96}, DType::F32, 73);
+  const auto saved = ops::layer_norm(x, w, b).saved;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = ops::layer_norm_backward(dy, x, w, saved);
+  omp_set_num_threads(2);
+  const auto two = ops::layer_norm_backward(dy, x, w, saved);
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(same_bits(one.dweight, two.dweight));
+  EXPECT_TRUE(same_bits(one.dbias, two.dbias));
+  EXPECT_TRUE(same_bits(one.dx, two.dx));
+}
+
+TEST(LayerNorm, EmptyBatchGivesZeroParameterGradients) {
+  const Tensor x = Tensor::empty({0, 5}), w = random_tensor({5}, DType::F32, 1);
+  const auto r = ops::layer_norm(x, w, w);
+  EXPECT_EQ(r.y.shape(), Shape({0, 5}));
+  const auto g = ops::layer_norm_backward(Tensor::empty({0, 5}), x, w, r.saved);
+  EXPECT_EQ(g.dweight.to_vector<float>(), std::vector<float>(5, 0.0f));
+  EXPECT_EQ(g.dbias.to_vector<float>(), std::vector<float>(5, 0.0f));
+}
+
+// The fused op's error against float64 (of LN(x + residual) computed exactly) is at most twice the error of
+// the unfused low-precision computation: the add rounded to the dtype, then layer_norm.
+TEST(ResidualLayerNorm, ErrorAtMostTwiceTheUnfusedLowPrecisionError) {
+  mpt::testing::PoisonAllocations poison;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t cols : {7, 768, 1001}) {
+      const Tensor x = random_tensor({5, cols}, dt, 80 + cols), res = random_tensor({5, cols}, dt, 81 + cols, 2.0);
+      const Tensor w = random_tensor({cols}, dt, 82), b = random_tensor({cols}, dt, 83);
+      auto s64 = x.to_vector<double>();
+      const auto r64 = res.to_vector<double>();
+      for (size_t i = 0; i < s64.size(); ++i) s64[i] += r64[i];
+      const Tensor exact_sum = Tensor::from_vector(s64, x.shape());
+      const Tensor ref = ref_y(exact_sum, w, b);
+      const Tensor unfused_sum = exact_sum.to(dt);  // an add computed exactly and rounded once to dt
+      const Tensor unfused = ops::layer_norm(unfused_sum, w, b).y;
+      const auto fused = ops::residual_layer_norm(x, res, w, b);
+      const std::string what = fmt::format("{} C={}", dtype_name(dt), cols);
+      EXPECT_TRUE(same_bits(fused.sum, unfused_sum)) << "the residual stream " << what;
+      const double err_fused = mpt::testing::max_abs_error(fused.y, ref);
+      const double err_unfused = mpt::testing::max_abs_error(unfused, ref);
+      EXPECT_LE(err_fused, 2 * err_unfused) << what;
+      mpt::testing::expect_close(fused.y, ref_y(fused.sum, w, b), tolerance(dt), "fused vs reference " + what);
+      const auto saved = ops::layer_norm(unfused_sum, w, b).saved;
+      EXPECT_TRUE(same_bits(fused.saved.mean, saved.mean) && same_bits(fused.saved.rstd, saved.rstd)) << what;
+    }
+  }
+}
+
+TEST(ResidualLayerNorm, BackwardThroughTheSumMatchesFiniteDifferences) {
+  const Tensor x = random_tensor({3, 11}, DType::F64, 90), res = random_tensor({3, 11}, DType::F64, 91);
+  const Tensor w = random_tensor({11}, DType::F64, 92), b = random_tensor({11}, DType::F64, 93);
+  const Tensor dy = random_tensor({3, 11}, DType::F64, 94);
+  const auto numeric = mpt::testing::numeric_gradients(
+      [&](const std::vector<Tensor>& in) { return ops::residual_layer_norm(in[0], in[1], w, b).y; }, {x, res}, dy);
+  const auto fwd = ops::residual_layer_norm(x, res, w, b);
+  const auto g = ops::layer_norm_backward(dy, fwd.sum, w, fwd.saved);
+  mpt::testing::expect_close(g.dx, numeric[0], {1e-6, 1e-7}, "d x");
+  mpt::testing::expect_close(g.dx, numeric[1], {1e-6, 1e-7}, "d residual");
+}
+
+TEST(LayerNorm, RejectsBadArguments) {
+  const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4});
+  EXPECT_MPT_ERROR(ops::layer_norm(Tensor::zeros({2, 4}, DType::I32), w, w), "[layer_norm] expected a f32, f64");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, Tensor::ones({3}), w), "[layer_norm] weight must have shape [4]");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor::ones({5})), "[layer_norm] bias must have shape [4]");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor::ones({4}, DType::BF16)), "dtype mismatch");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, Tensor::ones({4}, DType::BF16), Tensor()), "weight must be f32 or f32");
+  EXPECT_MPT_ERROR(ops::layer_norm(x.to(DType::BF16), Tensor::ones({4}, DType::F16), Tensor()),
+                   "weight must be bf16 or f32");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, w, -1.0), "eps must be finite and >= 0");
+  EXPECT_MPT_ERROR(ops::layer_norm(Tensor::zeros({2, 0}), Tensor::ones({0}), Tensor()), "dimension is empty");
+  EXPECT_MPT_ERROR(ops::layer_norm(Tensor(), w, w), "[layer_norm] argument 0 is an undefined tensor");
+  EXPECT_MPT_ERROR(ops::residual_layer_norm(x, Tensor::zeros({2, 5}), w, w), "[residual_layer_norm] residual must");
+  EXPECT_MPT_ERROR(ops::residual_layer_norm(x, x.to(DType::BF16), w, w), "dtype mismatch");
+  const auto saved = ops::layer_norm(x, w, w).saved;
+  EXPECT_MPT_ERROR(ops::layer_norm_backward(Tensor::zeros({2, 3}), x, w, saved), "[layer_norm_backward] dy must");
+  EXPECT_MPT_ERROR(ops::layer_norm_backward(x, x, w, {saved.mean, Tensor::zeros({3})}), "saved statistics must");
+  EXPECT_MPT_ERROR(ops::layer_norm_backward(x, x, w, {saved.mean.to(DType::F64), saved.rstd}), "must be f32");
+  EXPECT_MPT_ERROR(ops::layer_norm_backward(x, x, w, saved, false, {Tensor(), Tensor(), Tensor::zeros({4})}),
+                   "has_bias is false");
+  EXPECT_MPT_ERROR(ops::layer_norm_backward(x, x, w, saved, true, {Tensor::zeros({2, 4}).t(), Tensor(), Tensor()}),
+                   "dx must have shape");
+  EXPECT_MPT_ERROR(
+      ops::layer_norm_backward(x, x, w, saved, true, {Tensor(), Tensor::zeros({4}, DType::BF16), Tensor()}),
+      "dweight to accumulate into must be f32");
+}
