@@ -1,4 +1,4 @@
-// kernels/cpu/attention.cpp: blocked causal attention (online-softmax forward, flash-attention-2 backward) and causal softmax rows.
+// kernels/cpu/attention.cpp: blocked causal attention (flash-attention forward and backward), causal softmax rows.
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
@@ -430,7 +430,8 @@ void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64
     F dot = 0;
     for (int64_t c = 0; c < n; ++c) dot += math::load(dy[off + c]) * math::load(y[off + c]);
     for (int64_t c = 0; c < n; ++c)
-      dx[off + c] = math::store<T>(math::causal_softmax_backward(math::load(y[off + c]), math::load(dy[off + c]), dot, sc));
+      dx[off + c] =
+          math::store<T>(math::causal_softmax_backward(math::load(y[off + c]), math::load(dy[off + c]), dot, sc));
     for (int64_t c = n; c < t; ++c) dx[off + c] = math::store<T>(F(0));
   }
 }

@@ -1,4 +1,4 @@
-// kernels/cpu/attention.h: causal scaled-dot-product attention on the CPU (blocked, online softmax) and the causal softmax rows.
+// kernels/cpu/attention.h: causal attention on the CPU (blocked, online softmax) and the causal softmax rows.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +18,10 @@ struct AttentionShape {
 // o_i = sum_{j <= i} softmax_j(scale * q_i . k_j) v_j for every head and query i, and lse_i = the logsumexp
 // of row i's scaled scores ((B*H, T); float, double for double). Flash-attention style: blocks of 64 query
 // rows against blocks of 64 keys up to the diagonal with an online softmax, so no T x T matrix exists (the
-// scratch per thread is one head's K and V as float plus O(64 * (64 + D)), i.e. O(T * D)). Computed in float (double for double) from converted
-// inputs, the output rounded once to T. Tasks (head, query block) run on OpenMP threads; each row's
-// arithmetic is the same whatever the thread count, so results are bit-identical across runs and threads.
-// T: float, double, mpt::f16, mpt::bf16.
+// scratch per thread is one head's K and V as float plus O(64 * (64 + D)), i.e. O(T * D)). Computed in float
+// (double for double) from converted inputs, the output rounded once to T. Tasks (head, query block) run on
+// OpenMP threads; each row's arithmetic is the same whatever the thread count, so results are bit-identical
+// across runs and threads. T: float, double, mpt::f16, mpt::bf16.
 template <class T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* o, math::opmath_t<T>* lse);
 

@@ -1,4 +1,4 @@
-// kernels/cuda/attention.cu: causal scaled softmax over [B*H, T, T] score rows, forward and backward, one block per row.
+// kernels/cuda/attention.cu: causal scaled softmax over [B*H, T, T] score rows, forward and backward.
 #include "kernels/cuda/attention.h"
 
 #include <cmath>

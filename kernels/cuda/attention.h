@@ -1,4 +1,4 @@
-// kernels/cuda/attention.h: the causal (masked) scaled softmax of the CUDA attention fallback (GEMMs + this), forward and backward.
+// kernels/cuda/attention.h: the causal scaled softmax of the CUDA attention fallback, forward and backward.
 #pragma once
 
 #include <cuda_runtime_api.h>

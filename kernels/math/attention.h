@@ -1,4 +1,4 @@
-// kernels/math/attention.h: causal attention row math (scaled scores, online softmax, softmax backward), shared by CPU and CUDA.
+// kernels/math/attention.h: causal attention row math (scaled softmax, online softmax, backward), CPU and CUDA.
 #pragma once
 
 #include <cmath>

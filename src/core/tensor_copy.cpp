@@ -2,11 +2,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/random.h"
 #include "kernels/cpu/strided.h"
 #include "mpt/core/tensor.h"
+#if defined(MPT_WITH_CUDA)
+#include "backend/cuda/check.h"
+#include "kernels/cuda/quantize.h"
+#endif
 
 namespace mpt {
 namespace {
@@ -49,8 +54,9 @@ std::pair<int64_t, int64_t> element_span(const Tensor& t) {
   return {lo, hi};
 }
 
-// A CPU copy of the bytes a CUDA view touches, viewed with the same shape and strides.
-// CUDA tensors are staged through host memory until the CUDA cast/copy kernels land (kernels issue).
+// A CPU copy of the bytes a CUDA view touches, viewed with the same shape and strides. Strided, broadcast and
+// integer copies of CUDA tensors are staged through host memory (correct, slow) until a strided CUDA copy kernel
+// exists; dense float conversions run on the device (copy_on_device).
 Tensor span_to_host(const Tensor& t) {
   const auto [lo, hi] = element_span(t);
   const size_t es = t.element_size();
@@ -67,6 +73,42 @@ void span_to_device(const Tensor& host, const Tensor& device_view) {
              host.storage()->data(), Device::cpu(), static_cast<size_t>(hi - lo + 1) * es);
 }
 
+bool is_cuda_convertible(DType t) { return is_floating(t) && t != DType::F64; }
+
+// Dense same-device CUDA copies and float conversions run on the device; everything else is staged.
+bool copy_on_device(const Tensor& dst, const Tensor& src, Fp8Saturation sat) {
+#if defined(MPT_WITH_CUDA)
+  if (!dst.device().is_cuda() || src.device() != dst.device() || !dst.is_contiguous() || !src.is_contiguous() ||
+      src.shape() != dst.shape() || src.shares_storage(dst)) {
+    return false;
+  }
+  void* stream = Stream::current(dst.device()).native();
+  if (src.dtype() == dst.dtype()) {
+    copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes(), Stream::current(dst.device()));
+    return true;
+  }
+  if (!is_cuda_convertible(src.dtype()) || !is_cuda_convertible(dst.dtype())) return false;
+  visit_dtype(src.dtype(), [&](auto s) {
+    using S = decltype(s);
+    visit_dtype(dst.dtype(), [&](auto d) {
+      using D = decltype(d);
+      if constexpr (!std::is_same_v<S, double> && !std::is_same_v<D, double> && !std::is_integral_v<S> &&
+                    !std::is_integral_v<D>) {
+        MPT_CUDA_CHECK((kernels::cuda::convert<D, S>(static_cast<const S*>(src.data_ptr()),
+                                                     static_cast<D*>(dst.data_ptr()), dst.numel(), sat,
+                                                     static_cast<cudaStream_t>(stream))));
+      }
+    });
+  });
+  return true;
+#else
+  (void)dst;
+  (void)src;
+  (void)sat;
+  return false;
+#endif
+}
+
 bool is_random_native(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
 
 }  // namespace
@@ -78,6 +120,7 @@ Tensor& Tensor::copy_(const Tensor& src, Fp8Saturation sat) {
             "[copy_] source {} does not broadcast to destination {}", src.meta_str(), meta_str());
   const Tensor s = src.shape() == shape_ ? src : src.expand(shape_);
   if (numel() == 0) return *this;
+  if (copy_on_device(*this, s, sat)) return *this;
   const Tensor hs = s.device().is_cpu() ? s : span_to_host(s);
   if (device().is_cpu()) {
     copy_cpu(*this, hs, sat);

@@ -1,4 +1,4 @@
-// src/ops/attention.cpp: causal scaled-dot-product attention forward and backward: checks, one dtype dispatch, CPU kernel.
+// src/ops/attention.cpp: causal attention forward and backward: checks, one dtype dispatch, CPU kernel.
 #include "mpt/ops/attention.h"
 
 #include <cmath>
@@ -26,7 +26,8 @@ kernels::cpu::AttentionShape check_qkv(const Tensor& q, const Tensor& k, const T
   MPT_CHECK(std::isfinite(opt.scale) && opt.scale >= 0, "[{}] scale must be finite and >= 0 (0: 1/sqrt(D)), got {}",
             op, opt.scale);
   const int64_t d = q.size(3);
-  const double scale = opt.scale > 0 ? opt.scale : (d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
+  MPT_CHECK(d >= 1, "[{}] the head dimension D must be at least 1, got q {}", op, q.meta_str());
+  const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d));
   return {q.size(0) * q.size(1), q.size(2), d, scale};
 }
 

@@ -8,6 +8,18 @@
 #include "kernels/cpu/gemm.h"
 #include "ops/dispatch.h"
 
+#if defined(MPT_WITH_CUDA)
+#include <map>
+#include <mutex>
+
+#include "backend/cuda/check.h"
+#include "kernels/cuda/gemm_scales.h"
+#include "kernels/cuda/lib/gemm_cublaslt.h"
+#include "mpt/core/memory.h"
+#include "mpt/core/stream.h"
+#include "mpt/ops/elementwise.h"
+#endif
+
 namespace mpt::ops {
 
 namespace {
@@ -125,6 +137,104 @@ void run_kernel(F&& f, const Tensor& a, const Tensor& b, const Tensor& c) {
   }
 }
 
+#if defined(MPT_WITH_CUDA)
+namespace kcu = kernels::cuda;
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F8E4M3: return CUDA_R_8F_E4M3;
+    case DType::F8E5M2: return CUDA_R_8F_E5M2;
+    default: MPT_THROW("[matmul] no cuBLASLt type for {}", t);
+  }
+}
+
+// One cuBLASLt workspace per (device, stream), allocated on first use and kept (R6.4: one per concurrent stream).
+kcu::LtWorkspace lt_workspace(const Stream& stream) {
+  static std::mutex mutex;
+  static auto* pool = new std::map<std::pair<int, void*>, std::shared_ptr<Storage>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<Storage>& ws = (*pool)[{stream.device().index(), stream.native()}];
+  if (!ws) {
+    const int major = cuda_status().devices.at(stream.device().index()).major;
+    ws = Storage::allocate(kcu::recommended_workspace_bytes(major), stream);
+  }
+  return {ws->data(), ws->nbytes()};
+}
+
+kcu::GemmScaleMode lt_mode(Fp8Scaling::Kind k) {
+  return k == Fp8Scaling::Kind::Block1x128     ? kcu::GemmScaleMode::Block1x128
+         : k == Fp8Scaling::Kind::Block128x128 ? kcu::GemmScaleMode::Block128x128
+                                               : kcu::GemmScaleMode::PerTensor;
+}
+
+// Our block-scale layout -> cuBLASLt's (gemm_layout.h); per-tensor scales pass through.
+Tensor lt_scales(const Fp8Scaling& s, const Tensor& checked, int64_t rows, int64_t k, cudaStream_t stream) {
+  const kcu::GemmScaleMode mode = lt_mode(s.kind);
+  if (mode == kcu::GemmScaleMode::PerTensor) return checked;
+  const int64_t entries = checked.numel() / kcu::our_scale_count(mode, rows, k);
+  Tensor out = Tensor::empty({entries * kcu::lt_scale_count(mode, rows, k)}, DType::F32, checked.device());
+  MPT_CUDA_CHECK(kcu::block_scales_to_lt(mode, checked.data<float>(), out.data<float>(), rows, k, entries, stream));
+  return out;
+}
+
+// c = alpha op(a) op(b) + beta c on a CUDA device through cuBLASLt (kernels/cuda/lib/gemm_cublaslt.h).
+void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
+  const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a_in.size(-2) : a_in.size(-1);
+  if (k == 0) {  // no products: C = beta C (beta == 0 never reads C)
+    Tensor dst = c;
+    if (beta == 0.0f) dst.zero_();
+    else dst.copy_(scale(c, beta));
+    return;
+  }
+  const bool fp8_in = is_fp8(a_in.dtype());
+  // FP8 needs A stored m x k and B stored n x k (TN): other layouts go through transposed copies.
+  const Tensor a_op = fp8_in ? (opt.trans_a ? a_in.transpose(-2, -1) : a_in).contiguous() : a_in;
+  const Tensor b_op = fp8_in ? (opt.trans_b ? b_in : b_in.transpose(-2, -1)).contiguous() : b_in;
+  const Layout la = layout_of(a_op, fp8_in ? false : opt.trans_a), lb = layout_of(b_op, fp8_in || opt.trans_b);
+  const Tensor &a = la.t, &b = lb.t;
+  const int64_t batch = c.dim() == 3 ? c.size(0) : 1;
+  const Stream stream = Stream::current(c.device());
+  const auto native = static_cast<cudaStream_t>(stream.native());
+
+  kcu::LtGemmParams p;
+  p.shape = {m, n, k, la.trans, lb.trans, la.ld, lb.ld, m == 1 ? std::max<int64_t>(1, n) : c.stride(-2), batch,
+             la.stride, lb.stride, batch > 1 ? c.stride(0) : 0};
+  p.alpha = opt.alpha, p.beta = beta;
+  p.a_type = lt_type(a.dtype()), p.b_type = lt_type(b.dtype()), p.c_type = lt_type(c.dtype());
+  p.allow_tf32 = false;  // the precision policy's TF32 flag goes here
+  Tensor sa, sb;
+  if (fp8_in) {
+    sa = lt_scales(opt.scale_a, checked_scale(opt.scale_a, a_in, m, k, "a", c.device()), m, k, native);
+    sb = lt_scales(opt.scale_b, checked_scale(opt.scale_b, b_in, n, k, "b", c.device()), n, k, native);
+    p.scale_a = {lt_mode(opt.scale_a.kind), sa.data<float>()};
+    p.scale_b = {lt_mode(opt.scale_b.kind), sb.data<float>()};
+  }
+  if (is_fp8(c.dtype())) {
+    MPT_CHECK(opt.out_scale.defined() && opt.out_scale.numel() == 1 && opt.out_scale.dtype() == DType::F32 &&
+                  opt.out_scale.device() == c.device(),
+              "[matmul] an FP8 output ({}) needs out_scale, an f32 scalar on {}", c.meta_str(), c.device().str());
+    p.out_scale = opt.out_scale.data<float>();
+    if (opt.out_amax.defined()) {
+      MPT_CHECK(opt.out_amax.numel() == 1 && opt.out_amax.dtype() == DType::F32 &&
+                    opt.out_amax.device() == c.device() && opt.out_amax.is_contiguous(),
+                "[matmul] out_amax must be a contiguous f32 scalar on {}, got {}", c.device().str(),
+                opt.out_amax.meta_str());
+      p.out_amax = opt.out_amax.data<float>();
+    }
+  } else {
+    MPT_CHECK(!opt.out_scale.defined() && !opt.out_amax.defined(),
+              "[matmul] out_scale and out_amax apply to FP8 outputs only, the output is {}", c.meta_str());
+  }
+  const kcu::LtResult r =
+      kcu::cublaslt_gemm(c.device().index(), p, a.data_ptr(), b.data_ptr(), c.data_ptr(), lt_workspace(stream), native);
+  MPT_CHECK(r.ok(), "[matmul] {} (a {}, b {}, c {})", kcu::describe(r, p), a_in.meta_str(), b_in.meta_str(),
+            c.meta_str());
+}
+#endif
+
 // c = alpha op(a) op(b) + beta c for validated shapes and dtypes; c has the result's shape.
 void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
   const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a_in.size(-2) : a_in.size(-1);
@@ -154,6 +264,9 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 
+#if defined(MPT_WITH_CUDA)
+  if (c.device().is_cuda()) return gemm_cuda(a_in, b_in, c, beta, opt);
+#endif
   const Layout la = layout_of(a_in, opt.trans_a), lb = layout_of(b_in, opt.trans_b);
   kc::GemmParams p;
   p.m = m, p.n = n, p.k = k;
@@ -216,9 +329,7 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
 
 // Validates a matmul and returns the result's shape; dtype-independent checks only.
 Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, const char* op) {
-  const Device dev = detail::check_same_device({&a, &b}, op);
-  MPT_CHECK(dev.is_cpu(), "[{}] CUDA GEMM (cuBLASLt) is not implemented yet: a {}, b {}", op, a.meta_str(),
-            b.meta_str());
+  detail::check_same_device({&a, &b}, op);
   detail::check_f64_on_cpu(a, op);
   MPT_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3),
             "[{}] expected 2-d or 3-d (batched) operands, got a {} and b {}", op, a.meta_str(), b.meta_str());

@@ -1,4 +1,4 @@
-// tests/emu/test_attention_emu.cpp: the emulated CUDA causal softmax (forward and backward) against the CPU rows and float64.
+// tests/emu/test_attention_emu.cpp: emulated CUDA causal softmax vs the CPU rows and float64.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,7 +129,8 @@ void check_backward(int64_t t, int offset) {
       }
       const double ref = double(kScale) * to_double(y[i]) * (to_double(dy[i]) - dot);
       const double step = std::is_same_v<T, float> ? 0x1p-23 : relative_ulp<T>();
-      const double tol = kScale * 2.0 * static_cast<double>(keys) * 0x1p-24 + std::abs(ref) * step + subnormal_step<T>();
+      const double tol =
+          kScale * 2.0 * static_cast<double>(keys) * 0x1p-24 + std::abs(ref) * step + subnormal_step<T>();
       EXPECT_NEAR(cpu, ref, tol) << "CPU vs float64, element " << i;
       EXPECT_NEAR(emu, cpu, tol) << "emulated CUDA vs CPU, element " << i;
     }

@@ -1,4 +1,4 @@
-// tests/ops/test_attention.cpp: causal attention forward/backward against float64 naive attention, finite differences, causality.
+// tests/ops/test_attention.cpp: causal attention vs float64 naive attention, finite differences, causality.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -366,10 +366,14 @@ TEST(Attention, RejectsBadArguments) {
                    "[causal_attention] q must be (B, H, T, D), got f32[2, 3, 4]");
   EXPECT_MPT_ERROR(ops::causal_attention(x, Tensor::zeros({1, 2, 4, 4}), x), "[causal_attention] k must have shape");
   EXPECT_MPT_ERROR(ops::causal_attention(x, x, Tensor::zeros({1, 2, 3, 4}, DType::BF16)), "dtype mismatch");
-  EXPECT_MPT_ERROR(ops::causal_attention(Tensor::zeros({1, 2, 3, 4}, DType::I32), Tensor::zeros({1, 2, 3, 4}, DType::I32),
-                                         Tensor::zeros({1, 2, 3, 4}, DType::I32)),
+  const Tensor ints = Tensor::zeros({1, 2, 3, 4}, DType::I32);
+  EXPECT_MPT_ERROR(ops::causal_attention(ints, ints, ints),
                    "expected a f32, f64, f16 or bf16 tensor");
   EXPECT_MPT_ERROR(ops::causal_attention(x, x, x, {.scale = -1}), "scale must be finite and >= 0");
+  const Tensor empty_d = Tensor::zeros({1, 2, 3, 0});
+  EXPECT_MPT_ERROR(ops::causal_attention(empty_d, empty_d, empty_d), "the head dimension D must be at least 1");
+  const Tensor no_tokens = Tensor::zeros({1, 2, 0, 4});
+  EXPECT_EQ(ops::causal_attention(no_tokens, no_tokens, no_tokens).lse.numel(), 0);
   const auto f = ops::causal_attention(x, x, x);
   EXPECT_MPT_ERROR(ops::causal_attention_backward(x, x, x, x, f.out, f.lse.to(DType::F64)), "lse must be f32");
   EXPECT_MPT_ERROR(ops::causal_attention_backward(x, x, x, x, f.out, Tensor::zeros({1, 2, 4})), "lse must have shape");

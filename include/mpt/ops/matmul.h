@@ -44,7 +44,7 @@ struct MatmulOptions {
 // A 2-d operand (or a batch of 1) is broadcast over the other's batch; the result is (m, n) or (batch, m, n).
 // Products accumulate in FP32 (f64 in f64) and the result is rounded once to the output dtype. Strided inputs
 // are read in place when one of their last two strides is 1 (a transposed view costs nothing); other layouts
-// are copied first. CPU only for now: CUDA tensors throw until the cuBLASLt path lands.
+// are copied first. CUDA tensors run on cuBLASLt (kernels/cuda/lib; not yet run on a GPU: see docs/design.md).
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt = {});
 
 // c = alpha * op(a) op(b) + beta * c in place (c's dtype is the output dtype; opt.out_dtype, if set, must match).
