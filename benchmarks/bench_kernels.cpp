@@ -1,5 +1,6 @@
 // benchmarks/bench_kernels.cpp: kernel throughput next to this machine's measured peaks (table + JSON); one function
-// per section: peaks (AVX-512 FMA loops), GEMM (the matmul op against the raw oneDNN primitive, side by side).
+// per section: peaks (AVX-512 FMA loops), GEMM (the matmul op against the raw oneDNN primitive, side by side),
+// memory-bound ops (memory_bound.cpp).
 #include <mpt/mpt.h>
 #include <mpt/ops/matmul.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -11,6 +12,8 @@
 #include <functional>
 #include <immintrin.h>
 #include <nlohmann/json.hpp>
+
+#include "memory_bound.h"
 
 namespace {
 
@@ -226,6 +229,10 @@ int main(int argc, char** argv) {
   std::vector<int64_t> widths{384, 768};
   int reps = 7;
   std::string json_path;
+  int64_t elements = 32 << 20;
+  bool skip_gemm = false;
+  app.add_option("-n,--elements", elements, "elements per tensor for the memory-bound ops (default 32M)");
+  app.add_flag("--skip-gemm", skip_gemm, "only the memory-bound section");
   app.add_option("-t,--tokens", tokens, "GEMM rows: batch x sequence length");
   app.add_option("-w,--widths", widths, "model widths C (GEMMs of an MLP with hidden 4C)");
   app.add_option("-r,--reps", reps, "timed repetitions after one warm-up (median reported)")->check(CLI::PositiveNumber);
@@ -234,8 +241,9 @@ int main(int argc, char** argv) {
 
   nlohmann::json peaks_json;
   const Peaks peaks = measure_peaks(peaks_json);
-  const nlohmann::json out = {{"benchmark", "kernels"}, {"tokens", tokens}, {"reps", reps}, {"peaks", peaks_json},
-                              {"gemm", bench_gemm(tokens, widths, reps, peaks)}};
+  nlohmann::json out = {{"benchmark", "kernels"}, {"tokens", tokens}, {"reps", reps}, {"peaks", peaks_json}};
+  if (!skip_gemm) out["gemm"] = bench_gemm(tokens, widths, reps, peaks);
+  out["memory_bound"] = bench_memory_bound(elements, reps);
   fmt::print("{}\n", out.dump());
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");

@@ -13,7 +13,7 @@ inline constexpr int64_t kParallelThreshold = 1 << 15;
 // back as Out. `f` is the same functor the CUDA kernel applies.
 template <class Out, class F, class... In>
 void map(Out* out, int64_t n, F f, const In*... in) {
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) out[i] = math::store<Out>(f(math::load(in[i])...));
 }
 
@@ -21,7 +21,7 @@ void map(Out* out, int64_t n, F f, const In*... in) {
 template <class Out, class F, class... In>
 void map_accumulate(Out* out, int64_t n, bool accumulate, F f, const In*... in) {
   if (!accumulate) return map(out, n, f, in...);
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) out[i] = math::store<Out>(math::load(out[i]) + f(math::load(in[i])...));
 }
 
