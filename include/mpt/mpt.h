@@ -10,6 +10,8 @@
 #include "mpt/core/stream.h"
 #include "mpt/core/tensor.h"
 #include "mpt/ops/activation.h"
+#include "mpt/ops/attention.h"
+#include "mpt/ops/cast.h"
 #include "mpt/ops/dropout.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
