@@ -1,6 +1,8 @@
 // benchmarks/bench_convert.cpp: dtype conversion throughput (GB/s) next to memcpy bandwidth on the same buffers.
 #include <mpt/mpt.h>
 
+#include "bench_util.h"
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -12,18 +14,6 @@
 #include "kernels/cpu/convert.h"
 
 namespace {
-
-double median_seconds(int reps, const std::function<void()>& fn) {
-  fn();  // warm-up: page faults, pool, caches
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-  return t[reps / 2];
-}
 
 }  // namespace
 
@@ -43,13 +33,7 @@ int main(int argc, char** argv) {
   fmt::print("{:<22} {:>12} {:>10} {:>12}\n", "conversion", "bytes/elem", "GB/s", "% of memcpy");
 
   // Baseline: memcpy of the same bytes split over the same OpenMP threads the conversions use.
-  std::vector<char> a(static_cast<size_t>(n) * 4, 1), b(static_cast<size_t>(n) * 4, 0);
-  const auto chunks = static_cast<int64_t>(a.size() >> 20);
-  const double memcpy_s = median_seconds(reps, [&] {
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) std::memcpy(b.data() + (c << 20), a.data() + (c << 20), size_t{1} << 20);
-  });
-  const double memcpy_gbs = 2.0 * static_cast<double>(chunks << 20) / memcpy_s / 1e9;
+  const double memcpy_gbs = mpt::bench::memcpy_gbps(static_cast<size_t>(n) * 4, reps);
   fmt::print("{:<22} {:>12} {:>10.1f} {:>12}\n", "memcpy (baseline)", 8, memcpy_gbs, "100%");
   results.push_back({{"name", "memcpy"}, {"gbps", memcpy_gbs}, {"threads", omp_get_max_threads()}});
 
@@ -59,7 +43,7 @@ int main(int argc, char** argv) {
                                                              {DType::BF16, DType::F8E5M2}}) {
     const mpt::Tensor s = f32.to(src);
     mpt::Tensor d = mpt::Tensor::empty({n}, dst);
-    const double sec = median_seconds(reps, [&] { d.copy_(s); });
+    const double sec = mpt::bench::median_seconds(reps, [&] { d.copy_(s); });
     const double bytes = static_cast<double>(n) * static_cast<double>(mpt::dtype_size(src) + mpt::dtype_size(dst));
     const double gbs = bytes / sec / 1e9;
     const std::string name = fmt::format("{} -> {}", src, dst);

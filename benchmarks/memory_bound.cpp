@@ -3,6 +3,8 @@
 #include "memory_bound.h"
 
 #include <mpt/mpt.h>
+
+#include "bench_util.h"
 #include <mpt/ops/cast.h>
 #include <omp.h>
 
@@ -16,18 +18,6 @@ namespace {
 
 using mpt::DType;
 using mpt::Tensor;
-
-double median_seconds(int reps, const std::function<void()>& fn) {
-  fn();  // warm-up: page faults, pools, caches
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-  return t[static_cast<size_t>(reps / 2)];
-}
 
 struct Case {
   std::string name;
@@ -65,28 +55,22 @@ nlohmann::json bench_memory_bound(int64_t n, int reps) {
        [&] { mpt::ops::softmax_cross_entropy(logits, targets); }},
       {"sum over last dim f32", f * static_cast<double>(rows * cols), [&] { mpt::ops::sum(rows32, -1); }},
       {"amax f32", f * e, [&] { mpt::ops::amax(x32); }},
-      {"quantize f32 -> e4m3 (given scale)", 5 * e, [&] { mpt::ops::quantize_fp8(x32, DType::F8E4M3, {.scale = scale}); }},
+      {"quantize f32 -> e4m3 (given scale)", 5 * e, [&] { mpt::ops::QuantizeOptions opt; opt.scale = scale; mpt::ops::quantize_fp8(x32, DType::F8E4M3, opt); }},
       {"to bf16 (f32 -> bf16)", 6 * e, [&] { x32.to(DType::BF16); }},
       {"adamw f32 moments", 7 * f * e,
        [&] { mpt::ops::adamw_step(std::vector<mpt::ops::AdamWSlot>{{param, grad, state}}, mpt::ops::AdamWParams{}); }},
   };
 
-  std::vector<char> src(static_cast<size_t>(n) * 4, 1), dst(static_cast<size_t>(n) * 4, 0);
-  const auto chunks = static_cast<int64_t>(src.size() >> 20);
-  const double copy_s = median_seconds(reps, [&] {
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) std::memcpy(dst.data() + (c << 20), src.data() + (c << 20), size_t{1} << 20);
-  });
-  const double copy_gbs = 2.0 * static_cast<double>(chunks << 20) / copy_s / 1e9;
+  const double copy_gbs = mpt::bench::memcpy_gbps(static_cast<size_t>(n) * 4, reps);
 
   nlohmann::json out = nlohmann::json::array();
   fmt::print("\nmemory-bound ops, {} elements, {} threads (bytes = reads + writes the op must make)\n", n,
              omp_get_max_threads());
   fmt::print("{:<38} {:>9} {:>9} {:>11}\n", "op", "ms", "GB/s", "% memcpy");
-  fmt::print("{:<38} {:>9.2f} {:>9.1f} {:>10}%\n", "memcpy (baseline)", copy_s * 1e3, copy_gbs, 100);
+  fmt::print("{:<38} {:>9} {:>9.1f} {:>10}%\n", "memcpy (baseline)", "", copy_gbs, 100);
   out.push_back({{"name", "memcpy"}, {"gbps", copy_gbs}});
   for (const Case& c : cases) {
-    const double s = median_seconds(reps, c.run);
+    const double s = mpt::bench::median_seconds(reps, c.run);
     const double gbs = c.bytes / s / 1e9;
     fmt::print("{:<38} {:>9.2f} {:>9.1f} {:>10.0f}%\n", c.name, s * 1e3, gbs, 100 * gbs / copy_gbs);
     out.push_back({{"name", c.name}, {"ms", s * 1e3}, {"gbps", gbs}, {"fraction_of_memcpy", gbs / copy_gbs}});

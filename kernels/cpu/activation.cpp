@@ -19,10 +19,7 @@ void gelu_backward(const T* dy, const T* x, T* dx, int64_t n, bool accumulate) {
 #define MPT_INSTANTIATE(T)                                 \
   template void gelu_forward<T>(const T*, T*, int64_t); \
   template void gelu_backward<T>(const T*, const T*, T*, int64_t, bool);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(double)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

@@ -1,5 +1,6 @@
 // kernels/cpu/attention.cpp: blocked causal attention (flash-attention forward and backward), causal softmax rows.
 #include "kernels/cpu/attention.h"
+#include "kernels/math/opmath.h"
 
 #include <algorithm>
 #include <atomic>
@@ -442,10 +443,7 @@ void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64
   template void attention_backward<T>(const AttentionShape&, const AttentionBackwardArgs<T>&);                \
   template void causal_softmax_forward<T>(const T*, T*, math::opmath_t<T>*, int64_t, int64_t, double);        \
   template void causal_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, double);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(double)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

@@ -169,10 +169,7 @@ void dropout(const T* in, T* out, int64_t n, const DropoutArgs& args) {
   template void mul<T>(const T*, const T*, T*, const BinaryShape&);            \
   template void scale<T>(const T*, T*, int64_t, double, bool);                 \
   template void dropout<T>(const T*, T*, int64_t, const DropoutArgs&);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(double)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

@@ -170,10 +170,7 @@ bool all_finite(const T* x, int64_t n) {
   template void sum_axis<T>(const T*, T*, const ReduceShape&, double, bool);        \
   template std::conditional_t<std::is_same_v<T, double>, double, float> sum_squares<T>(const T*, int64_t); \
   template bool all_finite<T>(const T*, int64_t);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(double)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

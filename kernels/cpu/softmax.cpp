@@ -1,5 +1,6 @@
 // kernels/cpu/softmax.cpp: row softmax forward and backward, OpenMP over rows, the math from kernels/math/softmax.h.
 #include "kernels/cpu/softmax.h"
+#include "kernels/math/opmath.h"
 
 #include <cmath>
 
@@ -48,10 +49,7 @@ void softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t
 #define MPT_INSTANTIATE(T)                                                    \
   template void softmax_rows<T>(const T*, T*, int64_t, int64_t);              \
   template void softmax_backward_rows<T>(const T*, const T*, T*, int64_t, int64_t, bool);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(double)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

@@ -20,9 +20,7 @@ cudaError_t gelu_backward(const T* dy, const T* x, T* dx, int64_t n, bool accumu
 #define MPT_INSTANTIATE(T)                                                       \
   template cudaError_t gelu_forward<T>(const T*, T*, int64_t, cudaStream_t); \
   template cudaError_t gelu_backward<T>(const T*, const T*, T*, int64_t, bool, cudaStream_t);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -1,5 +1,6 @@
 // kernels/cuda/attention.cu: causal scaled softmax over [B*H, T, T] score rows, forward and backward.
 #include "kernels/cuda/attention.h"
+#include "kernels/math/opmath.h"
 
 #include <cmath>
 
@@ -123,9 +124,7 @@ cudaError_t causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows
 #define MPT_INSTANTIATE(T)                                                                                       \
   template cudaError_t causal_softmax_forward<T>(const T*, T*, float*, int64_t, int64_t, float, cudaStream_t); \
   template cudaError_t causal_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -134,9 +134,7 @@ cudaError_t dropout(const T* in, T* out, int64_t n, const DropoutArgs& args, cud
   template cudaError_t mul<T>(const T*, const T*, T*, const BinaryShape&, cudaStream_t);                \
   template cudaError_t scale<T>(const T*, T*, int64_t, double, bool, cudaStream_t);                     \
   template cudaError_t dropout<T>(const T*, T*, int64_t, const DropoutArgs&, cudaStream_t);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

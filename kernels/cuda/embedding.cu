@@ -105,9 +105,7 @@ cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable,
   template cudaError_t embedding_forward<T, int64_t>(const int64_t*, const T*, T*, const EmbeddingShape&,        \
                                                      cudaStream_t);                                              \
   template cudaError_t embedding_backward<T>(const DeviceBuckets&, const T*, T*, int64_t, cudaStream_t);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -280,9 +280,7 @@ cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, 
   template cudaError_t sgd_step<G>(const math::SgdTensor<float, G>*, int64_t, const math::SgdCoefficients<double>&, \
                                    math::StepGuards, cudaStream_t);                                                 \
   template cudaError_t unscale_check<G>(G* const*, const int64_t*, int64_t, const float*, float*, cudaStream_t);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(bf16)
-MPT_INSTANTIATE(f16)
+MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

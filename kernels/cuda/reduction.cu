@@ -192,9 +192,7 @@ cudaError_t check_finite(const T* x, int64_t n, uint8_t* flag, cudaStream_t stre
   template cudaError_t sum_axis<T>(const T*, T*, const ReduceShape&, float, bool, float*, cudaStream_t);    \
   template cudaError_t sum_squares<T>(const T*, int64_t, float*, float*, cudaStream_t);                     \
   template cudaError_t check_finite<T>(const T*, int64_t, uint8_t*, cudaStream_t);
-MPT_INSTANTIATE(float)
-MPT_INSTANTIATE(f16)
-MPT_INSTANTIATE(bf16)
+MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -8,6 +8,11 @@
 #include "kernels/math/numerics.h"
 #include "kernels/math/numerics_cast.h"
 
+// M(T) for every storage type a CPU kernel is instantiated for (f64 is the finite-difference reference) and for
+// every type a CUDA kernel is: one list, so adding a type is one edit.
+#define MPT_FOR_CPU_FLOAT_TYPES(M) M(float) M(double) M(::mpt::f16) M(::mpt::bf16)
+#define MPT_FOR_CUDA_FLOAT_TYPES(M) M(float) M(::mpt::f16) M(::mpt::bf16)
+
 namespace mpt::kernels::math {
 
 // Low-precision values are widened to float for arithmetic (like ATen's opmath); double stays double

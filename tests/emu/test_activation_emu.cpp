@@ -9,6 +9,7 @@
 #include "kernels/math/numerics.h"
 #include "mpt/core/tensor.h"
 #include "op_test.h"
+#include "test_util.h"
 
 namespace {
 
@@ -17,10 +18,7 @@ std::vector<T> random_values(int64_t n, uint64_t seed) {
   return mpt::testing::random_tensor({n}, mpt::dtype_of<T>(), seed, 3.0).template to_vector<T>();
 }
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using mpt::testing::same_bits;
 
 // Same functor, same arithmetic order, so emulated CUDA and CPU agree bit for bit (on a real GPU, tanhf may
 // differ from glibc's tanh by an ulp: there the comparison is the dtype tolerance).

@@ -10,6 +10,7 @@
 #include "kernels/math/numerics.h"
 #include "mpt/core/tensor.h"
 #include "op_test.h"
+#include "test_util.h"
 
 // Both sides run the functions of kernels/math/optim.h in the same order, so they agree bit for bit here. The
 // harness compiles the device code with g++, so this proves the order of operations, not nvcc's code: on a GPU
@@ -23,10 +24,7 @@ std::vector<T> random_values(int64_t n, uint64_t seed, double scale = 1.0) {
   return mpt::testing::random_tensor({n}, mpt::dtype_of<T>(), seed, scale).template to_vector<T>();
 }
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using mpt::testing::same_bits;
 
 // The arrays of a list of AdamW tensors; `misalign` shifts every array by one element.
 template <class G, class M>

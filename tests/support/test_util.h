@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "mpt/core/error.h"
 
@@ -19,6 +21,12 @@ std::string error_message(F&& fn) {
   }
   ADD_FAILURE() << "no mpt::Error was thrown";
   return {};
+}
+
+// Same length and identical bytes (NaN payloads and signed zeros included).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -41,6 +42,11 @@ struct PooledStack {
     ctx::stack_context sc = pool->take();
     *bottom = static_cast<char*>(sc.sp) - sc.size;
     *size = sc.size;
+#if defined(__SANITIZE_ADDRESS__)
+    // A reused stack still carries the shadow poison of the frames the previous fiber left without returning
+    // (the entry frame); clear it, or ASan reports false errors in the new fiber's argument area.
+    __asan_unpoison_memory_region(*bottom, sc.size);
+#endif
     return sc;
   }
   void deallocate(ctx::stack_context& sc) noexcept { pool->give(sc); }
