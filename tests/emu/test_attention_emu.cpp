@@ -10,40 +10,22 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/math/numerics.h"
+#include "test_util.h"
 
 namespace {
 
 using mpt::bf16;
 using mpt::f16;
+using mpt::testing::to_double;
+using mpt::testing::poison;
+using mpt::testing::relative_ulp;
+using mpt::testing::subnormal_step;
 
 constexpr int64_t kHeads = 2;  // B * H
 constexpr float kScale = 0.2f;
 // 7, 33, 100: odd row lengths (33: a partial last warp); 64 and 100 take the vector path for float when aligned,
 // 64 for bf16/f16 too.
 const int64_t kLengths[] = {1, 7, 33, 64, 100};
-
-template <class T>
-double to_double(T v) {
-  return static_cast<double>(static_cast<float>(v));
-}
-
-template <class T>
-T poison() {
-  return static_cast<T>(std::numeric_limits<float>::quiet_NaN());
-}
-
-// The relative spacing of T's values: float 2^-23, f16 2^-10, bf16 2^-7.
-template <class T>
-double relative_ulp() {
-  if constexpr (std::is_same_v<T, float>) return 0x1p-23;
-  if constexpr (std::is_same_v<T, f16>) return 0x1p-10;
-  return 0x1p-7;
-}
-
-template <class T>
-double subnormal_step() {
-  return std::is_same_v<T, f16> ? 0x1p-24 : 0.0;
-}
 
 // Float error of one backend relative to a probability: scaled scores in [-4, 4] make exp's argument round
 // with <= 8 * 2^-23 relative error, the sum of n positive terms adds <= n ulp, reciprocal and product one more;

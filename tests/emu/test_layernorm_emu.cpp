@@ -8,6 +8,7 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/math/numerics.h"
+#include "test_util.h"
 #include "mpt/core/tensor.h"
 #include "op_test.h"
 
@@ -15,16 +16,12 @@ namespace {
 
 using mpt::bf16;
 using mpt::f16;
+using mpt::testing::to_double;
 namespace math = mpt::kernels::math;
 
 template <class T>
 std::vector<T> random_values(int64_t n, uint64_t seed, double scale = 1.0) {
   return mpt::testing::random_tensor({n}, mpt::dtype_of<T>(), seed, scale).template to_vector<T>();
-}
-
-template <class T>
-double to_double(T v) {
-  return static_cast<double>(static_cast<float>(v));
 }
 
 // One step of T relative to a value (float: a few float roundings).

@@ -10,35 +10,21 @@
 #include "kernels/cpu/softmax.h"
 #include "kernels/cuda/softmax.h"
 #include "kernels/math/numerics.h"
+#include "test_util.h"
 
 namespace {
 
 using mpt::bf16;
 using mpt::f16;
+using mpt::testing::to_double;
+using mpt::testing::poison;
+using mpt::testing::relative_ulp;
+using mpt::testing::subnormal_step;
 
 constexpr int64_t kRows = 3;
 // 33: a partial last warp of data; 100 and 1000: not powers of two; 1000 and 1024 take the vector
 // path for float (and 1000, 1024 for bf16/f16), the others the scalar path.
 const int64_t kCols[] = {1, 7, 33, 100, 1000, 1024};
-
-template <class T>
-double to_double(T v) {
-  return static_cast<double>(static_cast<float>(v));
-}
-
-template <class T>
-T poison() {
-  return static_cast<T>(std::numeric_limits<float>::quiet_NaN());
-}
-
-// The spacing of T's values relative to a value: float 2^-23, f16 2^-10, bf16 2^-7 (at most twice
-// the relative rounding error of one conversion).
-template <class T>
-double relative_ulp() {
-  if constexpr (std::is_same_v<T, float>) return 0x1p-23;
-  if constexpr (std::is_same_v<T, f16>) return 0x1p-10;
-  return 0x1p-7;
-}
 
 template <class T>
 std::vector<T> random_rows(int64_t rows, int64_t cols, uint32_t seed, float low, float high) {
@@ -68,13 +54,6 @@ std::vector<double> reference(const std::vector<T>& x, int64_t rows, int64_t col
 template <class T>
 double bound(int64_t cols) {
   return (static_cast<double>(cols) + 8) * 0x1p-23 + (std::is_same_v<T, float> ? 0.0 : relative_ulp<T>() / 2);
-}
-
-// The absolute spacing of T's subnormals (f16 outputs below 2^-14 are subnormal; float and bf16 ones
-// never are here).
-template <class T>
-double subnormal_step() {
-  return std::is_same_v<T, f16> ? 0x1p-24 : 0.0;
 }
 
 template <class T>
