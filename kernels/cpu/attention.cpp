@@ -130,29 +130,11 @@ MPT_ATTN_INLINE void gemm_ab_acc(int64_t m, int64_t n, int64_t k, const F* a, in
   for (; r < m; ++r) ab_cols<F, 1>(n, k, a + r * lda, lda, b, ldb, out + r * ldo, ldo);
 }
 
-// x[0, 64) = exp(x * mul - sub), the arguments clamped to [-87, 88] (every result a normal float). Cephes's expf:
-// exp(r) on r = x - n ln2 by a degree-7 polynomial, times 2^n from the exponent bits; within 2 ulp of expf. The
-// callers pass scores minus a row max or logsumexp (<= 0 up to rounding) and ignore the entries past a row's keys.
+// x[0, kBlock) = exp(x * mul - sub) by math::exp_op (vectorised here). The callers pass scores minus a row max or
+// logsumexp (<= 0 up to rounding) and ignore the entries past a row's keys.
 MPT_ATTN_INLINE void exp_block(float* x, float mul, float sub) {
-  using V = VecOf<float>::type;
-  typedef int32_t VI __attribute__((vector_size(64), aligned(4)));
-  const V lo = V{} - 87.0f, hi = V{} + 88.0f;
-#pragma GCC unroll 4
-  for (int64_t j = 0; j < kBlock; j += 16) {
-    V v = vload(x + j) * mul - sub;
-    v = v < lo ? lo : v;
-    v = v > hi ? hi : v;
-    const V fx = v * 1.44269504088896341f + 0.5f;
-    V fn = __builtin_convertvector(__builtin_convertvector(fx, VI), V);
-    fn = fn > fx ? fn - 1.0f : fn;  // floor
-    const V r = v - fn * 0.693359375f - fn * -2.12194440e-4f;
-    const V y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
-                  1.6666665459e-1f) * r + 5.0000001201e-1f) * (r * r) + r + 1.0f;
-    const VI bits = (__builtin_convertvector(fn, VI) + 127) << 23;
-    V two_n;
-    std::memcpy(&two_n, &bits, sizeof two_n);
-    vstore(x + j, y * two_n);
-  }
+#pragma omp simd
+  for (int64_t j = 0; j < kBlock; ++j) x[j] = math::exp_op(x[j] * mul - sub);
 }
 
 MPT_ATTN_INLINE void exp_block(double* x, double mul, double sub) {

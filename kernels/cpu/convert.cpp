@@ -219,6 +219,9 @@ RangeFn<Dst, Src> pick_kernel() {
 void set_vector_conversions(bool enabled) { g_vector_conversions.store(enabled, std::memory_order_relaxed); }
 bool vector_conversions_enabled() { return g_vector_conversions.load(std::memory_order_relaxed); }
 ConvertIsa convert_isa() { return cpu_isa(); }
+// Declared in kernels/cpu/map.h: the elementwise loops follow the same switch as the conversions.
+bool map_avx512_enabled();
+bool map_avx512_enabled() { return cpu_isa().avx512 && vector_conversions_enabled(); }
 
 template <class Dst, class Src>
 void convert(const Src* src, Dst* dst, size_t n, Fp8Saturation sat) {

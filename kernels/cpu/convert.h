@@ -19,7 +19,8 @@ template <class Dst, class Src>
 void convert(const Src* src, Dst* dst, size_t n, Fp8Saturation sat = Fp8Saturation::Saturate);
 
 // Enables or disables the vector paths (enabled by default unless the environment variable
-// MPT_SCALAR_CONVERSIONS is set to a non-empty value other than "0"). For tests and debugging.
+// MPT_SCALAR_CONVERSIONS is set to a non-empty value other than "0"). For tests and debugging. It also
+// selects between the baseline and AVX-512 clones of the elementwise loops (kernels/cpu/map.h).
 void set_vector_conversions(bool enabled);
 bool vector_conversions_enabled();
 

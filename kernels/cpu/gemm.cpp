@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/math/numerics_cast.h"
 
 namespace mpt::kernels::cpu {
@@ -196,18 +197,18 @@ void scale_output(const GemmParams& p, TC* c) {
 }
 
 // Copies the stored f16 matrices of one operand into contiguous f32 ones (exact), one per batch entry unless
-// the operand is broadcast. Returns the new leading dimension and batch stride through ld / stride.
-std::unique_ptr<float[]> widen(const f16* src, int64_t rows, int64_t cols, int64_t batch, int64_t& ld,
-                               int64_t& stride) {
+// the operand is broadcast, in the calling thread's scratch slot `Slot`. Returns the new leading dimension and
+// batch stride through ld / stride.
+template <int Slot>
+float* widen(const f16* src, int64_t rows, int64_t cols, int64_t batch, int64_t& ld, int64_t& stride) {
   const int64_t mats = stride == 0 ? 1 : batch;
-  std::unique_ptr<float[]> dst(new float[static_cast<size_t>(mats * rows * cols)]);
+  float* dst = scratch<float, Slot>(static_cast<size_t>(mats * rows * cols));
   for (int64_t bi = 0; bi < mats; ++bi) {
     if (ld == cols) {
-      convert<float, f16>(src + bi * stride, dst.get() + bi * rows * cols, static_cast<size_t>(rows * cols));
+      convert<float, f16>(src + bi * stride, dst + bi * rows * cols, static_cast<size_t>(rows * cols));
     } else {
       for (int64_t r = 0; r < rows; ++r)
-        convert<float, f16>(src + bi * stride + r * ld, dst.get() + (bi * rows + r) * cols,
-                            static_cast<size_t>(cols));
+        convert<float, f16>(src + bi * stride + r * ld, dst + (bi * rows + r) * cols, static_cast<size_t>(cols));
     }
   }
   ld = cols;
@@ -218,25 +219,25 @@ std::unique_ptr<float[]> widen(const f16* src, int64_t rows, int64_t cols, int64
 template <class TC>
 void f16_gemm(const GemmParams& p, const f16* a, const f16* b, TC* c) {
   GemmParams q = p;
-  const auto a32 = widen(a, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.batch, q.lda, q.stride_a);
-  const auto b32 = widen(b, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.batch, q.ldb, q.stride_b);
+  const float* a32 = widen<0>(a, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.batch, q.lda, q.stride_a);
+  const float* b32 = widen<1>(b, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.batch, q.ldb, q.stride_b);
   if constexpr (std::is_same_v<TC, float>) {
-    dnnl_gemm<float, float>(q, a32.get(), b32.get(), c);
+    dnnl_gemm<float, float>(q, a32, b32, c);
   } else {
     // f32 result, then C = round_f16(D + beta * C): one rounding, as a tensor core's f16 epilogue.
     q.beta = 0;
     q.ldc = p.n;
     q.stride_c = p.m * p.n;
-    std::unique_ptr<float[]> d(new float[static_cast<size_t>(p.batch * p.m * p.n)]);
-    dnnl_gemm<float, float>(q, a32.get(), b32.get(), d.get());
+    float* d = scratch<float, 2>(static_cast<size_t>(p.batch * p.m * p.n));
+    dnnl_gemm<float, float>(q, a32, b32, d);
     if (p.beta == 0.0f && p.ldc == p.n && (p.batch == 1 || p.stride_c == p.m * p.n)) {
-      convert<TC, float>(d.get(), c, static_cast<size_t>(p.batch * p.m * p.n));  // vectorised (F16C)
+      convert<TC, float>(d, c, static_cast<size_t>(p.batch * p.m * p.n));  // vectorised (F16C)
       return;
     }
     const int64_t rows = p.batch * p.m;
 #pragma omp parallel for schedule(static) if (rows * p.n > (1 << 16))
     for (int64_t r = 0; r < rows; ++r) {
-      float* dr = d.get() + r * p.n;
+      float* dr = d + r * p.n;
       TC* cr = c + (r / p.m) * p.stride_c + (r % p.m) * p.ldc;
       if (p.beta != 0.0f)
         for (int64_t j = 0; j < p.n; ++j) dr[j] += p.beta * scalar_cast<float>(cr[j]);

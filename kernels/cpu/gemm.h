@@ -56,11 +56,15 @@ struct OperandScale {
 };
 
 // How a block-scaled GEMM is computed. Both model a tensor core's FP32 accumulation of exact products:
-//   Auto: when every block scale is a power of two in [2^-64, 2^64] (TE's default), scaling a code is exact in
-//         bf16, so the scales are folded into the bf16 operands and one full-K GEMM runs; otherwise PerKBlock.
-//   PerKBlock: D = sum_kb sA(i,kb) sB(j,kb) (A_kb B_kb), one bf16 GEMM per 128-long K slice whose FP32 partial
-//         products are scaled and accumulated in FP32 (what DeepGEMM and cuBLASLt's VEC128/BLK128x128 modes do).
-enum class BlockScaleAlgo : uint8_t { Auto, PerKBlock };
+//   Fold: when every block scale is a power of two in [2^-64, 2^64] (TE's default), scaling a code is exact in
+//         bf16, so the scales are folded into the bf16 operands and one full-K oneDNN GEMM runs; otherwise
+//         PerKBlock.
+//   PerKBlock: D = sum_kb sA(i,kb) sB(j,kb) (A_kb B_kb): each 128-long K block's products accumulate in FP32,
+//         then the partial is scaled and added in FP32 (what DeepGEMM and cuBLASLt's VEC128/BLK128x128 modes do).
+//         With AVX512-BF16 one register-tiled kernel does it (kernels/cpu/gemm_fp8_block.h); otherwise one oneDNN
+//         bf16 GEMM per K slice.
+//   Auto: PerKBlock on the AVX512-BF16 kernel when this CPU has it (faster than folding there), else Fold.
+enum class BlockScaleAlgo : uint8_t { Auto, Fold, PerKBlock };
 
 struct Fp8GemmArgs {
   OperandScale a, b;

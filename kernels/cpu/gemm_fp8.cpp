@@ -12,6 +12,8 @@
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_fp8_block.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/math/numerics_cast.h"
 
 namespace mpt::kernels::cpu {
@@ -94,29 +96,35 @@ void pack_bf16(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16* dst, 
 }
 
 // Rows [i0, i1) of C = round(alpha * D + beta * C) (D: rows of n floats, C: leading dimension ldc); FP8 C is
-// quantized as saturate(value * q) and the largest |value| is returned. f16/bf16 rows round with the vectorised
-// conversions (same bits as scalar_cast).
+// quantized as saturate(value * q) and the largest |value| is returned (NaN ignored). Row by row with loops that
+// vectorise and the vectorised conversions (same bits as scalar_cast); thread-local scratch slots 6 and 7.
 template <class TC>
 float store_rows(const float* d, int64_t i0, int64_t i1, int64_t n, TC* c, int64_t ldc, float alpha, float beta,
                  float q) {
   float local_max = 0.0f;
-  std::vector<float> row(is_fp8_v<TC> || std::is_same_v<TC, float> ? 0 : static_cast<size_t>(n));
+  float* row = scratch<float, 6>(static_cast<size_t>(n));
+  float* scaled = is_fp8_v<TC> ? scratch<float, 7>(static_cast<size_t>(n)) : nullptr;
   for (int64_t i = i0; i < i1; ++i) {
-    const float* di = d + (i - i0) * n;
+    const float* v = d + (i - i0) * n;
     TC* ci = c + i * ldc;
-    for (int64_t j = 0; j < n; ++j) {
-      float v = alpha == 1.0f ? di[j] : alpha * di[j];
-      if (beta != 0.0f) v += beta * scalar_cast<float>(ci[j]);
-      if constexpr (is_fp8_v<TC>) {
-        local_max = std::fmax(local_max, std::fabs(v));
-        ci[j] = scalar_cast<TC>(v * q, Fp8Saturation::Saturate);
-      } else if constexpr (std::is_same_v<TC, float>) {
-        ci[j] = v;
-      } else {
-        row[static_cast<size_t>(j)] = v;
-      }
+    if (beta != 0.0f) {
+      convert<float, TC>(ci, row, static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) row[j] = (alpha == 1.0f ? v[j] : alpha * v[j]) + beta * row[j];
+      v = row;
+    } else if (alpha != 1.0f) {
+      for (int64_t j = 0; j < n; ++j) row[j] = alpha * v[j];
+      v = row;
     }
-    if constexpr (!is_fp8_v<TC> && !std::is_same_v<TC, float>) convert<TC, float>(row.data(), ci, static_cast<size_t>(n));
+    if constexpr (is_fp8_v<TC>) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float a = std::fabs(v[j]);
+        local_max = a > local_max ? a : local_max;
+        scaled[j] = v[j] * q;
+      }
+      convert<TC, float>(scaled, ci, static_cast<size_t>(n), Fp8Saturation::Saturate);
+    } else {
+      convert<TC, float>(v, ci, static_cast<size_t>(n));
+    }
   }
   return local_max;
 }
@@ -188,6 +196,29 @@ void per_k_block(const GemmParams& p, const bf16* a, int64_t lda, const bf16* b,
   amax = std::fmax(amax, max_all);
 }
 
+// The block-scaled product on the AVX512-BF16 kernel (kernels/cpu/gemm_fp8_block.h), batch entry by batch entry,
+// its tiles finished into C by store_rows. Returns the output amax.
+template <class TA, class TB, class TC>
+float block_scaled(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8GemmArgs& args, int64_t kb) {
+  const float q = args.out_scale != nullptr ? *args.out_scale : 1.0f;
+  std::vector<float> sa(static_cast<size_t>(p.m * kb)), sbt(static_cast<size_t>(kb * p.n));
+  float amax = 0.0f;
+  for (int64_t bi = 0; bi < p.batch; ++bi) {
+    const ScaleView va = scale_view(args.a, p.m, kb, p.stride_a, bi), vb = scale_view(args.b, p.n, kb, p.stride_b, bi);
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < kb; ++j) sa[static_cast<size_t>(i * kb + j)] = va.at(i, j);
+    for (int64_t j = 0; j < kb; ++j)
+      for (int64_t i = 0; i < p.n; ++i) sbt[static_cast<size_t>(j * p.n + i)] = vb.at(i, j);
+    TC* cb = c + bi * p.stride_c;
+    const BlockRowsSink sink = [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, const float* d) {
+      return store_rows(d, i0, i0 + rows, cols, cb + j0, p.ldc, p.alpha, p.beta, q);
+    };
+    amax = std::fmax(amax, block_scaled_gemm(p.m, p.n, p.k, a + bi * p.stride_a, p.lda, p.trans_a,
+                                             b + bi * p.stride_b, p.ldb, p.trans_b, sa.data(), sbt.data(), sink));
+  }
+  return amax;
+}
+
 void check_args(const GemmParams& p, const Fp8GemmArgs& args, bool fp8_out) {
   if (args.a.scale_inv == nullptr || args.b.scale_inv == nullptr)
     throw std::invalid_argument("gemm_fp8: both operands need scale_inv");
@@ -208,27 +239,35 @@ void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8Gem
   if (p.m > 0 && p.n > 0) {
     const int64_t kb = std::max<int64_t>(1, (p.k + kBlock - 1) / kBlock);
     const bool block = args.a.mode != ScaleMode::PerTensor || args.b.mode != ScaleMode::PerTensor;
-    const bool fold = block && args.algo == BlockScaleAlgo::Auto &&
+    const bool kernel = block_scaled_gemm_available() && p.k > 0;
+    const bool fold = block &&
+                      (args.algo == BlockScaleAlgo::Fold || (args.algo == BlockScaleAlgo::Auto && !kernel)) &&
                       all_exact_pow2(args.a, p.m, kb, p.stride_a == 0 ? 1 : p.batch) &&
                       all_exact_pow2(args.b, p.n, kb, p.stride_b == 0 ? 1 : p.batch);
     // Scales that are not folded into the operands: per-tensor ones go into alpha, rounded once in f32.
     const float tensor_scale = (args.a.mode == ScaleMode::PerTensor ? args.a.scale_inv[0] : 1.0f) *
                                (args.b.mode == ScaleMode::PerTensor ? args.b.scale_inv[0] : 1.0f);
+    if (block && !fold && kernel) {
+      amax = block_scaled(p, a, b, c, args, kb);
+      if (args.out_amax != nullptr) *args.out_amax = amax;
+      return;
+    }
     const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;
     const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
-    std::unique_ptr<bf16[]> a16(new bf16[static_cast<size_t>(a_rows * a_cols)]);
-    std::unique_ptr<bf16[]> b16(new bf16[static_cast<size_t>(b_rows * b_cols)]);
+    // Reused per-thread buffers (kernels/cpu/scratch.h; slots 0-2 belong to the f16 GEMM, which this never calls).
+    bf16* a16 = scratch<bf16, 3>(static_cast<size_t>(a_rows * a_cols));
+    bf16* b16 = scratch<bf16, 4>(static_cast<size_t>(b_rows * b_cols));
     const bool via_d = block && !fold ? p.k == 0 : !kDirect;  // an f32 D, then the epilogue
-    std::unique_ptr<float[]> d(via_d ? new float[static_cast<size_t>(p.m * p.n)] : nullptr);
+    float* d = via_d ? scratch<float, 5>(static_cast<size_t>(p.m * p.n)) : nullptr;
     for (int64_t bi = 0; bi < p.batch; ++bi) {
       const ScaleView sa = scale_view(args.a, p.m, kb, p.stride_a, bi);
       const ScaleView sb = scale_view(args.b, p.n, kb, p.stride_b, bi);
       const bool fold_a = fold && args.a.mode != ScaleMode::PerTensor;
       const bool fold_b = fold && args.b.mode != ScaleMode::PerTensor;
       if (bi == 0 || p.stride_a != 0)
-        pack_bf16(a + bi * p.stride_a, a_rows, a_cols, p.lda, a16.get(), fold_a ? &sa : nullptr, !p.trans_a);
+        pack_bf16(a + bi * p.stride_a, a_rows, a_cols, p.lda, a16, fold_a ? &sa : nullptr, !p.trans_a);
       if (bi == 0 || p.stride_b != 0)
-        pack_bf16(b + bi * p.stride_b, b_rows, b_cols, p.ldb, b16.get(), fold_b ? &sb : nullptr, p.trans_b);
+        pack_bf16(b + bi * p.stride_b, b_rows, b_cols, p.ldb, b16, fold_b ? &sb : nullptr, p.trans_b);
       TC* cb = c + bi * p.stride_c;
       GemmParams q;
       q.m = p.m, q.n = p.n, q.k = p.k;
@@ -236,22 +275,22 @@ void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8Gem
       q.lda = a_cols, q.ldb = b_cols;
       if (block && !fold) {
         if (p.k == 0) {
-          std::fill(d.get(), d.get() + p.m * p.n, 0.0f);
-          store_output(d.get(), p.m, p.n, cb, p.ldc, p.alpha, p.beta, args.out_scale, amax);
+          std::fill(d, d + p.m * p.n, 0.0f);
+          store_output(d, p.m, p.n, cb, p.ldc, p.alpha, p.beta, args.out_scale, amax);
         } else {
           q.alpha = p.alpha, q.beta = p.beta, q.ldc = p.ldc;
-          per_k_block(q, a16.get(), a_cols, b16.get(), b_cols, sa, sb, cb, args.out_scale, amax);
+          per_k_block(q, a16, a_cols, b16, b_cols, sa, sb, cb, args.out_scale, amax);
         }
         continue;
       }
       q.alpha = tensor_scale * p.alpha;
       if constexpr (kDirect) {
         q.ldc = p.ldc, q.beta = p.beta;
-        gemm<bf16, TC>(q, a16.get(), b16.get(), cb);
+        gemm<bf16, TC>(q, a16, b16, cb);
       } else {
         q.ldc = p.n;
-        gemm<bf16, float>(q, a16.get(), b16.get(), d.get());
-        store_output(d.get(), p.m, p.n, cb, p.ldc, 1.0f, p.beta, args.out_scale, amax);
+        gemm<bf16, float>(q, a16, b16, d);
+        store_output(d, p.m, p.n, cb, p.ldc, 1.0f, p.beta, args.out_scale, amax);
       }
     }
   }

@@ -8,14 +8,17 @@
 #include <cuda_emu/types.h>  // __host__ and __device__, which MPT_HD names under emulation
 #endif
 #include "kernels/math/common.h"
+#include "kernels/math/exp.h"
 
 namespace mpt::kernels::math {
 
 // Score rows are laid out [B*H, T, T]: row r belongs to query i = r % T, which attends keys 0..i only.
 MPT_HD MPT_INLINE int64_t causal_keys(int64_t row, int64_t t) { return row % t + 1; }
 
-MPT_HD MPT_INLINE float attention_exp(float x) { return expf(x); }
-MPT_HD MPT_INLINE double attention_exp(double x) { return exp(x); }
+template <class F>
+MPT_HD MPT_INLINE F attention_exp(F x) {
+  return exp_op(x);
+}
 MPT_HD MPT_INLINE float attention_log(float x) { return logf(x); }
 MPT_HD MPT_INLINE double attention_log(double x) { return log(x); }
 MPT_HD MPT_INLINE float attention_max(float a, float b) { return fmaxf(a, b); }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/math/common.h"
+#include "kernels/math/exp.h"
 #include "kernels/math/opmath.h"
 
 namespace mpt::kernels::math {
@@ -62,11 +63,7 @@ struct CrossEntropyBackwardParams {
 
 template <class F>
 MPT_HD MPT_INLINE F ce_exp(F x) {
-#if defined(__CUDA_ARCH__)
-  return ::exp(x);
-#else
-  return std::exp(x);
-#endif
+  return exp_op(x);
 }
 
 template <class F>

@@ -7,6 +7,7 @@
 #include <cuda_emu/types.h>  // __host__ and __device__, which MPT_HD names under emulation
 #endif
 #include "kernels/math/common.h"
+#include "kernels/math/exp.h"
 
 namespace mpt::kernels::math {
 
@@ -26,8 +27,10 @@ MPT_HD MPT_INLINE double softmax_load(double x) { return x; }
 MPT_HD MPT_INLINE float softmax_max(float a, float b) { return fmaxf(a, b); }
 MPT_HD MPT_INLINE double softmax_max(double a, double b) { return fmax(a, b); }
 
-MPT_HD MPT_INLINE float softmax_exp(float x, float row_max) { return expf(x - row_max); }
-MPT_HD MPT_INLINE double softmax_exp(double x, double row_max) { return exp(x - row_max); }
+template <class F>
+MPT_HD MPT_INLINE F softmax_exp(F x, F row_max) {
+  return exp_op(x - row_max);
+}
 
 template <class F>
 struct SoftmaxRowOf {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "matmul_reference.h"
 #include "mpt/ops/matmul.h"
@@ -92,9 +93,22 @@ TEST(Fp8Matmul, DefaultOutputIsF32) {
             DType::F32);
 }
 
-TEST(Fp8Matmul, BlockScalingMatchesDequantizedFloat64) {
+// Runs the enclosing scope with the vector kernels on or off (kernels/cpu/convert.h): off, block-scaled GEMMs
+// take the oneDNN-per-K-slice path instead of the AVX512-BF16 kernel.
+struct VectorKernels {
+  explicit VectorKernels(bool on) { kernels::cpu::set_vector_conversions(on); }
+  ~VectorKernels() { kernels::cpu::set_vector_conversions(true); }
+};
+
+class Fp8BlockPaths : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(VectorKernelsOnOff, Fp8BlockPaths, ::testing::Bool());
+
+TEST_P(Fp8BlockPaths, BlockScalingMatchesDequantizedFloat64) {
   mpt::testing::PoisonAllocations poison;
-  const int64_t m = 130, n = 197, k = 300;  // two row tiles, partial column tile, K blocks of 128, 128, 44
+  const VectorKernels vector(GetParam());
+  // m: 130 = 2 x 48 + 34 rows (row tiles of the AVX512-BF16 kernel, a partial 12-row register tile), n: 197 (a
+  // partial 32-column panel), k: 300 (K blocks of 128, 128, 44).
+  const int64_t m = 130, n = 197, k = 300;
   uint64_t seed = 100;
   struct Case {
     const char* what;
@@ -118,14 +132,33 @@ TEST(Fp8Matmul, BlockScalingMatchesDequantizedFloat64) {
       }
 }
 
+TEST_P(Fp8BlockPaths, AccumulatesIntoCWithBetaAndOddK) {
+  // C = alpha * dequant(A) dequant(B) + beta * C into a strided bf16 view (ldc > n), K odd (the last bf16 pair is
+  // half padding), A stored transposed (the kernel's pair-major packing) and B not (its column panels).
+  mpt::testing::PoisonAllocations poison;
+  const VectorKernels vector(GetParam());
+  const int64_t m = 61, n = 45, k = 259;
+  const Fp8Operand a = make_operand(0, m, k, false, DType::F8E5M2, Kind::Block1x128, false, 41);
+  const Fp8Operand b = make_operand(0, n, k, false, DType::F8E4M3, Kind::Block128x128, false, 42);
+  for (DType out : {DType::F32, DType::BF16}) {
+    const Tensor storage = random_tensor({m, n + 7}, out, 43, 2.0);
+    const Tensor c = storage.slice(1, 0, n);
+    const Tensor c0 = c.contiguous();
+    const ops::MatmulOptions opt{.trans_a = true, .alpha = 0.75f, .scale_a = a.scaling, .scale_b = b.scaling};
+    ops::matmul_out(a.codes, b.codes, c, 0.5f, opt);
+    const auto ref = gemm_reference(a.host(true, true), b.host(false, false), 0.75, {m, n}, c0, 0.5);
+    expect_gemm_close(c, ref, out, fmt::format("beta -> {}", out), 0x1p-24, c0, 0.5);
+  }
+}
+
 TEST(Fp8Matmul, FoldedAndPerKBlockAlgorithmsAgreeWithTheReference) {
-  // Power-of-two scales take the folded path under Auto; force the per-K-block path on the same inputs.
+  // Power-of-two scales can be folded into the bf16 operands; force each algorithm on the same inputs.
   namespace kc = kernels::cpu;
   const int64_t m = 77, n = 141, k = 385;
   const Fp8Operand a = make_operand(0, m, k, true, DType::F8E4M3, Kind::Block1x128, true, 7);
   const Fp8Operand b = make_operand(0, n, k, true, DType::F8E4M3, Kind::Block128x128, true, 8);
   const auto ref = gemm_reference(a.host(false, true), b.host(true, false), 1.0, {m, n});
-  for (kc::BlockScaleAlgo algo : {kc::BlockScaleAlgo::Auto, kc::BlockScaleAlgo::PerKBlock}) {
+  for (kc::BlockScaleAlgo algo : {kc::BlockScaleAlgo::Fold, kc::BlockScaleAlgo::PerKBlock}) {
     Tensor c = Tensor::full({m, n}, std::nan(""), DType::F32);
     kc::GemmParams p;
     p.m = m, p.n = n, p.k = k, p.trans_b = true, p.lda = k, p.ldb = k, p.ldc = n;
@@ -134,7 +167,7 @@ TEST(Fp8Matmul, FoldedAndPerKBlockAlgorithmsAgreeWithTheReference) {
     args.b = {kc::ScaleMode::Block128x128, b.scaling.scale_inv.data<float>()};
     args.algo = algo;
     kc::gemm_fp8(p, a.codes.data<f8e4m3>(), b.codes.data<f8e4m3>(), c.data<float>(), args);
-    expect_gemm_close(c, ref, DType::F32, algo == kc::BlockScaleAlgo::Auto ? "folded" : "per K block");
+    expect_gemm_close(c, ref, DType::F32, algo == kc::BlockScaleAlgo::Fold ? "folded" : "per K block");
   }
 }
 

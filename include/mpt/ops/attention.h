@@ -20,7 +20,9 @@ struct AttentionResult {
 
 // out_i = sum_{j <= i} softmax_j(scale * q_i . k_j) v_j per batch and head (f32, f16, bf16; f64 on the CPU),
 // computed in f32 (f64 for f64) with the output rounded once. The CPU runs a blocked flash-attention
-// (online softmax, no T x T matrix); on CUDA it throws for now (the cuBLASLt GEMM path is not wired yet).
+// (online softmax, no T x T matrix). CUDA runs batched cuBLASLt GEMMs around a fused causal-softmax kernel: the
+// f32 scores (B*H, T, T) are materialised, and the probabilities are rounded to the inputs' dtype for the second
+// GEMM (f16/bf16 results differ from the CPU's within that rounding). cuDNN's fused attention is not wired yet.
 AttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const AttentionOptions& options = {});
 
