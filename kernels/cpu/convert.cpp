@@ -189,6 +189,19 @@ MPT_TARGET_AVX512 void fp8_to_float_avx512(const Src* src, float* dst, size_t n,
   }
 }
 
+// fp8 -> f16 or bf16, 32 lanes at a time through the 256-entry table of the scalar path (fp8_simd::lookup_x32).
+template <class Dst, class Src>
+MPT_TARGET_AVX512 void fp8_to_half_avx512(const Src* src, Dst* dst, size_t n, Fp8Saturation sat) {
+  static_assert(sizeof(Dst) == 2);
+  const auto* bits = reinterpret_cast<const uint16_t*>(decode_table<Dst, Src>(sat));  // Dst is its 16 bits
+  const fp8_simd::WordTable table = fp8_simd::load_word_table(bits);
+  const auto count = static_cast<int64_t>(n);
+  for (int64_t i = 0; i < count; i += 32) {
+    const __mmask32 lanes = fp8_simd::lanes_for32(count - i);
+    _mm512_mask_storeu_epi16(dst + i, lanes, fp8_simd::lookup_x32(table, src + i, lanes));
+  }
+}
+
 template <class Dst, class Src>
 RangeFn<Dst, Src> pick_kernel() {
   if (g_vector_conversions.load(std::memory_order_relaxed)) {
@@ -208,6 +221,9 @@ RangeFn<Dst, Src> pick_kernel() {
     }
     if constexpr (is_fp8_v<Src> && std::is_same_v<Dst, float>) {
       if (isa.avx512) return &fp8_to_float_avx512<Src>;
+    }
+    if constexpr (is_fp8_v<Src> && (std::is_same_v<Dst, bf16> || std::is_same_v<Dst, f16>)) {
+      if (isa.avx512) return &fp8_to_half_avx512<Dst, Src>;
     }
     if constexpr (is_fp8_v<Src>) return &from_fp8_table<Dst, Src>;
   }

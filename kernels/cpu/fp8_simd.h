@@ -1,4 +1,4 @@
-// kernels/cpu/fp8_simd.h: AVX-512 FP8 (E4M3, E5M2) encoding of 16 floats, bit-identical to kernels/math/numerics.h (used by convert.cpp and quantize.cpp).
+// kernels/cpu/fp8_simd.h: AVX-512 FP8 (E4M3, E5M2) encoding of 16 floats and table decoding of 32 codes, bit-identical to kernels/math/numerics.h.
 #pragma once
 
 #include <immintrin.h>
@@ -113,6 +113,35 @@ MPT_TARGET_AVX512 inline uint32_t reduce_max(U32x16 m) {
   uint32_t r = 0;
   for (int i = 0; i < 16; ++i) r = m[i] > r ? m[i] : r;
   return r;
+}
+
+// FP8 code -> 16-bit value (f16 or bf16 bits) through a 256-entry table held in eight registers: four
+// two-register word permutes look up the low six code bits, two blends pick by bit 6 and one by bit 7. Exact for
+// any table (no assumption about signs or NaNs).
+struct WordTable {
+  __m512i t[8];
+};
+
+MPT_TARGET_AVX512 inline WordTable load_word_table(const uint16_t* table256) {
+  WordTable w;
+  for (int i = 0; i < 8; ++i) w.t[i] = _mm512_loadu_si512(table256 + 32 * i);
+  return w;
+}
+
+// 32 codes of src (the `lanes`; the others read as code 0) as 32 words.
+MPT_TARGET_AVX512 inline __m512i lookup_x32(const WordTable& w, const void* src, __mmask32 lanes) {
+  const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(lanes, src));
+  const __mmask32 bit6 = _mm512_test_epi16_mask(c, _mm512_set1_epi16(64));
+  const __mmask32 bit7 = _mm512_test_epi16_mask(c, _mm512_set1_epi16(128));
+  const __m512i low = _mm512_mask_blend_epi16(bit6, _mm512_permutex2var_epi16(w.t[0], c, w.t[1]),
+                                              _mm512_permutex2var_epi16(w.t[2], c, w.t[3]));
+  const __m512i high = _mm512_mask_blend_epi16(bit6, _mm512_permutex2var_epi16(w.t[4], c, w.t[5]),
+                                               _mm512_permutex2var_epi16(w.t[6], c, w.t[7]));
+  return _mm512_mask_blend_epi16(bit7, low, high);
+}
+
+inline __mmask32 lanes_for32(int64_t remaining) {
+  return remaining >= 32 ? ~__mmask32(0) : remaining <= 0 ? __mmask32(0) : static_cast<__mmask32>((1u << remaining) - 1);
 }
 
 inline __mmask16 lanes_for(int64_t remaining) {

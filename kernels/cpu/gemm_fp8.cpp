@@ -87,9 +87,13 @@ void pack_bf16(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16* dst, 
   for (int64_t r = 0; r < rows; ++r) {
     const T* in = src + r * ld;
     bf16* out = dst + r * cols;
+    if (fold == nullptr) {
+      convert<bf16, T>(in, out, static_cast<size_t>(cols));  // exact; vectorised (kernels/cpu/convert.h)
+      continue;
+    }
     for (int64_t c = 0; c < cols; ++c) {
       float v = table[in[c].bits];
-      if (fold != nullptr) v *= k_along_cols ? fold->at(r, c / kBlock) : fold->at(c, r / kBlock);
+      v *= k_along_cols ? fold->at(r, c / kBlock) : fold->at(c, r / kBlock);
       out[c] = bf16::from_bits(static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16));  // exact: truncation
     }
   }

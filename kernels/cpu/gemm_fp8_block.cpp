@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/fp8_simd.h"
 #include "kernels/math/numerics.h"
 
 namespace mpt::kernels::cpu {
@@ -31,8 +32,7 @@ constexpr int64_t kMc = 4 * kMr;     // rows per work tile
 constexpr int64_t kNc = 16 * kNr;    // columns per work tile
 constexpr int64_t kBlockPairs = 64;  // a 128-long K block in bf16 pairs
 
-// bf16 bits of every FP8 code (exact: FP8 values are bf16 values). A code's bits are those of its magnitude
-// (code & 0x7F) with the sign bit moved to bit 15, NaNs included; the vector decoder relies on it.
+// bf16 bits of every FP8 code (exact: FP8 values are bf16 values; NaN codes give some NaN, which is all a GEMM needs).
 template <class T>
 const std::array<uint16_t, 256>& bf16_bits_table() {
   static const std::array<uint16_t, 256> table = [] {
@@ -48,31 +48,19 @@ const std::array<uint16_t, 256>& bf16_bits_table() {
   return table;
 }
 
-// 32 FP8 codes (the `lanes` of src; others read as code 0, i.e. +0) to 32 bf16 words: two 64-entry word
-// permutes of the magnitude table, selected by bit 6, with the sign OR-ed in.
-struct Bf16Decoder {
-  __m512i t[4];
-};
+using Decoder = fp8_simd::WordTable;
 
 template <class T>
-MPT_BF16_INLINE Bf16Decoder make_decoder() {
-  const uint16_t* table = bf16_bits_table<T>().data();
-  Bf16Decoder d;
-  for (int i = 0; i < 4; ++i) d.t[i] = _mm512_loadu_si512(table + 32 * i);
-  return d;
+MPT_BF16_INLINE Decoder make_decoder() {
+  return fp8_simd::load_word_table(bf16_bits_table<T>().data());
 }
 
 template <class T>
-MPT_BF16_INLINE __m512i decode32(const Bf16Decoder& d, const T* src, __mmask32 lanes) {
-  const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(lanes, src));
-  const __m512i lo = _mm512_permutex2var_epi16(d.t[0], c, d.t[1]), hi = _mm512_permutex2var_epi16(d.t[2], c, d.t[3]);
-  const __m512i mag = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, _mm512_set1_epi16(64)), lo, hi);
-  return _mm512_or_si512(mag, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
+MPT_BF16_INLINE __m512i decode32(const Decoder& d, const T* src, __mmask32 lanes) {
+  return fp8_simd::lookup_x32(d, src, lanes);
 }
 
-MPT_BF16_INLINE __mmask32 lanes32(int64_t count) {
-  return count >= 32 ? ~__mmask32(0) : count <= 0 ? __mmask32(0) : __mmask32((1u << count) - 1);
-}
+MPT_BF16_INLINE __mmask32 lanes32(int64_t count) { return fp8_simd::lanes_for32(count); }
 
 // Interleaves the words of x (K row 2p) and y (K row 2p + 1) into pair words: lo holds columns 0..15, hi 16..31.
 MPT_BF16_INLINE void interleave_pairs(__m512i x, __m512i y, __m512i& lo, __m512i& hi) {
@@ -87,7 +75,7 @@ MPT_BF16_INLINE void interleave_pairs(__m512i x, __m512i y, __m512i& lo, __m512i
 // Stored rows 2p and 2p + 1 of a K-major operand (K along rows, the other index contiguous), 32 entries from
 // column c0 (count valid), as 32 pair words at out[0, 32) (zero beyond count and beyond k).
 template <class T>
-MPT_BF16_INLINE void pair_row(const Bf16Decoder& d, const T* src, int64_t ld, int64_t p, int64_t k, int64_t c0,
+MPT_BF16_INLINE void pair_row(const Decoder& d, const T* src, int64_t ld, int64_t p, int64_t k, int64_t c0,
                               int64_t count, uint32_t* out) {
   const __mmask32 lanes = lanes32(count);
   const __m512i x = decode32(d, src + 2 * p * ld + c0, lanes);
@@ -106,7 +94,7 @@ MPT_TARGET_BF16 void pack_b(const TB* b, int64_t ldb, bool trans_b, int64_t k, i
   const int64_t panels = (n + kNr - 1) / kNr;
 #pragma omp parallel for schedule(static) if (k * n > (1 << 15))
   for (int64_t jp = 0; jp < panels; ++jp) {
-    const Bf16Decoder dec = make_decoder<TB>();
+    const Decoder dec = make_decoder<TB>();
     uint32_t* panel = out + jp * pairs * kNr;
     const int64_t j0 = jp * kNr, cols = std::min(kNr, n - j0);
     if (!trans_b) {
@@ -134,9 +122,9 @@ struct PackedA {
 };
 
 template <class TA>
-MPT_TARGET_BF16 PackedA pack_a(const TA* a, int64_t lda, bool trans_a, int64_t i0, int64_t rows, int64_t k,
-                               int64_t kp, uint32_t* out) {
-  const Bf16Decoder dec = make_decoder<TA>();
+MPT_TARGET_BF16 PackedA pack_a(const TA* a, int64_t lda, bool trans_a, int64_t i0, int64_t rows, int64_t k, int64_t kp,
+                               uint32_t* out) {
+  const Decoder dec = make_decoder<TA>();
   const int64_t pairs = (k + 1) / 2;
   if (trans_a) {
     for (int64_t p = 0; p < pairs; ++p)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/math/numerics.h"
+#include "kernels/math/numerics_cast.h"
 #include "numerics_reference.h"
 
 namespace mpt {
@@ -253,6 +254,16 @@ TEST(ConvertVector, Fp8TailsUnalignedStartsAndGuards) {
           ASSERT_EQ(q5[i].bits, float_to_e5m2_bits(static_cast<float>(b[i]), sat)) << "n=" << n << " i=" << i;
         }
         for (size_t i = n; i < n + 3; ++i) ASSERT_TRUE(q4[i].bits == 0xAB && q5[i].bits == 0xAB) << "n=" << n;
+        // And back: fp8 -> bf16 / f16 (32-lane table lookups) from an unaligned start, guards untouched.
+        std::vector<bf16> back(n + 3, bf16::from_bits(0xABCD));
+        std::vector<f16> back16(n + 3, f16::from_bits(0xABCD));
+        convert(q4.data(), back.data(), n, sat);
+        convert(q5.data(), back16.data(), n, sat);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(back[i].bits, scalar_cast<bf16>(q4[i], sat).bits) << "n=" << n << " i=" << i;
+          ASSERT_EQ(back16[i].bits, scalar_cast<f16>(q5[i], sat).bits) << "n=" << n << " i=" << i;
+        }
+        for (size_t i = n; i < n + 3; ++i) ASSERT_TRUE(back[i].bits == 0xABCD && back16[i].bits == 0xABCD);
       }
     }
   }
