@@ -79,7 +79,7 @@ void cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p) {
       const F* x = row.load(p.logits + r * n, n);
       const F max = row_max_of(x, n);
       const double sum = row_sum_exp_of(x, n, max);
-      const F lse = max + math::ce_log(static_cast<F>(sum));
+      const F lse = max + math::log_op(static_cast<F>(sum));
       const int64_t t = static_cast<int64_t>(p.targets[r]);
       p.lse[r] = lse;
       p.loss[r] = t == p.ignore_index                   ? F(0)

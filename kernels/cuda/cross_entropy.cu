@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const float row_max = math::block_allreduce(acc.max, math::MaxOp{}, -INFINITY, scratch);
   const float sum = math::block_allreduce(acc.sum_at(row_max), math::SumOp{}, 0.0f, scratch);
   if (threadIdx.x == 0) {
-    const float lse = row_max + math::ce_log(sum);
+    const float lse = row_max + math::log_op(sum);
     const int64_t t = static_cast<int64_t>(p.targets[blockIdx.x]);
     p.lse[blockIdx.x] = lse;
     p.loss[blockIdx.x] = t == p.ignore_index              ? 0.0f

@@ -19,8 +19,6 @@ template <class F>
 MPT_HD MPT_INLINE F attention_exp(F x) {
   return exp_op(x);
 }
-MPT_HD MPT_INLINE float attention_log(float x) { return logf(x); }
-MPT_HD MPT_INLINE double attention_log(double x) { return log(x); }
 MPT_HD MPT_INLINE float attention_max(float a, float b) { return fmaxf(a, b); }
 MPT_HD MPT_INLINE double attention_max(double a, double b) { return fmax(a, b); }
 
@@ -35,7 +33,7 @@ struct CausalSoftmaxRow {
   F lse;
 
   MPT_HD MPT_INLINE static CausalSoftmaxRow make(F scale, F row_max, F sum) {
-    return {scale, row_max, F(1) / sum, row_max + attention_log(sum)};
+    return {scale, row_max, F(1) / sum, row_max + log_op(sum)};
   }
   MPT_HD MPT_INLINE F prob(F x) const { return attention_exp(x * scale - row_max) * inv_sum; }
 };
@@ -64,7 +62,7 @@ struct OnlineSoftmax {
     l *= alpha;
     return alpha;
   }
-  MPT_HD MPT_INLINE F lse() const { return m + attention_log(l); }
+  MPT_HD MPT_INLINE F lse() const { return m + log_op(l); }
 };
 
 }  // namespace mpt::kernels::math

@@ -66,15 +66,6 @@ MPT_HD MPT_INLINE F ce_exp(F x) {
   return exp_op(x);
 }
 
-template <class F>
-MPT_HD MPT_INLINE F ce_log(F x) {
-#if defined(__CUDA_ARCH__)
-  return ::log(x);
-#else
-  return std::log(x);
-#endif
-}
-
 MPT_HD MPT_INLINE bool ce_target_in_range(int64_t target, int64_t vocab) { return target >= 0 && target < vocab; }
 
 // A running (max, sum of exp(x - max)) over a stream of values: logsumexp = max + log(sum). -inf entries

@@ -1,4 +1,4 @@
-// kernels/math/exp.h: exp in float as pure arithmetic (vectorises on the CPU, same expression on CUDA), f64 via libm.
+// kernels/math/exp.h: exp in float as pure arithmetic (vectorises on the CPU, same expression on CUDA); f64 exp and log via libm.
 #pragma once
 
 #include <cmath>
@@ -32,11 +32,22 @@ MPT_HD MPT_INLINE float exp_op(float x) {
   return x != x ? x : e;
 }
 
+// exp in double (the CPU's float64 reference path) and log in either precision (row statistics, once per row):
+// the libm / CUDA math functions.
 MPT_HD MPT_INLINE double exp_op(double x) {
 #if defined(__CUDA_ARCH__)
   return ::exp(x);
 #else
   return std::exp(x);
+#endif
+}
+
+template <class F>
+MPT_HD MPT_INLINE F log_op(F x) {
+#if defined(__CUDA_ARCH__)
+  return ::log(x);
+#else
+  return std::log(x);
 #endif
 }
 
