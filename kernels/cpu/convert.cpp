@@ -11,13 +11,14 @@
 #include <type_traits>
 
 #include "kernels/cpu/fp8_simd.h"
+#include "kernels/cpu/map.h"
 #include "kernels/math/numerics_cast.h"
 
 namespace mpt::kernels::cpu {
 namespace {
 
 // Below this many elements one thread converts the whole array; above it, chunks go to OpenMP threads.
-constexpr size_t kParallelThreshold = size_t(1) << 16;
+constexpr size_t kConvertParallelThreshold = size_t(1) << 16;
 constexpr size_t kChunk = size_t(1) << 14;
 
 bool vector_default_from_env() {
@@ -235,9 +236,13 @@ RangeFn<Dst, Src> pick_kernel() {
 void set_vector_conversions(bool enabled) { g_vector_conversions.store(enabled, std::memory_order_relaxed); }
 bool vector_conversions_enabled() { return g_vector_conversions.load(std::memory_order_relaxed); }
 ConvertIsa convert_isa() { return cpu_isa(); }
-// Declared in kernels/cpu/map.h: the elementwise loops follow the same switch as the conversions.
-bool map_avx512_enabled();
-bool map_avx512_enabled() { return cpu_isa().avx512 && vector_conversions_enabled(); }
+MapIsa map_isa() {
+  if (!vector_conversions_enabled()) return MapIsa::Baseline;
+  static const MapIsa kIsa = cpu_isa().avx512 ? MapIsa::Avx512
+                             : cpu_isa().avx2 && __builtin_cpu_supports("fma") ? MapIsa::Avx2Fma
+                                                                               : MapIsa::Baseline;
+  return kIsa;
+}
 
 template <class Dst, class Src>
 void convert(const Src* src, Dst* dst, size_t n, Fp8Saturation sat) {
@@ -246,7 +251,7 @@ void convert(const Src* src, Dst* dst, size_t n, Fp8Saturation sat) {
     std::memcpy(dst, src, n * sizeof(Src));
   } else {
     const RangeFn<Dst, Src> fn = pick_kernel<Dst, Src>();
-    if (n < kParallelThreshold) {
+    if (n < kConvertParallelThreshold) {
       fn(src, dst, n, sat);
       return;
     }

@@ -2,67 +2,16 @@
 #include "kernels/cpu/cross_entropy.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/row_convert.h"
+#include "kernels/cpu/row_math.h"
 
 namespace mpt::kernels::cpu {
 
 namespace {
 
 constexpr int64_t kParallelElements = 1 << 15;
-
-// The row loops, as templates over F (float or double) compiled for the baseline ISA and, for float, cloned for
-// AVX-512 (chosen at load time). The kernels are built with -ffp-contract=off, so the elementwise results are the
-// same bits in every clone; the double sum's order differs with the vector width (far below float rounding).
-template <class F>
-MPT_INLINE F row_max(const F* x, int64_t n) {
-  F max = -INFINITY;
-#pragma omp simd reduction(max : max)
-  for (int64_t c = 0; c < n; ++c) max = x[c] > max ? x[c] : max;
-  return max;
-}
-
-// The exps are opmath; their sum is double, so its rounding error does not grow with the vocabulary.
-template <class F>
-MPT_INLINE double row_sum_exp(const F* x, int64_t n, F max) {
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < n; ++c) sum += static_cast<double>(math::ce_exp(x[c] - max));
-  return sum;
-}
-
-// d[c] = old[c] + dlogit (old may be null); one read of x[c] and old[c] before the write of d[c], which may alias
-// either (in place, or accumulating in F).
-template <class F>
-MPT_INLINE void row_dlogits(const F* x, const F* old, F* d, int64_t n, F lse, int64_t t, F scale) {
-  if (old != nullptr) {
-#pragma omp simd
-    for (int64_t c = 0; c < n; ++c) d[c] = old[c] + math::ce_dlogit(x[c], lse, c == t, scale);
-  } else {
-#pragma omp simd
-    for (int64_t c = 0; c < n; ++c) d[c] = math::ce_dlogit(x[c], lse, c == t, scale);
-  }
-}
-
-#define MPT_CE_CLONES __attribute__((target_clones("avx512f", "default")))
-MPT_CE_CLONES float row_max_f(const float* x, int64_t n) { return row_max(x, n); }
-MPT_CE_CLONES double row_sum_exp_f(const float* x, int64_t n, float max) { return row_sum_exp(x, n, max); }
-MPT_CE_CLONES void row_dlogits_f(const float* x, const float* old, float* d, int64_t n, float lse, int64_t t,
-                                 float scale) {
-  row_dlogits(x, old, d, n, lse, t, scale);
-}
-#undef MPT_CE_CLONES
-
-float row_max_of(const float* x, int64_t n) { return row_max_f(x, n); }
-double row_max_of(const double* x, int64_t n) { return row_max(x, n); }
-double row_sum_exp_of(const float* x, int64_t n, float max) { return row_sum_exp_f(x, n, max); }
-double row_sum_exp_of(const double* x, int64_t n, double max) { return row_sum_exp(x, n, max); }
-void row_dlogits_of(const float* x, const float* old, float* d, int64_t n, float lse, int64_t t, float scale) {
-  row_dlogits_f(x, old, d, n, lse, t, scale);
-}
-void row_dlogits_of(const double* x, const double* old, double* d, int64_t n, double lse, int64_t t, double scale) {
-  row_dlogits(x, old, d, n, lse, t, scale);
-}
 
 }  // namespace
 
@@ -77,8 +26,14 @@ void cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < p.rows; ++r) {
       const F* x = row.load(p.logits + r * n, n);
-      const F max = row_max_of(x, n);
-      const double sum = row_sum_exp_of(x, n, max);
+      const F max = rowmath::max(x, n);
+      // The exps are opmath; their sum is double, so its rounding error does not grow with the vocabulary.
+      double sum;
+      if constexpr (std::is_same_v<F, float>) {
+        sum = rowmath::sum_exp_f64(x, n, max);
+      } else {
+        sum = rowmath::sum_exp(x, n, max);
+      }
       const F lse = max + math::log_op(static_cast<F>(sum));
       const int64_t t = static_cast<int64_t>(p.targets[r]);
       p.lse[r] = lse;
@@ -122,7 +77,7 @@ void cross_entropy_backward(const math::CrossEntropyBackwardParams<T, I>& p) {
       F* d = drow.out(p.dlogits + r * n);
       const F scale = math::ce_grad_scale(p, r), lse = p.lse[r];
       const int64_t t = static_cast<int64_t>(p.targets[r]);
-      row_dlogits_of(x, old, d, n, lse, t, scale);
+      rowmath::ce_dlogits(x, old, d, n, lse, t, scale);
       drow.store(p.dlogits + r * n, n);
     }
   }

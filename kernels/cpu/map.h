@@ -13,13 +13,16 @@ namespace mpt::kernels::cpu {
 
 inline constexpr int64_t kParallelThreshold = 1 << 15;
 
-// Whether the AVX-512 (F, BW, VL) clones of the elementwise loops may run: detected once.
-bool map_avx512_enabled();
+// Which clone of the elementwise loops runs (detected once; the baseline when the vector paths are switched off
+// with kernels/cpu/convert.h's set_vector_conversions). All clones compute the same bits: the kernels are built
+// with -ffp-contract=off and the functors spell their fused multiply-adds out (math::fma_op), which the baseline
+// clone evaluates with libm's exact fmaf (slowly: it exists for CPUs older than Haswell).
+enum class MapIsa : uint8_t { Baseline, Avx2Fma, Avx512 };
+MapIsa map_isa();
 
 namespace detail {
 
-// One loop body, compiled twice: for the baseline ISA and for AVX-512 (16 float lanes; GCC does not contract
-// a * b + c into FMA in ISO C++ mode, so both clones compute the same bits as each other and as the CUDA kernel).
+// One loop body, compiled three times: for the baseline ISA, AVX2+FMA and AVX-512 (16 float lanes).
 #define MPT_MAP_LOOPS(ATTR, SUFFIX)                                                                       \
   template <class Out, class F, class... In>                                                            \
   ATTR void map##SUFFIX(Out* out, int64_t n, F f, const In*... in) {                                    \
@@ -41,6 +44,7 @@ namespace detail {
   }
 
 MPT_MAP_LOOPS(, _generic)
+MPT_MAP_LOOPS(__attribute__((target("avx2,fma"))), _avx2)
 MPT_MAP_LOOPS(__attribute__((target("avx512f,avx512bw,avx512vl"))), _avx512)
 #undef MPT_MAP_LOOPS
 
@@ -49,11 +53,14 @@ inline constexpr bool kIsOpmath = std::is_same_v<T, math::opmath_t<T>>;
 
 template <bool kAccumulate, class Out, class F, class... In>
 void map_direct(Out* out, int64_t n, F f, const In*... in) {
+  const MapIsa isa = map_isa();
   if constexpr (kAccumulate) {
-    if (map_avx512_enabled()) return map_acc_avx512(out, n, f, in...);
+    if (isa == MapIsa::Avx512) return map_acc_avx512(out, n, f, in...);
+    if (isa == MapIsa::Avx2Fma) return map_acc_avx2(out, n, f, in...);
     map_acc_generic(out, n, f, in...);
   } else {
-    if (map_avx512_enabled()) return map_avx512(out, n, f, in...);
+    if (isa == MapIsa::Avx512) return map_avx512(out, n, f, in...);
+    if (isa == MapIsa::Avx2Fma) return map_avx2(out, n, f, in...);
     map_generic(out, n, f, in...);
   }
 }
@@ -95,8 +102,11 @@ void map_chunked(Out* out, int64_t n, F f, const In*... in) {
     O* dst = kIsOpmath<Out> ? reinterpret_cast<O*>(out + begin) : acc;
     if constexpr (kAccumulate && !kIsOpmath<Out>) convert(out + begin, acc, static_cast<size_t>(len));
     [&]<size_t... I>(std::index_sequence<I...>) {
-      if (map_avx512_enabled()) {
+      const MapIsa isa = map_isa();
+      if (isa == MapIsa::Avx512) {
         map_block_avx512<kAccumulate>(dst, len, f, widened(in + begin, len, std::get<I>(bufs).v)...);
+      } else if (isa == MapIsa::Avx2Fma) {
+        map_block_avx2<kAccumulate>(dst, len, f, widened(in + begin, len, std::get<I>(bufs).v)...);
       } else {
         map_block_generic<kAccumulate>(dst, len, f, widened(in + begin, len, std::get<I>(bufs).v)...);
       }

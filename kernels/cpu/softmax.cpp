@@ -1,28 +1,32 @@
 // kernels/cpu/softmax.cpp: row softmax forward and backward, OpenMP over rows, the math from kernels/math/softmax.h.
 #include "kernels/cpu/softmax.h"
-#include "kernels/math/opmath.h"
 
 #include <cmath>
 
+#include "kernels/cpu/row_convert.h"
+#include "kernels/cpu/row_math.h"
 #include "kernels/math/numerics.h"
+#include "kernels/math/opmath.h"
 #include "kernels/math/softmax.h"
 
 namespace mpt::kernels::cpu {
 
 template <class T>
 void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols) {
-  using F = decltype(math::softmax_load(T{}));
+  using F = math::opmath_t<T>;
   if (rows <= 0 || cols <= 0) return;
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    T* yr = y + r * cols;
-    F row_max = -INFINITY;
-    for (int64_t c = 0; c < cols; ++c) row_max = math::softmax_max(row_max, math::softmax_load(xr[c]));
-    F sum = 0;
-    for (int64_t c = 0; c < cols; ++c) sum += math::softmax_exp(math::softmax_load(xr[c]), row_max);
-    const auto row = math::SoftmaxRowOf<F>::from_max_and_sum(row_max, sum);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = row.template output<T>(math::softmax_load(xr[c]));
+#pragma omp parallel if (rows * cols > (1 << 15))
+  {
+    OpmathRow<T> in(cols), out(cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const F* xr = in.load(x + r * cols, cols);
+      // The max is exact in any order; the sum's order is this CPU's (kernels/cpu/row_math.h).
+      const F row_max = rowmath::max(xr, cols);
+      const auto row = math::SoftmaxRowOf<F>::from_max_and_sum(row_max, rowmath::sum_exp(xr, cols, row_max));
+      rowmath::exp_scale(xr, out.out(y + r * cols), cols, row.row_max, row.inv_sum);
+      out.store(y + r * cols, cols);
+    }
   }
 }
 

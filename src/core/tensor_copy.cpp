@@ -73,7 +73,7 @@ void span_to_device(const Tensor& host, const Tensor& device_view) {
              host.storage()->data(), Device::cpu(), static_cast<size_t>(hi - lo + 1) * es);
 }
 
-bool is_cuda_convertible(DType t) { return is_floating(t) && t != DType::F64; }
+[[maybe_unused]] bool is_cuda_convertible(DType t) { return is_floating(t) && t != DType::F64; }  // CUDA builds only
 
 // Dense same-device CUDA copies and float conversions run on the device; everything else is staged.
 bool copy_on_device(const Tensor& dst, const Tensor& src, Fp8Saturation sat) {
