@@ -1,14 +1,22 @@
-// src/ops/attention.cpp: causal attention forward and backward: checks, one dtype dispatch, CPU flash kernel or CUDA
-// GEMMs.
+// src/ops/attention.cpp: causal attention forward and backward: checks, one dtype dispatch, CPU flash kernel, or on
+// CUDA cuDNN's fused flash attention with the GEMM path as fallback (ops/attention_select.h chooses).
 #include "mpt/ops/attention.h"
 
 #include <cmath>
 
 #include "kernels/cpu/attention.h"
 #include "mpt/ops/matmul.h"
+#include "ops/attention_select.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
+#include <map>
+#include <mutex>
+
+#include "backend/cuda/device_guard.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/lib/attention_cudnn.h"
+#include "mpt/core/stream.h"
+#include "mpt/ops/elementwise.h"
 #endif
 
 namespace mpt::ops {
@@ -36,7 +44,7 @@ kernels::cpu::AttentionShape check_qkv(const Tensor& q, const Tensor& k, const T
   return {q.size(0) * q.size(1), q.size(2), d, scale};
 }
 
-// CUDA: the fallback path (cuDNN's fused attention is not wired yet; docs/kernels.md). Batched cuBLASLt GEMMs
+// CUDA, the GEMM path (the fallback when cuDNN cannot run a problem, or MPT_ATTENTION=gemm). Batched cuBLASLt GEMMs
 // around the causal softmax kernels: scores S = q k^T in f32 (B*H, T, T), P = causal softmax(scale * S) in place,
 // and P rounded to the inputs' dtype for the P v GEMM, as flash attention does for its second GEMM.
 struct Heads {
@@ -95,6 +103,119 @@ void attention_backward_cuda(const Heads& h, const Tensor& dout, const kernels::
   matmul_out(ds_lo, h.q, g.dk.reshape(heads_shape(s)), beta, ta);  // dk = dS^T q
 }
 
+#if defined(MPT_WITH_CUDA)
+namespace kcu = kernels::cuda;
+
+// One cuDNN handle per (device, stream), bound to that stream, created on first use and kept. A failed creation
+// (no driver: CUDNN_STATUS_NOT_INITIALIZED) is remembered and returns null with the reason in `why`.
+cudnnHandle_t cudnn_handle(const Stream& stream, std::string* why) {
+  struct Entry {
+    cudnnHandle_t handle = nullptr;
+    std::string error;
+  };
+  static std::mutex mutex;
+  static auto* handles = new std::map<std::pair<int, void*>, Entry>();  // never destroyed (used until exit)
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto [it, fresh] = handles->try_emplace({stream.device().index(), stream.native()});
+  Entry& e = it->second;
+  if (fresh) {
+    cudnnHandle_t h = nullptr;
+    cudnnStatus_t st = cudnnCreate(&h);
+    if (st == CUDNN_STATUS_SUCCESS) {
+      st = cudnnSetStream(h, static_cast<cudaStream_t>(stream.native()));
+      if (st != CUDNN_STATUS_SUCCESS) (void)cudnnDestroy(h);
+    }
+    if (st == CUDNN_STATUS_SUCCESS) e.handle = h;
+    else e.error = "cuDNN handle: " + cuda_backend::cudnn_failure_text(st);
+  }
+  *why = e.error;
+  return e.handle;
+}
+
+kcu::CudnnAttentionProblem cudnn_problem(const Tensor& q, const kernels::cpu::AttentionShape& s) {
+  return {q.size(0), q.size(1), q.size(2), q.size(3), q.dtype() == DType::BF16, static_cast<float>(s.scale)};
+}
+
+// The cached cuDNN plan when the selection picks cuDNN and its plan builds, else null (the GEMM path runs). Under
+// MPT_ATTENTION=cudnn every refusal, the plan's included, throws instead.
+std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const kernels::cpu::AttentionShape& s,
+                                                          bool backward, cudnnHandle_t* handle, const char* op) {
+  const detail::AttentionMode mode = detail::attention_mode_from_env(op);
+  if (mode == detail::AttentionMode::Gemm) return nullptr;
+  const int device = q.device().index();
+  const CudaDeviceInfo& info = cuda_status().devices.at(device);
+  detail::AttentionQuery query{q.dtype(), q.size(0), q.size(1), q.size(2), q.size(3), s.scale, info.major,
+                               info.minor, backward, {}};
+  cuda_backend::DeviceGuard guard(device);
+  if (detail::cudnn_attention_rejection(query).empty())
+    *handle = cudnn_handle(Stream::current(q.device()), &query.cudnn_unavailable);
+  if (detail::select_attention_path(mode, query, op) == detail::AttentionPath::Gemm) return nullptr;
+  const auto pass = backward ? kcu::AttentionPass::Backward : kcu::AttentionPass::Forward;
+  try {
+    return kcu::cudnn_attention_plan(device, *handle, cudnn_problem(q, s), pass);
+  } catch (const kcu::CudnnError& e) {
+    MPT_CHECK(mode != detail::AttentionMode::Cudnn, "[{}] MPT_ATTENTION=cudnn, but cuDNN built no plan for {}: {}",
+              op, q.meta_str(), e.what());
+    return nullptr;  // auto: the static rules passed but this cuDNN has no engine; the failure is cached
+  }
+}
+
+// Device scratch for one cuDNN call (stream-ordered pool allocation, 256-byte aligned).
+Tensor cudnn_workspace(const kcu::CudnnAttentionPlan& plan, Device device) {
+  return Tensor::empty({static_cast<int64_t>(plan.workspace_bytes())}, DType::U8, device);
+}
+
+template <class F>
+void run_cudnn(const char* op, F&& call) {
+  try {
+    call();
+  } catch (const kcu::CudnnError& e) {
+    MPT_THROW("[{}] cuDNN attention failed: {}", op, e.what());
+  }
+}
+
+// True when cuDNN ran the forward (out and lse written).
+bool cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
+                   AttentionResult& r, const char* op) {
+  cudnnHandle_t handle = nullptr;
+  const auto plan = cudnn_plan(q, s, false, &handle, op);
+  if (!plan) return false;
+  cuda_backend::DeviceGuard guard(q.device().index());
+  const Tensor ws = cudnn_workspace(*plan, q.device());
+  run_cudnn(op, [&] {
+    plan->forward(handle, q.data_ptr(), k.data_ptr(), v.data_ptr(), r.out.data_ptr(), r.lse.data<float>(),
+                  ws.data_ptr());
+  });
+  return true;
+}
+
+// True when cuDNN ran the backward. cuDNN writes fresh gradients, so accumulation goes through temporaries that
+// are added (+=, rounded once from f32) into the given dq, dk, dv.
+bool cudnn_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                    const Tensor& lse, const kernels::cpu::AttentionShape& s, AttentionGrads& g, bool accumulate,
+                    const char* op) {
+  cudnnHandle_t handle = nullptr;
+  const auto plan = cudnn_plan(q, s, true, &handle, op);
+  if (!plan) return false;
+  cuda_backend::DeviceGuard guard(q.device().index());
+  const auto fresh = [&](const Tensor& grad) {
+    return accumulate ? Tensor::empty(q.shape(), q.dtype(), q.device()) : grad;
+  };
+  const Tensor dq = fresh(g.dq), dk = fresh(g.dk), dv = fresh(g.dv);
+  const Tensor ws = cudnn_workspace(*plan, q.device());
+  run_cudnn(op, [&] {
+    plan->backward(handle, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+                   lse.data<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), ws.data_ptr());
+  });
+  if (accumulate) {
+    add_(g.dq, dq);
+    add_(g.dk, dk);
+    add_(g.dv, dv);
+  }
+  return true;
+}
+#endif
+
 void check_grad(const Tensor& g, const Tensor& q, const char* what, const char* op) {
   detail::check_same_dtype({&q, &g}, op);
   detail::check_shape(g, q.shape(), what, op);
@@ -114,6 +235,9 @@ AttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const T
                     Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype(q.dtype()), dev)};
   if (q.numel() == 0) return r;
   if (!dev.is_cpu()) {
+#if defined(MPT_WITH_CUDA)
+    if (cudnn_forward(q, k, v, shape, r, op)) return r;
+#endif
     attention_forward_cuda(heads_of(q, k, v, shape), shape, r, op);
     return r;
   }
@@ -156,11 +280,14 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   const Tensor dout = dout_in.contiguous();
   if (q.numel() == 0) return grads;
+  const Tensor out = out_in.contiguous(), lse = lse_in.contiguous();
   if (!dev.is_cpu()) {
+#if defined(MPT_WITH_CUDA)
+    if (cudnn_backward(q, k, v, out, dout, lse, shape, grads, accumulate, op)) return grads;
+#endif
     attention_backward_cuda(heads_of(q, k, v, shape), dout, shape, grads, accumulate, op);
     return grads;
   }
-  const Tensor out = out_in.contiguous(), lse = lse_in.contiguous();
   visit_float(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using F = kernels::math::opmath_t<T>;

@@ -20,9 +20,13 @@ struct AttentionResult {
 
 // out_i = sum_{j <= i} softmax_j(scale * q_i . k_j) v_j per batch and head (f32, f16, bf16; f64 on the CPU),
 // computed in f32 (f64 for f64) with the output rounded once. The CPU runs a blocked flash-attention
-// (online softmax, no T x T matrix). CUDA runs batched cuBLASLt GEMMs around a fused causal-softmax kernel: the
-// f32 scores (B*H, T, T) are materialised, and the probabilities are rounded to the inputs' dtype for the second
-// GEMM (f16/bf16 results differ from the CPU's within that rounding). cuDNN's fused attention is not wired yet.
+// (online softmax, no T x T matrix). On CUDA, f16/bf16 run cuDNN's fused flash attention when the device and
+// shape qualify (sm_80+, D a multiple of 8 and at most 128 or 256 by GPU and pass: cudnn_attention_unsupported in
+// kernels/cuda/lib/attention_cudnn.h) and a cuDNN handle can be made; otherwise (and for f32) batched cuBLASLt
+// GEMMs around a fused causal-softmax kernel run, materialising the f32 scores (B*H, T, T). Both round the
+// probabilities to the inputs' dtype for the second GEMM (f16/bf16 results differ from the CPU's within that
+// rounding). The environment variable MPT_ATTENTION=auto|cudnn|gemm
+// (default auto) forces a path; cudnn where cuDNN cannot run the call throws mpt::Error saying why.
 AttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const AttentionOptions& options = {});
 
@@ -33,7 +37,10 @@ struct AttentionGrads {
 // The gradients of causal_attention from the output gradient dout (the output's shape and dtype), the
 // forward's inputs, its output and lse (the probabilities are recomputed blockwise, never stored). When
 // `grads` holds dq, dk and dv (q's shape and dtype, contiguous; all three or none), the gradients are
-// accumulated into them (+=) and they are returned; otherwise new tensors are returned.
+// accumulated into them (+=) and they are returned; otherwise new tensors are returned. (cuDNN writes fresh
+// gradients: with `grads` given it computes into temporaries that are then added, costing 3 extra (B,H,T,D)
+// buffers. Its backward accumulates dq in an f32 buffer, reportedly with atomics: expect run-to-run differences in
+// the last bits, unlike the CPU and GEMM paths.)
 AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& out, const Tensor& lse, const AttentionOptions& options = {},
                                          AttentionGrads grads = {});

@@ -1,0 +1,153 @@
+// kernels/cuda/lib/attention_cudnn.h: causal flash attention through cuDNN's graph (backend) API: the composite
+// SDPA graphs cuDNN replaces by its fused flash-attention engine, support rules, plans, plan cache and execution.
+#pragma once
+
+#include <cudnn_graph.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mpt::kernels::cuda {
+
+// One attention call: q, k, v, o, do, dq, dk, dv are (B, H, T, D) contiguous (strides H*T*D, T*D, D, 1) in f16 or
+// bf16; stats is f32 (B, H, T): each row's logsumexp of the scaled, causally masked scores (the op's lse).
+// Compute is f32 throughout; the probabilities P enter the second GEMM in the I/O dtype (flash attention).
+struct CudnnAttentionProblem {
+  int64_t b = 0, h = 0, t = 0, d = 0;
+  bool bf16 = true;  // false: f16
+  float scale = 0;   // multiplies q . k (the op passes 1/sqrt(D) by default)
+  bool operator==(const CudnnAttentionProblem&) const = default;
+};
+
+enum class AttentionPass : uint8_t { Forward, Backward };
+
+// The static rules for cuDNN 9.19's fused engine (no GPU needed): "" when supported, else why not. sm_80+, head
+// dim a multiple of 8; forward d <= 256 on sm_8x/9x, backward d <= 256 on sm_90 and d <= 128 elsewhere (sm_80:
+// d = 256 backward finds no engine); d <= 128 on sm_100+ (not checked offline, conservative). f16/bf16 only: the
+// problem type cannot express f32, which the op rejects before asking.
+const char* cudnn_attention_unsupported(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
+                                        int sm_minor);
+inline bool cudnn_attention_supported(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
+                                      int sm_minor) {
+  return cudnn_attention_unsupported(p, pass, sm_major, sm_minor)[0] == '\0';
+}
+// Both passes (training).
+inline bool cudnn_attention_supported(const CudnnAttentionProblem& p, int sm_major, int sm_minor) {
+  return cudnn_attention_supported(p, AttentionPass::Forward, sm_major, sm_minor) &&
+         cudnn_attention_supported(p, AttentionPass::Backward, sm_major, sm_minor);
+}
+
+// Every cuDNN failure: the call, the descriptor (type and our name) and attribute it concerned, cuDNN's status name
+// and number and its last error text, e.g. "cudnnBackendSetAttribute(TENSOR 'K^T', CUDNN_ATTR_TENSOR_STRIDES)
+// failed: CUDNN_STATUS_BAD_PARAM (2000): ...". The op layer rethrows it as mpt::Error with its "[op]" prefix.
+class CudnnError : public std::runtime_error {
+ public:
+  CudnnError(cudnnStatus_t status, const std::string& what) : std::runtime_error(what), status_(status) {}
+  cudnnStatus_t status() const { return status_; }
+
+ private:
+  cudnnStatus_t status_;
+};
+
+// Owns one backend descriptor (cudnnBackendDestroyDescriptor on destruction). Creation never needs a GPU.
+class CudnnDescriptor {
+ public:
+  CudnnDescriptor() = default;
+  CudnnDescriptor(cudnnBackendDescriptorType_t type, const char* name);  // name: a literal; throws CudnnError
+  ~CudnnDescriptor();
+  CudnnDescriptor(CudnnDescriptor&& o) noexcept : desc_(o.desc_), type_(o.type_), name_(o.name_) {
+    o.desc_ = nullptr;
+  }
+  CudnnDescriptor& operator=(CudnnDescriptor&& o) noexcept;
+  CudnnDescriptor(const CudnnDescriptor&) = delete;
+  CudnnDescriptor& operator=(const CudnnDescriptor&) = delete;
+  cudnnBackendDescriptor_t get() const { return desc_; }
+  cudnnBackendDescriptorType_t type() const { return type_; }
+  const char* name() const { return name_; }  // ours, for error messages ("Q", "S = Q K^T", ...)
+
+ private:
+  cudnnBackendDescriptor_t desc_ = nullptr;
+  cudnnBackendDescriptorType_t type_ = CUDNN_BACKEND_TENSOR_DESCRIPTOR;
+  const char* name_ = "";
+};
+
+// Where plans are built: a cuDNN handle (its device runs them), or a finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR
+// describing a device that need not be present ("deviceless ahead-of-time compilation", cuDNN >= 9.8: heuristics
+// and plan finalize work; execution needs the real device).
+struct CudnnTarget {
+  cudnnHandle_t handle = nullptr;
+  cudnnBackendDescriptor_t device_prop = nullptr;
+};
+
+// A device-properties descriptor from cuDNN's JSON serialisation (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION).
+CudnnDescriptor cudnn_device_properties(const std::string& json);
+
+// Variations of the graph, for negative controls only: cuDNN must refuse them (0 engine configs).
+struct CudnnGraphOptions {
+  bool probs_f32 = false;  // forward only: P in f32 instead of the I/O dtype
+};
+
+// A finalized operation graph with the tensors it references (forward: q, k, v -> o, stats; backward: q, k, v,
+// o, do, stats -> dq, dk, dv, plus the caller-provided f32 buffers softmax_sum (B,H,T,1) and dq_accum (B,H,T,D)).
+struct CudnnAttentionGraph {
+  CudnnAttentionProblem problem;
+  AttentionPass pass = AttentionPass::Forward;
+  std::vector<CudnnDescriptor> parts;  // tensors and operations, kept alive for the graph
+  CudnnDescriptor graph;
+  int op_count = 0;
+};
+std::unique_ptr<CudnnAttentionGraph> build_cudnn_attention_graph(const CudnnAttentionProblem& p, AttentionPass pass,
+                                                                 const CudnnTarget& target,
+                                                                 const CudnnGraphOptions& options = {});
+
+// Engine configs from heuristics: CUDNN_HEUR_MODE_A, else CUDNN_HEUR_MODE_FALLBACK when A returns none. An empty
+// result means cuDNN has no engine for the graph on the target.
+std::vector<CudnnDescriptor> cudnn_engine_configs(const CudnnAttentionGraph& g, const CudnnTarget& target);
+
+// Finalizes an execution plan for one engine config; returns the status instead of throwing (deviceless targets
+// compile the kernels and then fail to load them: the caller decides what that means). `detail` gets cuDNN's
+// last error text on failure.
+cudnnStatus_t try_cudnn_plan(const CudnnDescriptor& engine_config, const CudnnTarget& target, CudnnDescriptor* plan,
+                             std::string* detail);
+
+// A runnable plan: the first engine config (in heuristic order) whose plan finalizes.
+class CudnnAttentionPlan {
+ public:
+  CudnnAttentionPlan(const CudnnAttentionProblem& p, AttentionPass pass, const CudnnTarget& target);  // throws
+
+  // Device bytes the caller passes as `workspace` (256-byte aligned): cuDNN's own workspace plus, for backward,
+  // the f32 softmax_sum and dq_accum buffers carved from it.
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  int64_t engine_config_count() const { return configs_; }
+
+  // Asynchronous on the handle's stream (cudnnSetStream). Throws CudnnError.
+  void forward(cudnnHandle_t handle, const void* q, const void* k, const void* v, void* o, float* stats,
+               void* workspace) const;
+  // Writes fresh gradients (dq, dk, dv are overwritten, never accumulated into).
+  void backward(cudnnHandle_t handle, const void* q, const void* k, const void* v, const void* o, const void* dout,
+                const float* stats, void* dq, void* dk, void* dv, void* workspace) const;
+
+ private:
+  void execute(cudnnHandle_t handle, const int64_t* uids, void* const* ptrs, int n, void* workspace) const;
+
+  CudnnAttentionProblem problem_;
+  AttentionPass pass_;
+  std::unique_ptr<CudnnAttentionGraph> graph_;
+  CudnnDescriptor plan_;
+  int64_t configs_ = 0;
+  size_t cudnn_workspace_ = 0, workspace_bytes_ = 0;
+  float scale_ = 0, mask_value_ = 0, one_ = 1;  // by-value scalars: the variant pack points at them
+};
+
+// The cached plan for (device, problem, pass), built on first use with `handle` (building costs milliseconds to
+// seconds: NVRTC compiles the engine). A failed build is cached too and rethrown (CudnnError) without rebuilding.
+// Thread-safe; entries are never evicted (one per attention shape in a model).
+std::shared_ptr<const CudnnAttentionPlan> cudnn_attention_plan(int device, cudnnHandle_t handle,
+                                                               const CudnnAttentionProblem& p, AttentionPass pass);
+
+}  // namespace mpt::kernels::cuda

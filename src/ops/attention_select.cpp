@@ -1,0 +1,52 @@
+// src/ops/attention_select.cpp: MPT_ATTENTION parsing and the choice between cuDNN and the GEMM fallback.
+#include "ops/attention_select.h"
+
+#include <cstdlib>
+#include <string_view>
+
+#include "mpt/core/error.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/lib/attention_cudnn.h"
+#endif
+
+namespace mpt::ops::detail {
+
+AttentionMode parse_attention_mode(const char* value, const char* op) {
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "auto") return AttentionMode::Auto;
+  if (v == "cudnn") return AttentionMode::Cudnn;
+  if (v == "gemm") return AttentionMode::Gemm;
+  MPT_THROW("[{}] MPT_ATTENTION must be auto, cudnn or gemm (or unset), got '{}'", op, v);
+}
+
+AttentionMode attention_mode_from_env(const char* op) { return parse_attention_mode(std::getenv("MPT_ATTENTION"), op); }
+
+std::string cudnn_attention_rejection(const AttentionQuery& q) {
+  if (q.dtype != DType::F16 && q.dtype != DType::BF16)
+    return fmt::format("cuDNN's fused attention takes f16 or bf16, got {}", q.dtype);
+#if defined(MPT_WITH_CUDA)
+  namespace kcu = kernels::cuda;
+  const kcu::CudnnAttentionProblem p{q.batch, q.heads, q.seq, q.head_dim, q.dtype == DType::BF16,
+                                     static_cast<float>(q.scale)};
+  const kcu::AttentionPass pass = q.backward ? kcu::AttentionPass::Backward : kcu::AttentionPass::Forward;
+  if (const char* why = kcu::cudnn_attention_unsupported(p, pass, q.sm_major, q.sm_minor); why[0] != '\0')
+    return why;
+  return q.cudnn_unavailable;
+#else
+  return "mptrain was built without CUDA";
+#endif
+}
+
+AttentionPath select_attention_path(AttentionMode mode, const AttentionQuery& q, const char* op) {
+  if (mode == AttentionMode::Gemm) return AttentionPath::Gemm;
+  const std::string why = cudnn_attention_rejection(q);
+  if (why.empty()) return AttentionPath::Cudnn;
+  MPT_CHECK(mode != AttentionMode::Cudnn,
+            "[{}] MPT_ATTENTION=cudnn, but cuDNN cannot run this attention: {} ({} (B={}, H={}, T={}, D={}) {} on "
+            "sm_{}{}); unset MPT_ATTENTION or set it to auto or gemm for the GEMM path",
+            op, why, q.backward ? "backward" : "forward", q.batch, q.heads, q.seq, q.head_dim, q.dtype, q.sm_major,
+            q.sm_minor);
+  return AttentionPath::Gemm;
+}
+
+}  // namespace mpt::ops::detail

@@ -1,0 +1,180 @@
+// tests/cudnn_aot/test_cudnn_attention_aot.cpp: the cuDNN causal-attention graphs, checked without a GPU against
+// described sm_90 and sm_80 devices (deviceless ahead-of-time compilation), with negative controls.
+//
+// How this works without a GPU: cuDNN >= 9.8 builds plans for a CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR instead of a
+// handle. Its heuristics and NVRTC compilation still resolve libcuda symbols, so ctest puts the toolkit's stub
+// libcuda (as libcuda.so.1, in a private directory: tests/cudnn_aot/CMakeLists.txt) first on LD_LIBRARY_PATH.
+// Without the stub, heuristics return 0 engine configs for every graph. With it they return configs, and plan
+// finalize compiles the engine and then fails exactly where a module must be loaded onto a device: the stub's
+// cuLibraryLoadData returns 34 (CUDA_ERROR_STUB_LIBRARY) and cuDNN reports CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER.
+// Numerics and workspace sizes still need a GPU (tests/gpu).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+
+#include "kernels/cuda/lib/attention_cudnn.h"
+
+namespace {
+
+using namespace mpt::kernels::cuda;
+
+// The fields cuDNN 9.19 reads from CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION (all required; found by parsing
+// errors, then checked against the serialisation cuDNN writes back). Values: the public specifications of an
+// H100 SXM5 80GB and an A100 SXM4 80GB. deviceVer is major * 100 + minor * 10, driverVer CUDA 13.0's 13000.
+std::string device_json(int sm_major) {
+  const bool hopper = sm_major == 9;
+  return std::string(R"({"maxGridSize":[2147483647,65535,65535],"maxBlockSize":[1024,1024,64],)") +
+         R"("regsPerBlock":65536,"multiProcessorCount":)" + (hopper ? "132" : "108") +
+         R"(,"warpSize":32,"maxSharedMemoryPerBlock":49152,"maxSharedMemoryPerBlockOptin":)" +
+         (hopper ? "232448" : "166912") +
+         R"(,"reservedSharedMemoryPerBlock":1024,"maxRegistersPerSM":65536,"maxCtasPerSM":32,)"
+         R"("maxThreadsPerBlock":1024,"maxThreadsPerSM":2048,"pciDeviceId":0,"isTccDriver":0,"supportCoopLaunch":1,)"
+         R"("totalGlobalMem":)" + (hopper ? "85031714816" : "85089648640") + R"(,"smClockRateKHz":)" +
+         (hopper ? "1980000" : "1410000") + R"(,"memClockRateKHz":)" + (hopper ? "2619000" : "1593000") +
+         R"(,"l2CacheSize":)" + (hopper ? "52428800" : "41943040") + R"(,"cudaDeviceId":0,"deviceVer":)" +
+         (hopper ? "900" : "800") + R"(,"driverVer":13000,"deviceName":")" +
+         (hopper ? "NVIDIA H100 80GB HBM3" : "NVIDIA A100-SXM4-80GB") + R"("})";
+}
+
+CudnnAttentionProblem gpt_problem(bool bf16, int64_t d = 64) {
+  return {4, 12, 1024, d, bf16, 0.125f};  // GPT-2 small: B=4, H=12, T=1024, D=64, causal
+}
+
+size_t config_count(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
+                    const CudnnGraphOptions& options = {}) {
+  const CudnnDescriptor device = cudnn_device_properties(device_json(sm_major));
+  const CudnnTarget target{nullptr, device.get()};
+  const auto graph = build_cudnn_attention_graph(p, pass, target, options);
+  return cudnn_engine_configs(*graph, target).size();
+}
+
+TEST(CudnnAttentionAot, StubDriverIsTheOneLoaded) {
+  // The precondition of every other case: the stub answers, so no real driver (and no GPU) is involved.
+  int count = -1;
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaErrorStubLibrary)
+      << "run through ctest, which puts the stub libcuda.so.1 on LD_LIBRARY_PATH";
+  (void)cudaGetLastError();
+}
+
+TEST(CudnnAttentionAot, DevicePropertiesRoundTrip) {
+  for (int sm : {8, 9}) {
+    const CudnnDescriptor d = cudnn_device_properties(device_json(sm));
+    int64_t n = 0;
+    std::string back(4096, '\0');
+    ASSERT_EQ(cudnnBackendGetAttribute(d.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                                       int64_t(back.size()), &n, back.data()),
+              CUDNN_STATUS_SUCCESS);
+    back.resize(size_t(n));
+    EXPECT_EQ(back, device_json(sm));
+  }
+  try {  // errors name the call, the descriptor, cuDNN's status and its last error text
+    cudnn_device_properties(R"({"warpSize":32})");
+    FAIL() << "accepted device properties without maxGridSize";
+  } catch (const CudnnError& e) {
+    EXPECT_EQ(e.status(), CUDNN_STATUS_BAD_PARAM);
+    EXPECT_NE(std::string(e.what()).find("cudnnBackendFinalize(DEVICEPROP 'from JSON') failed: CUDNN_STATUS_BAD_PARAM "
+                                         "(2000): !json_object.HasMember(\"maxGridSize\")"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+struct Case {
+  int sm_major;
+  bool bf16;
+  AttentionPass pass;
+  size_t configs;  // engine configs cuDNN 9.19 returns (CUDNN_HEUR_MODE_A)
+};
+
+std::string case_name(const Case& c) {
+  return std::string("sm") + (c.sm_major == 9 ? "90" : "80") + (c.bf16 ? "_bf16" : "_f16") +
+         (c.pass == AttentionPass::Forward ? "_forward" : "_backward");
+}
+std::string param_name(const testing::TestParamInfo<Case>& info) { return case_name(info.param); }
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " (" << c.configs << " configs)"; }
+
+class GptShape : public testing::TestWithParam<Case> {};
+
+// Heuristics accept the graph (>= 1 engine config; the exact counts cuDNN 9.19 gives are asserted so a change
+// is noticed), and every config's plan compiles and fails only at module load, the documented deviceless outcome.
+TEST_P(GptShape, EngineConfigsFinalizeUpToModuleLoad) {
+  const Case& c = GetParam();
+  const CudnnDescriptor device = cudnn_device_properties(device_json(c.sm_major));
+  const CudnnTarget target{nullptr, device.get()};
+  const auto graph = build_cudnn_attention_graph(gpt_problem(c.bf16), c.pass, target);
+  EXPECT_EQ(graph->op_count, c.pass == AttentionPass::Forward ? 14 : 22);
+  const std::vector<CudnnDescriptor> configs = cudnn_engine_configs(*graph, target);
+  ASSERT_GE(configs.size(), 1u);
+  EXPECT_EQ(configs.size(), c.configs);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    CudnnDescriptor plan;
+    std::string detail;
+    const cudnnStatus_t status = try_cudnn_plan(configs[i], target, &plan, &detail);
+    EXPECT_EQ(status, CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) << "config " << i << ": " << detail;
+    EXPECT_NE(detail.find("cuLibraryLoadData returned error"), std::string::npos) << detail;
+    EXPECT_NE(detail.find("(34)"), std::string::npos) << detail;
+    EXPECT_EQ(plan.get(), nullptr);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CudnnAttentionAot, GptShape,
+                         testing::Values(Case{9, true, AttentionPass::Forward, 4},
+                                         Case{9, false, AttentionPass::Forward, 4},
+                                         Case{9, true, AttentionPass::Backward, 3},
+                                         Case{9, false, AttentionPass::Backward, 3},
+                                         Case{8, true, AttentionPass::Forward, 3},
+                                         Case{8, false, AttentionPass::Forward, 3},
+                                         Case{8, true, AttentionPass::Backward, 3},
+                                         Case{8, false, AttentionPass::Backward, 3}),
+                         param_name);
+
+// The plan class tries the configs in order and reports the last failure with its status.
+TEST(CudnnAttentionAot, PlanReportsTheFinalizeFailure) {
+  const CudnnDescriptor device = cudnn_device_properties(device_json(9));
+  try {
+    CudnnAttentionPlan plan(gpt_problem(true), AttentionPass::Forward, CudnnTarget{nullptr, device.get()});
+    FAIL() << "a deviceless plan cannot load its module";
+  } catch (const CudnnError& e) {
+    EXPECT_EQ(e.status(), CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER);
+    EXPECT_NE(std::string(e.what()).find("for all 4 engine configs"), std::string::npos) << e.what();
+  }
+}
+
+// Negative controls: graphs cuDNN must refuse, proving the positive cases could fail.
+TEST(CudnnAttentionAot, HeadDim100HasNoEngine) {
+  for (AttentionPass pass : {AttentionPass::Forward, AttentionPass::Backward}) {
+    EXPECT_EQ(config_count(gpt_problem(true, 100), pass, 9), 0u);
+    EXPECT_EQ(config_count(gpt_problem(true, 100), pass, 8), 0u);
+  }
+}
+
+TEST(CudnnAttentionAot, ProbabilitiesInF32HaveNoEngine) {
+  EXPECT_EQ(config_count(gpt_problem(true), AttentionPass::Forward, 9, {.probs_f32 = true}), 0u);
+  EXPECT_EQ(config_count(gpt_problem(false), AttentionPass::Forward, 8, {.probs_f32 = true}), 0u);
+}
+
+TEST(CudnnAttentionAot, HeadDim256BackwardOnlyOnHopper) {
+  EXPECT_EQ(config_count(gpt_problem(true, 256), AttentionPass::Backward, 8), 0u);
+  EXPECT_GE(config_count(gpt_problem(true, 256), AttentionPass::Backward, 9), 1u);
+  EXPECT_GE(config_count(gpt_problem(true, 256), AttentionPass::Forward, 8), 1u);
+}
+
+// The static rules agree with what the heuristics said above.
+TEST(CudnnAttentionAot, SupportRulesMatchTheHeuristics) {
+  using P = AttentionPass;
+  EXPECT_TRUE(cudnn_attention_supported(gpt_problem(true), 9, 0));
+  EXPECT_TRUE(cudnn_attention_supported(gpt_problem(false), 8, 0));
+  EXPECT_FALSE(cudnn_attention_supported(gpt_problem(true, 100), 9, 0));
+  EXPECT_FALSE(cudnn_attention_supported(gpt_problem(true, 256), P::Backward, 8, 0));
+  EXPECT_TRUE(cudnn_attention_supported(gpt_problem(true, 256), P::Forward, 8, 0));
+  EXPECT_TRUE(cudnn_attention_supported(gpt_problem(true, 256), P::Backward, 9, 0));
+  EXPECT_FALSE(cudnn_attention_supported(gpt_problem(true, 264), P::Forward, 9, 0));
+  EXPECT_FALSE(cudnn_attention_supported(gpt_problem(true), 7, 5));
+  EXPECT_FALSE(cudnn_attention_supported(gpt_problem(true, 256), P::Forward, 8, 9));
+  EXPECT_STREQ(cudnn_attention_unsupported(gpt_problem(true, 100), P::Forward, 9, 0),
+               "the head dimension must be a multiple of 8");
+}
+
+}  // namespace

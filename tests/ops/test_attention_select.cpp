@@ -1,0 +1,95 @@
+// tests/ops/test_attention_select.cpp: the CUDA attention path choice (cuDNN or GEMM) and MPT_ATTENTION, no GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../../src/ops/attention_select.h"  // internal header: the selection rule has no public API
+#include "mpt/core/error.h"
+
+using namespace mpt;
+using namespace mpt::ops::detail;
+
+namespace {
+
+constexpr const char* kOp = "causal_attention";
+
+AttentionQuery gpt(DType dtype = DType::BF16, int64_t head_dim = 64, int sm_major = 9, int sm_minor = 0,
+                   bool backward = false) {
+  return {dtype, 4, 12, 1024, head_dim, 0.125, sm_major, sm_minor, backward, {}};
+}
+
+std::string error_of(AttentionMode mode, const AttentionQuery& q) {
+  try {
+    select_attention_path(mode, q, kOp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(AttentionSelect, ParsesMptAttention) {
+  EXPECT_EQ(parse_attention_mode(nullptr, kOp), AttentionMode::Auto);
+  EXPECT_EQ(parse_attention_mode("", kOp), AttentionMode::Auto);
+  EXPECT_EQ(parse_attention_mode("auto", kOp), AttentionMode::Auto);
+  EXPECT_EQ(parse_attention_mode("cudnn", kOp), AttentionMode::Cudnn);
+  EXPECT_EQ(parse_attention_mode("gemm", kOp), AttentionMode::Gemm);
+}
+
+TEST(AttentionSelect, BadValueNamesTheVariable) {
+  for (const char* bad : {"CUDNN", "flash", "gemm "}) {
+    try {
+      parse_attention_mode(bad, kOp);
+      FAIL() << "accepted " << bad;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("[causal_attention] MPT_ATTENTION must be auto, cudnn or gemm"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
+    }
+  }
+}
+
+#if defined(MPT_WITH_CUDA)
+TEST(AttentionSelect, AutoPicksCudnnWhereItRuns) {
+  EXPECT_EQ(select_attention_path(AttentionMode::Auto, gpt(), kOp), AttentionPath::Cudnn);
+  EXPECT_EQ(select_attention_path(AttentionMode::Auto, gpt(DType::F16, 128, 8, 0, true), kOp), AttentionPath::Cudnn);
+  EXPECT_EQ(select_attention_path(AttentionMode::Auto, gpt(DType::BF16, 256, 9, 0, true), kOp), AttentionPath::Cudnn);
+}
+#endif
+
+TEST(AttentionSelect, AutoFallsBackToGemm) {
+  const auto pick = [](const AttentionQuery& q) { return select_attention_path(AttentionMode::Auto, q, kOp); };
+  EXPECT_EQ(pick(gpt(DType::BF16, 100)), AttentionPath::Gemm);  // head dim not a multiple of 8
+  EXPECT_EQ(pick(gpt(DType::F32)), AttentionPath::Gemm);        // cuDNN's fused engine is f16/bf16 only
+  EXPECT_EQ(pick(gpt(DType::BF16, 64, 7, 5)), AttentionPath::Gemm);             // before sm_80
+  EXPECT_EQ(pick(gpt(DType::BF16, 256, 8, 0, true)), AttentionPath::Gemm);      // sm_80 backward d <= 128
+  AttentionQuery no_handle = gpt();
+  no_handle.cudnn_unavailable = "cuDNN handle: CUDNN_STATUS_NOT_INITIALIZED (1001)";
+  EXPECT_EQ(pick(no_handle), AttentionPath::Gemm);
+}
+
+TEST(AttentionSelect, ForcedGemmAlwaysGemm) {
+  EXPECT_EQ(select_attention_path(AttentionMode::Gemm, gpt(), kOp), AttentionPath::Gemm);
+  EXPECT_EQ(select_attention_path(AttentionMode::Gemm, gpt(DType::F32, 100), kOp), AttentionPath::Gemm);
+}
+
+TEST(AttentionSelect, ForcedCudnnExplainsARefusal) {
+  const std::string d100 = error_of(AttentionMode::Cudnn, gpt(DType::BF16, 100));
+  EXPECT_NE(d100.find("[causal_attention] MPT_ATTENTION=cudnn, but cuDNN cannot run this attention"),
+            std::string::npos)
+      << d100;
+#if defined(MPT_WITH_CUDA)
+  EXPECT_NE(d100.find("multiple of 8"), std::string::npos) << d100;
+  EXPECT_NE(d100.find("D=100"), std::string::npos) << d100;
+#endif
+  EXPECT_NE(error_of(AttentionMode::Cudnn, gpt(DType::F32)).find("f16 or bf16, got f32"), std::string::npos);
+#if defined(MPT_WITH_CUDA)
+  AttentionQuery no_handle = gpt();
+  no_handle.cudnn_unavailable = "cuDNN handle: CUDNN_STATUS_NOT_INITIALIZED (1001)";
+  EXPECT_NE(error_of(AttentionMode::Cudnn, no_handle).find("NOT_INITIALIZED"), std::string::npos);
+  EXPECT_EQ(select_attention_path(AttentionMode::Cudnn, gpt(), kOp), AttentionPath::Cudnn);
+#else
+  EXPECT_NE(error_of(AttentionMode::Cudnn, gpt()).find("built without CUDA"), std::string::npos);
+#endif
+}
+
+}  // namespace
