@@ -236,7 +236,7 @@ void check_args(const GemmParams& p, const Fp8GemmArgs& args, bool fp8_out) {
 
 template <class TA, class TB, class TC>
 void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8GemmArgs& args) {
-  constexpr bool kDirect = std::is_same_v<TC, float> || std::is_same_v<TC, bf16>;  // oneDNN writes C itself
+  constexpr bool kDirect = std::is_same_v<TC, float> || std::is_same_v<TC, bf16>;  // types oneDNN can write
   check_gemm_params(p);
   check_args(p, args, is_fp8_v<TC>);
   float amax = 0.0f;
@@ -261,7 +261,12 @@ void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8Gem
     // Reused per-thread buffers (kernels/cpu/scratch.h; slots 0-2 belong to the f16 GEMM, which this never calls).
     bf16* a16 = scratch<bf16, 3>(static_cast<size_t>(a_rows * a_cols));
     bf16* b16 = scratch<bf16, 4>(static_cast<size_t>(b_rows * b_cols));
-    const bool via_d = block && !fold ? p.k == 0 : !kDirect;  // an f32 D, then the epilogue
+    // oneDNN 2.6 serves a run-time output scale with gemm:jit, ~17% slower here than the brgemm kernel it picks
+    // without one; so scaled products run unscaled into an f32 D and the epilogue multiplies by the scale (the
+    // same single rounding of acc * scale that an output scale, or a tensor core's epilogue, makes).
+    const float scale = tensor_scale * p.alpha;
+    const bool direct = kDirect && scale == 1.0f;  // oneDNN writes C itself
+    const bool via_d = block && !fold ? p.k == 0 : !direct;  // an f32 D, then the epilogue
     float* d = via_d ? scratch<float, 5>(static_cast<size_t>(p.m * p.n)) : nullptr;
     for (int64_t bi = 0; bi < p.batch; ++bi) {
       const ScaleView sa = scale_view(args.a, p.m, kb, p.stride_a, bi);
@@ -287,14 +292,16 @@ void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8Gem
         }
         continue;
       }
-      q.alpha = tensor_scale * p.alpha;
-      if constexpr (kDirect) {
-        q.ldc = p.ldc, q.beta = p.beta;
-        gemm<bf16, TC>(q, a16, b16, cb);
+      q.alpha = 1.0f;
+      if (direct) {
+        if constexpr (kDirect) {
+          q.ldc = p.ldc, q.beta = p.beta;
+          gemm<bf16, TC>(q, a16, b16, cb);
+        }
       } else {
         q.ldc = p.n;
         gemm<bf16, float>(q, a16, b16, d);
-        store_output(d, p.m, p.n, cb, p.ldc, 1.0f, p.beta, args.out_scale, amax);
+        store_output(d, p.m, p.n, cb, p.ldc, scale, p.beta, args.out_scale, amax);
       }
     }
   }
