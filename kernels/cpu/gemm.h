@@ -64,6 +64,8 @@ struct OperandScale {
 //         With AVX512-BF16 one register-tiled kernel does it (kernels/cpu/gemm_fp8_block.h); otherwise one oneDNN
 //         bf16 GEMM per K slice.
 //   Auto: PerKBlock on the AVX512-BF16 kernel when this CPU has it (faster than folding there), else Fold.
+// Per-tensor scales also run on the AVX512-BF16 kernel when the CPU has it (uniform block scales), else one oneDNN
+// bf16 GEMM with the scales applied in the epilogue.
 enum class BlockScaleAlgo : uint8_t { Auto, Fold, PerKBlock };
 
 struct Fp8GemmArgs {

@@ -67,8 +67,27 @@ Fp8Operand make_operand(int64_t batch, int64_t rows, int64_t k, bool k_inner, DT
 
 }  // namespace
 
-TEST(Fp8Matmul, PerTensorScalesEveryFormatPairAndOutput) {
+TEST(Fp8Matmul, DefaultOutputIsF32) {
+  const Fp8Operand a = make_operand(0, 3, 4, true, DType::F8E4M3, Kind::PerTensor, true, 1);
+  const Fp8Operand b = make_operand(0, 5, 4, true, DType::F8E4M3, Kind::PerTensor, true, 2);
+  EXPECT_EQ(ops::matmul(a.codes, b.codes, {.trans_b = true, .scale_a = a.scaling, .scale_b = b.scaling}).dtype(),
+            DType::F32);
+}
+
+// Runs the enclosing scope with the vector kernels on or off (kernels/cpu/convert.h): off, FP8 GEMMs take the
+// oneDNN paths (one bf16 GEMM, or one per K slice for block scales) instead of the AVX512-BF16 kernel.
+struct VectorKernels {
+  explicit VectorKernels(bool on) { kernels::cpu::set_vector_conversions(on); }
+  ~VectorKernels() { kernels::cpu::set_vector_conversions(true); }
+};
+
+class Fp8BlockPaths : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(VectorKernelsOnOff, Fp8BlockPaths, ::testing::Bool());
+
+TEST_P(Fp8BlockPaths, PerTensorScalesEveryFormatPairAndOutput) {
+  // On: the AVX512-BF16 kernel with the per-tensor scales as uniform block scales; off: one oneDNN bf16 GEMM.
   mpt::testing::PoisonAllocations poison;
+  const VectorKernels vector(GetParam());
   const int64_t m = 37, n = 53, k = 300;
   uint64_t seed = 1;
   for (DType fa : {DType::F8E4M3, DType::F8E5M2})
@@ -86,22 +105,6 @@ TEST(Fp8Matmul, PerTensorScalesEveryFormatPairAndOutput) {
         }
 }
 
-TEST(Fp8Matmul, DefaultOutputIsF32) {
-  const Fp8Operand a = make_operand(0, 3, 4, true, DType::F8E4M3, Kind::PerTensor, true, 1);
-  const Fp8Operand b = make_operand(0, 5, 4, true, DType::F8E4M3, Kind::PerTensor, true, 2);
-  EXPECT_EQ(ops::matmul(a.codes, b.codes, {.trans_b = true, .scale_a = a.scaling, .scale_b = b.scaling}).dtype(),
-            DType::F32);
-}
-
-// Runs the enclosing scope with the vector kernels on or off (kernels/cpu/convert.h): off, block-scaled GEMMs
-// take the oneDNN-per-K-slice path instead of the AVX512-BF16 kernel.
-struct VectorKernels {
-  explicit VectorKernels(bool on) { kernels::cpu::set_vector_conversions(on); }
-  ~VectorKernels() { kernels::cpu::set_vector_conversions(true); }
-};
-
-class Fp8BlockPaths : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(VectorKernelsOnOff, Fp8BlockPaths, ::testing::Bool());
 
 TEST_P(Fp8BlockPaths, BlockScalingMatchesDequantizedFloat64) {
   mpt::testing::PoisonAllocations poison;
