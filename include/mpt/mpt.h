@@ -1,6 +1,9 @@
 // mpt/mpt.h: the one header a training program includes.
 #pragma once
 
+#include "mpt/autograd/engine.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
 #include "mpt/core/device.h"
 #include "mpt/core/dtype.h"
 #include "mpt/core/error.h"
@@ -9,6 +12,7 @@
 #include "mpt/core/shape.h"
 #include "mpt/core/stream.h"
 #include "mpt/core/tensor.h"
+#include "mpt/io/safetensors.h"
 #include "mpt/ops/activation.h"
 #include "mpt/ops/attention.h"
 #include "mpt/ops/cast.h"

@@ -145,11 +145,6 @@ __global__ void __launch_bounds__(kThreads) check_finite_kernel(const T* x, int6
 
 }  // namespace
 
-size_t sum_axis_workspace(const ReduceShape& s) {
-  const int64_t chunks = math::reduce_chunks(s.len);
-  return chunks == 1 ? 0 : static_cast<size_t>(s.outer * chunks * s.inner);
-}
-
 template <class T>
 cudaError_t sum_axis(const T* x, T* out, const ReduceShape& s, float divisor, bool accumulate, float* workspace,
                      cudaStream_t stream) {

@@ -13,8 +13,12 @@ namespace mpt::kernels::cuda {
 using math::ReduceShape;  // x viewed as [outer, len, inner], reduced over len
 
 // Floats of workspace sum_axis needs for `shape` (the first-pass chunk partials; 0 for axes of at most
-// math::kReduceChunk elements).
-size_t sum_axis_workspace(const ReduceShape& shape);
+// math::kReduceChunk elements). Inline: host arithmetic only, and a strong symbol here would clash with the
+// emulation build's copy of reduction.cu (its types do not mangle apart) when both end up in one program.
+inline size_t sum_axis_workspace(const ReduceShape& s) {
+  const int64_t chunks = math::reduce_chunks(s.len);
+  return chunks == 1 ? 0 : static_cast<size_t>(s.outer * chunks * s.inner);
+}
 
 // out[o * inner + i] = sum / divisor (or += when accumulate), in the canonical order of
 // kernels/math/reduce_ops.h: bit-identical to kernels/cpu/reduction.h, deterministic (two passes, no

@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <numeric>
 
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
+#include "mpt/ops/reduction.h"
+
 namespace mpt {
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, int64_t offset, DType dtype)
@@ -55,6 +59,7 @@ int64_t Tensor::size(int64_t d) const { return shape_[wrap_dim(d, dim(), "size")
 int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to lay out (PyTorch's rule too); strides are then arbitrary
   int64_t expected = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] == 1) continue;
@@ -127,6 +132,14 @@ bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shap
   return view_d == -1;
 }
 
+// Records out = a view of `in` when `in` requires grad and grad mode is on; `back` maps out's gradient to in's.
+template <class Back>
+Tensor track_view(const Tensor& in, Tensor out, const char* name, Back back) {
+  if (in.requires_grad() && autograd::is_grad_enabled())
+    autograd::record(name, {&in}, {&out}, [back](const std::vector<Tensor>& g) { return std::vector<Tensor>{back(g[0])}; });
+  return out;
+}
+
 }  // namespace
 
 Tensor Tensor::view(const Shape& shape) const {
@@ -136,14 +149,17 @@ Tensor Tensor::view(const Shape& shape) const {
   MPT_CHECK(view_strides(shape_, strides_, target, strides),
             "[view] cannot view {} with strides {} as {} without a copy; use reshape()", meta_str(),
             shape_str(strides_), shape_str(target));
-  return Tensor(storage_, target, strides, offset_, dtype_);
+  return track_view(*this, Tensor(storage_, target, strides, offset_, dtype_), "ViewBackward",
+                    [shape = shape_](const Tensor& g) { return g.reshape(shape); });
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
   check_defined("reshape");
   const Shape target = infer_shape(shape, numel(), "reshape");
   Strides strides;
-  if (view_strides(shape_, strides_, target, strides)) return Tensor(storage_, target, strides, offset_, dtype_);
+  if (view_strides(shape_, strides_, target, strides))
+    return track_view(*this, Tensor(storage_, target, strides, offset_, dtype_), "ReshapeBackward",
+                      [shape = shape_](const Tensor& g) { return g.reshape(shape); });
   return contiguous().view(target);
 }
 
@@ -161,7 +177,12 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Strides strides = strides_;
   shape[d] = (end - start + step - 1) / step;
   strides[d] *= step;
-  return Tensor(storage_, shape, strides, offset_ + start * strides_[d], dtype_);
+  return track_view(*this, Tensor(storage_, shape, strides, offset_ + start * strides_[d], dtype_), "SliceBackward",
+                    [in = shape_, d, start, end, step](const Tensor& g) {
+                      Tensor gi = Tensor::zeros(in, g.dtype(), g.device());
+                      gi.slice(d, start, end, step).copy_(g);
+                      return gi;
+                    });
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -176,7 +197,12 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Strides strides = strides_;
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
-  return Tensor(storage_, shape, strides, offset_ + index * strides_[d], dtype_);
+  return track_view(*this, Tensor(storage_, shape, strides, offset_ + index * strides_[d], dtype_), "SelectBackward",
+                    [in = shape_, d, index](const Tensor& g) {
+                      Tensor gi = Tensor::zeros(in, g.dtype(), g.device());
+                      gi.select(d, index).copy_(g);
+                      return gi;
+                    });
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
@@ -189,7 +215,8 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
     std::swap(shape[d0], shape[d1]);
     std::swap(strides[d0], strides[d1]);
   }
-  return Tensor(storage_, shape, strides, offset_, dtype_);
+  return track_view(*this, Tensor(storage_, shape, strides, offset_, dtype_), "TransposeBackward",
+                    [d0, d1](const Tensor& g) { return g.transpose(d0, d1); });
 }
 
 Tensor Tensor::t() const {
@@ -211,7 +238,10 @@ Tensor Tensor::permute(const std::vector<int64_t>& order) const {
     shape[i] = shape_[d];
     strides[i] = strides_[d];
   }
-  return Tensor(storage_, shape, strides, offset_, dtype_);
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(wrap_dim(order[i], dim(), "permute"))] = i;
+  return track_view(*this, Tensor(storage_, shape, strides, offset_, dtype_), "PermuteBackward",
+                    [inverse](const Tensor& g) { return g.permute(inverse); });
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
@@ -235,7 +265,8 @@ Tensor Tensor::expand(const Shape& shape) const {
     out[i] = want;
     strides[i] = want == have ? strides_[i - lead] : 0;
   }
-  return Tensor(storage_, out, strides, offset_, dtype_);
+  return track_view(*this, Tensor(storage_, out, strides, offset_, dtype_), "ExpandBackward",
+                    [in = shape_](const Tensor& g) { return ops::sum_to_shape(g, in); });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -246,7 +277,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   const int64_t stride = d < dim() ? shape_[d] * strides_[d] : 1;
   shape.insert(shape.begin() + d, 1);
   strides.insert(strides.begin() + d, stride);
-  return Tensor(storage_, shape, strides, offset_, dtype_);
+  return track_view(*this, Tensor(storage_, shape, strides, offset_, dtype_), "UnsqueezeBackward",
+                    [d](const Tensor& g) { return g.squeeze(d); });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -258,7 +290,8 @@ Tensor Tensor::squeeze(int64_t d) const {
   Strides strides = strides_;
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
-  return Tensor(storage_, shape, strides, offset_, dtype_);
+  return track_view(*this, Tensor(storage_, shape, strides, offset_, dtype_), "SqueezeBackward",
+                    [d](const Tensor& g) { return g.unsqueeze(d); });
 }
 
 }  // namespace mpt

@@ -7,6 +7,8 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/random.h"
 #include "kernels/cpu/strided.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
 #include "mpt/core/tensor.h"
 #if defined(MPT_WITH_CUDA)
 #include "backend/cuda/check.h"
@@ -142,19 +144,40 @@ Tensor Tensor::contiguous() const {
   return clone();
 }
 
+namespace {
+
+// Records out = a copy of `in` (its dtype and device) when `in` requires grad and grad mode is on: the gradient
+// goes back converted to in's dtype and device. The copy itself runs with grad mode off (copy_ is in place).
+Tensor track_copy(const Tensor& in, Tensor out) {
+  if (in.requires_grad() && autograd::is_grad_enabled())
+    autograd::record("CopyBackward", {&in}, {&out},
+                     [dtype = in.dtype(), device = in.device()](const std::vector<Tensor>& g) {
+                       return std::vector<Tensor>{g[0].to(device, dtype)};
+                     });
+  return out;
+}
+
+}  // namespace
+
 Tensor Tensor::clone() const {
   check_defined("clone");
   Tensor out = empty(shape_, dtype_, device());
-  out.copy_(*this);
-  return out;
+  {
+    autograd::NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return track_copy(*this, out);
 }
 
 Tensor Tensor::to(DType dtype, Fp8Saturation sat) const {
   check_defined("to");
   if (dtype == dtype_) return *this;
   Tensor out = empty(shape_, dtype, device());
-  out.copy_(*this, sat);
-  return out;
+  {
+    autograd::NoGradGuard no_grad;
+    out.copy_(*this, sat);
+  }
+  return track_copy(*this, out);
 }
 
 Tensor Tensor::to(Device device) const { return to(device, dtype_); }
@@ -163,8 +186,11 @@ Tensor Tensor::to(Device device, DType dtype) const {
   check_defined("to");
   if (device == this->device() && dtype == dtype_) return *this;
   Tensor out = empty(shape_, dtype, device);
-  out.copy_(*this);
-  return out;
+  {
+    autograd::NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return track_copy(*this, out);
 }
 
 Tensor& Tensor::fill_(double value) {

@@ -12,6 +12,7 @@ namespace mpt::ops {
 using detail::visit_float;
 
 Tensor gelu(const Tensor& x_in) {
+  const detail::GradRecorder grad({&x_in});
   const Device dev = detail::check_same_device({&x_in}, "gelu");
   detail::check_f64_on_cpu(x_in, "gelu");
   const Tensor x = x_in.contiguous();
@@ -24,6 +25,9 @@ Tensor gelu(const Tensor& x_in) {
       MPT_CUDA_KERNEL(kernels::cuda::gelu_forward(x.data<T>(), y.data<T>(), x.numel(),
                                                   static_cast<cudaStream_t>(detail::stream_of(dev))));
     }
+  });
+  grad.record("GeluBackward", {&y}, [x = x.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{gelu_backward(g[0], x)};
   });
   return y;
 }

@@ -228,24 +228,35 @@ void check_grad(const Tensor& g, const Tensor& q, const char* what, const char* 
 AttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                  const AttentionOptions& options) {
   const char* op = "causal_attention";
+  const detail::GradRecorder grad({&q_in, &k_in, &v_in});
   const auto shape = check_qkv(q_in, k_in, v_in, options, op);
   const Device dev = q_in.device();
   const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   AttentionResult r{Tensor::empty(q.shape(), q.dtype(), dev),
                     Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype(q.dtype()), dev)};
-  if (q.numel() == 0) return r;
-  if (!dev.is_cpu()) {
+  [&] {
+    if (q.numel() == 0) return;
+    if (!dev.is_cpu()) {
 #if defined(MPT_WITH_CUDA)
-    if (cudnn_forward(q, k, v, shape, r, op)) return r;
+      if (cudnn_forward(q, k, v, shape, r, op)) return;
 #endif
-    attention_forward_cuda(heads_of(q, k, v, shape), shape, r, op);
-    return r;
-  }
-  visit_float(q.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    using F = kernels::math::opmath_t<T>;
-    kernels::cpu::attention_forward(shape, q.data<T>(), k.data<T>(), v.data<T>(), r.out.data<T>(), r.lse.data<F>());
-  });
+      attention_forward_cuda(heads_of(q, k, v, shape), shape, r, op);
+      return;
+    }
+    visit_float(q.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      using F = kernels::math::opmath_t<T>;
+      kernels::cpu::attention_forward(shape, q.data<T>(), k.data<T>(), v.data<T>(), r.out.data<T>(),
+                                      r.lse.data<F>());
+    });
+  }();
+  // lse is an auxiliary output (what backward recomputes from), not differentiable.
+  grad.record("CausalAttentionBackward", {&r.out},
+              [q = q.detach(), k = k.detach(), v = v.detach(), out = r.out.detach(), lse = r.lse, options](
+                  const std::vector<Tensor>& g) {
+                AttentionGrads d = causal_attention_backward(g[0], q, k, v, out, lse, options);
+                return std::vector<Tensor>{d.dq, d.dk, d.dv};
+              });
   return r;
 }
 

@@ -3,6 +3,13 @@
 
 #include <initializer_list>
 
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
 #include "mpt/core/tensor.h"
 
 #if defined(MPT_WITH_CUDA)
@@ -34,6 +41,25 @@ void check_f64_on_cpu(const Tensor& t, const char* op);
 
 // The native stream ops on `device` run on (cudaStream_t; null on the CPU).
 void* stream_of(Device device);
+
+// An op's autograd bookkeeping, declared first thing in the op: decides once whether the op records a node (grad
+// mode on and an input requires grad), and turns recording off for the op's body, so the ops it calls internally
+// record nothing. record() then links the op's outputs to one node whose backward is `fn`.
+class GradRecorder {
+ public:
+  explicit GradRecorder(std::vector<const Tensor*> inputs)
+      : inputs_(std::move(inputs)), active_(autograd::any_requires_grad(inputs_)) {}
+  explicit operator bool() const { return active_; }
+  void record(std::string name, const std::vector<Tensor*>& outputs, autograd::BackwardFn fn) const {
+    if (active_) autograd::attach(std::make_shared<autograd::FunctionNode>(std::move(name), std::move(fn)), inputs_,
+                                  outputs);
+  }
+
+ private:
+  std::vector<const Tensor*> inputs_;
+  bool active_;
+  autograd::NoGradGuard no_grad_;  // after active_: the decision is made with the caller's grad mode
+};
 
 }  // namespace mpt::ops::detail
 

@@ -39,6 +39,7 @@ void check_p(float p, const char* op) {
 
 Tensor dropout(const Tensor& x_in, float p, Generator& gen, DropoutState* state) {
   const char* op = "dropout";
+  const detail::GradRecorder grad({&x_in});
   const Device dev = detail::check_same_device({&x_in}, op);
   detail::check_f64_on_cpu(x_in, op);
   check_p(p, op);
@@ -56,6 +57,8 @@ Tensor dropout(const Tensor& x_in, float p, Generator& gen, DropoutState* state)
     run_dropout(x, y, DropoutArgs{s.seed, s.offset, p, false}, op);
   }
   if (state != nullptr) *state = s;
+  grad.record("DropoutBackward", {&y},
+              [s](const std::vector<Tensor>& g) { return std::vector<Tensor>{dropout_backward(g[0], s)}; });
   return y;
 }
 

@@ -90,29 +90,46 @@ void run_scale(const Tensor& x, const Tensor& out, double alpha, bool accumulate
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  const detail::GradRecorder grad({&a, &b});
   const BinaryPlan p = plan_binary(a, b, "add");
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   run_binary<false>(p, y, false, 1.0, "add");
+  grad.record("AddBackward", {&y}, [b_shape = b.shape()](const std::vector<Tensor>& g) {
+    const BinaryGrads r = add_backward(g[0], b_shape);
+    return std::vector<Tensor>{r.da, r.db};
+  });
   return y;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  const detail::GradRecorder grad({&a, &b});
   const BinaryPlan p = plan_binary(a, b, "mul");
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
   run_binary<true>(p, y, false, 1.0, "mul");
+  grad.record("MulBackward", {&y}, [a = a.detach(), b = b.detach()](const std::vector<Tensor>& g) {
+    const BinaryGrads r = mul_backward(g[0], a, b);
+    return std::vector<Tensor>{r.da, r.db};
+  });
   return y;
 }
 
 Tensor scale(const Tensor& x_in, double alpha) {
+  const detail::GradRecorder grad({&x_in});
   detail::check_same_device({&x_in}, "scale");
   detail::check_f64_on_cpu(x_in, "scale");
   const Tensor x = x_in.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   run_scale(x, y, alpha, false, "scale");
+  grad.record("ScaleBackward", {&y},
+              [alpha](const std::vector<Tensor>& g) { return std::vector<Tensor>{scale_backward(g[0], alpha)}; });
   return y;
 }
 
 Tensor add_(const Tensor& a, const Tensor& b, double alpha) {
+  MPT_CHECK(!autograd::any_requires_grad({&a, &b}),
+            "[add_] in-place updates are not recorded by autograd, and {} or {} requires grad: use ops::add, or "
+            "run the update under autograd::NoGradGuard (as optimizers do)",
+            a.meta_str(), b.meta_str());
   detail::check_same_device({&a, &b}, "add_");
   MPT_CHECK(a.is_contiguous(), "[add_] the tensor updated in place must be contiguous, got {} with strides {}",
             a.meta_str(), shape_str(a.strides()));

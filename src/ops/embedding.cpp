@@ -35,6 +35,7 @@ Shape with_channels(const Shape& ids_shape, int64_t channels) {
 
 Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
   const char* op = "embedding";
+  const detail::GradRecorder grad({&table_in});
   const Device dev = detail::check_same_device({&ids_in, &table_in}, op);
   detail::check_f64_on_cpu(table_in, op);
   MPT_CHECK(table_in.dim() == 2, "[{}] the table must be 2-d [vocab, channels], got {}", op, table_in.meta_str());
@@ -57,6 +58,9 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
                                                          static_cast<cudaStream_t>(detail::stream_of(dev))));
       }
     });
+  });
+  grad.record("EmbeddingBackward", {&out}, [ids, vocab](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{embedding_backward(g[0], ids, vocab)};
   });
   return out;
 }

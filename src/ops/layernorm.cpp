@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/layernorm.h"
+#include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/layernorm.h"
@@ -110,15 +111,38 @@ Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, co
 }  // namespace
 
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  return forward(x, nullptr, nullptr, weight, bias, eps, "layer_norm");
+  const detail::GradRecorder grad({&x, &weight, &bias});
+  LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, "layer_norm");
+  grad.record("LayerNormBackward", {&r.y},
+              [x = x.detach(), w = weight.detach(), saved = r.saved, has_bias = bias.defined()](
+                  const std::vector<Tensor>& g) {
+                LayerNormGrads d = layer_norm_backward(g[0], x, w, saved, has_bias);
+                return std::vector<Tensor>{d.dx, d.dweight, d.dbias};
+              });
+  return r;
 }
 
 ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                             const Tensor& bias, double eps) {
+  const detail::GradRecorder grad({&x, &residual, &weight, &bias});
   ResidualLayerNormResult out;
   LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, "residual_layer_norm");
   out.y = std::move(r.y);
   out.saved = std::move(r.saved);
+  // Outputs: sum (output 0) and y (output 1). d(sum) reaches x and residual directly; dy goes through the norm.
+  grad.record("ResidualLayerNormBackward", {&out.sum, &out.y},
+              [sum = out.sum.detach(), w = weight.detach(), saved = out.saved, has_bias = bias.defined()](
+                  const std::vector<Tensor>& g) {
+                Tensor dsum = g[0];
+                Tensor dweight, dbias;
+                if (g[1].defined()) {
+                  LayerNormGrads d = layer_norm_backward(g[1], sum, w, saved, has_bias);
+                  dsum = dsum.defined() ? add(dsum, d.dx) : d.dx;
+                  dweight = d.dweight;
+                  dbias = d.dbias;
+                }
+                return std::vector<Tensor>{dsum, dsum, dweight, dbias};
+              });
   return out;
 }
 

@@ -355,16 +355,26 @@ Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, 
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  const detail::GradRecorder grad({&a, &b});
   const Shape shape = checked_shape(a, b, opt, "matmul");
   const DType out = opt.out_dtype.value_or(default_out_dtype(a.dtype()));
   MPT_CHECK(out_dtype_allowed(a.dtype(), out), "[matmul] {} x {} cannot produce a {} output", a.meta_str(),
             b.meta_str(), out);
+  MPT_CHECK(!grad || !is_fp8(a.dtype()), "[matmul] FP8 operands are codes, not differentiable tensors ({} x {}): an "
+            "FP8 recipe quantizes and runs the backward GEMMs itself", a.meta_str(), b.meta_str());
   Tensor c = Tensor::empty(shape, out, a.device());
   gemm_into(a, b, c, 0.0f, opt);
+  grad.record("MatmulBackward", {&c}, [a = a.detach(), b = b.detach(), opt](const std::vector<Tensor>& g) {
+    const MatmulGrads d = matmul_backward(g[0], a, b, opt);
+    return std::vector<Tensor>{d.da, d.db};
+  });
   return c;
 }
 
 void matmul_out(const Tensor& a, const Tensor& b, const Tensor& c, float beta, const MatmulOptions& opt) {
+  MPT_CHECK(!autograd::any_requires_grad({&a, &b, &c}),
+            "[matmul_out] writes into c in place, which autograd does not record, and an operand requires grad: use "
+            "ops::matmul, or run under autograd::NoGradGuard");
   const Shape shape = checked_shape(a, b, opt, "matmul_out");
   detail::check_same_device({&a, &c}, "matmul_out");
   detail::check_shape(c, shape, "c", "matmul_out");

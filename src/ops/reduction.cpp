@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/reduction.h"
+#include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/reduction.h"
@@ -74,13 +75,45 @@ void check_list_device(const std::vector<Tensor>& tensors, const char* op) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return reduce_dim(x, dim, keepdim, false, "sum"); }
+namespace {
 
-Tensor mean(const Tensor& x, int64_t dim, bool keepdim) { return reduce_dim(x, dim, keepdim, true, "mean"); }
+// The gradient of a sum (or mean, with scale 1/n) over `dim` of a tensor of `shape`: dy broadcast back.
+Tensor spread(const Tensor& dy, const Shape& shape, int64_t dim, bool keepdim, double scale) {
+  Tensor g = dy;
+  if (dim >= 0 && !keepdim) g = g.unsqueeze(dim);
+  Tensor dx = Tensor::empty(shape, dy.dtype(), dy.device());
+  dx.copy_(scale == 1.0 ? g : ops::scale(g, scale));
+  return dx;
+}
+
+Tensor reduce_recorded(const Tensor& x, int64_t dim, bool keepdim, bool mean, const char* op) {
+  const detail::GradRecorder grad({&x});
+  Tensor y = reduce_dim(x, dim, keepdim, mean, op);
+  if (grad) {
+    const int64_t d = dim < 0 ? dim + x.dim() : dim;
+    const double scale = mean ? 1.0 / static_cast<double>(x.size(d)) : 1.0;
+    grad.record(mean ? "MeanBackward" : "SumBackward", {&y},
+                [shape = x.shape(), d, keepdim, scale](const std::vector<Tensor>& g) {
+                  return std::vector<Tensor>{spread(g[0], shape, d, keepdim, scale)};
+                });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return reduce_recorded(x, dim, keepdim, false, "sum"); }
+
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim) { return reduce_recorded(x, dim, keepdim, true, "mean"); }
 
 Tensor sum(const Tensor& x) {
+  const detail::GradRecorder grad({&x});
   detail::check_same_device({&x}, "sum");
-  return reduce_dim(x.reshape({-1}), 0, false, false, "sum");
+  Tensor y = reduce_dim(x.reshape({-1}), 0, false, false, "sum");
+  grad.record("SumBackward", {&y}, [shape = x.shape()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{spread(g[0], shape, -1, true, 1.0)};
+  });
+  return y;
 }
 
 Tensor sum_to_shape(const Tensor& x_in, const Shape& shape, Tensor out) {

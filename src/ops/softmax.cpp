@@ -154,6 +154,7 @@ Tensor ce_backward(const Tensor& dloss_in, const Tensor& logits_in, const Tensor
 }  // namespace
 
 Tensor softmax(const Tensor& x_in) {
+  const detail::GradRecorder grad({&x_in});
   const Device dev = detail::check_same_device({&x_in}, "softmax");
   detail::check_f64_on_cpu(x_in, "softmax");
   const int64_t cols = last_dim(x_in, "softmax");
@@ -170,6 +171,9 @@ Tensor softmax(const Tensor& x_in) {
       MPT_CUDA_KERNEL(kernels::cuda::softmax_rows(x.data<T>(), y.data<T>(), rows, cols,
                                                   static_cast<cudaStream_t>(detail::stream_of(dev))));
     }
+  });
+  grad.record("SoftmaxBackward", {&y}, [y = y.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{softmax_backward(g[0], y)};
   });
   return y;
 }
@@ -211,6 +215,7 @@ Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, Tensor dx) {
 CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
                                          const CrossEntropyOptions& options) {
   const char* op = "softmax_cross_entropy";
+  const detail::GradRecorder grad({&logits_in});
   const Device dev = detail::check_same_device({&logits_in, &targets_in}, op);
   const auto [rows, vocab] = check_ce(logits_in, targets_in, op);
   const DType acc = stats_dtype(logits_in.dtype());
@@ -256,6 +261,10 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
     const int64_t bad = bad_row.item<int64_t>();  // on CUDA: copies to the host after the stream's work
     if (bad >= 0) throw_bad_target(targets, bad, vocab, options.ignore_index, op);
   }
+  grad.record("SoftmaxCrossEntropyBackward", {&out.loss},
+              [logits = logits.detach(), targets, saved = out.saved, options](const std::vector<Tensor>& g) {
+                return std::vector<Tensor>{softmax_cross_entropy_backward(g[0], logits, targets, saved, options)};
+              });
   return out;
 }
 

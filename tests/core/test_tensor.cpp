@@ -236,3 +236,10 @@ TEST(Tensor, CudaWithoutGpuIsAClearError) {
   EXPECT_MPT_ERROR(Tensor::empty({2}, DType::F32, Device::cuda(0)), "[cuda]");
   EXPECT_MPT_ERROR(iota({2}).to(Device::cuda(0)), "[cuda]");
 }
+
+TEST(Tensor, EmptyTensorsAreContiguousWhateverTheirStrides) {
+  EXPECT_TRUE(Tensor::empty({3, 0, 2}).is_contiguous());
+  EXPECT_TRUE(Tensor::empty({0}).is_contiguous());
+  EXPECT_TRUE(Tensor::empty({4, 0}).t().is_contiguous());
+  EXPECT_FALSE(Tensor::empty({4, 3}).t().is_contiguous());  // control: a real transpose is not
+}

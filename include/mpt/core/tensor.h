@@ -1,6 +1,7 @@
 // mpt/core/tensor.h: Tensor, a cheap handle to (shared storage, shape, strides, offset, dtype, device).
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -14,6 +15,11 @@
 #include "mpt/core/shape.h"
 
 namespace mpt {
+
+namespace autograd {
+struct AutogradMeta;
+class Node;
+}  // namespace autograd
 
 class Tensor {
  public:
@@ -95,14 +101,32 @@ class Tensor {
   std::string str() const;  // PyTorch-style text, summarised beyond 1000 elements
   std::string meta_str() const;  // "f32[2, 3] cpu" for error messages
 
+  // ---- autograd (mpt/autograd/*.h). Copies of a handle share its autograd state; views and detach() do not.
+  bool requires_grad() const;              // a leaf marked with requires_grad_, or the output of a recorded op
+  Tensor& requires_grad_(bool on = true);  // leaves only (floating dtypes)
+  bool is_leaf() const;                    // made by no recorded op
+  Tensor grad() const;                     // a leaf's accumulated gradient; undefined until backward reached it
+  void set_grad(const Tensor& grad) const; // replace (or clear, with an undefined tensor) a leaf's gradient
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  // Backpropagates from this tensor (gradient: ones for a one-element tensor if not given) into the leaves.
+  void backward() const;
+  void backward(const Tensor& gradient, bool retain_graph = false) const;
+  Tensor detach() const;  // the same data, without autograd history
+  // Called with the leaf each time backward has finished accumulating its gradient.
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  const std::shared_ptr<autograd::AutogradMeta>& autograd_meta() const { return autograd_; }
+  void set_grad_fn(std::shared_ptr<autograd::Node> fn, int output_nr);  // for autograd::record
+
  private:
   void check_defined(const char* op) const;
+  autograd::AutogradMeta& ensure_autograd_meta() const;
 
   std::shared_ptr<Storage> storage_;
   Shape shape_;
   Strides strides_;
   int64_t offset_ = 0;
   DType dtype_ = DType::F32;
+  mutable std::shared_ptr<autograd::AutogradMeta> autograd_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);

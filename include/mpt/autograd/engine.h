@@ -1,0 +1,17 @@
+// mpt/autograd/engine.h: runs backward through the recorded graph (iterative, deterministic, frees as it goes).
+#pragma once
+
+#include <vector>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::autograd {
+
+// Backpropagates from `roots` (each with its gradient; an undefined gradient means ones, allowed only for a root
+// with one element) into every leaf that requires grad (leaf.grad += ...). Nodes run in a fixed order: a node
+// runs once every node that feeds it has run, the most recently recorded ready node first, with no recursion
+// (graphs of any depth). Each node's saved tensors are freed right after it runs unless retain_graph; a second
+// backward through a freed node throws. Grad mode is off while backward functions run.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {}, bool retain_graph = false);
+
+}  // namespace mpt::autograd

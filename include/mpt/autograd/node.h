@@ -1,0 +1,120 @@
+// mpt/autograd/node.h: the autograd graph: per-tensor metadata, nodes (one per recorded op), edges, leaf accumulation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::autograd {
+
+class Node;
+
+// Where one input's gradient goes: input `input_nr` of node `fn` (for a leaf, its AccumulateGrad node). A null fn
+// means the input needs no gradient.
+struct Edge {
+  std::shared_ptr<Node> fn;
+  int input_nr = 0;
+};
+
+// Called with a leaf's gradient once it is final for this backward pass (after accumulation).
+using PostAccumulateHook = std::function<void(const Tensor& leaf)>;
+
+// The autograd state of a tensor handle, shared by its copies (not by views: see Tensor::detach).
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;                      // leaves: accumulated by backward (+=); undefined until the first one
+  std::shared_ptr<Node> grad_fn;    // non-leaves: the node that made this tensor
+  int output_nr = 0;                // which output of grad_fn this tensor is
+  std::weak_ptr<Node> accumulator;  // leaves: their AccumulateGrad node, while a graph holds it
+  std::vector<PostAccumulateHook> post_accumulate_hooks;
+};
+
+// One recorded op. apply() maps the gradients of its outputs (one per output; undefined means zero) to the
+// gradients of its inputs (one per entry of next_edges, in order; undefined means zero or not needed).
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  explicit Node(std::string name);
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t sequence_nr() const { return sequence_nr_; }  // creation order: later nodes run first in backward
+  int num_outputs() const { return num_outputs_; }
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  void set_next_edges(std::vector<Edge> edges) { next_edges_ = std::move(edges); }
+  void set_num_outputs(int n) { num_outputs_ = n; }
+
+  // Runs the backward of this node; throws if its saved tensors were released by an earlier backward.
+  std::vector<Tensor> run(std::vector<Tensor>&& grad_outputs);
+  // Frees what the node saved for backward (the engine calls it right after run() unless retain_graph).
+  void release();
+  bool released() const { return released_; }
+
+ protected:
+  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
+  virtual void release_saved() {}
+
+ private:
+  std::string name_;
+  uint64_t sequence_nr_;
+  int num_outputs_ = 1;
+  bool released_ = false;
+  std::vector<Edge> next_edges_;
+};
+
+// The sink of a leaf tensor: adds the incoming gradient into leaf.grad (a new tensor the first time), then runs the
+// leaf's post-accumulate hooks.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<AutogradMeta> leaf, Tensor leaf_handle);
+  void run_hooks();
+
+ protected:
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+
+ private:
+  std::shared_ptr<AutogradMeta> leaf_;
+  Tensor handle_;  // the leaf (sharing its autograd state), handed to hooks
+};
+
+// A node whose backward is a function (saved state lives in the closure and is dropped on release).
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, BackwardFn fn) : Node(std::move(name)), fn_(std::move(fn)) {}
+
+ protected:
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override { return fn_(grad_outputs); }
+  void release_saved() override { fn_ = nullptr; }
+
+ private:
+  BackwardFn fn_;
+};
+
+// True when grad mode is on and any defined input requires grad: an op should record a node.
+bool any_requires_grad(const std::vector<const Tensor*>& inputs);
+
+// The edge an input's gradient flows along: its grad_fn, its (created on demand) AccumulateGrad if it is a leaf that
+// requires grad, else a null edge.
+Edge gradient_edge(const Tensor& input);
+
+// Records `node` as the producer of `outputs` (output i is output_nr i) with one edge per input, when
+// any_requires_grad(inputs); otherwise does nothing. Returns whether it recorded. A backward that needs an output
+// must save output.detach(): a saved handle sharing the output's autograd state would make a reference cycle.
+bool record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
+            const std::vector<Tensor*>& outputs);
+
+// record() without the checks: always links node, inputs and outputs (callers decided already; see GradRecorder).
+void attach(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
+            const std::vector<Tensor*>& outputs);
+
+// Shorthand for a FunctionNode: record(name, inputs, outputs, backward).
+bool record(std::string name, const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+            BackwardFn backward);
+
+}  // namespace mpt::autograd

@@ -1,0 +1,109 @@
+// src/autograd/engine.cpp: backward: dependency counts, a ready queue ordered by recording order, gradient buffers.
+#include "mpt/autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
+#include "mpt/ops/elementwise.h"
+
+namespace mpt::autograd {
+
+namespace {
+
+// Sums gradients arriving at the same node input (several consumers of one tensor).
+void accumulate_into(Tensor& slot, const Tensor& g) {
+  if (!g.defined()) return;
+  slot = slot.defined() ? ops::add(slot, g) : g;
+}
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+};
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  MPT_CHECK(grads.empty() || grads.size() == roots.size(), "[backward] {} roots but {} gradients", roots.size(),
+            grads.size());
+  // Root edges and their seed gradients.
+  std::vector<std::pair<Edge, Tensor>> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    MPT_CHECK(root.defined(), "[backward] root {} is undefined", i);
+    MPT_CHECK(root.requires_grad(),
+              "[backward] root {} ({}) does not require grad and has no grad_fn: nothing to differentiate", i,
+              root.meta_str());
+    Tensor g = grads.empty() ? Tensor{} : grads[i];
+    if (!g.defined()) {
+      MPT_CHECK(root.numel() == 1,
+                "[backward] a gradient can be implied only for a root with one element; root {} is {}", i,
+                root.meta_str());
+      g = Tensor::ones(root.shape(), root.dtype(), root.device());
+    }
+    MPT_CHECK(g.shape() == root.shape(), "[backward] gradient {} does not match root {} ({})", g.meta_str(), i,
+              root.meta_str());
+    seeds.emplace_back(gradient_edge(root), g);
+  }
+
+  // Every node reachable from the roots and how many edges lead into it (iterative DFS).
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack;
+  std::unordered_map<Node*, bool> seen;
+  for (const auto& [edge, g] : seeds)
+    if (edge.fn && !seen[edge.fn.get()]) seen[edge.fn.get()] = true, stack.push_back(edge.fn.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges()) {
+      if (!e.fn) continue;
+      ++dependencies[e.fn.get()];
+      if (!seen[e.fn.get()]) seen[e.fn.get()] = true, stack.push_back(e.fn.get());
+    }
+  }
+
+  // Gradient buffers per node (one slot per output); keep the nodes alive while they wait.
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::unordered_map<Node*, std::shared_ptr<Node>> alive;
+  auto buffer_of = [&](const std::shared_ptr<Node>& n) -> std::vector<Tensor>& {
+    auto [it, fresh] = buffers.try_emplace(n.get());
+    if (fresh) it->second.resize(static_cast<size_t>(n->num_outputs())), alive[n.get()] = n;
+    return it->second;
+  };
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  for (const auto& [edge, g] : seeds) {
+    if (!edge.fn) continue;
+    accumulate_into(buffer_of(edge.fn)[static_cast<size_t>(edge.input_nr)], g);
+  }
+  for (const auto& [node, bufs] : buffers)
+    if (dependencies[node] == 0) ready.push(node);
+
+  NoGradGuard no_grad;  // backward functions do not record (no double backward)
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    std::vector<Tensor> inputs = std::move(buffers[node]);
+    buffers.erase(node);
+    bool any = false;
+    for (const Tensor& g : inputs) any = any || g.defined();
+    // A node no gradient reached passes "none" on (its inputs' counts still drop, so their nodes can run).
+    std::vector<Tensor> out = any ? node->run(std::move(inputs)) : std::vector<Tensor>(node->next_edges().size());
+    auto* acc = dynamic_cast<AccumulateGrad*>(node);
+    // A leaf's node runs once all paths into it have delivered: its gradient is final for this pass, so the hooks
+    // fire now (the data-parallel layer starts communicating a bucket while backward continues).
+    if (acc != nullptr && any) acc->run_hooks();
+    const std::vector<Edge>& edges = node->next_edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Edge& e = edges[i];
+      if (!e.fn) continue;
+      accumulate_into(buffer_of(e.fn)[static_cast<size_t>(e.input_nr)], out[i]);
+      if (--dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
+    }
+    // AccumulateGrad saves nothing and is shared by every graph that uses its leaf: never released.
+    if (!retain_graph && acc == nullptr) node->release();
+    alive.erase(node);  // frees the node now if no tensor holds it any more
+  }
+}
+
+}  // namespace mpt::autograd

@@ -1,0 +1,98 @@
+// src/autograd/node.cpp: nodes, leaf accumulation and recording ops into the graph.
+#include "mpt/autograd/node.h"
+
+#include <atomic>
+
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/ops/elementwise.h"
+
+namespace mpt::autograd {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+}  // namespace
+
+Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+
+std::vector<Tensor> Node::run(std::vector<Tensor>&& grad_outputs) {
+  MPT_CHECK(!released_,
+            "[backward] trying to backward through {} a second time: its saved tensors were freed by the first "
+            "backward (pass retain_graph = true to the first one if you need two)",
+            name_);
+  std::vector<Tensor> grads = apply(std::move(grad_outputs));
+  MPT_CHECK(grads.size() == next_edges_.size(), "[backward] {} returned {} gradients for {} inputs", name_,
+            grads.size(), next_edges_.size());
+  return grads;
+}
+
+void Node::release() {
+  release_saved();
+  released_ = true;
+}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<AutogradMeta> leaf, Tensor leaf_handle)
+    : Node("AccumulateGrad"), leaf_(std::move(leaf)), handle_(std::move(leaf_handle)) {}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
+  const Tensor& g = grad_outputs.at(0);
+  if (!g.defined()) return {};
+  MPT_CHECK(g.shape() == handle_.shape(), "[backward] gradient {} does not match its leaf {}", g.meta_str(),
+            handle_.meta_str());
+  if (!leaf_->grad.defined()) {
+    // A fresh tensor: the incoming gradient may be a buffer the graph still shares (a view, or another leaf's).
+    leaf_->grad = g.dtype() == handle_.dtype() ? g.clone() : g.to(handle_.dtype());
+  } else {
+    ops::add_(leaf_->grad, g.dtype() == leaf_->grad.dtype() ? g : g.to(leaf_->grad.dtype()));
+  }
+  return {};
+}
+
+void AccumulateGrad::run_hooks() {
+  for (const PostAccumulateHook& hook : leaf_->post_accumulate_hooks) hook(handle_);
+}
+
+bool any_requires_grad(const std::vector<const Tensor*>& inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t != nullptr && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& input) {
+  if (!input.defined()) return {};
+  const std::shared_ptr<AutogradMeta>& meta = input.autograd_meta();
+  if (meta == nullptr) return {};
+  if (meta->grad_fn) return {meta->grad_fn, meta->output_nr};
+  if (!meta->requires_grad) return {};
+  std::shared_ptr<Node> acc = meta->accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(meta, input);
+    meta->accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+bool record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
+            const std::vector<Tensor*>& outputs) {
+  if (!any_requires_grad(inputs)) return false;
+  attach(node, inputs, outputs);
+  return true;
+}
+
+void attach(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
+            const std::vector<Tensor*>& outputs) {
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) edges.push_back(t != nullptr ? gradient_edge(*t) : Edge{});
+  node->set_next_edges(std::move(edges));
+  node->set_num_outputs(static_cast<int>(outputs.size()));
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i]->set_grad_fn(node, static_cast<int>(i));
+}
+
+bool record(std::string name, const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+            BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return false;
+  return record(std::make_shared<FunctionNode>(std::move(name), std::move(backward)), inputs, outputs);
+}
+
+}  // namespace mpt::autograd

@@ -1,0 +1,64 @@
+// src/io/safetensors_format.h: what the reader and the writer share: dtype codes, layout order, limits.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "mpt/core/dtype.h"
+
+namespace mpt::io::detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian: bytes are copied as they are, without swapping");
+
+// The reference implementation rejects headers above this size (100 MB); so do we.
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// dtype <-> header code. `rank` is the code's position in the reference implementation's Dtype enum, which
+// lists dtypes by increasing alignment: its writer orders tensors by descending rank, then by name.
+struct DTypeCode {
+  DType dtype;
+  std::string_view code;
+  int rank;
+};
+
+inline constexpr DTypeCode kDTypeCodes[] = {
+    {DType::I64, "I64", 9},  {DType::F64, "F64", 8},         {DType::F32, "F32", 7},
+    {DType::I32, "I32", 6},  {DType::BF16, "BF16", 5},       {DType::F16, "F16", 4},
+    {DType::U16, "U16", 3},  {DType::F8E4M3, "F8_E4M3", 2}, {DType::F8E5M2, "F8_E5M2", 1},
+    {DType::U8, "U8", 0},
+};
+
+constexpr const DTypeCode& dtype_code(DType dtype) {
+  for (const DTypeCode& c : kDTypeCodes)
+    if (c.dtype == dtype) return c;
+  return kDTypeCodes[0];  // unreachable: every DType has a code (checked below)
+}
+
+constexpr std::optional<DType> parse_dtype_code(std::string_view code) {
+  for (const DTypeCode& c : kDTypeCodes)
+    if (c.code == code) return c.dtype;
+  return std::nullopt;
+}
+
+constexpr bool every_dtype_has_a_code() {
+  for (DType t : kAllDTypes)
+    if (dtype_code(t).dtype != t) return false;
+  return true;
+}
+static_assert(every_dtype_has_a_code());
+
+// "I64, F64, F32, ..." for error messages.
+inline std::string supported_codes() {
+  std::string out;
+  for (const DTypeCode& c : kDTypeCodes) {
+    if (!out.empty()) out += ", ";
+    out += c.code;
+  }
+  return out;
+}
+
+}  // namespace mpt::io::detail

@@ -1,0 +1,198 @@
+// tests/autograd/test_engine.cpp: the autograd engine on graphs recorded with autograd::record (values, order, memory, errors).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpt/autograd/engine.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/reduction.h"
+#include "test_util.h"
+
+namespace mpt {
+namespace {
+
+namespace ag = autograd;
+
+// Differentiable test ops built on autograd::record (saved inputs detached, so no cycles through grad_fn).
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = ops::mul(a, b);
+  ag::record("Mul", {&a, &b}, {&out}, [a = a.detach(), b = b.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{ops::mul(g[0], b), ops::mul(g[0], a)};
+  });
+  return out;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = ops::add(a, b);
+  ag::record("Add", {&a, &b}, {&out}, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; });
+  return out;
+}
+
+Tensor sum(const Tensor& x) {
+  Tensor out = ops::sum(x);
+  ag::record("Sum", {&x}, {&out}, [shape = x.shape()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{Tensor::full(shape, g[0].item<double>())};
+  });
+  return out;
+}
+
+Tensor leaf(const std::vector<float>& v) {
+  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  t.requires_grad_();
+  return t;
+}
+
+std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
+
+TEST(AutogradEngine, ChainRuleGivesAnalyticGradients) {
+  const Tensor x = leaf({1.5f, -2.0f, 0.25f}), w = leaf({3.0f, 0.5f, -4.0f});
+  const Tensor loss = sum(add(mul(x, w), x));  // d/dx = w + 1, d/dw = x
+  EXPECT_TRUE(loss.requires_grad());
+  EXPECT_FALSE(loss.is_leaf());
+  EXPECT_EQ(loss.grad_fn()->name(), "Sum");
+  loss.backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{4.0f, 1.5f, -3.0f}));
+  EXPECT_EQ(values(w.grad()), (std::vector<float>{1.5f, -2.0f, 0.25f}));
+  EXPECT_FALSE(x.grad().requires_grad());
+}
+
+TEST(AutogradEngine, GradientsAccumulateAcrossBackwardCallsUntilCleared) {
+  const Tensor x = leaf({1.0f, 2.0f}), w = leaf({5.0f, 7.0f});
+  sum(mul(x, w)).backward();
+  sum(mul(x, w)).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{10.0f, 14.0f}));
+  x.set_grad(Tensor{});
+  sum(mul(x, w)).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{5.0f, 7.0f}));
+  EXPECT_EQ(values(w.grad()), (std::vector<float>{3.0f, 6.0f}));
+}
+
+TEST(AutogradEngine, ATensorUsedTwiceGetsTheSumOfBothPaths) {
+  const Tensor x = leaf({2.0f, -3.0f});
+  const Tensor y = mul(x, x);                 // dy/dx = 2x, through both inputs of one node
+  const Tensor z = add(y, mul(x, leaf({10.0f, 10.0f})));  // + 10
+  sum(z).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{14.0f, 4.0f}));
+}
+
+TEST(AutogradEngine, DeepChainsRunWithoutRecursion) {
+  // 20,000 nodes: a recursive engine would overflow the stack long before.
+  const Tensor x = leaf({1.0f, 2.0f});
+  const Tensor two = Tensor::from_vector(std::vector<float>{1.0f, 1.0f}, {2});
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = mul(y, two);
+  sum(y).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{1.0f, 1.0f}));
+}
+
+TEST(AutogradEngine, NodesRunInADeterministicOrderLatestRecordedFirst) {
+  auto run_once = [] {
+    std::vector<std::string> order;
+    const Tensor x = leaf({1.0f});
+    auto tracked = [&order](const std::string& name, const Tensor& in) {
+      Tensor out = ops::scale(in, 1.0);
+      ag::record(name, {&in}, {&out}, [&order, name](const std::vector<Tensor>& g) {
+        order.push_back(name);
+        return std::vector<Tensor>{g[0]};
+      });
+      return out;
+    };
+    const Tensor a = tracked("a", x), b = tracked("b", x), c = tracked("c", a), d = tracked("d", b);
+    sum(add(c, d)).backward();
+    return order;
+  };
+  const std::vector<std::string> first = run_once();
+  EXPECT_EQ(first, (std::vector<std::string>{"d", "c", "b", "a"}));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(run_once(), first);
+}
+
+TEST(AutogradEngine, SavedTensorsAreFreedAsSoonAsTheirNodeRan) {
+  const Tensor x = leaf({1.0f, 2.0f, 3.0f});
+  std::weak_ptr<Storage> saved_storage;
+  Tensor loss;
+  {
+    Tensor w = Tensor::from_vector(std::vector<float>{4.0f, 5.0f, 6.0f}, {3});
+    saved_storage = w.storage();
+    loss = sum(mul(x, w));  // Mul saves w
+  }
+  EXPECT_FALSE(saved_storage.expired()) << "the graph holds the saved tensor until backward";
+  loss.backward();
+  EXPECT_TRUE(saved_storage.expired()) << "backward must release saved tensors";
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{4.0f, 5.0f, 6.0f}));
+}
+
+TEST(AutogradEngine, SecondBackwardThroughAFreedGraphThrowsUnlessRetained) {
+  const Tensor x = leaf({1.0f, 2.0f}), w = leaf({3.0f, 4.0f});
+  const Tensor loss = sum(mul(x, w));
+  loss.backward();
+  EXPECT_MPT_ERROR(loss.backward(), "a second time");
+  const Tensor kept = sum(mul(x, w));
+  kept.backward(Tensor{}, /*retain_graph=*/true);
+  kept.backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{9.0f, 12.0f}));  // 3 backward passes of w
+}
+
+TEST(AutogradEngine, NoGradGuardRecordsNothingAndDetachCutsHistory) {
+  const Tensor x = leaf({1.0f, 2.0f});
+  {
+    ag::NoGradGuard guard;
+    EXPECT_FALSE(ag::is_grad_enabled());
+    const Tensor y = mul(x, x);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.grad_fn(), nullptr);
+    {
+      ag::EnableGradGuard again;
+      EXPECT_TRUE(mul(x, x).requires_grad());
+    }
+  }
+  EXPECT_TRUE(ag::is_grad_enabled());
+  const Tensor y = mul(x, x);
+  const Tensor d = y.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.shares_storage(y));
+  EXPECT_EQ(mul(d, d).grad_fn(), nullptr);
+}
+
+TEST(AutogradEngine, PostAccumulateHooksSeeTheFinalGradientOncePerBackward) {
+  const Tensor x = leaf({1.0f, 2.0f});
+  std::vector<std::vector<float>> seen;
+  x.register_post_accumulate_grad_hook([&seen](const Tensor& leaf_tensor) { seen.push_back(values(leaf_tensor.grad())); });
+  sum(add(mul(x, x), x)).backward();  // x reached along three paths: 2x + 1
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::vector<float>{3.0f, 5.0f}));
+  sum(x).backward();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], (std::vector<float>{4.0f, 6.0f}));
+}
+
+TEST(AutogradEngine, ExplicitGradientsAndMultipleRoots) {
+  const Tensor x = leaf({1.0f, 2.0f}), w = leaf({3.0f, 4.0f});
+  const Tensor y = mul(x, w);
+  y.backward(Tensor::from_vector(std::vector<float>{10.0f, 100.0f}, {2}));
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{30.0f, 400.0f}));
+  const Tensor a = sum(mul(x, x)), b = sum(w);
+  ag::backward({a, b});
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{32.0f, 404.0f}));
+  EXPECT_EQ(values(w.grad()), (std::vector<float>{11.0f, 201.0f}));
+}
+
+TEST(AutogradEngine, ErrorsNameTheProblem) {
+  const Tensor plain = Tensor::ones({2});
+  EXPECT_MPT_ERROR(plain.backward(), "does not require grad");
+  const Tensor x = leaf({1.0f, 2.0f});
+  EXPECT_MPT_ERROR(mul(x, x).backward(), "implied only for a root with one element");
+  EXPECT_MPT_ERROR(mul(x, x).backward(Tensor::ones({3})), "does not match root");
+  Tensor y = mul(x, x);
+  EXPECT_MPT_ERROR(y.requires_grad_(false), "only leaves");
+  Tensor ids = Tensor::arange(3);
+  EXPECT_MPT_ERROR(ids.requires_grad_(), "only floating tensors");
+  EXPECT_MPT_ERROR(Tensor::ones({2}).register_post_accumulate_grad_hook([](const Tensor&) {}),
+                   "must be a leaf that requires grad");
+}
+
+}  // namespace
+}  // namespace mpt
