@@ -7,28 +7,22 @@ namespace mpt::autograd {
 bool is_grad_enabled();
 void set_grad_enabled(bool enabled);
 
-// Turns recording off for a scope (inference, optimizer updates, evaluation), like torch.no_grad().
-class NoGradGuard {
+// Sets grad mode for a scope and restores the previous mode when the scope ends.
+template <bool kEnabled>
+class GradModeGuard {
  public:
-  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  GradModeGuard() : previous_(is_grad_enabled()) { set_grad_enabled(kEnabled); }
+  ~GradModeGuard() { set_grad_enabled(previous_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool previous_;
 };
 
-// Turns recording back on for a scope (inside a NoGradGuard; activation checkpointing's recomputation).
-class EnableGradGuard {
- public:
-  EnableGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(true); }
-  ~EnableGradGuard() { set_grad_enabled(previous_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
-
- private:
-  bool previous_;
-};
+// Recording off (inference, optimizer updates, evaluation), like torch.no_grad().
+using NoGradGuard = GradModeGuard<false>;
+// Recording back on inside a NoGradGuard (activation checkpointing's recomputation).
+using EnableGradGuard = GradModeGuard<true>;
 
 }  // namespace mpt::autograd
