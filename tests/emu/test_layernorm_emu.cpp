@@ -24,12 +24,10 @@ std::vector<T> random_values(int64_t n, uint64_t seed, double scale = 1.0) {
   return mpt::testing::random_tensor({n}, mpt::dtype_of<T>(), seed, scale).template to_vector<T>();
 }
 
-// One step of T relative to a value (float: a few float roundings).
+// One step of T relative to a value (float: a few float roundings, 8 ulp).
 template <class T>
 double relative_step() {
-  if constexpr (std::is_same_v<T, float>) return 0x1p-20;
-  if constexpr (std::is_same_v<T, f16>) return 0x1p-10;
-  return 0x1p-7;
+  return (std::is_same_v<T, float> ? 8 : 1) * mpt::testing::relative_ulp<T>();
 }
 
 // Both backends compute in float but sum rows in different orders (sequential/SIMD vs strided per thread and
