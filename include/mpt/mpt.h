@@ -1,6 +1,7 @@
 // mpt/mpt.h: the one header a training program includes.
 #pragma once
 
+#include "mpt/autograd/checkpoint.h"
 #include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
