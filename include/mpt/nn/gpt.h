@@ -1,0 +1,105 @@
+// mpt/nn/gpt.h: the GPT-2 architecture (causal self-attention, MLP, pre-LN block, tied LM head) and its loss.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "mpt/nn/layers.h"
+
+namespace mpt::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 50257;
+  int64_t block_size = 1024;  // longest sequence (learned positions)
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  double dropout = 0;  // after the embeddings, on each sublayer's output (before the residual add)
+  bool bias = true;    // Linear and LayerNorm biases
+  Placement where{};
+  uint64_t seed = 1337;  // initialisation stream
+};
+
+// Multi-head causal self-attention: c_attn (C -> 3C: q, k, v, each split into n_head heads), scaled dot-product
+// attention (ops::causal_attention), c_proj (C -> C), dropout. x: [B, T, C] -> [B, T, C].
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GPTConfig& config, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Linear& c_attn() const { return *c_attn_; }
+  Linear& c_proj() const { return *c_proj_; }
+
+ private:
+  int64_t n_head_;
+  std::shared_ptr<Linear> c_attn_, c_proj_;
+  std::shared_ptr<Dropout> drop_;
+};
+
+// c_proj(gelu_tanh(c_fc(x))) then dropout, hidden width 4C.
+class MLP : public Module {
+ public:
+  MLP(const GPTConfig& config, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Linear& c_fc() const { return *c_fc_; }
+  Linear& c_proj() const { return *c_proj_; }
+
+ private:
+  std::shared_ptr<Linear> c_fc_, c_proj_;
+  std::shared_ptr<Dropout> drop_;
+};
+
+// Pre-LN transformer block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)). The second residual add and ln_2 run as
+// one fused op (ops::residual_layer_norm).
+class Block : public Module {
+ public:
+  Block(const GPTConfig& config, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  CausalSelfAttention& attn() const { return *attn_; }
+  MLP& mlp() const { return *mlp_; }
+
+ private:
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<MLP> mlp_;
+};
+
+// GPT-2: token (wte) and learned position (wpe) embeddings, n_layer blocks (h.0 ... h.{n-1}), a final LayerNorm
+// (ln_f) and an LM head tied to wte (logits = x wte^T; no separate parameter). Parameter names follow nanoGPT
+// without its "transformer." prefix. GPT-2 initialisation: weights N(0, 0.02), the residual projections
+// (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 and 0, from config.seed.
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config);
+  const GPTConfig& config() const { return config_; }
+
+  // ids [B, T] (i64 or i32, T <= block_size) -> logits [B, T, vocab].
+  Tensor forward(const Tensor& ids) const;
+  Tensor operator()(const Tensor& ids) const { return forward(ids); }
+  // Mean cross-entropy of forward(ids) against targets [B, T] (targets of -100 are ignored): a scalar (f32).
+  Tensor loss(const Tensor& ids, const Tensor& targets) const;
+
+  // Recompute each block in backward instead of keeping its activations (autograd::checkpoint).
+  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+  bool activation_checkpointing() const { return checkpoint_blocks_; }
+
+  Embedding& wte() const { return *wte_; }
+  Embedding& wpe() const { return *wpe_; }
+  Block& block(size_t i) const { return (*h_)[i]; }
+  LayerNorm& ln_f() const { return *ln_f_; }
+
+ private:
+  GPTConfig config_;
+  bool checkpoint_blocks_ = false;
+  std::shared_ptr<Embedding> wte_, wpe_;
+  std::shared_ptr<Dropout> drop_;
+  std::shared_ptr<ModuleList<Block>> h_;
+  std::shared_ptr<LayerNorm> ln_f_;
+};
+
+// Mean token cross-entropy: logits [..., V] against targets [...] (-100 ignored); a scalar f32 (f64 for f64).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+}  // namespace mpt::nn

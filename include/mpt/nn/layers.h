@@ -1,0 +1,104 @@
+// mpt/nn/layers.h: the basic layers: Linear, LayerNorm, Embedding, Dropout, and ModuleList (a numbered container).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mpt/core/generator.h"
+#include "mpt/nn/module.h"
+
+namespace mpt::nn {
+
+// Where a layer's parameters live and in which dtype.
+struct Placement {
+  DType dtype = DType::F32;
+  Device device = Device::cpu();
+};
+
+// y = x W^T + b over the last dimension of x ([..., in] -> [..., out]); W is [out, in] (torch.nn.Linear's layout),
+// initialised like torch: W and b uniform in +-1/sqrt(in) (drawn from `gen`). W takes weight decay, b does not.
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Placement where = {},
+         Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  const Tensor& weight() const { return *weight_; }
+  const Tensor& bias() const { return bias_ != nullptr ? *bias_ : none_; }  // undefined without bias
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+  Tensor none_;
+};
+
+// LayerNorm over the last dimension (size `dim`): weight ones, bias zeros, no weight decay.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, Placement where = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  // (x + residual, layer_norm(x + residual)) in one pass (ops::residual_layer_norm): the residual stream and the
+  // normalised input of the next sublayer.
+  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual) const;
+  const Tensor& weight() const { return *weight_; }
+  const Tensor& bias() const { return bias_ != nullptr ? *bias_ : none_; }
+  double eps() const { return eps_; }
+
+ private:
+  double eps_;
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+  Tensor none_;
+};
+
+// A lookup table [num, dim] indexed by i32/i64 ids: ids [...] -> [..., dim]. Initialised N(0, 1) like torch; no
+// weight decay.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, Placement where = {}, Generator& gen = default_generator());
+  Tensor forward(const Tensor& ids) const;
+  Tensor operator()(const Tensor& ids) const { return forward(ids); }
+  const Tensor& weight() const { return *weight_; }
+
+ private:
+  Tensor* weight_;
+};
+
+// Inverted dropout in training mode (identity in eval mode or with p = 0), drawing its Philox counters from
+// default_generator() (which activation checkpointing replays) unless another generator is given.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  double p() const { return p_; }
+
+ private:
+  double p_;
+  Generator* gen_;
+};
+
+// Children named "0", "1", ... in order (torch.nn.ModuleList).
+template <class M>
+class ModuleList : public Module {
+ public:
+  ModuleList() : Module("ModuleList") {}
+  M& push_back(std::shared_ptr<M> m) {
+    items_.push_back(register_module(std::to_string(items_.size()), std::move(m)));
+    return *items_.back();
+  }
+  size_t size() const { return items_.size(); }
+  M& operator[](size_t i) const { return *items_.at(i); }
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<M>> items_;
+};
+
+}  // namespace mpt::nn

@@ -1,0 +1,113 @@
+// src/nn/gpt.cpp: CausalSelfAttention, MLP, Block and GPT (GPT-2 initialisation, tied LM head) and the token loss.
+#include "mpt/nn/gpt.h"
+
+#include <cmath>
+
+#include "mpt/autograd/checkpoint.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/ops/activation.h"
+#include "mpt/ops/attention.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/matmul.h"
+#include "mpt/ops/softmax.h"
+
+namespace mpt::nn {
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
+    : Module("CausalSelfAttention"), n_head_(c.n_head) {
+  MPT_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "[CausalSelfAttention] n_embd {} is not a multiple of n_head {}",
+            c.n_embd, c.n_head);
+  c_attn_ = register_module("c_attn", std::make_shared<Linear>(c.n_embd, 3 * c.n_embd, c.bias, c.where, gen));
+  c_proj_ = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, c.bias, c.where, gen));
+  drop_ = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) const {
+  MPT_CHECK(x.defined() && x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got {}",
+            x.defined() ? x.meta_str() : "undefined");
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
+  const Tensor qkv = c_attn_->forward(x).reshape({B, T, 3, n_head_, D});
+  auto head_major = [&](int64_t i) { return qkv.select(2, i).transpose(1, 2); };  // [B, H, T, D]
+  const Tensor y = ops::causal_attention(head_major(0), head_major(1), head_major(2)).out;
+  return drop_->forward(c_proj_->forward(y.transpose(1, 2).reshape({B, T, C})));
+}
+
+MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {
+  c_fc_ = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias, c.where, gen));
+  c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * c.n_embd, c.n_embd, c.bias, c.where, gen));
+  drop_ = register_module("dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+Tensor MLP::forward(const Tensor& x) const { return drop_->forward(c_proj_->forward(ops::gelu(c_fc_->forward(x)))); }
+
+Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias, c.where));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(c, gen));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias, c.where));
+  mlp_ = register_module("mlp", std::make_shared<MLP>(c, gen));
+}
+
+Tensor Block::forward(const Tensor& x) const {
+  auto [h, normed] = ln_2_->forward_residual(attn_->forward(ln_1_->forward(x)), x);  // h = x + attn(ln_1(x))
+  return ops::add(h, mlp_->forward(normed));
+}
+
+namespace {
+void init_gpt2(GPT& model, Generator& gen) {
+  autograd::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(model.config().n_layer));
+  for (const NamedParameter& p : model.named_parameters()) {
+    Tensor t = p.tensor.detach();
+    const std::string& n = p.name;
+    const bool is_bias = n.ends_with(".bias"), is_ln = n.find("ln_") != std::string::npos;
+    if (is_ln) {
+      t.fill_(is_bias ? 0.0 : 1.0);
+    } else if (is_bias) {
+      t.zero_();
+    } else {
+      t.normal_(0, n.ends_with("c_proj.weight") ? residual_std : 0.02, gen);
+    }
+  }
+}
+}  // namespace
+
+GPT::GPT(const GPTConfig& c) : Module("GPT"), config_(c) {
+  MPT_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer >= 0 && c.n_embd > 0,
+            "[GPT] invalid config: vocab_size={} block_size={} n_layer={} n_embd={}", c.vocab_size, c.block_size,
+            c.n_layer, c.n_embd);
+  Generator gen(c.seed);
+  wte_ = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, c.where, gen));
+  wpe_ = register_module("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd, c.where, gen));
+  drop_ = register_module("drop", std::make_shared<Dropout>(c.dropout));
+  h_ = register_module("h", std::make_shared<ModuleList<Block>>());
+  for (int64_t i = 0; i < c.n_layer; ++i) h_->push_back(std::make_shared<Block>(c, gen));
+  ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias, c.where));
+  init_gpt2(*this, gen);
+}
+
+Tensor GPT::forward(const Tensor& ids) const {
+  MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+            "[GPT] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
+  const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
+  MPT_CHECK(T <= config_.block_size, "[GPT] sequence length {} exceeds block_size {}", T, config_.block_size);
+  const Tensor pos = Tensor::arange(T, ids.dtype(), ids.device());
+  Tensor x = drop_->forward(ops::add(wte_->forward(ids), wpe_->forward(pos)));
+  for (const auto& block : *h_) {
+    if (checkpoint_blocks_) {
+      const Block* b = block.get();
+      x = autograd::checkpoint([b](const Tensor& in) { return b->forward(in); }, x);
+    } else {
+      x = block->forward(x);
+    }
+  }
+  x = ln_f_->forward(x);
+  return ops::matmul(x.reshape({B * T, C}), wte_->weight(), {.trans_b = true}).reshape({B, T, config_.vocab_size});
+}
+
+Tensor GPT::loss(const Tensor& ids, const Tensor& targets) const { return cross_entropy(forward(ids), targets); }
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  return ops::softmax_cross_entropy(logits, targets).loss;
+}
+
+}  // namespace mpt::nn

@@ -1,0 +1,76 @@
+// src/nn/layers.cpp: Linear, LayerNorm, Embedding and Dropout on the recorded ops.
+#include "mpt/nn/layers.h"
+
+#include <cmath>
+
+#include "mpt/ops/dropout.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/embedding.h"
+#include "mpt/ops/layernorm.h"
+#include "mpt/ops/matmul.h"
+
+namespace mpt::nn {
+
+namespace {
+void check_input(const char* layer, const Tensor& x, const Tensor& weight, int64_t last_dim) {
+  MPT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == last_dim,
+            "[{}] expected an input [..., {}], got {}", layer, last_dim, x.defined() ? x.meta_str() : "undefined");
+  MPT_CHECK(x.dtype() == weight.dtype() && x.device() == weight.device(),
+            "[{}] input {} does not match the parameters ({}): convert one of them (module.to(...))", layer,
+            x.meta_str(), weight.meta_str());
+}
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Placement where, Generator& gen)
+    : Module("Linear"), in_(in_features), out_(out_features) {
+  MPT_CHECK(in_features > 0 && out_features > 0, "[Linear] sizes must be positive, got in={} out={}", in_features,
+            out_features);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight_ = &register_parameter("weight", Tensor::uniform({out_, in_}, -bound, bound, where.dtype, where.device, gen));
+  if (bias) bias_ = &register_parameter("bias", Tensor::uniform({out_}, -bound, bound, where.dtype, where.device, gen),
+                                        /*weight_decay=*/false);
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  check_input("Linear", x, weight(), in_);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_;
+  Tensor y = ops::matmul(x.reshape({-1, in_}), weight(), {.trans_b = true});
+  if (bias_ != nullptr) y = ops::add(y, *bias_);
+  return y.reshape(out_shape);
+}
+
+LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Module("LayerNorm"), eps_(eps) {
+  MPT_CHECK(dim > 0 && eps >= 0, "[LayerNorm] expected dim > 0 and eps >= 0, got dim={} eps={}", dim, eps);
+  weight_ = &register_parameter("weight", Tensor::ones({dim}, where.dtype, where.device), false);
+  if (bias) bias_ = &register_parameter("bias", Tensor::zeros({dim}, where.dtype, where.device), false);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+  check_input("LayerNorm", x, weight(), weight().numel());
+  return ops::layer_norm(x, weight(), bias(), eps_).y;
+}
+
+std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) const {
+  check_input("LayerNorm", x, weight(), weight().numel());
+  ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_);
+  return {std::move(r.sum), std::move(r.y)};
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, Placement where, Generator& gen) : Module("Embedding") {
+  MPT_CHECK(num > 0 && dim > 0, "[Embedding] sizes must be positive, got num={} dim={}", num, dim);
+  weight_ = &register_parameter("weight", Tensor::normal({num, dim}, 0, 1, where.dtype, where.device, gen), false);
+}
+
+Tensor Embedding::forward(const Tensor& ids) const { return ops::embedding(ids, weight()); }
+
+Dropout::Dropout(double p, Generator* gen) : Module("Dropout"), p_(p), gen_(gen) {
+  MPT_CHECK(p >= 0 && p <= 1, "[Dropout] p must be in [0, 1], got {}", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) const {
+  if (!is_training() || p_ == 0) return x;
+  return ops::dropout(x, static_cast<float>(p_), gen_ != nullptr ? *gen_ : default_generator());
+}
+
+}  // namespace mpt::nn
