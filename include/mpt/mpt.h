@@ -28,3 +28,8 @@
 #include "mpt/ops/optim.h"
 #include "mpt/ops/reduction.h"
 #include "mpt/ops/softmax.h"
+#include "mpt/optim/adamw.h"
+#include "mpt/optim/clip.h"
+#include "mpt/optim/lr_schedule.h"
+#include "mpt/optim/optimizer.h"
+#include "mpt/optim/sgd.h"

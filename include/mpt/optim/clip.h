@@ -1,0 +1,19 @@
+// mpt/optim/clip.h: gradient clipping by the global L2 norm (torch.nn.utils.clip_grad_norm_).
+#pragma once
+
+#include <vector>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::optim {
+
+// total = ops::global_l2_norm of every defined gradient of `params` (parameters without one are ignored);
+// coef = min(max_norm / (total + 1e-6), 1), computed in double on the host (one read of the norm); when coef < 1
+// every gradient is multiplied by it in place, otherwise the gradients keep their exact bits. Returns total
+// (0-d, f32, or f64 for f64 gradients, on the gradients' device; a 0-d f32 zero on the CPU when there are none).
+// A non-finite total is not an error (torch's error_if_nonfinite=False): inf gives coef 0 (finite gradients
+// become zeros, infinite ones NaN) and NaN makes every gradient NaN, so check the returned norm and skip the step.
+// max_norm must be >= 0 (torch does not check).
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace mpt::optim
