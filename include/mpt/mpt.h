@@ -1,6 +1,10 @@
 // mpt/mpt.h: the one header a training program includes.
 #pragma once
 
+#include "mpt/amp/accumulate.h"
+#include "mpt/amp/grad_scaler.h"
+#include "mpt/amp/master_weights.h"
+#include "mpt/amp/policy.h"
 #include "mpt/autograd/checkpoint.h"
 #include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"

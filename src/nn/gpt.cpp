@@ -1,6 +1,8 @@
 // src/nn/gpt.cpp: CausalSelfAttention, MLP, Block and GPT (GPT-2 initialisation, tied LM head) and the token loss.
 #include "mpt/nn/gpt.h"
 
+#include "autocast_gemm.h"
+
 #include <cmath>
 
 #include "mpt/autograd/checkpoint.h"
@@ -47,9 +49,15 @@ Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
   mlp_ = register_module("mlp", std::make_shared<MLP>(c, gen));
 }
 
+namespace {
+// A sublayer's output in the residual stream's dtype (under Autocast the stream keeps the FP32 masters' dtype while
+// GEMMs produce FP16/BF16, as in PyTorch's autocast).
+Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.dtype() ? t : t.to(stream.dtype()); }
+}  // namespace
+
 Tensor Block::forward(const Tensor& x) const {
-  auto [h, normed] = ln_2_->forward_residual(attn_->forward(ln_1_->forward(x)), x);  // h = x + attn(ln_1(x))
-  return ops::add(h, mlp_->forward(normed));
+  auto [h, normed] = ln_2_->forward_residual(like(attn_->forward(ln_1_->forward(x)), x), x);  // h = x + attn(ln_1(x))
+  return ops::add(h, like(mlp_->forward(normed), h));
 }
 
 namespace {
@@ -101,13 +109,19 @@ Tensor GPT::forward(const Tensor& ids) const {
     }
   }
   x = ln_f_->forward(x);
-  return ops::matmul(x.reshape({B * T, C}), wte_->weight(), {.trans_b = true}).reshape({B, T, config_.vocab_size});
+  // The LM head, tied to wte; a policy addresses it as "lm_head".
+  const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
+  return detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT")
+      .reshape({B, T, config_.vocab_size});
 }
 
-Tensor GPT::loss(const Tensor& ids, const Tensor& targets) const { return cross_entropy(forward(ids), targets); }
+Tensor GPT::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction) const {
+  return cross_entropy(forward(ids), targets, reduction);
+}
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
-  return ops::softmax_cross_entropy(logits, targets).loss;
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::LossReduction reduction) {
+  MPT_CHECK(reduction != ops::LossReduction::None, "[cross_entropy] expected Mean or Sum reduction (a scalar loss)");
+  return ops::softmax_cross_entropy(logits, targets, {.reduction = reduction}).loss;
 }
 
 }  // namespace mpt::nn

@@ -1,6 +1,8 @@
 // src/nn/layers.cpp: Linear, LayerNorm, Embedding and Dropout on the recorded ops.
 #include "mpt/nn/layers.h"
 
+#include "autocast_gemm.h"
+
 #include <cmath>
 
 #include "mpt/ops/dropout.h"
@@ -32,12 +34,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Placement w
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  check_input("Linear", x, weight(), in_);
+  MPT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "[Linear] expected an input [..., {}], got {}", in_,
+            x.defined() ? x.meta_str() : "undefined");
   Shape out_shape = x.shape();
   out_shape.back() = out_;
-  Tensor y = ops::matmul(x.reshape({-1, in_}), weight(), {.trans_b = true});
-  if (bias_ != nullptr) y = ops::add(y, *bias_);
-  return y.reshape(out_shape);
+  return detail::autocast_linear(x.reshape({-1, in_}), weight(), bias(), path(), "Linear").reshape(out_shape);
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Module("LayerNorm"), eps_(eps) {

@@ -5,6 +5,7 @@
 
 #include <fmt/ranges.h>
 
+#include "mpt/amp/master_weights.h"
 #include "mpt/autograd/grad_mode.h"
 
 namespace mpt::nn {
@@ -47,7 +48,13 @@ Tensor& Module::register_buffer(std::string name, Tensor value) {
 void Module::add_child(std::string name, std::shared_ptr<Module> child) {
   check_new_name(name);
   MPT_CHECK(child != nullptr, "[{}] child module '{}' is null", type_name_, name);
+  child->set_path(join(path_, name));
   children_.emplace_back(std::move(name), std::move(child));
+}
+
+void Module::set_path(std::string path) {
+  path_ = std::move(path);
+  for (auto& [name, child] : children_) child->set_path(join(path_, name));
 }
 
 template <class F>
@@ -154,10 +161,12 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     auto it = own.find(name);
     if (it != own.end()) Tensor(it->second).copy_(t);
   }
+  amp::invalidate_compute_copies();
 }
 
 Module& Module::to(DType dtype) {
   MPT_CHECK(is_floating(dtype), "[{}.to] modules convert to floating dtypes only, got {}", type_name_, dtype);
+  amp::invalidate_compute_copies();
   for (auto& [name, m] : named_modules()) {
     for (Slot& s : m->params_) s.tensor = as_leaf(s.tensor.detach().to(dtype), s.tensor.requires_grad());
     for (Slot& s : m->buffers_)
@@ -167,6 +176,7 @@ Module& Module::to(DType dtype) {
 }
 
 Module& Module::to(Device device) {
+  amp::invalidate_compute_copies();
   for (auto& [name, m] : named_modules()) {
     for (Slot& s : m->params_) s.tensor = as_leaf(s.tensor.detach().to(device), s.tensor.requires_grad());
     for (Slot& s : m->buffers_) s.tensor = s.tensor.to(device);

@@ -1,6 +1,8 @@
 // src/optim/optimizer.cpp: the Optimizer base: group bookkeeping, the step loop, state dicts and their checks.
 #include "mpt/optim/optimizer.h"
 
+#include "mpt/amp/master_weights.h"
+
 #include <set>
 #include <utility>
 
@@ -142,7 +144,10 @@ void Optimizer::step(const ops::GradScaling& scaling) {
       ready.push_back({p, p.grad(), &*st});
     }
     step_group(group, ready, scaling);
-    for (Ready& r : ready) ++r.state->step;
+    for (Ready& r : ready) {
+      ++r.state->step;
+      amp::invalidate_compute_copies(r.param);  // its FP16/BF16 compute copy is stale now
+    }
   }
 }
 

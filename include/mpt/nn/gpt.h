@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "mpt/nn/layers.h"
+#include "mpt/ops/softmax.h"
 
 namespace mpt::nn {
 
@@ -78,8 +79,9 @@ class GPT : public Module {
   // ids [B, T] (i64 or i32, T <= block_size) -> logits [B, T, vocab].
   Tensor forward(const Tensor& ids) const;
   Tensor operator()(const Tensor& ids) const { return forward(ids); }
-  // Mean cross-entropy of forward(ids) against targets [B, T] (targets of -100 are ignored): a scalar (f32).
-  Tensor loss(const Tensor& ids, const Tensor& targets) const;
+  // Cross-entropy of forward(ids) against targets [B, T] (targets of -100 are ignored): a scalar (f32), the mean over
+  // the counted tokens or (Sum) their sum, for gradient accumulation normalised by a token count.
+  Tensor loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction = ops::LossReduction::Mean) const;
 
   // Recompute each block in backward instead of keeping its activations (autograd::checkpoint).
   void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
@@ -99,7 +101,9 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f_;
 };
 
-// Mean token cross-entropy: logits [..., V] against targets [...] (-100 ignored); a scalar f32 (f64 for f64).
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// Token cross-entropy: logits [..., V] against targets [...] (-100 ignored), reduced to a scalar f32 (f64 for f64)
+// mean or sum.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     ops::LossReduction reduction = ops::LossReduction::Mean);
 
 }  // namespace mpt::nn

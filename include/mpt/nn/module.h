@@ -31,6 +31,9 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   const std::string& type_name() const { return type_name_; }
+  // The dotted path from the root module ("h.0.attn"; "" for a root), kept current as modules are registered:
+  // what a precision policy's per-module overrides match.
+  const std::string& path() const { return path_; }
 
   // Parameters of this module and (recurse) its children, depth first in registration order, each once (a
   // parameter shared by two modules is reported under its first name). Frozen parameters are included:
@@ -84,11 +87,13 @@ class Module {
     bool weight_decay = true;
   };
   void add_child(std::string name, std::shared_ptr<Module> child);
+  void set_path(std::string path);  // this module's and, recursively, its children's
   void check_new_name(const std::string& name) const;
   template <class F>
   void visit_slots(const std::string& prefix, bool recurse, bool params, F&& f) const;
 
   std::string type_name_;
+  std::string path_;
   bool training_ = true;
   std::deque<Slot> params_;  // deque: references to slots stay valid as more are registered
   std::deque<Slot> buffers_;

@@ -1,0 +1,41 @@
+// mpt/amp/accumulate.h: gradient accumulation: k micro-batches per optimizer step, the loss normalised once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::amp {
+
+// How the k micro-batch losses combine into the batch loss whose gradient backward accumulates.
+enum class LossNormalization {
+  MicroBatchMean,  // each micro-batch loss is a mean; the batch loss is their mean (loss_i / k each)
+  TokenSum,        // each micro-batch loss is a sum over its tokens; the batch loss is the sum over the total token
+                   // count (loss_i / total_tokens): exact for micro-batches with different numbers of counted tokens
+};
+
+struct MicroBatchLoss {
+  Tensor loss;         // a scalar that requires grad
+  int64_t tokens = 0;  // TokenSum: the tokens the loss summed over (reported back; the divisor is total_tokens)
+};
+
+struct AccumulateOptions {
+  LossNormalization normalization = LossNormalization::MicroBatchMean;
+  int64_t total_tokens = 0;  // TokenSum: the tokens of all k micro-batches, known before the first backward
+  // Applied to each normalised micro-batch loss before its backward, e.g. a GradScaler's scale().
+  std::function<Tensor(const Tensor&)> scale_loss;
+};
+
+struct AccumulateResult {
+  double loss = 0;      // the batch loss (host value, for logging)
+  int64_t tokens = 0;   // sum of the micro-batches' token counts
+};
+
+// Runs micro_batch(i) for i = 0..k-1, each followed by backward of its normalised (and scaled) loss, so the
+// parameters' gradients accumulate the gradient of the batch loss (into FP32 masters under Autocast). The caller
+// zeroes gradients before and steps the optimizer after. Only one micro-batch's activations are alive at a time.
+AccumulateResult accumulate_gradients(int64_t k, const std::function<MicroBatchLoss(int64_t)>& micro_batch,
+                                      const AccumulateOptions& options = {});
+
+}  // namespace mpt::amp

@@ -1,0 +1,64 @@
+// mpt/amp/policy.h: the precision policy (what GEMM-like ops compute in, per module) and the Autocast guard.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "mpt/core/dtype.h"
+
+namespace mpt::amp {
+
+// What a GEMM-like op (Linear, the LM head, and through their outputs attention and the MLP activation) computes in.
+// FP8 GEMMs take FP8 operands and produce BF16 (the FP8 recipe decides formats and scales).
+enum class Precision : uint8_t { FP32, FP16, BF16, FP8 };
+std::string_view to_string(Precision p);
+Precision parse_precision(std::string_view s);  // "fp32", "fp16", "bf16", "fp8"
+
+// The dtype a GEMM in `p` produces: F32, F16, BF16, and BF16 for FP8.
+DType output_dtype(Precision p);
+
+// Which precision each GEMM-like op runs in. Everything else follows PyTorch's autocast lists: LayerNorm, softmax,
+// the cross-entropy loss and reductions compute in FP32 (mptrain's kernels read FP16/BF16 storage and accumulate
+// in FP32), and the residual stream stays in the parameters' dtype (FP32 masters). See docs/numerics.md.
+struct Policy {
+  Precision compute = Precision::FP32;
+  // Per-module overrides by dotted module path (Module::path()): the longest matching prefix wins, matched on whole
+  // components ("h.1" matches "h.1.attn.c_attn" but not "h.10"). GPT's tied LM head is "lm_head".
+  std::map<std::string, Precision> overrides;
+
+  Precision at(std::string_view path) const;
+  Policy& override_module(std::string path, Precision p) {
+    overrides[std::move(path)] = p;
+    return *this;
+  }
+
+  static Policy fp32() { return {}; }
+  static Policy fp16() { return {Precision::FP16, {}}; }
+  static Policy bf16() { return {Precision::BF16, {}}; }
+  // FP8 GEMMs with the first and last blocks and the LM head kept in BF16 (the usual FP8 recipe: those layers are
+  // the most sensitive; DeepSeek-V3 and TE's examples keep them in higher precision).
+  static Policy fp8(int64_t n_layer);
+};
+
+// Makes `policy` the current one for this thread until the guard dies (guards nest; the innermost wins).
+// Modules consult amp::current_policy() in forward; backward runs whatever forward recorded.
+class Autocast {
+ public:
+  explicit Autocast(Policy policy);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  Policy policy_;
+  const Policy* previous_;
+};
+
+// The innermost active policy of this thread, or nullptr outside any Autocast.
+const Policy* current_policy();
+// The precision of the module at `path` under the current policy (FP32 outside Autocast).
+Precision current_precision(std::string_view path);
+
+}  // namespace mpt::amp

@@ -1,0 +1,73 @@
+// src/amp/policy.cpp: precision names, per-module policy lookup and the thread-local Autocast stack.
+#include "mpt/amp/policy.h"
+
+#include "mpt/core/error.h"
+
+namespace mpt::amp {
+
+namespace {
+thread_local const Policy* g_current = nullptr;
+
+// `prefix` equals `path` or is a whole-component prefix of it.
+bool component_prefix(std::string_view prefix, std::string_view path) {
+  if (prefix.empty()) return true;
+  if (!path.starts_with(prefix)) return false;
+  return path.size() == prefix.size() || path[prefix.size()] == '.';
+}
+}  // namespace
+
+std::string_view to_string(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::FP16: return "fp16";
+    case Precision::BF16: return "bf16";
+    case Precision::FP8: return "fp8";
+  }
+  return "?";
+}
+
+Precision parse_precision(std::string_view s) {
+  for (Precision p : {Precision::FP32, Precision::FP16, Precision::BF16, Precision::FP8})
+    if (s == to_string(p)) return p;
+  MPT_THROW("[amp] unknown precision '{}': expected fp32, fp16, bf16 or fp8", s);
+}
+
+DType output_dtype(Precision p) {
+  switch (p) {
+    case Precision::FP32: return DType::F32;
+    case Precision::FP16: return DType::F16;
+    case Precision::BF16:
+    case Precision::FP8: return DType::BF16;
+  }
+  return DType::F32;
+}
+
+Precision Policy::at(std::string_view path) const {
+  Precision best = compute;
+  size_t best_len = 0;
+  bool found = false;
+  for (const auto& [prefix, p] : overrides)
+    if (component_prefix(prefix, path) && (!found || prefix.size() >= best_len)) best = p, best_len = prefix.size(), found = true;
+  return best;
+}
+
+Policy Policy::fp8(int64_t n_layer) {
+  Policy p{Precision::FP8, {}};
+  p.override_module("lm_head", Precision::BF16);
+  if (n_layer > 0) {
+    p.override_module("h.0", Precision::BF16);
+    p.override_module("h." + std::to_string(n_layer - 1), Precision::BF16);
+  }
+  return p;
+}
+
+Autocast::Autocast(Policy policy) : policy_(std::move(policy)), previous_(g_current) { g_current = &policy_; }
+Autocast::~Autocast() { g_current = previous_; }
+
+const Policy* current_policy() { return g_current; }
+
+Precision current_precision(std::string_view path) {
+  return g_current != nullptr ? g_current->at(path) : Precision::FP32;
+}
+
+}  // namespace mpt::amp

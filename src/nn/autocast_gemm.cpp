@@ -1,0 +1,31 @@
+// src/nn/autocast_gemm.cpp: the policy-driven GEMM of Linear layers and the LM head.
+#include "autocast_gemm.h"
+
+#include "mpt/amp/master_weights.h"
+#include "mpt/amp/policy.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/matmul.h"
+
+namespace mpt::nn::detail {
+
+Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
+                       const char* layer) {
+  const amp::Policy* policy = amp::current_policy();
+  Tensor xc = x, w = weight, b = bias;
+  if (policy == nullptr) {
+    MPT_CHECK(x.dtype() == weight.dtype() && x.device() == weight.device(),
+              "[{}] input {} does not match the parameters ({}): convert one of them (module.to(...)) or run under "
+              "amp::Autocast", layer, x.meta_str(), weight.meta_str());
+  } else {
+    const amp::Precision p = policy->at(path);
+    MPT_CHECK(p != amp::Precision::FP8, "[{}] '{}': FP8 GEMMs need an FP8 recipe (not available yet)", layer, path);
+    const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
+    if (xc.dtype() != dt) xc = xc.to(dt);
+    w = amp::compute_copy(weight, dt);
+    if (b.defined()) b = amp::compute_copy(bias, dt);
+  }
+  Tensor y = ops::matmul(xc, w, {.trans_b = true});
+  return b.defined() ? ops::add(y, b) : y;
+}
+
+}  // namespace mpt::nn::detail

@@ -1,0 +1,16 @@
+// src/nn/autocast_gemm.h: y = x W^T + b in the precision the current policy gives a module (shared by Linear and GPT's LM head).
+#pragma once
+
+#include <string_view>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::nn::detail {
+
+// x: [N, K]; weight [M, K]; bias [M] or undefined. Outside Autocast x must have the weight's dtype. Under Autocast:
+// FP32 casts x to the weight's dtype; FP16/BF16 cast x (a recorded cast) and use the cached compute copies of the
+// FP32 master weight and bias (amp::compute_copy), the result in the low dtype. `layer` names the caller in errors.
+Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
+                       const char* layer);
+
+}  // namespace mpt::nn::detail

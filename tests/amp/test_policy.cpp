@@ -1,0 +1,158 @@
+// tests/amp/test_policy.cpp: precision policy lookup, Autocast, compute copies of FP32 masters and FP32 gradient hand-off.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "mpt/amp/master_weights.h"
+#include "mpt/amp/policy.h"
+#include "mpt/mpt.h"
+#include "mpt/nn/gpt.h"
+#include "mpt/optim/sgd.h"
+#include "op_test.h"
+#include "test_util.h"
+
+namespace mpt {
+namespace {
+
+using amp::Precision;
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
+}
+
+TEST(Policy, LongestWholeComponentPrefixWins) {
+  amp::Policy p = amp::Policy::bf16();
+  p.override_module("h.1", Precision::FP32).override_module("h.1.mlp", Precision::FP16);
+  EXPECT_EQ(p.at("h.0.attn.c_attn"), Precision::BF16);
+  EXPECT_EQ(p.at("h.1.attn.c_attn"), Precision::FP32);
+  EXPECT_EQ(p.at("h.1"), Precision::FP32);
+  EXPECT_EQ(p.at("h.10.mlp.c_fc"), Precision::BF16);  // "h.1" is not a component prefix of "h.10"
+  EXPECT_EQ(p.at("h.1.mlp.c_fc"), Precision::FP16);
+  const amp::Policy f = amp::Policy::fp8(12);
+  EXPECT_EQ(f.at("h.0.mlp.c_fc"), Precision::BF16);
+  EXPECT_EQ(f.at("h.5.mlp.c_fc"), Precision::FP8);
+  EXPECT_EQ(f.at("h.11.attn.c_proj"), Precision::BF16);
+  EXPECT_EQ(f.at("lm_head"), Precision::BF16);
+  EXPECT_EQ(amp::parse_precision("fp16"), Precision::FP16);
+  EXPECT_MPT_ERROR(amp::parse_precision("fp4"), "unknown precision 'fp4'");
+  EXPECT_EQ(amp::output_dtype(Precision::FP8), DType::BF16);
+}
+
+TEST(Autocast, NestsAndIsPerThread) {
+  EXPECT_EQ(amp::current_policy(), nullptr);
+  {
+    amp::Autocast outer(amp::Policy::bf16());
+    EXPECT_EQ(amp::current_precision("x"), Precision::BF16);
+    {
+      amp::Autocast inner(amp::Policy::fp16());
+      EXPECT_EQ(amp::current_precision("x"), Precision::FP16);
+      const amp::Policy* other = amp::current_policy();
+      std::thread([&] { other = amp::current_policy(); }).join();
+      EXPECT_EQ(other, nullptr);
+    }
+    EXPECT_EQ(amp::current_precision("x"), Precision::BF16);
+  }
+  EXPECT_EQ(amp::current_precision("x"), Precision::FP32);
+}
+
+TEST(Autocast, LinearRunsItsGemmInBf16WithFp32MasterGradients) {
+  Generator gen(1);
+  nn::Linear lin(24, 16, true, {}, gen);
+  const Tensor x = testing::random_tensor({5, 24}, DType::F32, 2);
+  const Tensor w_dy = testing::random_tensor({5, 16}, DType::F32, 3);
+  Tensor y;
+  {
+    amp::Autocast ac(amp::Policy::bf16());
+    y = lin(x);
+  }
+  ASSERT_EQ(y.dtype(), DType::BF16);
+  // The same computation spelled out: bf16 copies of x, W and b, then the bf16 GEMM and bias add.
+  const Tensor wb = lin.weight().detach().to(DType::BF16).requires_grad_();
+  const Tensor bb = lin.bias().detach().to(DType::BF16).requires_grad_();
+  const Tensor ref = ops::add(ops::matmul(x.to(DType::BF16), wb, {.trans_b = true}), bb);
+  EXPECT_TRUE(same_bits(y, ref));
+  ops::sum(ops::mul(y, w_dy.to(DType::BF16))).backward();
+  ops::sum(ops::mul(ref, w_dy.to(DType::BF16))).backward();
+  ASSERT_EQ(lin.weight().grad().dtype(), DType::F32);  // the master's gradient, in FP32
+  EXPECT_TRUE(same_bits(lin.weight().grad(), wb.grad().to(DType::F32)));
+  EXPECT_TRUE(same_bits(lin.bias().grad(), bb.grad().to(DType::F32)));
+}
+
+TEST(MasterWeights, MicroBatchGradientsAccumulateInFp32) {
+  amp::invalidate_compute_copies();
+  const Tensor master = testing::random_tensor({64}, DType::F32, 4).requires_grad_();
+  const Tensor a = Tensor::full({64}, 1.0 + 1.0 / 128), b = Tensor::full({64}, 1.0 / 1024);
+  for (const Tensor& scale : {a, b}) ops::sum(ops::mul(amp::compute_copy(master, DType::BF16), scale.to(DType::BF16))).backward();
+  // d/dcopy = scale (exact in bf16); the FP32 sum 1 + 2^-7 + 2^-10 is not representable in bf16 (8 bits).
+  const std::vector<float> g = master.grad().to_vector<float>();
+  for (float v : g) EXPECT_EQ(v, 1.0f + 1.0f / 128 + 1.0f / 1024);
+  EXPECT_EQ(amp::cast_cache_stats().live, 1);
+}
+
+TEST(MasterWeights, HooksFireOnTheMasterAndFrozenMastersGetNoCopyGradient) {
+  amp::invalidate_compute_copies();
+  const Tensor master = testing::random_tensor({8}, DType::F32, 5).requires_grad_();
+  int calls = 0;
+  master.register_post_accumulate_grad_hook([&](const Tensor& t) {
+    ++calls;
+    EXPECT_EQ(t.grad().dtype(), DType::F32);
+  });
+  ops::sum(amp::compute_copy(master, DType::F16)).backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(master.grad().to_vector<float>(), std::vector<float>(8, 1.0f));
+  const Tensor frozen = testing::random_tensor({8}, DType::F32, 6);
+  EXPECT_FALSE(amp::compute_copy(frozen, DType::BF16).requires_grad());
+  EXPECT_EQ(amp::compute_copy(frozen, DType::F32).data_ptr(), frozen.data_ptr());  // same dtype: no copy
+}
+
+// k micro-batches reuse one cast per parameter; the optimizer step invalidates, the next forward recasts.
+TEST(MasterWeights, CastsOncePerOptimizerStepAcrossMicroBatches) {
+  nn::GPTConfig c;
+  c.vocab_size = 17;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  nn::GPT model(c);
+  optim::SGD opt(model.parameters(), {.lr = 0.1});
+  const Tensor ids = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {1, 8});
+  // Per block: c_attn, attn.c_proj, c_fc, mlp.c_proj weights and biases (8); plus the tied LM head (wte).
+  const int64_t per_forward = 8 * c.n_layer + 1;
+  amp::invalidate_compute_copies();
+  amp::reset_cast_cache_stats();
+  amp::Autocast ac(amp::Policy::bf16());
+  for (int step = 0; step < 2; ++step) {
+    for (int micro = 0; micro < 3; ++micro) model.loss(ids, ids).backward();
+    EXPECT_EQ(amp::cast_cache_stats().casts, per_forward * (step + 1));
+    EXPECT_EQ(amp::cast_cache_stats().hits, 2 * per_forward * (step + 1));
+    const std::vector<float> before = model.block(0).mlp().c_fc().weight().to_vector<float>();
+    opt.step();
+    opt.zero_grad();
+    EXPECT_NE(model.block(0).mlp().c_fc().weight().to_vector<float>(), before);
+    EXPECT_EQ(amp::cast_cache_stats().live, 0);  // every updated master's copy was dropped
+  }
+}
+
+TEST(Autocast, PerModuleOverrideKeepsABlockInFp32) {
+  nn::GPTConfig c;
+  c.vocab_size = 11;
+  c.block_size = 4;
+  c.n_layer = 2;
+  c.n_head = 1;
+  c.n_embd = 8;
+  nn::GPT model(c);
+  const Tensor x = testing::random_tensor({1, 4, 8}, DType::F32, 7);
+  amp::Policy p = amp::Policy::bf16();
+  p.override_module("h.1", Precision::FP32);
+  amp::Autocast ac(p);
+  EXPECT_EQ(model.block(0).mlp().c_fc()(x).dtype(), DType::BF16);
+  EXPECT_EQ(model.block(1).mlp().c_fc()(x).dtype(), DType::F32);
+  EXPECT_EQ(model.block(1).mlp().c_fc().path(), "h.1.mlp.c_fc");
+  EXPECT_EQ(model.forward(Tensor::from_vector<int64_t>({1, 2, 3, 4}, {1, 4})).dtype(), DType::BF16);  // LM head
+}
+
+}  // namespace
+}  // namespace mpt
