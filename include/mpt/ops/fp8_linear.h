@@ -1,0 +1,39 @@
+// mpt/ops/fp8_linear.h: y = x W^T + b with the three GEMMs (forward, dgrad, wgrad) in FP8 under an amp::Fp8Recipe.
+#pragma once
+
+#include <optional>
+
+#include "mpt/amp/fp8.h"
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+struct Fp8LinearConfig {
+  amp::Fp8Recipe recipe = amp::DelayedScaling{};
+  // From amp::Fp8ScalingState::register_linear. Delayed scaling needs all three (it quantizes with their scales
+  // and records its amaxes there); the other recipes use them for telemetry only and accept none.
+  amp::Fp8LinearMetas metas{};
+  std::optional<DType> out_dtype{};  // y's dtype: f32, bf16 or f16; default x's dtype
+};
+
+// x: (..., K) f32, bf16 or f16; weight: (M, K) f32 (master), bf16 or f16; bias: (M) or undefined. Returns y (..., M).
+// Forward: x and W quantized to E4M3 and multiplied in FP8 with FP32 accumulation; the bias is added in FP32 and y
+// rounded once. Backward (recorded when an input requires grad): dy is quantized to the recipe's gradient format
+// (E5M2 under HYBRID, else E4M3) and
+//   dx = dy W    in FP8, in x's dtype                 (only when x requires grad)
+//   dW = dy^T x  in FP8, in weight's dtype (FP32 accumulation, so it adds into an f32 master gradient)
+//   db = column sums of dy in FP32, in bias's dtype
+// Per recipe (all GEMMs in the "TN" layout FP8 tensor cores take, every operand K-major):
+//   delayed / current  per-tensor scales; x, W and dy each quantized once with their transposes in the same pass
+//                      (ops::quantize_fp8_transpose). Delayed uses the metas' scales and records each amax into
+//                      the meta's current slot; current computes each scale from that tensor's amax
+//                      (amp::compute_scale_from_amax, NaN ignored, one host read per tensor).
+//   block              1x128 scales for x and dy along K, quantized again from the high-precision tensor along the
+//                      other axis for wgrad (x^T, dy^T, 1x128 along N); 128x128 for W, whose code transpose shares
+//                      the tile scales (transposed) in dgrad.
+// Saved for backward (FP8 only, nothing in high precision): x's transposed / columnwise codes (N*K bytes) when W
+// requires grad and W's transposed codes (M*K bytes) when x does, with their scales (per block: 4 bytes per 128
+// elements of x, per 16384 of W).
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& config);
+
+}  // namespace mpt::ops

@@ -1,0 +1,231 @@
+// src/ops/fp8_linear.cpp: the FP8 linear op: recipe-driven quantization of x, W and dy; FP8 fprop, dgrad, wgrad.
+#include "mpt/ops/fp8_linear.h"
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <variant>
+
+#include "mpt/ops/cast.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/matmul.h"
+#include "mpt/ops/reduction.h"
+#include "ops/dispatch.h"
+
+namespace mpt::ops {
+namespace {
+
+constexpr const char* kOp = "fp8_linear";
+using amp::Fp8Role;
+
+// Codes and their scaling, as a GEMM operand reads them.
+struct Fp8Operand {
+  Tensor data;
+  Fp8Scaling scaling{};
+};
+
+Fp8Operand operand(const Quantized& q) {
+  switch (q.layout) {
+    case ScaleLayout::Block1x128: return {q.data, Fp8Scaling::block_1x128(q.scale_inv)};
+    case ScaleLayout::Block128x128: return {q.data, Fp8Scaling::block_128x128(q.scale_inv)};
+    case ScaleLayout::PerTensor: break;
+  }
+  return {q.data, Fp8Scaling::per_tensor(q.scale_inv)};
+}
+
+// One 2-d tensor quantized for the GEMMs that read it. rowwise: K along its columns, as stored (x and dy in the
+// GEMM that contracts their last dim, W in fprop). columnwise: its transpose (rows become K: x and dy in wgrad, W in
+// dgrad). Only the usages asked for are defined.
+struct Fp8Pair {
+  Fp8Operand rowwise, columnwise;
+};
+
+const char* role_name(Fp8Role r) {
+  switch (r) {
+    case Fp8Role::Input: return "input";
+    case Fp8Role::Weight: return "weight";
+    case Fp8Role::GradOutput: return "grad_output";
+  }
+  return "?";
+}
+
+// Per-tensor scaling (delayed or current): one pass quantizes t and, if asked, its transpose with one scale.
+Fp8Pair quantize_per_tensor(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
+                            const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool columnwise) {
+  const DType fmt = amp::fp8_dtype(recipe, role);
+  const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);
+  QuantizeOptions o;
+  float scale = 0.0f;
+  if (delayed != nullptr) {
+    o.scale = meta->scale;
+    o.amax = Tensor::empty({}, DType::F32, t.device());
+  } else {
+    // Not ops::quantize_fp8's own current scaling: that one has no epsilon and lets a NaN element make the amax
+    // NaN (scale 1), where TE ignores NaN elements (scaling-spec B2, C5 and C6).
+    const auto& c = std::get<amp::CurrentScaling>(recipe);
+    scale = amp::compute_scale_from_amax(amp::amax_ignore_nan(t), amp::fp8_max(fmt), c.power_2_scale, c.amax_epsilon);
+    o.scale = Tensor::full({}, scale, DType::F32, t.device());
+  }
+  Quantized q, qt;
+  if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
+  else q = quantize_fp8(t, fmt, o);
+  if (delayed != nullptr) {
+    float a = o.amax.item<float>();
+    if (std::isnan(a)) a = amp::amax_ignore_nan(t);  // TE's amax skips NaN elements
+    meta->record_amax(a);
+    if (meta->collect_telemetry) scale = meta->scale.item<float>();
+  }
+  if (meta) meta->measure(t, q, scale);
+  Fp8Pair p{operand(q), {}};
+  if (columnwise) p.columnwise = operand(qt);
+  return p;
+}
+
+// Block scaling: weights 128x128 (the transposed codes share the tile scales), activations and gradients 1x128 with
+// the columnwise copy quantized again from t along the other axis (scaling-spec B3).
+Fp8Pair quantize_block(const Tensor& t, const amp::BlockScaling& r, Fp8Role role,
+                       const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
+  const BlockQuantizeOptions o{r.power_2_scale};
+  const bool telemetry = meta && meta->collect_telemetry;
+  Fp8Pair p;
+  Quantized q;
+  if (role == Fp8Role::Weight) {
+    q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block128x128, o);
+    if (columnwise) {
+      p.columnwise = operand({q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128});
+    }
+  } else {
+    if (rowwise || telemetry) q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, o);
+    if (columnwise) {
+      p.columnwise = operand(quantize_blockwise(t.t().contiguous(), DType::F8E4M3, ScaleLayout::Block1x128, o));
+    }
+  }
+  if (telemetry) meta->measure(t, q, 0.0f);
+  if (rowwise) p.rowwise = operand(q);
+  return p;
+}
+
+Fp8Pair quantize(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
+                 const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
+  if (const auto* b = std::get_if<amp::BlockScaling>(&recipe)) {
+    return quantize_block(t, *b, role, meta, rowwise, columnwise);
+  }
+  return quantize_per_tensor(t, recipe, role, meta, columnwise);
+}
+
+// C = A B^T with both operands stored K-major (the TN layout), FP32 accumulation, rounded once to `out`.
+Tensor gemm_tn(const Fp8Operand& a, const Fp8Operand& b, DType out) {
+  MatmulOptions o;
+  o.trans_b = true;
+  o.scale_a = a.scaling;
+  o.scale_b = b.scaling;
+  o.out_dtype = out;
+  return matmul(a.data, b.data, o);
+}
+
+bool is_wide(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+void check_meta(const std::shared_ptr<amp::Fp8TensorMeta>& meta, const char* slot, Fp8Role role,
+                const amp::Fp8Recipe& recipe, Device dev) {
+  const bool delayed = std::holds_alternative<amp::DelayedScaling>(recipe);
+  if (!meta) {
+    MPT_CHECK(!delayed, "[{}] delayed scaling needs metas.{} (amp::Fp8ScalingState::register_linear)", kOp, slot);
+    return;
+  }
+  MPT_CHECK(meta->role == role, "[{}] metas.{} is '{}', registered as {}", kOp, slot, meta->name,
+            role_name(meta->role));
+  MPT_CHECK(meta->dtype == amp::fp8_dtype(recipe, role),
+            "[{}] metas.{} ('{}') is {} but the recipe quantizes it to {}: the scaling state was made for another "
+            "recipe", kOp, slot, meta->name, meta->dtype, amp::fp8_dtype(recipe, role));
+  MPT_CHECK(!delayed || meta->scale.device() == dev, "[{}] metas.{} ('{}') lives on {} but the operands on {}", kOp,
+            slot, meta->name, meta->scale.device().str(), dev.str());
+}
+
+void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& c, DType out) {
+  const Device dev = detail::check_same_device({&x, &weight}, kOp);
+  MPT_CHECK(x.dim() >= 1 && is_wide(x.dtype()), "[{}] x must be f32, bf16 or f16 with at least one dim, got {}", kOp,
+            x.meta_str());
+  MPT_CHECK(weight.dim() == 2 && is_wide(weight.dtype()), "[{}] weight must be a 2-d (M, K) f32, bf16 or f16 tensor, "
+            "got {}", kOp, weight.meta_str());
+  MPT_CHECK(weight.size(1) == x.size(-1), "[{}] x {} has K = {} but weight {} has K = {}", kOp, x.meta_str(),
+            x.size(-1), weight.meta_str(), weight.size(1));
+  MPT_CHECK(x.numel() > 0 && weight.numel() > 0, "[{}] empty operands: x {}, weight {}", kOp, x.meta_str(),
+            weight.meta_str());
+  if (bias.defined()) {
+    detail::check_same_device({&x, &bias}, kOp);
+    MPT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0) && is_wide(bias.dtype()),
+              "[{}] bias must be f32, bf16 or f16 of shape [{}] (weight {}), got {}", kOp, weight.size(0),
+              weight.meta_str(), bias.meta_str());
+  }
+  MPT_CHECK(is_wide(out), "[{}] out_dtype must be f32, bf16 or f16, got {}", kOp, out);
+  check_meta(c.metas.input, "input", Fp8Role::Input, c.recipe, dev);
+  check_meta(c.metas.weight, "weight", Fp8Role::Weight, c.recipe, dev);
+  check_meta(c.metas.grad_output, "grad_output", Fp8Role::GradOutput, c.recipe, dev);
+}
+
+// What the backward keeps: FP8 codes only (see fp8_linear.h for the byte counts).
+struct Saved {
+  Fp8Operand xt;  // x^T codes, (K, N): wgrad's B
+  Fp8Operand wt;  // W^T codes, (K, M): dgrad's B
+  amp::Fp8Recipe recipe;
+  std::shared_ptr<amp::Fp8TensorMeta> grad_meta;
+  Shape x_shape;
+  int64_t m = 0;
+  DType x_dtype = DType::F32, w_dtype = DType::F32, b_dtype = DType::F32;
+  bool need_dx = false, need_dw = false, need_db = false;
+};
+
+// Gradients of y = x W^T + b for dy (..., M): {dx, dW, db}, new tensors (the engine accumulates them into leaves).
+std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
+  if (!dy_in.defined()) return {Tensor(), Tensor(), Tensor()};
+  const Tensor dy = dy_in.reshape({-1, s.m});  // (N, M)
+  Fp8Pair q;
+  if (s.need_dx || s.need_dw) q = quantize(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta, s.need_dx, s.need_dw);
+  Tensor dx, dw, db;
+  if (s.need_dx) dx = gemm_tn(q.rowwise, s.wt, s.x_dtype).reshape(s.x_shape);  // (N, M) x (K, M)^T
+  if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype);                  // (M, N) x (K, N)^T
+  if (s.need_db) db = sum(dy.to(DType::F32), 0).to(s.b_dtype);
+  return {dx, dw, db};
+}
+
+}  // namespace
+
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& config) {
+  const detail::GradRecorder grad({&x, &weight, &bias});
+  const DType out = config.out_dtype.value_or(x.dtype());
+  check_args(x, weight, bias, config, out);
+  const int64_t k = x.size(-1), m = weight.size(0);
+  const Tensor x2d = x.reshape({-1, k});  // (N, K)
+
+  Saved s;
+  s.need_dx = grad && x.requires_grad();
+  s.need_dw = grad && weight.requires_grad();
+  s.need_db = grad && bias.defined() && bias.requires_grad();
+  const Fp8Pair xq = quantize(x2d, config.recipe, Fp8Role::Input, config.metas.input, true, s.need_dw);
+  const Fp8Pair wq = quantize(weight, config.recipe, Fp8Role::Weight, config.metas.weight, true, s.need_dx);
+
+  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, bias.defined() ? DType::F32 : out);  // (N, K) x (M, K)^T
+  if (bias.defined()) {
+    y = add(y, bias.to(DType::F32));
+    if (out != DType::F32) y = y.to(out);
+  }
+  Shape y_shape = x.shape();
+  y_shape.back() = m;
+  y = y.reshape(y_shape);
+
+  if (grad) {
+    s.xt = xq.columnwise;
+    s.wt = wq.columnwise;
+    s.recipe = config.recipe;
+    s.grad_meta = config.metas.grad_output;
+    s.x_shape = x.shape();
+    s.m = m;
+    s.x_dtype = x.dtype(), s.w_dtype = weight.dtype(), s.b_dtype = bias.defined() ? bias.dtype() : DType::F32;
+    grad.record("Fp8LinearBackward", {&y},
+                [s = std::move(s)](const std::vector<Tensor>& g) { return fp8_linear_backward(g[0], s); });
+  }
+  return y;
+}
+
+}  // namespace mpt::ops
