@@ -8,8 +8,13 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mpt/amp/accumulate.h"
+#include "mpt/amp/fp8.h"
+#include "mpt/amp/grad_scaler.h"
+#include "mpt/amp/policy.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/optim/adamw.h"
 #include "mpt/optim/clip.h"
@@ -24,6 +29,42 @@ struct Options {
   int64_t warmup = -1, log_every = 10, eval_every = 100, eval_batches = 8, sample_chars = 200;
   uint64_t seed = 1337;
   bool checkpoint = false;
+  std::string precision = "fp32";
+  int64_t grad_accum = 1;
+  std::string log_json;
+};
+
+// The precision policy a --precision name selects (FP8 keeps the first and last blocks and the LM head in BF16;
+// delayed scaling uses TE's defaults: HYBRID formats, a 1024-step amax history, max).
+mpt::amp::Policy make_policy(const std::string& name, int64_t n_layer, mpt::Device device) {
+  namespace amp = mpt::amp;
+  if (name == "fp32") return amp::Policy::fp32();
+  if (name == "bf16") return amp::Policy::bf16();
+  if (name == "fp16") return amp::Policy::fp16();
+  if (name == "fp8-delayed")
+    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(amp::DelayedScaling{}, device));
+  if (name == "fp8-current")
+    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(amp::CurrentScaling{}, device));
+  if (name == "fp8-block")
+    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(amp::BlockScaling{}, device));
+  MPT_THROW("[train_gpt] unknown --precision '{}': expected fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block",
+            name);
+}
+
+// Appends one JSON object per line to --log-json (nothing without it).
+class JsonLog {
+ public:
+  explicit JsonLog(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::trunc);
+    MPT_CHECK(out_, "[train_gpt] cannot write the log '{}'", path);
+  }
+  void write(const nlohmann::json& j) {
+    if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
 };
 
 // Characters to ids: the sorted distinct bytes of the text.
@@ -61,8 +102,10 @@ std::pair<mpt::Tensor, mpt::Tensor> batch(const std::vector<int64_t>& tokens, in
   return {mpt::Tensor::from_vector(x, {B, T}, device), mpt::Tensor::from_vector(y, {B, T}, device)};
 }
 
-double evaluate(const mpt::nn::GPT& model, const std::vector<int64_t>& tokens, const Options& o, mpt::Device device) {
+double evaluate(const mpt::nn::GPT& model, const std::vector<int64_t>& tokens, const Options& o, mpt::Device device,
+                const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
+  mpt::amp::Autocast autocast(policy);
   std::mt19937_64 rng(o.seed + 1);  // the same windows at every evaluation
   double total = 0;
   for (int64_t i = 0; i < o.eval_batches; ++i) {
@@ -73,8 +116,10 @@ double evaluate(const mpt::nn::GPT& model, const std::vector<int64_t>& tokens, c
 }
 
 // Samples `n` characters after a one-character prompt (temperature 1, top-all).
-std::string sample(const mpt::nn::GPT& model, const CharCodec& codec, int64_t n, mpt::Device device, uint64_t seed) {
+std::string sample(const mpt::nn::GPT& model, const CharCodec& codec, int64_t n, mpt::Device device, uint64_t seed,
+                   const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
+  mpt::amp::Autocast autocast(policy);
   std::mt19937_64 rng(seed);
   std::vector<int64_t> context{codec.index['\n'] >= 0 ? codec.index['\n'] : 0};
   std::string out;
@@ -118,45 +163,71 @@ void run(const Options& o) {
   fmt::print("model: GPT-2 {} layers, {} heads, {} wide, context {}: {:.2f}M parameters; batch {} x {}\n", o.layers,
              o.heads, o.embd, o.seq, static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
 
+  const mpt::amp::Policy policy = make_policy(o.precision, o.layers, device);
+  mpt::amp::GradScaler scaler(mpt::amp::GradScalerOptions{.enabled = o.precision == "fp16"}, device);
+  fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "
+             "step\n", o.precision, scaler.is_enabled() ? ", dynamic loss scaling" : "", o.grad_accum);
   mpt::optim::AdamW opt(mpt::optim::weight_decay_groups(model.named_parameters(), o.weight_decay),
                         {.lr = o.lr, .betas = {0.9, 0.95}});
   mpt::optim::WarmupCosineLr schedule(
       opt, {.max_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.steps});
+  JsonLog log(o.log_json);
   std::mt19937_64 rng(o.seed);
-  const double tokens_per_step = static_cast<double>(o.batch * o.seq);
-  double window_ms = 0;
+  const double tokens_per_step = static_cast<double>(o.batch * o.seq * o.grad_accum);
+  double window_ms = 0, total_ms = 0, val_loss = 0;
+  int64_t skipped = 0;
   for (int64_t step = 0; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto [x, y] = batch(train, o.batch, o.seq, rng, device);
-    const mpt::Tensor loss = model.loss(x, y);
-    loss.backward();
+    opt.zero_grad();
+    const mpt::amp::AccumulateResult acc = mpt::amp::accumulate_gradients(
+        o.grad_accum,
+        [&](int64_t) {
+          auto [x, y] = batch(train, o.batch, o.seq, rng, device);
+          mpt::amp::Autocast autocast(policy);
+          return mpt::amp::MicroBatchLoss{model.loss(x, y), o.batch * o.seq};
+        },
+        {.normalization = mpt::amp::LossNormalization::MicroBatchMean, .total_tokens = 0,
+         .scale_loss = [&](const mpt::Tensor& l) { return scaler.scale(l); }});
+    scaler.unscale_(opt);  // clipping sees the true gradients
     const double norm = mpt::optim::clip_grad_norm_(model.parameters(), o.clip).item<double>();
     const double lr = schedule.current_lr();
-    opt.step();
-    opt.zero_grad();
+    if (!scaler.step(opt)) ++skipped;
+    scaler.update();
+    if (policy.fp8_state) policy.fp8_state->update();  // delayed scaling: next step's scales from the amax history
     schedule.step();
-    const double loss_value = loss.item<double>();
+    const double loss_value = acc.loss;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     window_ms += ms;
+    total_ms += ms;
     MPT_CHECK(std::isfinite(loss_value), "[train_gpt] the loss became {} at step {}", loss_value, step);
     if (step % o.log_every == 0 || step + 1 == o.steps) {
       const int64_t n = step % o.log_every == 0 ? std::min<int64_t>(o.log_every, step + 1) : (step % o.log_every) + 1;
-      fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s\n", step,
-                 o.steps, loss_value, lr, norm, ms, tokens_per_step * static_cast<double>(n) / window_ms * 1e3);
+      const double tps = tokens_per_step * static_cast<double>(n) / window_ms * 1e3;
+      fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s{}\n", step,
+                 o.steps, loss_value, lr, norm, ms, tps,
+                 scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string());
+      log.write({{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps}});
       window_ms = 0;
       std::fflush(stdout);
     }
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
       model.eval();
-      fmt::print("step {:5} | val loss {:.4f}\n", step, evaluate(model, val, o, device));
+      val_loss = evaluate(model, val, o, device, policy);
+      fmt::print("step {:5} | val loss {:.4f}\n", step, val_loss);
+      log.write({{"step", step}, {"val_loss", val_loss}});
       model.train();
     }
   }
+  const double mean_tps = tokens_per_step * static_cast<double>(o.steps) / total_ms * 1e3;
+  fmt::print("done: {} steps ({} skipped by the loss scaler), mean {:.0f} tok/s, final val loss {:.4f}\n", o.steps,
+             skipped, mean_tps, val_loss);
+  log.write({{"final", true}, {"precision", o.precision}, {"steps", o.steps}, {"skipped", skipped},
+             {"tokens_per_s", mean_tps}, {"val_loss", val_loss}});
   const auto stats = mpt::memory_stats(device);
   fmt::print("peak memory on {}: {:.1f} MiB\n", device, static_cast<double>(stats.peak_bytes) / (1 << 20));
   if (o.sample_chars > 0) {
     model.eval();
-    fmt::print("sample:\n{}\n", sample(model, codec, o.sample_chars, device, o.seed));
+    fmt::print("sample:\n{}\n", sample(model, codec, o.sample_chars, device, o.seed, policy));
   }
 }
 
@@ -182,9 +253,14 @@ int main(int argc, char** argv) {
   app.add_option("--dropout", o.dropout, "dropout probability")->check(CLI::Range(0.0, 1.0));
   app.add_option("--log-every", o.log_every, "steps between progress lines")->check(CLI::PositiveNumber);
   app.add_option("--eval-every", o.eval_every, "steps between validation losses (0: only at the end)");
+  app.add_option("--eval-batches", o.eval_batches, "batches per validation loss")->check(CLI::PositiveNumber);
   app.add_option("--sample", o.sample_chars, "characters to sample at the end");
   app.add_option("--seed", o.seed, "initialisation and data-order seed");
   app.add_flag("--checkpoint-activations", o.checkpoint, "recompute each block in backward (less memory)");
+  app.add_option("--precision", o.precision,
+                 "GEMM precision: fp32, bf16, fp16 (with dynamic loss scaling), fp8-delayed, fp8-current, fp8-block");
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
+  app.add_option("--log-json", o.log_json, "write progress as JSON lines to this file");
   CLI11_PARSE(app, argc, argv);
   try {
     MPT_CHECK(!o.data.empty(), "[train_gpt] no training text: pass --data PATH or set MPT_DATA");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "mpt/amp/accumulate.h"
+#include "mpt/amp/fp8.h"
 #include "mpt/amp/grad_scaler.h"
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
@@ -27,6 +28,7 @@
 #include "mpt/ops/dropout.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
+#include "mpt/ops/fp8_linear.h"
 #include "mpt/ops/layernorm.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/optim.h"

@@ -51,8 +51,9 @@ Precision Policy::at(std::string_view path) const {
   return best;
 }
 
-Policy Policy::fp8(int64_t n_layer) {
-  Policy p{Precision::FP8, {}};
+Policy Policy::fp8(int64_t n_layer, std::shared_ptr<Fp8ScalingState> state) {
+  MPT_CHECK(state != nullptr, "[amp] an FP8 policy needs an Fp8ScalingState (the recipe and its scales)");
+  Policy p{Precision::FP8, {}, std::move(state)};
   p.override_module("lm_head", Precision::BF16);
   if (n_layer > 0) {
     p.override_module("h.0", Precision::BF16);

@@ -1,9 +1,11 @@
 // src/nn/autocast_gemm.cpp: the policy-driven GEMM of Linear layers and the LM head.
 #include "autocast_gemm.h"
 
+#include "mpt/amp/fp8.h"
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
 #include "mpt/ops/elementwise.h"
+#include "mpt/ops/fp8_linear.h"
 #include "mpt/ops/matmul.h"
 
 namespace mpt::nn::detail {
@@ -18,7 +20,15 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
               "amp::Autocast", layer, x.meta_str(), weight.meta_str());
   } else {
     const amp::Precision p = policy->at(path);
-    MPT_CHECK(p != amp::Precision::FP8, "[{}] '{}': FP8 GEMMs need an FP8 recipe (not available yet)", layer, path);
+    if (p == amp::Precision::FP8) {
+      MPT_CHECK(policy->fp8_state != nullptr, "[{}] '{}': the policy asks for FP8 but holds no Fp8ScalingState", layer, path);
+      // The FP32 master weight and bias go in directly: fp8_linear quantizes them (weight and input E4M3, the
+      // gradient per the recipe) and adds the bias in FP32; dW lands in the master's FP32 gradient.
+      return ops::fp8_linear(x, weight, bias,
+                             {.recipe = policy->fp8_state->recipe(),
+                              .metas = policy->fp8_state->register_linear(std::string(path)),
+                              .out_dtype = amp::output_dtype(p)});
+    }
     const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
     if (xc.dtype() != dt) xc = xc.to(dt);
     w = amp::compute_copy(weight, dt);

@@ -9,7 +9,9 @@ namespace mpt::nn::detail {
 
 // x: [N, K]; weight [M, K]; bias [M] or undefined. Outside Autocast x must have the weight's dtype. Under Autocast:
 // FP32 casts x to the weight's dtype; FP16/BF16 cast x (a recorded cast) and use the cached compute copies of the
-// FP32 master weight and bias (amp::compute_copy), the result in the low dtype. `layer` names the caller in errors.
+// FP32 master weight and bias (amp::compute_copy), the result in the low dtype; FP8 runs ops::fp8_linear with the
+// policy's recipe and this layer's scaling metas (registered under `path`), the result in BF16. `layer` names the
+// caller in errors.
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
                        const char* layer);
 

@@ -3,12 +3,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "mpt/core/dtype.h"
 
 namespace mpt::amp {
+
+class Fp8ScalingState;  // mpt/amp/fp8.h
 
 // What a GEMM-like op (Linear, the LM head, and through their outputs attention and the MLP activation) computes in.
 // FP8 GEMMs take FP8 operands and produce BF16 (the FP8 recipe decides formats and scales).
@@ -27,6 +30,9 @@ struct Policy {
   // Per-module overrides by dotted module path (Module::path()): the longest matching prefix wins, matched on whole
   // components ("h.1" matches "h.1.attn.c_attn" but not "h.10"). GPT's tied LM head is "lm_head".
   std::map<std::string, Precision> overrides;
+  // FP8 GEMMs: the recipe and its scaling state (delayed-scaling histories, telemetry), shared by every FP8 layer;
+  // each Linear registers its metas under its path on first use. Call fp8_state->update() once per optimizer step.
+  std::shared_ptr<Fp8ScalingState> fp8_state;
 
   Precision at(std::string_view path) const;
   Policy& override_module(std::string path, Precision p) {
@@ -35,11 +41,11 @@ struct Policy {
   }
 
   static Policy fp32() { return {}; }
-  static Policy fp16() { return {Precision::FP16, {}}; }
-  static Policy bf16() { return {Precision::BF16, {}}; }
+  static Policy fp16() { return {Precision::FP16, {}, nullptr}; }
+  static Policy bf16() { return {Precision::BF16, {}, nullptr}; }
   // FP8 GEMMs with the first and last blocks and the LM head kept in BF16 (the usual FP8 recipe: those layers are
   // the most sensitive; DeepSeek-V3 and TE's examples keep them in higher precision).
-  static Policy fp8(int64_t n_layer);
+  static Policy fp8(int64_t n_layer, std::shared_ptr<Fp8ScalingState> state);
 };
 
 // Makes `policy` the current one for this thread until the guard dies (guards nest; the innermost wins).
