@@ -1,13 +1,17 @@
 // src/amp/master_weights.cpp: the cache of low-precision compute copies and the FP32 gradient hand-off.
 #include "mpt/amp/master_weights.h"
 
+#include <bit>
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <utility>
+#include <variant>
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
 #include "mpt/ops/elementwise.h"
+#include "mpt/ops/fp8_linear.h"
 
 namespace mpt::amp {
 
@@ -20,9 +24,19 @@ struct Entry {
   std::shared_ptr<autograd::AutogradMeta> owner;  // keeps the key's address from being reused while cached
 };
 
+// An FP8 weight copy, keyed by (master, recipe kind).
+struct Fp8Entry {
+  std::shared_ptr<const ops::Fp8Weight> copy;
+  const void* data = nullptr;                  // the master's storage when the copy was made
+  std::shared_ptr<Fp8TensorMeta> meta;         // the weight meta it was made (and records its amax) with
+  Fp8Recipe recipe;                            // the recipe it was made under
+  std::shared_ptr<autograd::AutogradMeta> owner;
+};
+
 struct Cache {
   std::mutex mutex;
   std::map<std::pair<const autograd::AutogradMeta*, DType>, Entry> entries;
+  std::map<std::pair<const autograd::AutogradMeta*, size_t>, Fp8Entry> fp8_entries;
   CastCacheStats stats;
 };
 
@@ -60,7 +74,61 @@ Tensor make_copy(const Tensor& master, DType dtype, bool requires_grad) {
   return copy;
 }
 
+// Whether two recipes of one kind quantize a weight alike (delayed: by the meta's scale, compared separately).
+bool same_weight_quantization(const Fp8Recipe& a, const Fp8Recipe& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* ca = std::get_if<CurrentScaling>(&a)) {
+    const auto& cb = std::get<CurrentScaling>(b);
+    return ca->power_2_scale == cb.power_2_scale &&
+           std::bit_cast<uint32_t>(ca->amax_epsilon) == std::bit_cast<uint32_t>(cb.amax_epsilon);
+  }
+  if (const auto* ba = std::get_if<BlockScaling>(&a)) {
+    return ba->power_2_scale == std::get<BlockScaling>(b).power_2_scale;
+  }
+  return true;  // delayed: every weight is E4M3 whatever the format
+}
+
+std::shared_ptr<const ops::Fp8Weight> quantize_weight(const Tensor& master, const Fp8Recipe& recipe,
+                                                      const std::shared_ptr<Fp8TensorMeta>& meta, bool transpose) {
+  autograd::NoGradGuard no_grad;
+  return std::make_shared<const ops::Fp8Weight>(ops::quantize_fp8_weight(master.detach(), recipe, meta, transpose));
+}
+
 }  // namespace
+
+std::shared_ptr<const ops::Fp8Weight> fp8_weight_copy(const Tensor& master, const Fp8Recipe& recipe,
+                                                      const std::shared_ptr<Fp8TensorMeta>& weight_meta,
+                                                      bool transpose) {
+  MPT_CHECK(master.defined(), "[fp8_weight_copy] undefined master tensor");
+  if (master.dtype() != DType::F32 || !master.is_leaf() || master.autograd_meta() == nullptr) {
+    return quantize_weight(master, recipe, weight_meta, transpose);
+  }
+  const bool delayed = std::holds_alternative<DelayedScaling>(recipe);
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  const std::pair key{static_cast<const autograd::AutogradMeta*>(master.autograd_meta().get()), recipe.index()};
+  auto it = c.fp8_entries.find(key);
+  if (it != c.fp8_entries.end()) {
+    const Fp8Entry& e = it->second;
+    // Delayed: the scale the codes were made with must still be the meta's (see the header: update() without an
+    // optimizer step in between leaves the copy cached while the scale moves).
+    const bool valid = e.copy && e.data == master.data_ptr() && e.meta == weight_meta &&
+                       same_weight_quantization(e.recipe, recipe) && (!transpose || e.copy->has_transpose()) &&
+                       (!delayed || (weight_meta && std::bit_cast<uint32_t>(weight_meta->scale.item<float>()) ==
+                                                        std::bit_cast<uint32_t>(e.copy->scale)));
+    if (valid) {
+      if (delayed) weight_meta->record_amax(e.copy->amax);  // what an uncached call records (a max: idempotent)
+      ++c.stats.hits;
+      ++c.stats.fp8_hits;
+      return e.copy;
+    }
+  }
+  auto copy = quantize_weight(master, recipe, weight_meta, transpose);
+  c.fp8_entries.insert_or_assign(key, Fp8Entry{copy, master.data_ptr(), weight_meta, recipe, master.autograd_meta()});
+  ++c.stats.casts;
+  ++c.stats.fp8_casts;
+  return copy;
+}
 
 Tensor compute_copy(const Tensor& master, DType dtype) {
   MPT_CHECK(master.defined(), "[compute_copy] undefined master tensor");
@@ -86,19 +154,23 @@ void invalidate_compute_copies(const Tensor& master) {
   const autograd::AutogradMeta* id = master.autograd_meta().get();
   for (auto it = c.entries.lower_bound({id, DType{}}); it != c.entries.end() && it->first.first == id;)
     it = c.entries.erase(it);
+  for (auto it = c.fp8_entries.lower_bound({id, size_t{0}}); it != c.fp8_entries.end() && it->first.first == id;)
+    it = c.fp8_entries.erase(it);
 }
 
 void invalidate_compute_copies() {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   c.entries.clear();
+  c.fp8_entries.clear();
 }
 
 CastCacheStats cast_cache_stats() {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   CastCacheStats s = c.stats;
-  s.live = static_cast<int64_t>(c.entries.size());
+  s.fp8_live = static_cast<int64_t>(c.fp8_entries.size());
+  s.live = static_cast<int64_t>(c.entries.size()) + s.fp8_live;
   return s;
 }
 

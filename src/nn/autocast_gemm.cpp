@@ -4,6 +4,7 @@
 #include "mpt/amp/fp8.h"
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
+#include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/fp8_linear.h"
 #include "mpt/ops/matmul.h"
@@ -22,12 +23,16 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
     const amp::Precision p = policy->at(path);
     if (p == amp::Precision::FP8) {
       MPT_CHECK(policy->fp8_state != nullptr, "[{}] '{}': the policy asks for FP8 but holds no Fp8ScalingState", layer, path);
-      // The FP32 master weight and bias go in directly: fp8_linear quantizes them (weight and input E4M3, the
-      // gradient per the recipe) and adds the bias in FP32; dW lands in the master's FP32 gradient.
+      // The FP32 master weight and bias go in directly: fp8_linear quantizes the input (E4M3) and the gradient (per
+      // the recipe) and adds the bias in FP32; dW lands in the master's FP32 gradient. The weight's E4M3 codes come
+      // from the cast cache: made once per optimizer step, reused by every micro-batch.
+      const amp::Fp8Recipe& recipe = policy->fp8_state->recipe();
+      amp::Fp8LinearMetas metas = policy->fp8_state->register_linear(std::string(path));
+      const bool need_wt = autograd::is_grad_enabled() && x.requires_grad();  // dgrad reads W^T's codes
+      auto w8 = amp::fp8_weight_copy(weight, recipe, metas.weight, need_wt);
       return ops::fp8_linear(x, weight, bias,
-                             {.recipe = policy->fp8_state->recipe(),
-                              .metas = policy->fp8_state->register_linear(std::string(path)),
-                              .out_dtype = amp::output_dtype(p)});
+                             {.recipe = recipe, .metas = std::move(metas), .out_dtype = amp::output_dtype(p),
+                              .weight_fp8 = std::move(w8)});
     }
     const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
     if (xc.dtype() != dt) xc = xc.to(dt);

@@ -36,9 +36,11 @@ Fp8Operand operand(const Quantized& q) {
 
 // One 2-d tensor quantized for the GEMMs that read it. rowwise: K along its columns, as stored (x and dy in the
 // GEMM that contracts their last dim, W in fprop). columnwise: its transpose (rows become K: x and dy in wgrad, W in
-// dgrad). Only the usages asked for are defined.
+// dgrad). Only the usages asked for are defined. scale: per tensor under current scaling, the scale computed (else
+// 0); amax: under delayed scaling, the amax recorded into the meta (else 0).
 struct Fp8Pair {
-  Fp8Operand rowwise, columnwise;
+  Quantized rowwise, columnwise;
+  float scale = 0.0f, amax = 0.0f;
 };
 
 const char* role_name(Fp8Role r) {
@@ -70,15 +72,15 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Ro
   Quantized q, qt;
   if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
   else q = quantize_fp8(t, fmt, o);
+  float a = 0.0f;
   if (delayed != nullptr) {
-    float a = o.amax.item<float>();
+    a = o.amax.item<float>();
     if (std::isnan(a)) a = amp::amax_ignore_nan(t);  // TE's amax skips NaN elements
     meta->record_amax(a);
-    if (meta->collect_telemetry) scale = meta->scale.item<float>();
   }
+  Fp8Pair p{q, qt, delayed != nullptr ? 0.0f : scale, a};
+  if (delayed != nullptr && meta->collect_telemetry) scale = meta->scale.item<float>();
   if (meta) meta->measure(t, q, scale);
-  Fp8Pair p{operand(q), {}};
-  if (columnwise) p.columnwise = operand(qt);
   return p;
 }
 
@@ -92,17 +94,13 @@ Fp8Pair quantize_block(const Tensor& t, const amp::BlockScaling& r, Fp8Role role
   Quantized q;
   if (role == Fp8Role::Weight) {
     q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block128x128, o);
-    if (columnwise) {
-      p.columnwise = operand({q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128});
-    }
+    if (columnwise) p.columnwise = {q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128};
   } else {
     if (rowwise || telemetry) q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, o);
-    if (columnwise) {
-      p.columnwise = operand(quantize_blockwise(t.t().contiguous(), DType::F8E4M3, ScaleLayout::Block1x128, o));
-    }
+    if (columnwise) p.columnwise = quantize_blockwise(t.t().contiguous(), DType::F8E4M3, ScaleLayout::Block1x128, o);
   }
   if (telemetry) meta->measure(t, q, 0.0f);
-  if (rowwise) p.rowwise = operand(q);
+  if (rowwise) p.rowwise = q;
   return p;
 }
 
@@ -115,7 +113,8 @@ Fp8Pair quantize(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
 }
 
 // C = A B^T with both operands stored K-major (the TN layout), FP32 accumulation, rounded once to `out`.
-Tensor gemm_tn(const Fp8Operand& a, const Fp8Operand& b, DType out) {
+Tensor gemm_tn(const Quantized& qa, const Quantized& qb, DType out) {
+  const Fp8Operand a = operand(qa), b = operand(qb);
   MatmulOptions o;
   o.trans_b = true;
   o.scale_a = a.scaling;
@@ -162,12 +161,21 @@ void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const
   check_meta(c.metas.input, "input", Fp8Role::Input, c.recipe, dev);
   check_meta(c.metas.weight, "weight", Fp8Role::Weight, c.recipe, dev);
   check_meta(c.metas.grad_output, "grad_output", Fp8Role::GradOutput, c.recipe, dev);
+  if (const auto& w = c.weight_fp8) {
+    MPT_CHECK(w->rowwise.data.defined() && w->rowwise.data.shape() == weight.shape(),
+              "[{}] weight_fp8 holds codes of shape {} but weight is {}", kOp,
+              w->rowwise.data.defined() ? w->rowwise.data.meta_str() : std::string("undefined"), weight.meta_str());
+    MPT_CHECK(w->recipe_index == c.recipe.index(), "[{}] weight_fp8 was quantized under recipe {}, the config's is {}",
+              kOp, w->recipe_index, c.recipe.index());
+    MPT_CHECK(w->rowwise.data.device() == dev, "[{}] weight_fp8 lives on {} but the operands on {}", kOp,
+              w->rowwise.data.device().str(), dev.str());
+  }
 }
 
 // What the backward keeps: FP8 codes only (see fp8_linear.h for the byte counts).
 struct Saved {
-  Fp8Operand xt;  // x^T codes, (K, N): wgrad's B
-  Fp8Operand wt;  // W^T codes, (K, M): dgrad's B
+  Quantized xt;  // x^T codes, (K, N): wgrad's B
+  Quantized wt;  // W^T codes, (K, M): dgrad's B (a cached weight copy's, shared with the cache)
   amp::Fp8Recipe recipe;
   std::shared_ptr<amp::Fp8TensorMeta> grad_meta;
   Shape x_shape;
@@ -191,6 +199,25 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
 
 }  // namespace
 
+Fp8Weight quantize_fp8_weight(const Tensor& weight, const amp::Fp8Recipe& recipe,
+                              const std::shared_ptr<amp::Fp8TensorMeta>& weight_meta, bool transpose) {
+  MPT_CHECK(weight.defined() && weight.dim() == 2 && is_wide(weight.dtype()) && weight.numel() > 0,
+            "[quantize_fp8_weight] weight must be a non-empty 2-d f32, bf16 or f16 tensor, got {}",
+            weight.defined() ? weight.meta_str() : std::string("undefined"));
+  check_meta(weight_meta, "weight", Fp8Role::Weight, recipe, weight.device());
+  Fp8Weight w;
+  w.recipe_index = recipe.index();
+  // Delayed: the scale the codes are made with (the meta's now; it changes only in Fp8ScalingState::update() and
+  // load_state_dict, which amp::fp8_weight_copy compares against before reusing the copy).
+  if (std::holds_alternative<amp::DelayedScaling>(recipe)) w.scale = weight_meta->scale.item<float>();
+  const Fp8Pair p = quantize(weight, recipe, Fp8Role::Weight, weight_meta, true, transpose);
+  w.rowwise = p.rowwise;
+  w.columnwise = p.columnwise;
+  if (!std::holds_alternative<amp::DelayedScaling>(recipe)) w.scale = p.scale;
+  w.amax = p.amax;
+  return w;
+}
+
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& config) {
   const detail::GradRecorder grad({&x, &weight, &bias});
   const DType out = config.out_dtype.value_or(x.dtype());
@@ -203,7 +230,15 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   s.need_dw = grad && weight.requires_grad();
   s.need_db = grad && bias.defined() && bias.requires_grad();
   const Fp8Pair xq = quantize(x2d, config.recipe, Fp8Role::Input, config.metas.input, true, s.need_dw);
-  const Fp8Pair wq = quantize(weight, config.recipe, Fp8Role::Weight, config.metas.weight, true, s.need_dx);
+  Fp8Pair wq;
+  if (config.weight_fp8) {
+    MPT_CHECK(!s.need_dx || config.weight_fp8->has_transpose(),
+              "[{}] x requires grad but weight_fp8 was made without W^T's codes (quantize_fp8_weight transpose)", kOp);
+    wq.rowwise = config.weight_fp8->rowwise;
+    if (s.need_dx) wq.columnwise = config.weight_fp8->columnwise;
+  } else {
+    wq = quantize(weight, config.recipe, Fp8Role::Weight, config.metas.weight, true, s.need_dx);
+  }
 
   Tensor y = gemm_tn(xq.rowwise, wq.rowwise, bias.defined() ? DType::F32 : out);  // (N, K) x (M, K)^T
   if (bias.defined()) {

@@ -2,8 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "mpt/amp/fp8.h"
 #include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+struct Fp8Weight;  // mpt/ops/fp8_linear.h
+}
 
 namespace mpt::amp {
 
@@ -16,14 +22,30 @@ namespace mpt::amp {
 // A master that is not an F32 leaf, or already has `dtype`, is returned cast by a plain (recorded) to().
 Tensor compute_copy(const Tensor& master, DType dtype);
 
-// Drops the cached copies of one parameter, or of all.
+// The FP8 copy of the master weight `master` (M, K) under `recipe` (ops::quantize_fp8_weight: E4M3 codes of W and,
+// when `transpose`, of W^T), for ops::fp8_linear's Fp8LinearConfig::weight_fp8. Cached beside the compute copies,
+// one per (master, recipe kind): made once and reused by every micro-batch until the same invalidations drop it (an
+// optimizer step, Module::load_state_dict, Module::to). The copy holds no gradient: fp8_linear still takes the
+// master, so dW lands in its FP32 gradient as without the cache. It is also remade, as a miss, when the master's
+// storage, weight_meta or the recipe's weight parameters differ, when W^T is asked for and the copy lacks it, and
+// under delayed scaling when weight_meta's scale is no longer the one the copy was made with (Fp8ScalingState's
+// update() or load_state_dict without an optimizer step in between: a skipped step, a frozen weight). Delayed
+// scaling: making the copy records max |W| into weight_meta; every reuse records it again (a max, so the current
+// step's amax is the one an uncached call would record, also after an update() the copy outlived). Telemetry is
+// measured when the copy is made. A master that is not an F32 leaf is quantized afresh, uncached (and uncounted).
+std::shared_ptr<const ops::Fp8Weight> fp8_weight_copy(const Tensor& master, const Fp8Recipe& recipe,
+                                                      const std::shared_ptr<Fp8TensorMeta>& weight_meta,
+                                                      bool transpose = true);
+
+// Drops the cached copies (FP16/BF16 and FP8) of one parameter, or of all.
 void invalidate_compute_copies(const Tensor& master);
 void invalidate_compute_copies();
 
 struct CastCacheStats {
-  int64_t casts = 0;  // copies made
+  int64_t casts = 0;  // copies made (FP16/BF16 and FP8)
   int64_t hits = 0;   // requests served from the cache
   int64_t live = 0;   // cached copies now
+  int64_t fp8_casts = 0, fp8_hits = 0, fp8_live = 0;  // of which FP8 weight copies
 };
 CastCacheStats cast_cache_stats();
 void reset_cast_cache_stats();

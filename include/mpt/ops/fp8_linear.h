@@ -1,12 +1,33 @@
 // mpt/ops/fp8_linear.h: y = x W^T + b with the three GEMMs (forward, dgrad, wgrad) in FP8 under an amp::Fp8Recipe.
 #pragma once
 
+#include <memory>
 #include <optional>
 
 #include "mpt/amp/fp8.h"
 #include "mpt/core/tensor.h"
+#include "mpt/ops/cast.h"
 
 namespace mpt::ops {
+
+// A weight W (M, K) quantized for fp8_linear under one recipe: E4M3 codes of W (fprop) and, when made, of W^T
+// (dgrad). amp::fp8_weight_copy caches one per master parameter, made once per optimizer step.
+struct Fp8Weight {
+  Quantized rowwise;     // (M, K) codes; per tensor: 0-d scale_inv; block: 128x128 tile scale_invs
+  Quantized columnwise;  // (K, M) codes of W^T (same scale; block: the byte transpose, tile scales transposed);
+                         // data undefined when made without the transpose
+  size_t recipe_index = 0;  // amp::Fp8Recipe::index() it was made under
+  float scale = 0.0f;       // per tensor: the scale used (delayed: the meta's at the time; current: computed); block 0
+  float amax = 0.0f;        // delayed: max |W| (NaN ignored) as recorded into the weight meta; otherwise 0
+  bool has_transpose() const { return columnwise.data.defined(); }
+};
+
+// Quantizes `weight` (2-d, f32, bf16 or f16) exactly as fp8_linear does on its own: delayed scaling with
+// weight_meta's scale, recording max |W| into it; current scaling with the scale of W's amax; block 128x128.
+// transpose: also make W^T's codes (needed when fp8_linear's x requires grad). Telemetry is measured into
+// weight_meta when it collects it.
+Fp8Weight quantize_fp8_weight(const Tensor& weight, const amp::Fp8Recipe& recipe,
+                              const std::shared_ptr<amp::Fp8TensorMeta>& weight_meta, bool transpose);
 
 struct Fp8LinearConfig {
   amp::Fp8Recipe recipe = amp::DelayedScaling{};
@@ -14,6 +35,11 @@ struct Fp8LinearConfig {
   // and records its amaxes there); the other recipes use them for telemetry only and accept none.
   amp::Fp8LinearMetas metas{};
   std::optional<DType> out_dtype{};  // y's dtype: f32, bf16 or f16; default x's dtype
+  // Optional: `weight` already quantized (quantize_fp8_weight under this recipe, or amp::fp8_weight_copy's cached
+  // copy): used instead of quantizing `weight`, which still gives the shape, dW's dtype and the autograd edge (dW
+  // goes to `weight`). It must have W's shape, this recipe, and W^T's codes when x requires grad. Nothing is
+  // recorded into metas.weight (the copy recorded W's amax when it was made).
+  std::shared_ptr<const Fp8Weight> weight_fp8{};
 };
 
 // x: (..., K) f32, bf16 or f16; weight: (M, K) f32 (master), bf16 or f16; bias: (M) or undefined. Returns y (..., M).
