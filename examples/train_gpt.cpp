@@ -175,7 +175,7 @@ void run(const Options& o) {
   std::mt19937_64 rng(o.seed);
   const double tokens_per_step = static_cast<double>(o.batch * o.seq * o.grad_accum);
   double window_ms = 0, total_ms = 0, val_loss = 0;
-  int64_t skipped = 0;
+  int64_t skipped = 0, window_steps = 0;
   for (int64_t step = 0; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
@@ -198,16 +198,17 @@ void run(const Options& o) {
     const double loss_value = acc.loss;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     window_ms += ms;
+    ++window_steps;
     total_ms += ms;
     MPT_CHECK(std::isfinite(loss_value), "[train_gpt] the loss became {} at step {}", loss_value, step);
     if (step % o.log_every == 0 || step + 1 == o.steps) {
-      const int64_t n = step % o.log_every == 0 ? std::min<int64_t>(o.log_every, step + 1) : (step % o.log_every) + 1;
-      const double tps = tokens_per_step * static_cast<double>(n) / window_ms * 1e3;
+      const double tps = tokens_per_step * static_cast<double>(window_steps) / window_ms * 1e3;
       fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s{}\n", step,
                  o.steps, loss_value, lr, norm, ms, tps,
                  scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string());
       log.write({{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps}});
       window_ms = 0;
+      window_steps = 0;
       std::fflush(stdout);
     }
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {

@@ -8,15 +8,6 @@
 namespace mpt::amp {
 namespace {
 
-const char* role_name(Fp8Role r) {
-  switch (r) {
-    case Fp8Role::Input: return "input";
-    case Fp8Role::Weight: return "weight";
-    case Fp8Role::GradOutput: return "grad_output";
-  }
-  return "?";
-}
-
 Tensor host_snapshot(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
 
 // One meta's update from its (possibly reduced) amax `buf`: spec B1, TE kernel_bulk. h is the host history.
@@ -39,6 +30,15 @@ bool update_one(float* h, int64_t len, float buf, const DelayedScaling& r, float
 
 }  // namespace
 
+const char* to_string(Fp8Role r) {
+  switch (r) {
+    case Fp8Role::Input: return "input";
+    case Fp8Role::Weight: return "weight";
+    case Fp8Role::GradOutput: return "grad_output";
+  }
+  return "?";
+}
+
 Fp8ScalingState::Fp8ScalingState(Fp8Recipe recipe, Device device) : recipe_(std::move(recipe)), device_(device) {
   if (const auto* d = std::get_if<DelayedScaling>(&recipe_)) {
     MPT_CHECK(d->amax_history_len >= 1, "[fp8] amax_history_len must be at least 1, got {}", d->amax_history_len);
@@ -54,7 +54,7 @@ std::shared_ptr<Fp8TensorMeta> Fp8ScalingState::register_tensor(const std::strin
   MPT_CHECK(!name.empty(), "[fp8] an FP8 tensor needs a name");
   if (auto it = index_.find(name); it != index_.end()) {
     const std::shared_ptr<Fp8TensorMeta>& m = metas_[it->second];
-    MPT_CHECK(m->role == role, "[fp8] '{}' is registered as {}, not {}", name, role_name(m->role), role_name(role));
+    MPT_CHECK(m->role == role, "[fp8] '{}' is registered as {}, not {}", name, to_string(m->role), to_string(role));
     return m;
   }
   const auto* delayed = std::get_if<DelayedScaling>(&recipe_);

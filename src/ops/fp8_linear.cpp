@@ -43,15 +43,6 @@ struct Fp8Pair {
   float scale = 0.0f, amax = 0.0f;
 };
 
-const char* role_name(Fp8Role r) {
-  switch (r) {
-    case Fp8Role::Input: return "input";
-    case Fp8Role::Weight: return "weight";
-    case Fp8Role::GradOutput: return "grad_output";
-  }
-  return "?";
-}
-
 // Per-tensor scaling (delayed or current): one pass quantizes t and, if asked, its transpose with one scale.
 Fp8Pair quantize_per_tensor(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
                             const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool columnwise) {
@@ -133,7 +124,7 @@ void check_meta(const std::shared_ptr<amp::Fp8TensorMeta>& meta, const char* slo
     return;
   }
   MPT_CHECK(meta->role == role, "[{}] metas.{} is '{}', registered as {}", kOp, slot, meta->name,
-            role_name(meta->role));
+            amp::to_string(meta->role));
   MPT_CHECK(meta->dtype == amp::fp8_dtype(recipe, role),
             "[{}] metas.{} ('{}') is {} but the recipe quantizes it to {}: the scaling state was made for another "
             "recipe", kOp, slot, meta->name, meta->dtype, amp::fp8_dtype(recipe, role));

@@ -48,6 +48,7 @@ using Fp8Recipe = std::variant<DelayedScaling, CurrentScaling, BlockScaling>;
 
 // What an FP8 tensor is in a GEMM: it decides the format (a gradient is E5M2 under HYBRID).
 enum class Fp8Role : uint8_t { Input, Weight, GradOutput };
+const char* to_string(Fp8Role role);  // "input", "weight", "grad_output" (meta names and errors)
 
 // The FP8 dtype of a tensor of `role` under `recipe` (f8e4m3 or f8e5m2).
 DType fp8_dtype(const Fp8Recipe& recipe, Fp8Role role);
