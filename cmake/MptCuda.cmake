@@ -1,5 +1,17 @@
 # cmake/MptCuda.cmake: MPT_CUDA=AUTO|ON|OFF, target architectures, the toolkit libraries and the spill guard.
 set(MPT_WITH_CUDA OFF)
+if(MPT_CUDA_EMULATION)
+  # The CUDA backend's sources, compiled by the C++ compiler against tests/support/cuda_emu instead of the toolkit.
+  if(NOT MPT_CUDA STREQUAL "OFF")
+    message(FATAL_ERROR "MPT_CUDA_EMULATION=ON replaces the CUDA toolkit: configure it with MPT_CUDA=OFF (preset 'emu')")
+  endif()
+  if(NOT MPT_BUILD_TESTS)
+    message(FATAL_ERROR "MPT_CUDA_EMULATION=ON is a test build: it needs MPT_BUILD_TESTS=ON")
+  endif()
+  set(MPT_WITH_CUDA ON)
+  message(STATUS "mptrain: CUDA backend EMULATED on the CPU (test doubles of cudart, cuBLASLt and NCCL)")
+  return()
+endif()
 if(NOT MPT_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)

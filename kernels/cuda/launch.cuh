@@ -41,7 +41,8 @@ template <class... Params, class... Args>
 cudaError_t launch(void (*kernel)(Params...), const LaunchConfig& config, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: wrong number of kernel arguments");
 #if defined(MPT_CUDA_EMULATION)
-  return ::mpt::cuda_emu::launch(kernel, config.grid, config.block, config.shared_bytes, std::forward<Args>(args)...);
+  return ::mpt::cuda_emu::launch(kernel, config.grid, config.block, config.shared_bytes, config.stream,
+                                 std::forward<Args>(args)...);
 #else
   if (config.shared_bytes > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -18,6 +18,8 @@ namespace {
 constexpr size_t kStackBytes = 64 * 1024;
 
 thread_local cudaError_t t_last_error = cudaSuccess;
+// > 0 while this OS thread runs device code (a kernel's blocks, or an emulated library's work).
+thread_local int t_device_depth = 0;
 
 cudaError_t validate(dim3 grid, dim3 block, size_t shared_bytes) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
@@ -66,6 +68,7 @@ cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody bo
   };
   // Each worker owns its stacks and block runner; it takes the next block until all ran or one failed.
   const auto work = [&] {
+    const detail::DeviceCodeMark device_code;
     uint64_t b = 0;
     try {
       detail::StackPool stacks(kStackBytes);
@@ -86,12 +89,32 @@ cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody bo
   return cudaSuccess;
 }
 
+#if !defined(MPT_EMU_DOUBLES)
+// The kernel-only harness: no emulated runtime behind it, so no stream, memory or pointer checks.
+cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::span<const KernelPointer>,
+                             const char*, KernelBody body) {
+  return run_kernel(grid, block, shared_bytes, body);
+}
+#endif
+
+// Names and descriptions as the CUDA 13 runtime gives them.
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorCudartUnloading: return "cudaErrorCudartUnloading";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorStubLibrary: return "cudaErrorStubLibrary";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
   }
@@ -103,7 +126,18 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorCudartUnloading: return "driver shutting down";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorStubLibrary: return "CUDA driver is a stub library";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
   }
@@ -114,6 +148,11 @@ cudaError_t cudaGetLastError() { return std::exchange(t_last_error, cudaSuccess)
 cudaError_t cudaPeekAtLastError() { return t_last_error; }
 
 namespace detail {
+void set_last_error(cudaError_t e) { t_last_error = e; }
+DeviceCodeMark::DeviceCodeMark() { ++t_device_depth; }
+DeviceCodeMark::~DeviceCodeMark() { --t_device_depth; }
+bool in_device_code() { return t_device_depth > 0; }
+
 namespace {
 BlockRunner& runner_for(const char* what) {
   BlockRunner* runner = BlockRunner::current();

@@ -2,4 +2,5 @@
 #pragma once
 
 #include "cuda_emu/launch.h"
+#include "cuda_emu/runtime_api.h"
 #include "cuda_emu/types.h"

@@ -3,4 +3,5 @@
 
 #include "cuda_emu/device.h"
 #include "cuda_emu/launch.h"
+#include "cuda_emu/runtime_api.h"
 #include "cuda_emu/types.h"

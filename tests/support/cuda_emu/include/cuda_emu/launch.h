@@ -1,7 +1,9 @@
 // tests/support/cuda_emu/include/cuda_emu/launch.h: runs an emulated kernel over a grid (fibers per thread, blocks on OS threads).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <span>
 #include <stdexcept>
 #include <tuple>
 #include <type_traits>
@@ -36,11 +38,40 @@ struct KernelBody {
 // the grid to completion (synchronously) and returns cudaSuccess; a failing kernel throws KernelError.
 cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody body);
 
+// A pointer argument of a kernel: the emulated runtime checks it is device memory of the launch's device and
+// records the access (a pointer to non-const counts as a write) for its cross-stream ordering checks.
+struct KernelPointer {
+  const void* ptr;
+  bool write;
+};
+
+// A launch on `stream`. In emulation builds of the whole CUDA backend (tests/support/cuda_emu/cudart_*.cpp) this
+// goes through the emulated runtime: sticky errors, stream order, pointer checks, device-memory access; in the
+// kernel-only harness (test_emu) it is run_kernel and the stream is ignored. `signature` names the kernel's
+// parameter types in error messages.
+cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                             std::span<const KernelPointer> pointers, const char* signature, KernelBody body);
+
+namespace detail {
+// Marks the calling OS thread as running device code for its lifetime (kernel workers, emulated library work):
+// the emulated runtime lets such threads touch device memory and reports any other thread that does.
+class DeviceCodeMark {
+ public:
+  DeviceCodeMark();
+  ~DeviceCodeMark();
+  DeviceCodeMark(const DeviceCodeMark&) = delete;
+  DeviceCodeMark& operator=(const DeviceCodeMark&) = delete;
+};
+bool in_device_code();
+void set_last_error(cudaError_t e);  // what cudaGetLastError reports next on this thread
+}  // namespace detail
+
 // Number of OS threads that run blocks (at least 2, so block-level concurrency is always exercised).
 unsigned worker_threads();
 
 template <class... Params, class... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args&&... args) {
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "cuda_emu: wrong number of kernel arguments");
   static_assert((!std::is_reference_v<Params> && ...),
                 "cuda_emu: kernel parameters are copied to the device; a reference parameter would alias host memory");
@@ -54,7 +85,21 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
     const Bound& b = *static_cast<const Bound*>(ctx);
     std::apply(b.kernel, b.args);
   };
-  return run_kernel(grid, block, shared_bytes, KernelBody{thunk, &bound});
+  std::array<KernelPointer, (std::is_pointer_v<Params> + ... + 0)> pointers{};
+  std::apply(
+      [&pointers](const Params&... p) {
+        size_t i = 0;
+        (
+            [&] {
+              if constexpr (std::is_pointer_v<Params>) {
+                pointers[i++] = KernelPointer{static_cast<const void*>(p),
+                                              !std::is_const_v<std::remove_pointer_t<Params>>};
+              }
+            }(),
+            ...);
+      },
+      bound.args);
+  return launch_on_stream(grid, block, shared_bytes, stream, pointers, __PRETTY_FUNCTION__, KernelBody{thunk, &bound});
 }
 
 }  // namespace mpt::cuda_emu

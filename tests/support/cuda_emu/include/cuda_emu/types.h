@@ -33,7 +33,18 @@ enum cudaError : int {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorCudartUnloading = 4,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorStubLibrary = 34,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
 };
@@ -103,11 +114,22 @@ constexpr double2 make_double2(double x, double y) { return {x, y}; }
 
 using mpt::cuda_emu::cudaError;
 using mpt::cuda_emu::cudaError_t;
+using mpt::cuda_emu::cudaErrorCudartUnloading;
+using mpt::cuda_emu::cudaErrorIllegalAddress;
+using mpt::cuda_emu::cudaErrorInitializationError;
+using mpt::cuda_emu::cudaErrorInsufficientDriver;
 using mpt::cuda_emu::cudaErrorInvalidConfiguration;
+using mpt::cuda_emu::cudaErrorInvalidDevice;
+using mpt::cuda_emu::cudaErrorInvalidDevicePointer;
+using mpt::cuda_emu::cudaErrorInvalidMemcpyDirection;
+using mpt::cuda_emu::cudaErrorInvalidResourceHandle;
 using mpt::cuda_emu::cudaErrorInvalidValue;
 using mpt::cuda_emu::cudaErrorLaunchFailure;
 using mpt::cuda_emu::cudaErrorMemoryAllocation;
+using mpt::cuda_emu::cudaErrorNoDevice;
+using mpt::cuda_emu::cudaErrorNotReady;
 using mpt::cuda_emu::cudaErrorNotSupported;
+using mpt::cuda_emu::cudaErrorStubLibrary;
 using mpt::cuda_emu::cudaGetErrorName;
 using mpt::cuda_emu::cudaGetErrorString;
 using mpt::cuda_emu::cudaGetLastError;
