@@ -68,6 +68,28 @@ Tensor span_to_host(const Tensor& t) {
   return Tensor(host, t.shape(), t.strides(), t.offset() - lo, t.dtype());
 }
 
+// True when the view's elements tile its span exactly once (a permutation of a contiguous layout, e.g. a transpose):
+// then a copy into it overwrites the whole span and need not read it first.
+bool covers_its_span(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dimensions that move
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+// A host tensor shaped like the CUDA view `t` over a buffer the size of its span, without reading the device.
+Tensor span_on_host(const Tensor& t) {
+  const auto [lo, hi] = element_span(t);
+  auto host = Storage::allocate(static_cast<size_t>(hi - lo + 1) * t.element_size(), Device::cpu());
+  return Tensor(host, t.shape(), t.strides(), t.offset() - lo, t.dtype());
+}
+
 void span_to_device(const Tensor& host, const Tensor& device_view) {
   const auto [lo, hi] = element_span(device_view);
   const size_t es = device_view.element_size();
@@ -128,7 +150,11 @@ Tensor& Tensor::copy_(const Tensor& src, Fp8Saturation sat) {
     copy_cpu(*this, hs, sat);
     return *this;
   }
-  Tensor hd = is_contiguous() ? Tensor::empty(shape_, dtype_) : span_to_host(*this);
+  // Read the destination's span first only when the copy leaves some of it alone (a strided slice): a transpose or
+  // any other dense permutation is overwritten whole, so reading it would only move stale bytes there and back.
+  Tensor hd = is_contiguous()             ? Tensor::empty(shape_, dtype_)
+              : covers_its_span(*this) ? span_on_host(*this)
+                                        : span_to_host(*this);
   copy_cpu(hd, hs, sat);
   if (is_contiguous()) {
     copy_bytes(data_ptr(), device(), hd.data_ptr(), Device::cpu(), nbytes());

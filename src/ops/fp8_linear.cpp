@@ -103,15 +103,43 @@ Fp8Pair quantize(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
   return quantize_per_tensor(t, recipe, role, meta, columnwise);
 }
 
+// q with dimension `dim` of its codes padded with zeros to a multiple of `multiple` (a divisor of 128, so 1x128 and
+// 128x128 block scales along that dim keep their count; padded rows of 1x128 scales get 1).
+Quantized pad_codes(const Quantized& q, int dim, int64_t multiple) {
+  const int64_t n = q.data.size(dim), padded = (n + multiple - 1) / multiple * multiple;
+  if (padded == n) return q;
+  Shape shape = q.data.shape();
+  shape[static_cast<size_t>(dim)] = padded;
+  Tensor data = Tensor::zeros(shape, q.data.dtype(), q.data.device());
+  data.slice(dim, 0, n).copy_(q.data);
+  Tensor scale = q.scale_inv;
+  if (q.layout == ScaleLayout::Block1x128 && dim == 0) {
+    scale = Tensor::ones({padded, q.scale_inv.size(1)}, DType::F32, q.data.device());
+    scale.slice(0, 0, n).copy_(q.scale_inv);
+  }
+  return {data, scale, q.layout};
+}
+
 // C = A B^T with both operands stored K-major (the TN layout), FP32 accumulation, rounded once to `out`.
+// On CUDA, cuBLASLt's FP8 rules (vendor-semantics R2.2, R4.3) constrain dimensions that follow the batch: K must be a
+// multiple of 16 (wgrad's K is the token count) and, under block scaling, A's rows (fprop's and dgrad's tokens) a
+// multiple of 4. Those are padded with zero codes, which add exactly nothing, and the padded rows of C are dropped.
+// (Found by the emulated cuBLASLt: an odd token count worked on the CPU and failed on CUDA.)
 Tensor gemm_tn(const Quantized& qa, const Quantized& qb, DType out) {
-  const Fp8Operand a = operand(qa), b = operand(qb);
+  Quantized pa = qa, pb = qb;
+  if (qa.data.device().is_cuda()) {
+    if (qa.layout != ScaleLayout::PerTensor) pa = pad_codes(pa, 0, 4);
+    pa = pad_codes(pa, 1, 16);
+    pb = pad_codes(pb, 1, 16);
+  }
+  const Fp8Operand a = operand(pa), b = operand(pb);
   MatmulOptions o;
   o.trans_b = true;
   o.scale_a = a.scaling;
   o.scale_b = b.scaling;
   o.out_dtype = out;
-  return matmul(a.data, b.data, o);
+  const Tensor c = matmul(a.data, b.data, o);
+  return c.size(0) == qa.data.size(0) ? c : c.slice(0, 0, qa.data.size(0)).contiguous();
 }
 
 bool is_wide(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }

@@ -62,7 +62,8 @@ void SGD::step_group(const ParamGroup& group, std::span<Ready> ready, const ops:
     Ready& r = ready[i];
     bool first = false;
     if (momentum != 0 && !r.state->tensors.count("momentum_buffer")) {
-      r.state->tensors.emplace("momentum_buffer", Tensor::empty(r.param.shape(), r.param.dtype(), r.param.device()));
+      // Zeros, not empty: the step kernel loads the buffer before the first step selects the gradient.
+      r.state->tensors.emplace("momentum_buffer", Tensor::zeros(r.param.shape(), r.param.dtype(), r.param.device()));
       first = true;  // torch: buf = clone(g)
     }
     batches.add({r.param.device(), r.param.dtype(), r.grad.dtype(), first}, i);

@@ -43,6 +43,8 @@ struct Fp8LinearConfig {
 };
 
 // x: (..., K) f32, bf16 or f16; weight: (M, K) f32 (master), bf16 or f16; bias: (M) or undefined. Returns y (..., M).
+// On CUDA, M and K must meet cuBLASLt's FP8 rules (multiples of 16; an error says so otherwise); any number of tokens
+// works (the GEMMs pad the token axis with zero codes where cuBLASLt needs it).
 // Forward: x and W quantized to E4M3 and multiplied in FP8 with FP32 accumulation; the bias is added in FP32 and y
 // rounded once. Backward (recorded when an input requires grad): dy is quantized to the recipe's gradient format
 // (E5M2 under HYBRID, else E4M3) and
