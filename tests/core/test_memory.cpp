@@ -277,7 +277,13 @@ TEST(CudaMemory, PoolReusesFreedBlockAndTracksStats) {
   EXPECT_EQ(mpt::memory_stats(gpu).current_bytes, before.current_bytes - static_cast<int64_t>(n));
   auto second = Storage::allocate(n, stream);
   const mpt::MemoryStats after = mpt::memory_stats(gpu);
+#if !defined(MPT_CUDA_EMULATION)
+  // cudart's pool hands the block back on the same stream; the emulated pool counts the reuse but never gives an
+  // address out twice, so that a use after free stays detectable (tests/support/cuda_emu/README.md).
   EXPECT_EQ(second->data(), p);
+#else
+  (void)p;
+#endif
   EXPECT_EQ(after.reused, before.reused + 1);
   EXPECT_EQ(after.allocations, before.allocations + 1);
   EXPECT_EQ(after.current_bytes, before.current_bytes);

@@ -1,4 +1,4 @@
-// tests/nn/test_gpt_golden.cpp: the tiny GPT-2 and AdamW against PyTorch goldens (tools/make_goldens.py), FP32 and BF16.
+// tests/nn/test_gpt_golden.cpp: the tiny GPT-2 and AdamW against PyTorch goldens (tools/make_goldens.py), FP32 and BF16, on the CPU or on MPT_TEST_DEVICE.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "device_test.h"
 #include "mpt/amp/policy.h"
 #include "mpt/io/safetensors.h"
 #include "mpt/mpt.h"
@@ -20,8 +21,13 @@ namespace {
 constexpr double kLr = 1e-3, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-5, kDecay = 0.1;
 constexpr int kSteps = 3;
 
+// The device the model, its inputs and the optimizer live on: MPT_TEST_DEVICE (e.g. "cuda:0"), default the CPU. The
+// comparisons copy results back to the CPU; the tolerances are the same on every device.
+Device device_under_test() { return testing::test_device(); }
+
 nn::GPTConfig golden_config(DType dtype) {
   nn::GPTConfig c;
+  c.where.device = device_under_test();
   c.vocab_size = 65;
   c.block_size = 32;
   c.n_layer = 2;
@@ -32,6 +38,7 @@ nn::GPTConfig golden_config(DType dtype) {
 }
 
 // max |got - want| / max |want| over a tensor: the normwise relative error the generator reports as f64_err.
+// (to_vector copies a device tensor to the CPU first.)
 double relative_error(const Tensor& got, const Tensor& want) {
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   double num = 0, den = 0;
@@ -43,8 +50,15 @@ class GptGolden : public ::testing::Test {
  public:
   static void SetUpTestSuite() { file_ = new io::SafetensorsFile(MPT_GOLDENS_DIR "/tiny_gpt.safetensors"); }
   static void TearDownTestSuite() { delete file_, file_ = nullptr; }
+  // Skips (reported as skipped, with the reason) when MPT_TEST_DEVICE names a device this build cannot use.
+  void SetUp() override {
+    const std::string reason = testing::device_unusable_reason(device_under_test());
+    if (!reason.empty()) GTEST_SKIP() << "MPT_TEST_DEVICE=" << device_under_test().str() << ": " << reason;
+  }
 
   static Tensor golden(const std::string& key) { return file_->tensor(key); }
+  // A golden input on the device under test.
+  static Tensor golden_input(const std::string& key) { return golden(key).to(device_under_test()); }
   static double torch_error(const std::string& run, const std::string& key) {
     return std::stod(file_->metadata().at("f64_err." + run + "." + key));
   }
@@ -96,7 +110,8 @@ TEST_F(GptGolden, Fp32MatchesPyTorchWithin1e5) {
   nn::GPT model(golden_config(DType::F32));
   model.load_state_dict(initial_weights_of(model));
   optim::AdamW opt = make_adamw(model);
-  const Tensor ids = golden("input.ids"), targets = golden("input.targets");
+  const Tensor ids = golden_input("input.ids"), targets = golden_input("input.targets");
+  ASSERT_EQ(model.parameters().front().device(), device_under_test());
   std::vector<Check> checks;
   for (int step = 1; step <= kSteps; ++step) {
     const Tensor logits = model.forward(ids);
@@ -154,7 +169,8 @@ void run_bf16(bool autocast, std::vector<GptGolden::Check>& checks) {
   optim::AdamW opt = G::make_adamw(master);
   const auto master_params = master.named_parameters();
   const auto low_params = low.named_parameters();
-  const Tensor ids = G::golden("input.ids"), targets = G::golden("input.targets");
+  const Tensor ids = G::golden_input("input.ids"), targets = G::golden_input("input.targets");
+  ASSERT_EQ(master.parameters().front().device(), device_under_test());
   auto add = [&](const std::string& key, const Tensor& got, double floor = 0) {
     checks.push_back({key, relative_error(got, G::golden(key)), std::max(3 * G::torch_error("bf16", key), floor)});
   };

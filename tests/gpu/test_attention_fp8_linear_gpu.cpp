@@ -1,0 +1,152 @@
+// tests/gpu/test_attention_fp8_linear_gpu.cpp: causal attention forward/backward and fp8_linear (delayed, current, block recipes, with the scaling metas) on cuda:0 against the CPU (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/amp/fp8.h"
+#include "mpt/mpt.h"
+#include "mpt/ops/fp8_linear.h"
+#include "op_test.h"
+
+namespace mpt {
+namespace {
+
+using testing::Match;
+using testing::abs64;
+using testing::expect_gemm_close;
+using testing::expect_match;
+using testing::normwise_error;
+using testing::random_tensor;
+using testing::to_cpu;
+using testing::to_gpu;
+
+std::string name_of(DType d) { return std::string(dtype_name(d)); }
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : to_cpu(t).to_vector<double>()) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// Attention: the CPU runs its flash kernel (online softmax, f32 probabilities); CUDA without cuDNN (always under
+// emulation, and for f32) runs cuBLASLt GEMMs around the causal-softmax kernels and rounds P to the inputs' dtype for
+// P V. So no bit-exactness; bounds per output element (u = the inputs' unit roundoff, T the sequence length):
+//   out = sum_j p_j v_j with sum_j p_j = 1: P's rounding moves it by <= u max|v|, each side's FP32 accumulation by
+//   <= T u32 max|v|, and each side rounds once: |d out| <= (u + 2 T u32) max|v| + 2 u |out|.
+//   lse (f32): the scores differ by the GEMM order only (<= 2 D u32 |q||k| scale); lse moves by at most that max,
+//   plus a few ulps of the exp/log arithmetic (8 u32 relative).
+// The gradients go through dS = P (dP - rowsum(dO O)) and two more GEMMs; they are compared normwise (max error over
+// max magnitude) within 8 u (P and dS rounded to the dtype once each on CUDA, plus the three GEMMs' roundings): a
+// wrong mask, scale, transpose or missing accumulation gives O(1).
+TEST(GpuAttention, CausalForwardAndBackwardMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (const Shape& shape : {Shape{2, 3, 77, 64}, Shape{1, 2, 130, 32}, Shape{1, 1, 1, 16}}) {
+      const std::string n = name_of(dt) + " " + shape_str(shape);
+      const int64_t t = shape[2], d = shape[3];
+      const Tensor q = random_tensor(shape, dt, 1), k = random_tensor(shape, dt, 2);
+      const Tensor v = random_tensor(shape, dt, 3), dout = random_tensor(shape, dt, 4);
+      const auto want = ops::causal_attention(q, k, v);
+      const auto got = ops::causal_attention(to_gpu(q), to_gpu(k), to_gpu(v));
+      const double u = testing::unit_roundoff(dt), u32 = 0x1p-24, vmax = max_abs(v);
+      testing::Tolerance out_tol{2 * u, (u + 2 * static_cast<double>(t) * u32) * vmax};
+      if (dt == DType::F32) out_tol.atol = 2 * static_cast<double>(t) * u32 * vmax;  // P stays f32
+      expect_match(got.out, want.out, Match::close(out_tol), "attention out " + n);
+      const double score_max = max_abs(q) * max_abs(k) * static_cast<double>(d) / std::sqrt(static_cast<double>(d));
+      expect_match(got.lse, want.lse, Match::close({8 * u32, 2 * static_cast<double>(d) * u32 * score_max}),
+                   "attention lse " + n);
+      const auto gw = ops::causal_attention_backward(dout, q, k, v, want.out, want.lse);
+      const auto gg = ops::causal_attention_backward(to_gpu(dout), to_gpu(q), to_gpu(k), to_gpu(v), got.out, got.lse);
+      const double grad_tol = dt == DType::F32 ? 64 * static_cast<double>(t) * u32 : 8 * u;
+      EXPECT_LE(normwise_error(gg.dq, gw.dq), grad_tol) << "attention dq " << n;
+      EXPECT_LE(normwise_error(gg.dk, gw.dk), grad_tol) << "attention dk " << n;
+      EXPECT_LE(normwise_error(gg.dv, gw.dv), grad_tol) << "attention dv " << n;
+      // Accumulating into given gradients adds exactly the fresh ones (same device, same op).
+      const Tensor z = Tensor::zeros(shape, dt, Device::cuda(0));
+      ops::AttentionGrads into{z.clone(), z.clone(), z.clone()};
+      const auto acc = ops::causal_attention_backward(to_gpu(dout), to_gpu(q), to_gpu(k), to_gpu(v), got.out, got.lse,
+                                                      {}, into);
+      EXPECT_TRUE(testing::same_bits(acc.dv, gg.dv)) << "accumulated dv " << n;
+    }
+  }
+}
+
+struct Recipe {
+  const char* name;
+  amp::Fp8Recipe recipe;
+};
+
+// One fp8_linear layer for a few steps on each device: x and W quantized (bit-identical codes: same inputs, same
+// encoder), FP8 GEMMs (different accumulation order), bias added in FP32. The forward and the three gradients are
+// held to the GEMM bound with |x||W| widened by FP8's rounding (codes are within (1 + u_fp8) of the values: 1.27 for
+// two E4M3 operands, 1.41 with an E5M2 gradient); db (column sums of dy in FP32) is exact under emulation.
+// The delayed recipe's amax histories and scales go through the same state updates on both devices.
+// Shapes: K = 160, M = 96 and 3 x 48 = 144 tokens, multiples of 16 as cuBLASLt's FP8 GEMMs need (the wgrad GEMM
+// contracts over the tokens); OddTokenCount covers the rest.
+void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq);
+
+TEST(GpuFp8Linear, RecipesMatchCpuIncludingScalingState) {
+  MPT_REQUIRE_GPU(9);
+  const std::vector<Recipe> recipes = {
+      {"delayed hybrid", amp::DelayedScaling{4, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid}},
+      {"delayed e4m3 most recent", amp::DelayedScaling{4, amp::AmaxAlgo::MostRecent, 1, amp::Fp8Format::E4M3}},
+      {"current", amp::CurrentScaling{}},
+      {"current pow2", amp::CurrentScaling{amp::Fp8Format::E4M3, true, 0.0f}},
+      {"block", amp::BlockScaling{}},
+      {"block f32 scales", amp::BlockScaling{false}}};
+  for (const Recipe& r : recipes)
+    for (DType xdt : {DType::F32, DType::BF16}) check_fp8_linear(r, xdt, 48);
+}
+
+// A batch whose token count (3 x 43 = 129) is not a multiple of 16 trains on the CPU; the same call on CUDA must give
+// the same results (the API states no shape constraint for x beyond (..., K)).
+TEST(GpuFp8Linear, OddTokenCountMatchesCpu) {
+  MPT_REQUIRE_GPU(9);
+  check_fp8_linear({"current, 129 tokens", amp::CurrentScaling{}}, DType::BF16, 43);
+  check_fp8_linear({"block, 129 tokens", amp::BlockScaling{}}, DType::BF16, 43);
+}
+
+void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq) {
+  const int64_t k = 160, m = 96, tps = tokens_per_seq;
+  const std::string n = std::string(r.name) + " x " + name_of(xdt);
+  amp::Fp8ScalingState sc(r.recipe, Device::cpu()), sg(r.recipe, Device::cuda(0));
+  const amp::Fp8LinearMetas mc = sc.register_linear("fc"), mg = sg.register_linear("fc");
+  const Tensor w0 = random_tensor({m, k}, DType::F32, 5, 0.1), b0 = random_tensor({m}, DType::F32, 6);
+  Tensor wc = w0.clone().requires_grad_(), bc = b0.clone().requires_grad_();
+  Tensor wg = to_gpu(w0).requires_grad_(), bg = to_gpu(b0).requires_grad_();
+  for (int step = 0; step < 3; ++step) {
+    const std::string s = n + " step " + std::to_string(step);
+    const Tensor x0 = random_tensor({3, tps, k}, xdt, 7 + static_cast<uint64_t>(step), 2.0);
+    const Tensor dy = random_tensor({3, tps, m}, xdt, 17 + static_cast<uint64_t>(step));
+    Tensor xc = x0.clone().requires_grad_(), xg = to_gpu(x0).requires_grad_();
+    const Tensor yc = ops::fp8_linear(xc, wc, bc, {r.recipe, mc, std::nullopt});
+    const Tensor yg = ops::fp8_linear(xg, wg, bg, {r.recipe, mg, std::nullopt});
+    ASSERT_TRUE(yg.device().is_cuda()) << s;
+    const double wide = 1.3;
+    expect_gemm_close(yg, yc, ops::add(ops::matmul(abs64(x0), ops::scale(abs64(w0), wide), {.trans_b = true}),
+                                       abs64(b0)), k + 1, 0, "fp8_linear y " + s);
+    yc.backward(dy);
+    yg.backward(to_gpu(dy));
+    const double wide_g = 1.45;
+    expect_gemm_close(xg.grad(), xc.grad(), ops::scale(ops::matmul(abs64(dy), abs64(wc)), wide_g), m, 0,
+                      "fp8_linear dx " + s);
+    expect_gemm_close(wg.grad(), wc.grad(),
+                      ops::scale(ops::matmul(abs64(dy).reshape({-1, m}), abs64(x0).reshape({-1, k}),
+                                             {.trans_a = true}), wide_g),
+                      3 * tps, 0, "fp8_linear dW " + s);
+    expect_match(bg.grad(), bc.grad(), Match::exact(DType::F32, 4), "fp8_linear db " + s);
+    // The recorded amaxes (max |x|, max |W|, max |dy|: same inputs) and, after update(), the scales.
+    sc.update();
+    sg.update();
+    expect_match(sg.state_dict(), sc.state_dict(), Match::exact(DType::F32), "scaling state " + s);
+    // The weights are not updated: both sides start the next step from the same W.
+    for (const Tensor* p : {&wc, &bc, &wg, &bg}) p->set_grad(Tensor());
+  }
+}
+
+}  // namespace
+}  // namespace mpt

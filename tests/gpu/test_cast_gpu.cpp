@@ -1,0 +1,157 @@
+// tests/gpu/test_cast_gpu.cpp: dtype conversions and FP8 quantization (per tensor, current scaling, 1x128 / 128x128 blocks, dequantize) on cuda:0 against the CPU backend (bit-exact under emulation; skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+#include "op_test.h"
+
+namespace mpt {
+namespace {
+
+using testing::Match;
+using testing::expect_match;
+using testing::random_tensor;
+using testing::to_cpu;
+using testing::to_gpu;
+
+const DType kFloats[] = {DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2};
+const DType kHigh[] = {DType::F32, DType::F16, DType::BF16};
+const DType kFp8[] = {DType::F8E4M3, DType::F8E5M2};
+
+std::string name_of(DType d) { return std::string(dtype_name(d)); }
+
+// A conversion rounds once (nearest even) with the same encoder on both backends: exact on a real GPU too, where
+// cvt.rn.* rounds identically; every element must match, so the GPU tolerance is zero as well.
+const Match kSameBitsEverywhere = Match::exact(testing::Tolerance{0, 0});
+
+// Values that exercise every rounding branch: normals, ties, subnormals of each format, overflow, Inf, NaN, -0.
+Tensor special_values() {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.5f, 448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f, 65504.0f, 65520.0f,
+                          1e6f, -1e6f, inf, -inf, nan, 0x1p-9f, 0x1p-10f, 0x1p-16f, 0x1p-17f, 0x1p-24f, 0x1p-25f,
+                          0x1.8p-25f, 1e-40f, 3.0e38f, 1.0f + 0x1p-8f, 1.0f + 0x1p-4f, 1.0f + 0x1.8p-4f, 0.3f};
+  const Tensor r = random_tensor({301}, DType::F32, 1, 30.0);
+  for (float x : r.to_vector<float>()) v.push_back(x);
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+}
+
+TEST(GpuCast, EveryFloatConversionOnTheDeviceMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Tensor base = special_values();
+  for (DType from : kFloats) {
+    const Tensor src = base.to(from, Fp8Saturation::Saturate), gsrc = to_gpu(src);
+    for (DType to : kFloats) {
+      for (Fp8Saturation sat : {Fp8Saturation::Saturate, Fp8Saturation::NoSaturate}) {
+        const std::string name = name_of(from) + " -> " + name_of(to) +
+                                 (sat == Fp8Saturation::Saturate ? " saturating" : " not saturating");
+        const Tensor want = src.to(to, sat), got = gsrc.to(to, sat);
+        ASSERT_TRUE(got.device().is_cuda()) << name;
+        expect_match(got, want, kSameBitsEverywhere, name);
+      }
+    }
+  }
+}
+
+TEST(GpuCast, AmaxAndPerTensorQuantizationMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kHigh) {
+    const Tensor x = random_tensor({37, 203}, dt, 2, 5.0), gx = to_gpu(x);
+    expect_match(ops::amax(gx), ops::amax(x), kSameBitsEverywhere, "amax " + name_of(dt));
+    for (DType f8 : kFp8) {
+      const std::string n = name_of(dt) + " -> " + name_of(f8);
+      // Given scale, with the fused amax output.
+      const Tensor scale = Tensor::full({}, 37.5, DType::F32);
+      Tensor amax_c = Tensor::zeros({}, DType::F32), amax_g = to_gpu(amax_c);
+      const auto qc = ops::quantize_fp8(x, f8, {.scale = scale, .amax = amax_c});
+      const auto qg = ops::quantize_fp8(gx, f8, {.scale = to_gpu(scale), .amax = amax_g});
+      expect_match(qg.data, qc.data, kSameBitsEverywhere, "quantize_fp8 given scale " + n);
+      expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "quantize_fp8 scale_inv " + n);
+      expect_match(amax_g, amax_c, kSameBitsEverywhere, "quantize_fp8 fused amax " + n);
+      const auto nc = ops::quantize_fp8(x, f8, {.scale = scale, .amax = {}, .saturation = Fp8Saturation::NoSaturate});
+      const auto ng = ops::quantize_fp8(gx, f8, {.scale = to_gpu(scale), .amax = {}, .saturation = Fp8Saturation::NoSaturate});
+      expect_match(ng.data, nc.data, kSameBitsEverywhere, "quantize_fp8 not saturating " + n);
+      // Current scaling, with margins and power-of-two scales.
+      for (int margin : {0, 3}) {
+        for (bool pow2 : {false, true}) {
+          const std::string m = n + " margin " + std::to_string(margin) + (pow2 ? " pow2" : "");
+          const auto cc = ops::quantize_fp8(x, f8, {.scale = {}, .amax = {}, .margin = margin, .power_of_2 = pow2});
+          const auto cg = ops::quantize_fp8(gx, f8, {.scale = {}, .amax = {}, .margin = margin, .power_of_2 = pow2});
+          expect_match(cg.data, cc.data, kSameBitsEverywhere, "current scaling codes " + m);
+          expect_match(cg.scale_inv, cc.scale_inv, kSameBitsEverywhere, "current scaling scale_inv " + m);
+          for (DType out : kHigh)
+            expect_match(ops::dequantize(cg, out), ops::dequantize(cc, out), kSameBitsEverywhere,
+                         "dequantize to " + name_of(out) + " " + m);
+        }
+      }
+      // Fused cast + transpose: both halves, and equal to quantize + transpose on the device.
+      const auto [tc, tcT] = ops::quantize_fp8_transpose(x, f8);
+      const auto [tg, tgT] = ops::quantize_fp8_transpose(gx, f8);
+      expect_match(tg.data, tc.data, kSameBitsEverywhere, "quantize_fp8_transpose rowwise " + n);
+      expect_match(tgT.data, tcT.data, kSameBitsEverywhere, "quantize_fp8_transpose columnwise " + n);
+      expect_match(tgT.scale_inv, tcT.scale_inv, kSameBitsEverywhere, "quantize_fp8_transpose scale_inv " + n);
+      EXPECT_TRUE(testing::same_bits(tgT.data, ops::quantize_fp8(gx, f8).data.t().contiguous())) << n;
+    }
+  }
+}
+
+// Inf/NaN and all-zero inputs: amax NaN, scale 1, NaN codes, on both backends alike.
+TEST(GpuCast, QuantizationOfSpecialValuesMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Tensor sv = special_values();
+  for (DType f8 : kFp8) {
+    for (const Tensor& x : {sv, Tensor::zeros({5, 7}), sv.slice(0, 16, 301)}) {
+      const std::string n = name_of(f8) + " of " + shape_str(x.shape());
+      expect_match(ops::amax(to_gpu(x)), ops::amax(x), kSameBitsEverywhere, "amax " + n);
+      const auto qc = ops::quantize_fp8(x, f8), qg = ops::quantize_fp8(to_gpu(x), f8);
+      expect_match(qg.data, qc.data, kSameBitsEverywhere, "current scaling " + n);
+      expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "current scaling scale_inv " + n);
+    }
+  }
+}
+
+TEST(GpuCast, BlockQuantizationMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kHigh) {
+    for (const Shape& shape : {Shape{130, 257}, Shape{3, 45, 128}, Shape{1, 129}}) {
+      const Tensor x = random_tensor(shape, dt, 3, 4.0), gx = to_gpu(x);
+      for (DType f8 : kFp8) {
+        for (auto layout : {ops::ScaleLayout::Block1x128, ops::ScaleLayout::Block128x128}) {
+          for (bool pow2 : {false, true}) {
+            const std::string n = name_of(dt) + " " + shape_str(shape) + " -> " + name_of(f8) +
+                                  (layout == ops::ScaleLayout::Block1x128 ? " 1x128" : " 128x128") +
+                                  (pow2 ? " pow2" : "");
+            const auto qc = ops::quantize_blockwise(x, f8, layout, {.power_of_2 = pow2});
+            const auto qg = ops::quantize_blockwise(gx, f8, layout, {.power_of_2 = pow2});
+            EXPECT_EQ(qg.layout, layout) << n;
+            expect_match(qg.data, qc.data, kSameBitsEverywhere, "block codes " + n);
+            expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "block scale_inv " + n);
+            expect_match(ops::dequantize(qg, dt), ops::dequantize(qc, dt), kSameBitsEverywhere, "block dequantize " + n);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Copies that convert while crossing devices (staged) and strided conversions on the device agree with the CPU.
+TEST(GpuCast, ConversionsAcrossDevicesAndLayoutsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Tensor x = random_tensor({6, 9, 11}, DType::F32, 4, 100.0);
+  for (DType to : kFloats) {
+    const std::string n = "f32 -> " + name_of(to);
+    expect_match(x.to(Device::cuda(0), to), x.to(to), kSameBitsEverywhere, n + " host to device");
+    expect_match(to_gpu(x).to(Device::cpu(), to), x.to(to), kSameBitsEverywhere, n + " device to host");
+    const Tensor xt = x.transpose(0, 2);
+    expect_match(to_gpu(x).transpose(0, 2).to(to), xt.to(to), kSameBitsEverywhere, n + " transposed on the device");
+    expect_match(to_gpu(x).slice(1, 1, 9, 3).to(to), x.slice(1, 1, 9, 3).to(to), kSameBitsEverywhere,
+                 n + " sliced on the device");
+  }
+}
+
+}  // namespace
+}  // namespace mpt

@@ -1,0 +1,207 @@
+// tests/gpu/test_matmul_gpu.cpp: matmul (f32/f16/bf16, batched, broadcast, transposes, beta, gradients; FP8 per-tensor and block-scaled, FP8 output with amax) on cuda:0 against the CPU within the derived GEMM bound (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+#include "op_test.h"
+#include "test_util.h"
+
+namespace mpt {
+namespace {
+
+using testing::abs64;
+using testing::expect_gemm_close;
+using testing::random_tensor;
+using testing::to_cpu;
+using testing::to_gpu;
+
+// GEMMs are never bit-exact against the CPU, not even under emulation (oneDNN accumulates in FP32 in its own order;
+// the cuBLASLt double accumulates in float64): every check here is the derived bound of expect_gemm_close.
+
+std::string name_of(DType d) { return std::string(dtype_name(d)); }
+
+// |alpha| |op(A)| |op(B)| in f64, the magnitude the bound scales with.
+Tensor magnitude(const Tensor& a, const Tensor& b, const ops::MatmulOptions& opt) {
+  ops::MatmulOptions o;
+  o.trans_a = opt.trans_a;
+  o.trans_b = opt.trans_b;
+  o.alpha = std::abs(opt.alpha);
+  return ops::matmul(abs64(a), abs64(b), o);
+}
+
+TEST(GpuMatmul, DenseTransposesBatchesAndBroadcastsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const int64_t m = 67, n = 91, k = 130;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Shape as = ta ? Shape{k, m} : Shape{m, k}, bs = tb ? Shape{n, k} : Shape{k, n};
+        const auto batched = [](Shape s, int64_t b) { s.insert(s.begin(), b); return s; };
+        struct Operands { Tensor a, b; const char* what; };
+        const std::vector<Operands> cases = {
+            {random_tensor(as, dt, 1), random_tensor(bs, dt, 2), "2-d"},
+            {random_tensor(batched(as, 3), dt, 3), random_tensor(batched(bs, 3), dt, 4), "batched"},
+            {random_tensor(batched(as, 3), dt, 5), random_tensor(bs, dt, 6), "b broadcast"},
+            {random_tensor(as, dt, 7), random_tensor(batched(bs, 2), dt, 8), "a broadcast"}};
+        for (const Operands& c : cases) {
+          std::vector<ops::MatmulOptions> opts = {{.trans_a = ta, .trans_b = tb},
+                                                  {.trans_a = ta, .trans_b = tb, .alpha = -0.75f}};
+          if (dt != DType::F32) opts.push_back({.trans_a = ta, .trans_b = tb, .out_dtype = DType::F32});
+          for (const auto& opt : opts) {
+            const std::string name = name_of(dt) + " " + c.what + (ta ? " A^T" : " A") + (tb ? " B^T" : " B") +
+                                     " alpha " + std::to_string(opt.alpha) +
+                                     (opt.out_dtype ? " out " + name_of(*opt.out_dtype) : "");
+            const Tensor want = ops::matmul(c.a, c.b, opt);
+            const Tensor got = ops::matmul(to_gpu(c.a), to_gpu(c.b), opt);
+            ASSERT_TRUE(got.device().is_cuda()) << name;
+            expect_gemm_close(got, want, magnitude(c.a, c.b, opt), k, 0, name);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Strided (transposed / sliced view) inputs are read in place or copied; beta accumulates into c.
+TEST(GpuMatmul, ViewsAndMatmulOutWithBetaMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor a = random_tensor({130, 67}, dt, 9), b = random_tensor({91, 260}, dt, 10);
+    const Tensor av = a.t(), bv = b.slice(1, 0, 260, 2);  // (67, 130) transposed view, (91, 130) strided columns
+    const ops::MatmulOptions opt{.trans_b = true};
+    const Tensor mag = magnitude(av, bv, opt);
+    expect_gemm_close(ops::matmul(to_gpu(a).t(), to_gpu(b).slice(1, 0, 260, 2), opt), ops::matmul(av, bv, opt), mag,
+                      130, 0, name_of(dt) + " transposed and strided views");
+    const Tensor c0 = random_tensor({67, 91}, dt, 11);
+    Tensor cc = c0.clone(), cg = to_gpu(c0);
+    ops::matmul_out(av, bv, cc, 0.5f, opt);
+    ops::matmul_out(to_gpu(a).t(), to_gpu(b).slice(1, 0, 260, 2), cg, 0.5f, opt);
+    // beta c adds 0.5 |c| to the magnitude (one more rounding on each side).
+    expect_gemm_close(cg, cc, ops::add(mag, ops::scale(abs64(c0), 0.5)), 131, 0, name_of(dt) + " matmul_out beta 0.5");
+  }
+}
+
+TEST(GpuMatmul, GradientsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (bool tb : {false, true}) {
+      const Tensor a = random_tensor({3, 37, 70}, dt, 12), b = random_tensor(tb ? Shape{45, 70} : Shape{70, 45}, dt, 13);
+      const Tensor dc = random_tensor({3, 37, 45}, dt, 14);
+      const ops::MatmulOptions opt{.trans_b = tb, .alpha = 1.5f};
+      const std::string n = name_of(dt) + (tb ? " B^T" : " B");
+      const auto want = ops::matmul_backward(dc, a, b, opt);
+      const auto got = ops::matmul_backward(to_gpu(dc), to_gpu(a), to_gpu(b), opt);
+      // da = alpha dc op(b)^T (contraction over n = 45); db sums over the batch as well (3 * 37 terms).
+      const Tensor mag_a = ops::matmul_grad_a(abs64(dc), abs64(a), abs64(b), opt);
+      const Tensor mag_b = ops::matmul_grad_b(abs64(dc), abs64(a), abs64(b), opt);
+      expect_gemm_close(got.da, want.da, mag_a, 45, 0, n + " da");
+      expect_gemm_close(got.db, want.db, mag_b, 3 * 37, 0, n + " db (summed over the broadcast batch)");
+      // Accumulating a 16-bit gradient into an f32 master gradient.
+      const Tensor da0 = random_tensor(a.shape(), DType::F32, 15);
+      expect_gemm_close(ops::matmul_grad_a(to_gpu(dc), to_gpu(a), to_gpu(b), opt, to_gpu(da0)),
+                        ops::matmul_grad_a(dc, a, b, opt, da0.clone()), ops::add(mag_a, abs64(da0)), 46, 0,
+                        n + " da += into f32");
+    }
+  }
+}
+
+struct Fp8Operands {
+  ops::Quantized a, b;  // a (m, k), b (n, k): the TN layout
+};
+
+Fp8Operands quantize_pair(int64_t m, int64_t n, int64_t k, DType fa, DType fb, bool block) {
+  const Tensor x = random_tensor({m, k}, DType::F32, 16, 2.0), w = random_tensor({n, k}, DType::F32, 17, 0.5);
+  if (block)
+    return {ops::quantize_blockwise(x, fa, ops::ScaleLayout::Block1x128),
+            ops::quantize_blockwise(w, fb, ops::ScaleLayout::Block128x128)};
+  return {ops::quantize_fp8(x, fa), ops::quantize_fp8(w, fb)};
+}
+
+ops::Fp8Scaling scaling_of(const ops::Quantized& q, bool on_gpu) {
+  const Tensor s = on_gpu ? to_gpu(q.scale_inv) : q.scale_inv;
+  switch (q.layout) {
+    case ops::ScaleLayout::Block1x128: return ops::Fp8Scaling::block_1x128(s);
+    case ops::ScaleLayout::Block128x128: return ops::Fp8Scaling::block_128x128(s);
+    default: return ops::Fp8Scaling::per_tensor(s);
+  }
+}
+
+// The FP8 codes and scales are the same bits on both sides; only the FP32 accumulation order differs (the CPU's block
+// kernel promotes per 128-long K block, like the tensor cores; the emulated cuBLASLt accumulates in float64).
+void check_fp8(const Fp8Operands& q, int64_t k, DType out, const std::string& name) {
+  ops::MatmulOptions cpu_opt{.trans_b = true, .out_dtype = out, .scale_a = scaling_of(q.a, false),
+                             .scale_b = scaling_of(q.b, false)};
+  ops::MatmulOptions gpu_opt{.trans_b = true, .out_dtype = out, .scale_a = scaling_of(q.a, true),
+                             .scale_b = scaling_of(q.b, true)};
+  const Tensor want = ops::matmul(q.a.data, q.b.data, cpu_opt);
+  const Tensor got = ops::matmul(to_gpu(q.a.data), to_gpu(q.b.data), gpu_opt);
+  const Tensor mag = ops::matmul(abs64(ops::dequantize(q.a, DType::F32)), abs64(ops::dequantize(q.b, DType::F32)),
+                                 {.trans_b = true});
+  expect_gemm_close(got, want, mag, k, 0, name + " out " + name_of(out));
+}
+
+// cuBLASLt's FP8 GEMMs take m, n and k (and the leading dimensions) in multiples of 16 (kernels/cuda/lib/
+// gemm_cublaslt.h, R2.2a / R2.4; the emulation enforces the same, tests/support/cuda_emu/cublaslt_validate.cpp:91),
+// so the FP8 shapes here are multiples of 16 with K not a multiple of 128 (a partial K block). The CPU accepts any
+// shape; UnsupportedFp8ShapeIsAnErrorOnCuda pins down what CUDA does with the others.
+TEST(GpuMatmul, Fp8PerTensorMatchesCpu) {
+  MPT_REQUIRE_GPU(9);  // FP8 tensor cores: sm_89 / sm_90 (the emulated device is 9.0)
+  const int64_t m = 80, n = 48, k = 160;
+  for (auto [fa, fb] : {std::pair{DType::F8E4M3, DType::F8E4M3}, std::pair{DType::F8E4M3, DType::F8E5M2},
+                        std::pair{DType::F8E5M2, DType::F8E4M3}}) {
+    const Fp8Operands q = quantize_pair(m, n, k, fa, fb, false);
+    for (DType out : {DType::F32, DType::BF16, DType::F16})
+      check_fp8(q, k, out, "FP8 per tensor " + name_of(fa) + " x " + name_of(fb));
+  }
+}
+
+// FP8 output: codes = saturate(D * out_scale) and out_amax = max |D|; the codes may differ by one FP8 rounding where
+// the two D straddle a rounding boundary, hence the bound on the decoded values in the FP8 output's unit roundoff.
+TEST(GpuMatmul, Fp8OutputWithScaleAndAmaxMatchesCpu) {
+  MPT_REQUIRE_GPU(9);
+  const int64_t m = 80, n = 48, k = 160;
+  const Fp8Operands q = quantize_pair(m, n, k, DType::F8E4M3, DType::F8E4M3, false);
+  const Tensor out_scale = Tensor::full({}, 3.0, DType::F32);
+  Tensor amax_c = Tensor::zeros({}, DType::F32), amax_g = to_gpu(amax_c);
+  ops::MatmulOptions cpu_opt{.trans_b = true, .out_dtype = DType::F8E4M3, .scale_a = scaling_of(q.a, false),
+                             .scale_b = scaling_of(q.b, false), .out_scale = out_scale, .out_amax = amax_c};
+  ops::MatmulOptions gpu_opt{.trans_b = true, .out_dtype = DType::F8E4M3, .scale_a = scaling_of(q.a, true),
+                             .scale_b = scaling_of(q.b, true), .out_scale = to_gpu(out_scale), .out_amax = amax_g};
+  const Tensor want = ops::matmul(q.a.data, q.b.data, cpu_opt);
+  const Tensor got = ops::matmul(to_gpu(q.a.data), to_gpu(q.b.data), gpu_opt);
+  const Tensor mag = ops::matmul(abs64(ops::dequantize(q.a)), abs64(ops::dequantize(q.b)), {.trans_b = true});
+  // Below 2^-6 e4m3 is subnormal with step 2^-9: each side's rounding errs by at most 2^-10 there.
+  expect_gemm_close(got, want, ops::scale(mag, 3.0), k, 0x1p-9, "FP8 e4m3 output codes");
+  // |max|D_gpu| - max|D_cpu|| <= max_ij |D_gpu - D_cpu|: the FP32 bound with the largest magnitude.
+  double mag_max = 0;
+  for (double v : mag.to_vector<double>()) mag_max = std::max(mag_max, v);
+  expect_gemm_close(amax_g, amax_c, Tensor::full({}, mag_max, DType::F64), k, 0, "FP8 output amax");
+}
+
+TEST(GpuMatmul, Fp8BlockScaledMatchesCpu) {
+  MPT_REQUIRE_GPU(9);  // cuBLASLt's VEC128 / BLK128x128 scale modes need Hopper
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{144, 208, 288}, {16, 96, 128}, {256, 384, 384}}) {
+    const Fp8Operands q = quantize_pair(m, n, k, DType::F8E4M3, DType::F8E4M3, true);
+    for (DType out : {DType::BF16, DType::F32})
+      check_fp8(q, k, out, "FP8 block-scaled " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+  }
+}
+
+// An FP8 problem cuBLASLt cannot run (m = 130) is an mpt::Error that names the constraint, not a crash or garbage.
+TEST(GpuMatmul, UnsupportedFp8ShapeIsAnErrorOnCuda) {
+  MPT_REQUIRE_GPU(9);
+  const Fp8Operands q = quantize_pair(130, 208, 288, DType::F8E4M3, DType::F8E4M3, true);
+  const ops::MatmulOptions gpu_opt{.trans_b = true, .out_dtype = DType::BF16, .scale_a = scaling_of(q.a, true),
+                                   .scale_b = scaling_of(q.b, true)};
+  EXPECT_MPT_ERROR(ops::matmul(to_gpu(q.a.data), to_gpu(q.b.data), gpu_opt), "multiples of 16");
+}
+
+}  // namespace
+}  // namespace mpt

@@ -1,0 +1,181 @@
+// tests/gpu/test_optim_gpu.cpp: the fused optimizer ops (AdamW with f32/bf16/8-bit moments, SGD, unscale + found_inf) on cuda:0 against the CPU (bit-exact under emulation; skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+#include "op_test.h"
+
+namespace mpt {
+namespace {
+
+using testing::Match;
+using testing::expect_match;
+using testing::random_tensor;
+using testing::to_cpu;
+using testing::to_gpu;
+
+// Both backends run kernels/math/optim.h's functions in the same order (the bitsandbytes block quantization too), so
+// under emulation every parameter, moment, code and absmax must keep the CPU's bits. On a GPU the updates may round
+// differently in the last place (tolerance(f32) x 4) and an 8-bit code may then land one step over (atol 1 code).
+const Match kParam = Match::exact(DType::F32, 4);
+const Match kCode = Match::exact(testing::Tolerance{0, 1});
+
+const std::vector<int64_t> kSizes = {1, 255, 257, 1000, 3 * 77};
+
+Match moment_match(ops::MomentStorage s) {
+  return s == ops::MomentStorage::Int8 ? kCode : s == ops::MomentStorage::BF16 ? Match::exact(DType::BF16) : kParam;
+}
+
+void expect_state(const ops::AdamWState& got, const ops::AdamWState& want, ops::MomentStorage s,
+                  const std::string& what) {
+  expect_match(got.exp_avg, want.exp_avg, moment_match(s), what + " exp_avg");
+  expect_match(got.exp_avg_sq, want.exp_avg_sq, moment_match(s), what + " exp_avg_sq");
+  if (s == ops::MomentStorage::Int8) {
+    expect_match(got.exp_avg_absmax, want.exp_avg_absmax, kParam, what + " exp_avg absmax");
+    expect_match(got.exp_avg_sq_absmax, want.exp_avg_sq_absmax, kParam, what + " exp_avg_sq absmax");
+  }
+}
+
+TEST(GpuOptimOps, AdamWEveryMomentStorageAndGradientDtypeMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (auto storage : {ops::MomentStorage::F32, ops::MomentStorage::BF16, ops::MomentStorage::Int8}) {
+    for (DType gdt : {DType::F32, DType::BF16, DType::F16}) {
+      const std::string n = "AdamW moments " + std::to_string(static_cast<int>(storage)) + " grads " +
+                            std::string(dtype_name(gdt));
+      std::vector<ops::AdamWSlot> cs, gs;
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        const Tensor p = random_tensor({kSizes[i]}, DType::F32, 100 + i);
+        cs.push_back({p.clone(), Tensor(), ops::adamw_state(p, storage)});
+        gs.push_back({to_gpu(p), Tensor(), ops::adamw_state(to_gpu(p), storage)});
+        expect_state(gs.back().state, cs.back().state, storage, n + " initial state");
+      }
+      for (int64_t step = 1; step <= 3; ++step) {
+        for (size_t i = 0; i < kSizes.size(); ++i) {
+          const Tensor g = random_tensor({kSizes[i]}, gdt, 200 + i + 10 * static_cast<uint64_t>(step), 0.1);
+          cs[i].grad = g;
+          gs[i].grad = to_gpu(g);
+        }
+        const ops::AdamWParams hp{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1,
+                                  .step = step};
+        ops::adamw_step(cs, hp);
+        ops::adamw_step(gs, hp);
+        for (size_t i = 0; i < kSizes.size(); ++i) {
+          const std::string s = n + " step " + std::to_string(step) + " tensor " + std::to_string(i);
+          expect_match(gs[i].param, cs[i].param, kParam, s + " param");
+          expect_state(gs[i].state, cs[i].state, storage, s);
+        }
+      }
+    }
+  }
+}
+
+// A GradScaler's inputs: every gradient times grad_scale_inv; found_inf != 0 leaves everything as it was. With Int8
+// moments an inf gradient element zeroes its moments and keeps its parameter (bitsandbytes' rule).
+TEST(GpuOptimOps, AdamWWithGradScalingAndNonFiniteGradientsMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (auto storage : {ops::MomentStorage::F32, ops::MomentStorage::Int8}) {
+    for (float found : {0.0f, 1.0f}) {
+      const std::string n = "AdamW scaled, moments " + std::to_string(static_cast<int>(storage)) + " found_inf " +
+                            std::to_string(found);
+      const Tensor p = random_tensor({700}, DType::F32, 300);
+      Tensor g = random_tensor({700}, DType::F16, 301, 1024.0);
+      if (storage == ops::MomentStorage::Int8) g.view({-1}).slice(0, 5, 6).fill_(inf);
+      std::vector<ops::AdamWSlot> cs = {{p.clone(), g, ops::adamw_state(p, storage)}};
+      std::vector<ops::AdamWSlot> gs = {{to_gpu(p), to_gpu(g), ops::adamw_state(to_gpu(p), storage)}};
+      const Tensor inv = Tensor::full({}, 1.0 / 1024, DType::F32), fi = Tensor::full({}, found, DType::F32);
+      for (int64_t step = 1; step <= 2; ++step) {
+        const ops::AdamWParams hp{.lr = 1e-3, .step = step};
+        ops::adamw_step(cs, hp, {inv, fi});
+        ops::adamw_step(gs, hp, {to_gpu(inv), to_gpu(fi)});
+      }
+      expect_match(gs[0].param, cs[0].param, kParam, n + " param");
+      expect_state(gs[0].state, cs[0].state, storage, n);
+      if (found != 0.0f) {
+        EXPECT_TRUE(testing::same_bits(gs[0].param, to_gpu(p))) << n << ": a skipped step changed p";
+      }
+    }
+  }
+}
+
+TEST(GpuOptimOps, SgdVariantsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  struct Variant {
+    const char* name;
+    ops::SgdParams p;
+  };
+  const std::vector<Variant> variants = {
+      {"plain", {.lr = 0.1}},
+      {"momentum", {.lr = 0.1, .momentum = 0.9}},
+      {"momentum dampening decay", {.lr = 0.05, .momentum = 0.8, .dampening = 0.3, .weight_decay = 1e-2}},
+      {"nesterov", {.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true}}};
+  for (const Variant& v : variants) {
+    for (DType gdt : {DType::F32, DType::BF16, DType::F16}) {
+      const std::string n = std::string("SGD ") + v.name + " grads " + std::string(dtype_name(gdt));
+      std::vector<ops::SgdSlot> cs, gs;
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        const Tensor p = random_tensor({kSizes[i]}, DType::F32, 400 + i);
+        cs.push_back({p.clone(), Tensor(), Tensor::zeros({kSizes[i]})});
+        gs.push_back({to_gpu(p), Tensor(), Tensor::zeros({kSizes[i]}, DType::F32, Device::cuda(0))});
+      }
+      for (int step = 0; step < 3; ++step) {
+        for (size_t i = 0; i < kSizes.size(); ++i) {
+          const Tensor g = random_tensor({kSizes[i]}, gdt, 500 + i + 10 * static_cast<uint64_t>(step));
+          cs[i].grad = g;
+          gs[i].grad = to_gpu(g);
+        }
+        ops::SgdParams hp = v.p;
+        hp.first_step = step == 0;
+        const Tensor inv = Tensor::full({}, step == 2 ? 0.5 : 1.0, DType::F32);
+        ops::sgd_step(cs, hp, {inv, Tensor()});
+        ops::sgd_step(gs, hp, {to_gpu(inv), Tensor()});
+        for (size_t i = 0; i < kSizes.size(); ++i) {
+          const std::string s = n + " step " + std::to_string(step) + " tensor " + std::to_string(i);
+          expect_match(gs[i].param, cs[i].param, kParam, s + " param");
+          if (v.p.momentum != 0) expect_match(gs[i].momentum_buffer, cs[i].momentum_buffer, kParam, s + " buffer");
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuOptimOps, NonFiniteCheckAndUnscaleMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType gdt : {DType::F32, DType::BF16, DType::F16}) {
+    for (double inv_scale : {1.0, 1.0 / 65536}) {
+      for (int bad = -1; bad < 3; ++bad) {  // -1: all finite; else an inf / -inf / nan in the second tensor
+        const std::string n = std::string("unscale ") + std::string(dtype_name(gdt)) + " inv " +
+                              std::to_string(inv_scale) + " bad " + std::to_string(bad);
+        std::vector<Tensor> cg, gg;
+        for (size_t i = 0; i < kSizes.size(); ++i) {
+          Tensor g = random_tensor({kSizes[i]}, gdt, 600 + i, 1000.0);
+          if (bad >= 0 && i == 1) g.view({-1}).slice(0, 100, 101).fill_(bad == 0 ? inf : bad == 1 ? -inf : nan);
+          cg.push_back(g);
+          gg.push_back(to_gpu(g));
+        }
+        const Tensor inv = Tensor::full({}, inv_scale, DType::F32);
+        Tensor fc = Tensor::zeros({}, DType::F32), fg = to_gpu(fc);
+        ops::non_finite_check_and_unscale_(cg, fc, inv);
+        ops::non_finite_check_and_unscale_(gg, fg, to_gpu(inv));
+        EXPECT_EQ(fg.item<float>(), bad >= 0 ? 1.0f : 0.0f) << n;
+        expect_match(fg, fc, Match::exact(testing::Tolerance{0, 0}), n + " found_inf");
+        for (size_t i = 0; i < kSizes.size(); ++i)
+          expect_match(gg[i], cg[i], Match::exact(testing::Tolerance{0, 0}), n + " grad " + std::to_string(i));
+        // found_inf is set, never cleared: a later clean call keeps it.
+        if (bad >= 0) {
+          const std::vector<Tensor> clean = {gg[0]};
+          ops::non_finite_check_and_unscale_(clean, fg, to_gpu(inv));
+          EXPECT_EQ(fg.item<float>(), 1.0f) << n;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mpt

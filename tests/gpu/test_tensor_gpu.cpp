@@ -1,0 +1,191 @@
+// tests/gpu/test_tensor_gpu.cpp: tensors on cuda:0: copies in every direction (strided, broadcast, overlapping, converting), factories, streams and events ordering side-stream work, memory statistics (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+#include "op_test.h"
+
+namespace mpt {
+namespace {
+
+using testing::random_tensor;
+using testing::same_bits;
+using testing::to_cpu;
+using testing::to_gpu;
+
+Device gpu() { return Device::cuda(0); }
+
+// Copies move bytes or convert with the CPU's encoder (device conversions: the same rounding): exact everywhere.
+void expect_same(const Tensor& got, const Tensor& want, const std::string& what) {
+  EXPECT_TRUE(same_bits(got, want)) << what << ": got " << to_cpu(got).str() << "\nwant " << want.str();
+}
+
+TEST(GpuTensor, CopiesInEveryDirectionMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::I64, DType::U8}) {
+    const std::string n(dtype_name(dt));
+    const Tensor x = random_tensor({5, 6, 7}, DType::F32, 1, 20.0).to(dt);
+    const Tensor g = x.to(gpu());
+    ASSERT_TRUE(g.device().is_cuda());
+    expect_same(g, x, n + " host to device");
+    expect_same(g.clone(), x, n + " device to device clone");
+    expect_same(to_cpu(g), x, n + " device to host");
+    Tensor d = Tensor::empty({5, 6, 7}, dt, gpu());
+    d.copy_(g);
+    expect_same(d, x, n + " copy_ device to device");
+    // Strided sources on the device: transpose, stepped slice, select, permute; and their contiguous copies.
+    expect_same(g.transpose(0, 2).contiguous(), x.transpose(0, 2).contiguous(), n + " transposed");
+    expect_same(g.slice(1, 1, 6, 2).contiguous(), x.slice(1, 1, 6, 2).contiguous(), n + " stepped slice");
+    expect_same(g.select(2, 3).contiguous(), x.select(2, 3).contiguous(), n + " select");
+    expect_same(g.permute({2, 0, 1}).to(Device::cpu()), x.permute({2, 0, 1}).contiguous(), n + " permuted to host");
+    // Strided destination on the device, from host and device sources.
+    Tensor dc = Tensor::zeros({5, 6, 7}, dt), dg = Tensor::zeros({5, 6, 7}, dt, gpu());
+    dc.slice(1, 0, 6, 3).copy_(x.slice(1, 1, 3));
+    dg.slice(1, 0, 6, 3).copy_(x.slice(1, 1, 3));
+    expect_same(dg, dc, n + " host into a strided device view");
+    dg.select(0, 4).copy_(g.select(0, 1).transpose(0, 1).contiguous().transpose(0, 1));
+    dc.select(0, 4).copy_(x.select(0, 1));
+    expect_same(dg, dc, n + " device into a strided device view");
+    // Broadcast sources: a row expanded over a device tensor, from either device.
+    Tensor bc = Tensor::empty({5, 6, 7}, dt), bg = Tensor::empty({5, 6, 7}, dt, gpu());
+    bc.copy_(x.select(0, 2).select(0, 3));
+    bg.copy_(g.select(0, 2).select(0, 3));
+    expect_same(bg, bc, n + " broadcast device row");
+    bg.copy_(x.select(0, 2).select(0, 3));
+    expect_same(bg, bc, n + " broadcast host row");
+    // Overlapping views of one device storage (the source is read first).
+    Tensor oc = x.clone(), og = g.clone();
+    oc.slice(0, 1, 5).copy_(oc.slice(0, 0, 4));
+    og.slice(0, 1, 5).copy_(og.slice(0, 0, 4));
+    expect_same(og, oc, n + " overlapping shift");
+  }
+}
+
+TEST(GpuTensor, ConvertingCopiesAndFactoriesMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Tensor x = random_tensor({4, 33}, DType::F32, 2, 50.0);
+  for (DType from : {DType::F32, DType::BF16, DType::F16, DType::I32}) {
+    for (DType to : {DType::F32, DType::BF16, DType::F16, DType::F8E5M2, DType::I64}) {
+      const std::string n = std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to));
+      const Tensor src = x.to(from), want = src.to(to);
+      expect_same(src.to(gpu()).to(to), want, n + " on the device");
+      expect_same(src.to(gpu(), to), want, n + " host to device");
+      expect_same(src.to(gpu()).to(Device::cpu(), to), want, n + " device to host");
+      // (zeros, not empty: copy_ into a non-contiguous CUDA view stages the destination's whole span through the
+      // host, src/core/tensor_copy.cpp span_to_host, so it reads the destination first.)
+      Tensor strided = Tensor::zeros({33, 4}, to, gpu()).t();
+      strided.copy_(src.to(gpu()));
+      expect_same(strided, want, n + " into a transposed device view");
+    }
+  }
+  for (DType dt : {DType::F32, DType::BF16, DType::I64}) {
+    const std::string n(dtype_name(dt));
+    expect_same(Tensor::zeros({3, 5}, dt, gpu()), Tensor::zeros({3, 5}, dt), n + " zeros");
+    expect_same(Tensor::ones({3, 5}, dt, gpu()), Tensor::ones({3, 5}, dt), n + " ones");
+    expect_same(Tensor::full({3, 5}, -2.5, dt, gpu()), Tensor::full({3, 5}, -2.5, dt), n + " full");
+    expect_same(Tensor::arange(0, 7, 0.5, dt, gpu()), Tensor::arange(0, 7, 0.5, dt), n + " arange");
+    Tensor fc = Tensor::zeros({4, 6}, dt), fg = Tensor::zeros({4, 6}, dt, gpu());
+    fc.slice(1, 1, 6, 2).fill_(3);
+    fg.slice(1, 1, 6, 2).fill_(3);
+    expect_same(fg, fc, n + " fill_ of a strided device view");
+  }
+  const Tensor g = Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f}, {3}, gpu());
+  EXPECT_TRUE(g.device().is_cuda());
+  EXPECT_EQ(g.to_vector<float>(), (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  EXPECT_EQ(g.select(0, 2).item<double>(), 3.25);
+  EXPECT_EQ(g.reshape({1, 3}).to_vector<double>(), (std::vector<double>{1.5, -2.0, 3.25}));
+}
+
+// A side stream (non-blocking) ordered against the default stream by events: upload on the side stream, record,
+// make the default stream wait, compute there; then the reverse direction for a download.
+TEST(GpuStream, SideStreamWorkOrderedByEvents) {
+  MPT_REQUIRE_GPU(8);
+  Stream side(gpu());
+  ASSERT_NE(side.native(), nullptr);
+  const Stream current = Stream::current(gpu());
+  const Tensor x = random_tensor({257, 129}, DType::F32, 3);
+  // Storage allocated on the side stream; an upload there.
+  auto storage = Storage::allocate(x.nbytes(), side);
+  EXPECT_EQ(storage->stream(), side.native());
+  Tensor d(storage, x.shape(), contiguous_strides(x.shape()), 0, DType::F32);
+  copy_bytes(d.data_ptr(), gpu(), x.data_ptr(), Device::cpu(), x.nbytes(), side);
+  Event uploaded(gpu());
+  uploaded.record(side);
+  uploaded.wait(current);
+  const Tensor y = ops::gelu(d);  // on the current stream, after the upload
+  Event computed(gpu());
+  computed.record(current);
+  computed.wait(side);
+  std::vector<float> host(static_cast<size_t>(y.numel()));
+  copy_bytes(host.data(), Device::cpu(), y.data_ptr(), gpu(), y.nbytes(), side);
+  side.synchronize();
+  EXPECT_TRUE(computed.ready());
+  EXPECT_TRUE(uploaded.ready());
+  const std::vector<float> want = ops::gelu(x).to_vector<float>();
+  EXPECT_EQ(std::memcmp(host.data(), want.data(), host.size() * sizeof(float)), 0) << "side-stream round trip";
+  // Timing events on the default stream.
+  Event start(gpu(), true), stop(gpu(), true);
+  start.record(current);
+  const Tensor z = ops::add(y, y);
+  stop.record(current);
+  stop.synchronize();
+  EXPECT_GE(start.elapsed_ms(stop), 0.0f);
+  EXPECT_TRUE(same_bits(z, ops::add(ops::gelu(x), ops::gelu(x))));
+  // A device-to-device copy on the side stream after the default stream's work (w's stream-ordered allocation on
+  // the default stream included: the event is recorded after it).
+  Tensor w = Tensor::empty(x.shape(), DType::F32, gpu());
+  Event done(gpu());
+  done.record(current);
+  done.wait(side);
+  copy_bytes(w.data_ptr(), gpu(), z.data_ptr(), gpu(), z.nbytes(), side);
+  side.synchronize();
+  EXPECT_TRUE(same_bits(w, z));
+}
+
+TEST(GpuMemory, StatisticsFollowAllocationsAndFrees) {
+  MPT_REQUIRE_GPU(8);
+  Stream::current(gpu()).synchronize();
+  const MemoryStats before = memory_stats(gpu());
+  reset_peak_memory_stats(gpu());
+  EXPECT_EQ(memory_stats(gpu()).peak_bytes, before.current_bytes);
+  const int64_t n = 1 << 20;
+  {
+    Tensor a = Tensor::empty({n}, DType::F32, gpu());
+    const MemoryStats with = memory_stats(gpu());
+    EXPECT_EQ(with.current_bytes, before.current_bytes + 4 * n);
+    EXPECT_GE(with.peak_bytes, with.current_bytes);
+    EXPECT_EQ(with.allocations, before.allocations + 1);
+    EXPECT_GE(with.reserved_bytes, with.current_bytes);
+    {
+      Tensor b = Tensor::empty({n / 2}, DType::BF16, gpu());
+      EXPECT_EQ(memory_stats(gpu()).current_bytes, before.current_bytes + 4 * n + n);
+    }
+    EXPECT_EQ(memory_stats(gpu()).current_bytes, before.current_bytes + 4 * n);
+    EXPECT_EQ(memory_stats(gpu()).peak_bytes, before.current_bytes + 5 * n);
+  }
+  Stream::current(gpu()).synchronize();
+  const MemoryStats after = memory_stats(gpu());
+  EXPECT_EQ(after.current_bytes, before.current_bytes);
+  EXPECT_EQ(after.peak_bytes, before.current_bytes + 5 * n);
+  EXPECT_GE(after.cached_bytes, 0);
+  // The pool serves a same-size request again without growing (reused counts it), and empty_cache trims it.
+  {
+    Tensor c = Tensor::empty({n}, DType::F32, gpu());
+    EXPECT_EQ(memory_stats(gpu()).reused, after.reused + 1);
+  }
+  empty_cache(gpu());
+  const MemoryStats trimmed = memory_stats(gpu());
+  EXPECT_EQ(trimmed.current_bytes, before.current_bytes);
+  EXPECT_LE(trimmed.reserved_bytes, after.reserved_bytes);
+  // The CPU's statistics are separate.
+  const MemoryStats cpu_before = memory_stats(Device::cpu());
+  { Tensor g = Tensor::empty({n}, DType::F32, gpu()); }
+  EXPECT_EQ(memory_stats(Device::cpu()).allocations, cpu_before.allocations);
+}
+
+}  // namespace
+}  // namespace mpt

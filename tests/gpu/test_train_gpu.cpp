@@ -1,0 +1,313 @@
+// tests/gpu/test_train_gpu.cpp: a tiny GPT trained for a few AdamW steps on cuda:0 against the same run on the CPU: FP32, BF16 autocast, FP16 with GradScaler (and a skipped step), FP8 delayed/current/block, gradient accumulation, activation checkpointing (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+
+namespace mpt {
+namespace {
+
+using testing::normwise_error;
+using testing::to_cpu;
+
+constexpr double kLr = 3e-3, kEps = 1e-5;  // the AdamW settings of train()
+
+struct TrainRun {
+  std::string precision = "fp32";  // fp32, bf16, fp16, fp8-delayed, fp8-current, fp8-block
+  int steps = 3;
+  int64_t accum = 1;               // micro-batches per step (the batch of 4 sequences split k ways)
+  bool checkpoint = false;
+  int inject_inf_step = -1;        // this step's gradients get an Inf before unscale_ (the step must be skipped)
+  double dropout = 0;
+  ops::MomentStorage moments = ops::MomentStorage::F32;
+};
+
+struct Trace {
+  std::vector<double> losses;
+  std::vector<bool> stepped;
+  std::vector<double> scales;             // GradScaler's scale after each update
+  nn::StateDict grads1;                   // the first step's (unscaled) gradients, on the CPU
+  std::vector<nn::StateDict> params;      // after each step, on the CPU
+  nn::StateDict opt_state1;               // after the first step, on the CPU
+  nn::StateDict opt_state;                // at the end, on the CPU
+  std::map<std::string, Tensor> fp8_state;
+};
+
+nn::GPTConfig config(Device device, double dropout) {
+  nn::GPTConfig c;
+  c.vocab_size = 65;
+  c.block_size = 32;
+  c.n_layer = 3;  // the FP8 policy keeps the first and last blocks in BF16: h.1 runs FP8
+  c.n_head = 4;
+  c.n_embd = 64;  // FP8 GEMMs want K and N multiples of 16
+  c.dropout = dropout;
+  c.where.device = device;
+  return c;
+}
+
+amp::Policy policy_for(const std::string& p, Device device) {
+  if (p == "bf16") return amp::Policy::bf16();
+  if (p == "fp16") return amp::Policy::fp16();
+  auto fp8 = [&](amp::Fp8Recipe r) { return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(r, device)); };
+  if (p == "fp8-delayed") return fp8(amp::DelayedScaling{16, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid});
+  if (p == "fp8-current") return fp8(amp::CurrentScaling{});
+  if (p == "fp8-block") return fp8(amp::BlockScaling{});
+  return amp::Policy::fp32();
+}
+
+nn::StateDict on_cpu(const nn::StateDict& d) {
+  nn::StateDict out;
+  for (const auto& [k, t] : d) out[k] = t.defined() ? to_cpu(t).clone() : t;
+  return out;
+}
+
+Trace train(Device device, const TrainRun& run) {
+  const int64_t B = 4, T = 16;
+  manual_seed(2024);  // dropout draws from the default generator: the same stream on both runs
+  nn::GPT init(config(Device::cpu(), run.dropout));
+  nn::GPT model(config(device, run.dropout));
+  model.load_state_dict(init.state_dict());
+  model.set_activation_checkpointing(run.checkpoint);
+  const amp::Policy policy = policy_for(run.precision, device);
+  if (policy.fp8_state) policy.fp8_state->set_collect_telemetry(true);
+  amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 2,
+                                                .enabled = run.precision == "fp16"},
+                         device);
+  optim::AdamW opt(optim::weight_decay_groups(model.named_parameters(), 0.1),
+                   {.lr = kLr, .betas = {0.9, 0.95}, .eps = kEps, .moments = run.moments});
+  std::mt19937_64 rng(7);
+  Trace tr;
+  for (int step = 0; step < run.steps; ++step) {
+    std::vector<int64_t> tok(static_cast<size_t>(B * (T + 1)));
+    for (int64_t& t : tok) t = static_cast<int64_t>(rng() % 65);
+    const Tensor all = Tensor::from_vector(tok, {B, T + 1});
+    const Tensor ids = all.slice(1, 0, T).contiguous().to(device), targets = all.slice(1, 1, T + 1).contiguous().to(device);
+    const int64_t b = B / run.accum;
+    opt.zero_grad();
+    const amp::AccumulateResult acc = amp::accumulate_gradients(
+        run.accum,
+        [&](int64_t i) {
+          amp::Autocast autocast(policy);
+          return amp::MicroBatchLoss{model.loss(ids.slice(0, i * b, (i + 1) * b), targets.slice(0, i * b, (i + 1) * b)),
+                                     b * T};
+        },
+        {.scale_loss = [&](const Tensor& l) { return scaler.scale(l); }});
+    if (step == run.inject_inf_step)
+      model.named_parameters()[2].tensor.grad().view({-1}).slice(0, 3, 4).fill_(std::numeric_limits<double>::infinity());
+    scaler.unscale_(opt);
+    if (step == 0)
+      for (const auto& p : model.named_parameters()) tr.grads1[p.name] = to_cpu(p.tensor.grad()).clone();
+    tr.losses.push_back(acc.loss);
+    tr.stepped.push_back(scaler.step(opt));
+    scaler.update();
+    tr.scales.push_back(scaler.get_scale());
+    if (policy.fp8_state) policy.fp8_state->update();
+    tr.params.push_back(on_cpu(model.state_dict()));
+    if (step == 0) tr.opt_state1 = on_cpu(opt.state_dict());
+  }
+  tr.opt_state = on_cpu(opt.state_dict());
+  if (policy.fp8_state) {
+    tr.fp8_state = on_cpu(policy.fp8_state->state_dict());  // delayed scaling: scales and amax histories
+    for (const auto& [name, st] : policy.fp8_state->telemetry()) {  // every recipe: the last quantization's amax, scale
+      tr.fp8_state[name + ".telemetry.amax"] = Tensor::full({}, st.amax, DType::F32);
+      tr.fp8_state[name + ".telemetry.scale"] = Tensor::full({}, st.scale, DType::F32);
+    }
+  }
+  return tr;
+}
+
+// Error budgets, as normwise relative errors (max |a - b| / max |b|) per tensor.
+// FP32: |gpu - cpu| <= 1e-5, the tolerance the FP32 PyTorch golden meets with its own GEMM order
+// (tests/nn/test_gpt_golden.cpp); the GEMMs, attention and the row reductions (test_ops_gpu.cpp) are the only
+// non-bit-exact ops here.
+// Reduced precision (accuracy parity): the GPU run's error against the CPU FP32 run may be at most twice the CPU run's
+// own error against it (floor 1e-5). The devices round different FP32 values to BF16/FP16/FP8 (cuBLASLt vs oneDNN
+// accumulation), and CUDA's attention rounds P to the activation dtype for P V where the CPU's flash kernel keeps it
+// in FP32 (include/mpt/ops/attention.h): up to about twice the roundings on that path. A wrong kernel, scale or
+// recipe makes the GPU run far less accurate than the CPU's; |gpu - cpu| <= 3 x the CPU's error then follows.
+// The gradients' difference is then bounded by b = 3 x the CPU's error (1e-5 in FP32), normwise. The AdamW state after
+// the first step follows from it: exp_avg = (1 - b1) g within b, exp_avg_sq = (1 - b2) g^2 within 2 b + b^2. At the
+// end it is checked for parity 4: by then the runs' parameters differ by up to the AdamW floor below, and the later
+// gradients and moments inherit that (the exp_avg_sq of BF16 and FP8-block runs reach 1.1-1.4 x parity 2).
+// Final parameters additionally get the AdamW floor of the golden test: a gradient difference of `noise` (the
+// gradient budget times max |grad|) moves the update m / (sqrt(v) + eps) by at most min(2, noise / eps) per step,
+// i.e. steps * lr * min(2, noise / eps) / max |w| (near-zero gradients such as the attention key bias's, which is
+// rounding noise on both devices, make AdamW's step sign arbitrary).
+struct Budget {
+  const Trace* fp32 = nullptr;  // the CPU FP32 run, for reduced-precision budgets
+  double floor = 1e-5;
+  double of(double precision_error, double parity = 2) const { return std::max(floor, parity * precision_error); }
+};
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_vector<double>()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+void compare(const Trace& gpu, const Trace& cpu, const Budget& budget, const std::string& run) {
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size()) << run;
+  std::printf("%s: losses (cuda/cpu)", run.c_str());
+  for (size_t s = 0; s < cpu.losses.size(); ++s) {
+    std::printf(" %.6f/%.6f", gpu.losses[s], cpu.losses[s]);
+    const double ref = budget.fp32 ? budget.fp32->losses[s] : cpu.losses[s];
+    const double e_cpu = std::abs(cpu.losses[s] - ref) / std::abs(ref), e_gpu = std::abs(gpu.losses[s] - ref) / std::abs(ref);
+    EXPECT_LE(e_gpu, budget.of(e_cpu)) << run << " loss step " << s << " (CPU's error " << e_cpu << ")";
+  }
+  std::printf("\n");
+  EXPECT_EQ(gpu.stepped, cpu.stepped) << run;
+  EXPECT_EQ(gpu.scales, cpu.scales) << run << ": the GradScaler's scale sequence";
+  double worst = 0;
+  std::string worst_key;
+  auto check = [&](const Tensor& g, const Tensor& c, const Tensor* f32, const std::string& key, double extra = 0,
+                   double parity = 2) {
+    ASSERT_EQ(g.dtype(), c.dtype()) << run << " " << key;
+    ASSERT_EQ(g.shape(), c.shape()) << run << " " << key;
+    if (!is_floating(c.dtype())) {
+      EXPECT_TRUE(testing::same_bits(g, c)) << run << " " << key;
+      return;
+    }
+    // FP32: against the CPU run; reduced precision: both against the CPU FP32 run.
+    const double e_cpu = f32 ? normwise_error(c, *f32) : 0;
+    const double err = f32 ? normwise_error(g, *f32) : normwise_error(g, c);
+    const double allowed = std::max(extra, budget.of(e_cpu, parity));
+    EXPECT_LE(err, allowed) << run << " " << key << (f32 ? " (error against FP32; the CPU's: " : "")
+                            << (f32 ? std::to_string(e_cpu) + ")" : "");
+    if (err / allowed > worst) worst = err / allowed, worst_key = key;
+  };
+  std::map<std::string, double> grad_diff;  // b per parameter: the budget of |g_gpu - g_cpu| / max |g|
+  for (const auto& [k, c] : cpu.grads1) {
+    const Tensor* f32 = budget.fp32 ? &budget.fp32->grads1.at(k) : nullptr;
+    grad_diff[k] = f32 ? std::max(budget.floor, 3 * normwise_error(c, *f32)) : budget.floor;
+    check(gpu.grads1.at(k), c, f32, "grad step 0 " + k);
+  }
+  const double steps = static_cast<double>(cpu.params.size());
+  for (const auto& [k, c] : cpu.params.back()) {
+    const double noise = grad_diff.at(k) * max_abs(cpu.grads1.at(k));
+    const double adam_floor = steps * kLr * std::min(2.0, noise / kEps) / max_abs(c);
+    check(gpu.params.back().at(k), c, budget.fp32 ? &budget.fp32->params.back().at(k) : nullptr, "final " + k,
+          adam_floor);
+  }
+  ASSERT_EQ(gpu.opt_state1.size(), cpu.opt_state1.size()) << run;
+  for (const auto& [k, c] : cpu.opt_state1) {
+    auto ends_with = [&](const std::string& suffix) {
+      return k.size() > suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const std::string name = k.substr(0, k.rfind('.'));
+    double allowed = budget.floor;
+    if (ends_with(".exp_avg") && grad_diff.count(name)) allowed = grad_diff.at(name);
+    if (ends_with(".exp_avg_sq") && grad_diff.count(name)) allowed = 2 * grad_diff.at(name) + std::pow(grad_diff.at(name), 2);
+    const Tensor& g = gpu.opt_state1.at(k);
+    if (!is_floating(c.dtype())) {
+      EXPECT_TRUE(testing::same_bits(g, c)) << run << " optimizer step 0 " << k;
+      continue;
+    }
+    const double err = normwise_error(g, c);
+    EXPECT_LE(err, allowed) << run << " optimizer step 0 " << k << " (|gpu - cpu|)";
+    if (err / allowed > worst) worst = err / allowed, worst_key = "optimizer step 0 " + k;
+  }
+  ASSERT_EQ(gpu.opt_state.size(), cpu.opt_state.size()) << run;
+  for (const auto& [k, c] : cpu.opt_state) {
+    const bool comparable = budget.fp32 && budget.fp32->opt_state.count(k) &&
+                            budget.fp32->opt_state.at(k).dtype() == c.dtype();
+    check(gpu.opt_state.at(k), c, comparable ? &budget.fp32->opt_state.at(k) : nullptr, "optimizer end " + k, 0, 4);
+  }
+  std::printf("%s: worst error / budget %.3g (%s)\n", run.c_str(), worst, worst_key.c_str());
+}
+
+TEST(GpuTraining, Fp32MatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const TrainRun run{};
+  compare(train(Device::cuda(0), run), train(Device::cpu(), run), {}, "fp32");
+}
+
+// Dropout masks come from the same Philox stream on both devices.
+TEST(GpuTraining, Fp32WithDropoutMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const TrainRun run{.dropout = 0.1};
+  compare(train(Device::cuda(0), run), train(Device::cpu(), run), {}, "fp32 dropout");
+}
+
+// Gradient accumulation (2 micro-batches) and activation checkpointing on the device. (BF16 and 8-bit AdamW moments
+// are bit-exact at the op level, GpuOptimOps; in training, FP32-level differences of a moment flip its BF16 rounding
+// or 8-bit code by a whole step now and then, which an FP32 budget does not cover.)
+TEST(GpuTraining, AccumulationAndCheckpointingMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const TrainRun run{.accum = 2, .checkpoint = true};
+  const Trace gpu = train(Device::cuda(0), run);
+  compare(gpu, train(Device::cpu(), run), {}, "fp32 accumulate 2 checkpointed");
+  // Recomputing the blocks in backward repeats the same device ops on the same inputs: the same bits as without.
+  TrainRun plain = run;
+  plain.checkpoint = false;
+  plain.steps = 1;
+  const Trace gpu_plain = train(Device::cuda(0), plain);
+  for (const auto& [k, t] : gpu_plain.grads1)
+    testing::expect_match(gpu.grads1.at(k), t, testing::Match::exact(DType::F32, 2), "checkpointed vs not: grad " + k);
+}
+
+TEST(GpuTraining, Bf16AutocastWithFp32MastersMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Trace fp32 = train(Device::cpu(), TrainRun{});
+  const TrainRun run{.precision = "bf16"};
+  compare(train(Device::cuda(0), run), train(Device::cpu(), run), {&fp32}, "bf16 autocast");
+}
+
+// FP16 with dynamic loss scaling: an Inf injected into one gradient at step 1 makes both devices skip that step (the
+// parameters keep their bits) and back the scale off; growth_interval 2 makes it grow again by the end.
+TEST(GpuTraining, Fp16GradScalerSkipsTheSameStepAndMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Trace fp32 = train(Device::cpu(), TrainRun{.steps = 5});
+  const TrainRun run{.precision = "fp16", .steps = 5, .inject_inf_step = 1};
+  const Trace gpu = train(Device::cuda(0), run), cpu = train(Device::cpu(), run);
+  compare(gpu, cpu, {&fp32}, "fp16 grad scaler");
+  EXPECT_EQ(gpu.stepped, (std::vector<bool>{true, false, true, true, true}));
+  EXPECT_EQ(gpu.scales, (std::vector<double>{1024, 512, 512, 1024, 1024}));
+  for (const auto& [k, t] : gpu.params[0])
+    EXPECT_TRUE(testing::same_bits(gpu.params[1].at(k), t)) << "the skipped step changed " << k << " on the device";
+}
+
+// FP8 recipes: losses, gradients, parameters and AdamW state within the budget, and the scaling state (amax
+// histories, scales, scale_invs; the telemetry's last amax and scale) elementwise within one E4M3 step (2^-3 relative,
+// tolerance(f8e4m3).rtol): an amax only chooses the FP8 exponent range, the tensors it is taken of differ by their
+// budgets above (the gradients into the attention projection by ~5% at most here), and an amax of the wrong tensor,
+// or taken after scaling, is off by far more.
+void fp8_run(const std::string& precision) {
+  const Trace fp32 = train(Device::cpu(), TrainRun{});
+  const TrainRun run{.precision = precision};
+  const Trace gpu = train(Device::cuda(0), run), cpu = train(Device::cpu(), run);
+  compare(gpu, cpu, {&fp32}, precision);
+  ASSERT_FALSE(cpu.fp8_state.empty()) << precision;
+  std::vector<std::string> gk, ck;
+  for (const auto& kv : gpu.fp8_state) gk.push_back(kv.first);
+  for (const auto& kv : cpu.fp8_state) ck.push_back(kv.first);
+  ASSERT_EQ(gk, ck) << precision;
+  for (const auto& [k, c] : cpu.fp8_state)
+    testing::expect_match(gpu.fp8_state.at(k), c, testing::Match::close({0x1p-3, 0}), precision + " state " + k);
+}
+
+TEST(GpuTraining, Fp8DelayedScalingMatchesCpu) {
+  MPT_REQUIRE_GPU(9);
+  fp8_run("fp8-delayed");
+}
+
+TEST(GpuTraining, Fp8CurrentScalingMatchesCpu) {
+  MPT_REQUIRE_GPU(9);
+  fp8_run("fp8-current");
+}
+
+TEST(GpuTraining, Fp8BlockScalingMatchesCpu) {
+  MPT_REQUIRE_GPU(9);
+  fp8_run("fp8-block");
+}
+
+}  // namespace
+}  // namespace mpt
