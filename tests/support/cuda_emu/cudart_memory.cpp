@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <map>
 
 #include "cudart_state.h"
 
@@ -35,7 +36,7 @@ struct Range {
   Allocation* a;
   bool open;
 };
-std::vector<Range>* g_ranges = new std::vector<Range>();  // sorted by base; never destroyed
+std::map<uintptr_t, Range>* g_ranges = new std::map<uintptr_t, Range>();  // by base, freed ones too; never destroyed
 // Ranges opened since device work last ended (bases; a fixed array: the signal handler must not allocate).
 constexpr int kMaxOpen = 8192;
 uintptr_t g_open[kMaxOpen];
@@ -53,22 +54,17 @@ class MapLock {
 };
 
 Range* find_range(uintptr_t addr) {
-  auto it = std::upper_bound(g_ranges->begin(), g_ranges->end(), addr,
-                             [](uintptr_t a, const Range& r) { return a < r.base; });
+  auto it = g_ranges->upper_bound(addr);
   if (it == g_ranges->begin()) return nullptr;
   --it;
-  return addr < it->base + it->mapped ? &*it : nullptr;
+  return addr < it->second.base + it->second.mapped ? &it->second : nullptr;
 }
 
 void say(const char* text) { (void)!write(2, text, std::strlen(text)); }
 
-bool uninitialised_reads_fatal() {
-  static const bool fatal = [] {
-    const char* v = std::getenv("MPT_EMU_UNINITIALISED");
-    return v == nullptr || std::strcmp(v, "ignore") != 0;
-  }();
-  return fatal;
-}
+// MPT_EMU_UNINITIALISED=ignore lets device code read the poison; read once at start-up (not in the handler).
+bool g_uninitialised_fatal = true;
+bool uninitialised_reads_fatal() { return g_uninitialised_fatal; }
 
 void on_fault(int sig, siginfo_t* info, void* context) {
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
@@ -127,10 +123,7 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 
 void add_range(Allocation* a) {
   MapLock lock;
-  Range r{a->base, a->mapped, a, false};
-  g_ranges->insert(std::upper_bound(g_ranges->begin(), g_ranges->end(), r.base,
-                                    [](uintptr_t b, const Range& x) { return b < x.base; }),
-                   r);
+  g_ranges->insert_or_assign(a->base, Range{a->base, a->mapped, a, false});
 }
 
 }  // namespace
@@ -146,7 +139,7 @@ DeviceAccessScope::~DeviceAccessScope() {
     r.open = false;
   };
   if (g_open_overflow) {
-    for (Range& r : *g_ranges) close(r);
+    for (auto& [base, r] : *g_ranges) close(r);
   } else {
     for (int i = 0; i < g_open_count; ++i)
       if (Range* r = find_range(g_open[i])) close(*r);
@@ -156,6 +149,8 @@ DeviceAccessScope::~DeviceAccessScope() {
 }
 
 void install_fault_handler() {
+  const char* v = std::getenv("MPT_EMU_UNINITIALISED");
+  g_uninitialised_fatal = v == nullptr || std::strcmp(v, "ignore") != 0;
   struct sigaction sa {};
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;

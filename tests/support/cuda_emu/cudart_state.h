@@ -72,7 +72,7 @@ class PendingImpl final : public Pending {
 
  private:
   std::string api_;
-  bool done_ = false;  // guarded by state().mutex
+  std::atomic<bool> done_{false};  // set under state().mutex; read by pollers without it
 };
 
 struct DeviceState {
