@@ -123,6 +123,7 @@ class DeviceAccessScope {
   DeviceAccessScope& operator=(const DeviceAccessScope&) = delete;
 };
 void* map_device_memory(size_t bytes, size_t* mapped);
+void track_device_memory(Allocation* a);  // lets the fault handler find it
 void retire_device_memory(Allocation& a);  // poison, protect forever, keep in quarantine
 void install_fault_handler();
 
