@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# tools/install-deps.sh: installs the Debian packages mptrain builds against (when run as root and missing).
+# tools/install-deps.sh: installs what mptrain needs on Debian 12 (as root, and only what is missing).
+# Usage: bash tools/install-deps.sh [--tools]
+#   default: every Debian package the build, the examples and the tests need, on a minimal Debian 12
+#            (proved by tools/fresh-machine-check.sh). The CUDA toolkit is optional and not installed here.
+#   --tools: also the Debian packages of the tools/ scripts: debootstrap and git (fresh-machine-check.sh),
+#            python3-torch and numpy (make_goldens.py), matplotlib (plot_convergence.py). Two tools compare against
+#            PyPI packages, which a virtual environment should hold so that they do not shadow Debian's torch:
+#            bench_gpt_torch.py (PyPI's torch is the baseline, docs/benchmarks.md) and safetensors_crosscheck.py.
 set -euo pipefail
-packages=(cmake ninja-build g++ ccache libfmt-dev libgtest-dev libgmock-dev libdnnl-dev libcli11-dev
-          nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev)
+# ocl-icd-opencl-dev: Debian's dnnl-config.cmake requires OpenCL, which libdnnl-dev only recommends.
+packages=(cmake ninja-build g++ ccache libfmt-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
+          libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev)
+tools=0
+for arg in "$@"; do
+  case "$arg" in
+    --tools) tools=1 ;;
+    *) echo "install-deps: unknown argument '$arg' (usage: bash tools/install-deps.sh [--tools])" >&2; exit 2 ;;
+  esac
+done
+if [[ $tools -eq 1 ]]; then
+  packages+=(debootstrap git python3 python3-venv python3-torch python3-numpy python3-matplotlib)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-if [[ $(id -u) -ne 0 ]]; then
+elif [[ $(id -u) -ne 0 ]]; then
   echo "install-deps: missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
   exit 1
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
