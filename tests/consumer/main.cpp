@@ -1,4 +1,4 @@
-// tests/consumer/main.cpp: uses the installed package: tensors, conversion and the device probe.
+// tests/consumer/main.cpp: the main.cpp for README's CMake snippet: tensors, conversion and the device probe.
 #include <mpt/mpt.h>
 
 #include <cstdio>
