@@ -1,11 +1,16 @@
 // src/core/memory.cpp: Storage allocation routed to the device's allocator, byte copies, memory statistics.
 #include "mpt/core/memory.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
 
 #include "core/backend.h"
 #include "core/cpu_allocator.h"
@@ -98,6 +103,38 @@ MemoryStats memory_stats(Device device) {
   if (device.is_cpu()) return CpuAllocator::instance().stats();
   check_device_available(device);
   return cuda_backend::memory_stats(device.index());
+}
+
+namespace {
+
+// The first integer after `key` in a /proc or /sys file; -1 when the file or key is missing (or says "max").
+int64_t read_number(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size(), key) != 0) continue;
+    std::istringstream fields(line.substr(key.size()));
+    int64_t value = -1;
+    fields >> value;
+    return fields ? value : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t available_memory(Device device) {
+  if (device.is_cpu()) {
+    const int64_t kib = read_number("/proc/meminfo", "MemAvailable:");
+    int64_t bytes = kib >= 0 ? kib * 1024 : std::numeric_limits<int64_t>::max();
+    const int64_t limit = read_number("/sys/fs/cgroup/memory.max", "");
+    const int64_t used = read_number("/sys/fs/cgroup/memory.current", "");
+    if (limit >= 0 && used >= 0) bytes = std::min(bytes, std::max<int64_t>(limit - used, 0));
+    return bytes + CpuAllocator::instance().stats().cached_bytes;
+  }
+  check_device_available(device);
+  const size_t total = cuda_status().devices.at(static_cast<size_t>(device.index())).total_memory;
+  return std::max<int64_t>(static_cast<int64_t>(total) - memory_stats(device).current_bytes, 0);
 }
 
 void reset_peak_memory_stats(Device device) {

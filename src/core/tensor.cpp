@@ -2,6 +2,9 @@
 #include "mpt/core/tensor.h"
 
 #include <algorithm>
+#include <exception>
+#include <limits>
+#include <memory>
 #include <numeric>
 
 #include "mpt/autograd/grad_mode.h"
@@ -33,7 +36,16 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, i
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   const int64_t n = mpt::numel(shape);
-  auto storage = Storage::allocate(static_cast<size_t>(n) * dtype_size(dtype), device);
+  MPT_CHECK(static_cast<uint64_t>(n) <= std::numeric_limits<uint64_t>::max() / dtype_size(dtype),
+            "[tensor] a {} tensor of shape {} has more bytes than 2^64", dtype, shape_str(shape));
+  const size_t nbytes = static_cast<size_t>(n) * dtype_size(dtype);
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = Storage::allocate(nbytes, device);
+  } catch (const std::exception& e) {  // the allocator's mpt::Error, or std::bad_alloc: name what was asked for
+    MPT_THROW("[tensor] cannot allocate a {} tensor of shape {} ({} bytes) on {}: {}", dtype, shape_str(shape), nbytes,
+              device, e.what());
+  }
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 

@@ -14,6 +14,7 @@
 #include "mpt/core/device.h"
 #include "mpt/core/error.h"
 #include "mpt/core/memory.h"
+#include "mpt/core/tensor.h"
 
 using mpt::CpuAllocator;
 using mpt::Device;
@@ -311,3 +312,19 @@ TEST(CudaMemory, HostDeviceRoundTrip) {
 }
 
 }  // namespace
+
+// A failed allocation is an mpt::Error naming the tensor's dtype, shape and bytes, never std::bad_alloc.
+TEST(CpuAllocator, FailedTensorAllocationNamesShapeAndBytes) {
+  // 2^62 bytes: over the allocator's 2^60-byte limit.
+  const std::string too_big = error_message([] { mpt::Tensor::empty({1 << 30, 1 << 30}, mpt::DType::F32); });
+  EXPECT_TRUE(contains(too_big, "[tensor] cannot allocate a f32 tensor of shape [1073741824, 1073741824] "
+                                "(4611686018427387904 bytes) on cpu"))
+      << too_big;
+  // 2^48 bytes (256 TiB): under the limit, refused by the system (the asan preset lets ASan return null too).
+  const std::string refused = error_message([] { mpt::Tensor::empty({int64_t{1} << 46}, mpt::DType::F32); });
+  EXPECT_TRUE(contains(refused, "shape [70368744177664] (281474976710656 bytes) on cpu")) << refused;
+  EXPECT_TRUE(contains(refused, "out of CPU memory")) << refused;
+  // 2^64 bytes cannot even be counted.
+  const std::string overflow = error_message([] { mpt::Tensor::empty({int64_t{1} << 62}, mpt::DType::F32); });
+  EXPECT_TRUE(contains(overflow, "has more bytes than 2^64")) << overflow;
+}

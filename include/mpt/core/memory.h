@@ -58,6 +58,11 @@ struct MemoryStats {
 };
 MemoryStats memory_stats(Device device);
 void reset_peak_memory_stats(Device device);
+// Bytes that new allocations on `device` can still get, for refusing work that cannot fit before allocating it.
+// CPU: the kernel's MemAvailable (/proc/meminfo), capped by the cgroup's memory.max minus memory.current when one is
+// set, plus what mptrain's own pool caches. CUDA: the device's total memory minus mptrain's live allocations (other
+// processes' use is not seen). Approximate by nature: a bound to refuse the impossible, not a promise.
+int64_t available_memory(Device device);
 // Returns cached blocks to the system (CPU: free(); CUDA: synchronizes the device and trims the pool).
 void empty_cache(Device device);
 
