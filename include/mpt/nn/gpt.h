@@ -101,6 +101,26 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f_;
 };
 
+// What training a GPT needs in memory, estimated from its config before anything is allocated, so that a
+// configuration that cannot fit is refused with numbers instead of failing (or swapping) halfway through.
+struct TrainingMemoryOptions {
+  int64_t batch = 1;                             // sequences per micro-batch
+  int64_t seq = 1;                               // tokens per sequence
+  int64_t optimizer_bytes_per_parameter = 8;     // AdamW with FP32 moments: 8; 8-bit moments: 2; SGD: 0 or 4
+  int64_t compute_copy_bytes_per_parameter = 0;  // cached FP16/BF16 weight copies under autocast: 2
+  bool activation_checkpointing = false;
+};
+struct TrainingMemory {
+  int64_t parameters = 0;   // count (the tied LM head adds none)
+  int64_t weights = 0;      // bytes: FP32 masters plus compute copies
+  int64_t gradients = 0;    // FP32
+  int64_t optimizer = 0;    // optimizer state
+  int64_t activations = 0;  // saved for backward, the logits and their gradient, the token batch
+  int64_t total() const;    // saturates at INT64_MAX instead of overflowing
+};
+int64_t gpt_parameter_count(const GPTConfig& config);  // equals GPT(config).num_parameters()
+TrainingMemory estimate_training_memory(const GPTConfig& config, const TrainingMemoryOptions& options);
+
 // Token cross-entropy: logits [..., V] against targets [...] (-100 ignored), reduced to a scalar f32 (f64 for f64)
 // mean or sum.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
