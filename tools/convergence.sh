@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # tools/convergence.sh: trains the small GPT under every precision with the same seed and data order, then plots.
-# Usage: MPT_DATA=../shared/data/tinyshakespeare.txt bash tools/convergence.sh [OUT_DIR] [extra train_gpt flags]
+# Usage: bash tools/convergence.sh [OUT_DIR] [extra train_gpt flags]   (train_gpt's built-in tinyshakespeare, or MPT_DATA)
 # Writes OUT_DIR/<precision>.jsonl (train_gpt --log-json) and docs/numerics_convergence.png (tools/plot_convergence.py,
 # matplotlib from pip; PYTHON picks the interpreter). The table in docs/numerics.md comes from the "final" line of each log.
 set -euo pipefail
 out=${1:-build/convergence}
 shift || true
-: "${MPT_DATA:?set MPT_DATA to the training text, e.g. ../shared/data/tinyshakespeare.txt}"
 bin=build/release/examples/train_gpt
 mkdir -p "$out"
 common=(--layers 6 --heads 6 --embd 384 --seq 256 --batch 8 --steps 300 --lr 1e-3 --min-lr 1e-4 --warmup 30
