@@ -268,8 +268,8 @@ void run(const Options& o) {
     }
   }
   const double mean_tps = tokens_per_step * static_cast<double>(o.steps) / total_ms * 1e3;
-  fmt::print("done: {} steps ({} skipped by the loss scaler), mean {:.0f} tok/s, final val loss {:.4f}\n", o.steps,
-             skipped, mean_tps, val_loss);
+  fmt::print("done: {} steps in {:.0f} s ({} skipped by the loss scaler), mean {:.0f} tok/s, final val loss {:.4f}\n",
+             o.steps, total_ms / 1e3, skipped, mean_tps, val_loss);
   log.write({{"final", true}, {"precision", o.precision}, {"steps", o.steps}, {"skipped", skipped},
              {"tokens_per_s", mean_tps}, {"val_loss", val_loss}});
   const auto stats = mpt::memory_stats(device);

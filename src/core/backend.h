@@ -10,6 +10,9 @@
 
 namespace mpt::cuda_backend {
 
+// Why a build has no CUDA backend: MPT_CUDA=OFF, or MPT_CUDA=AUTO found no nvcc when it was configured.
+inline constexpr const char* kNotBuilt = "mptrain was built without CUDA (MPT_CUDA=OFF, or no nvcc at configure time)";
+
 // Probes the driver and devices; called once by mpt::cuda_status(). Never throws.
 CudaStatus probe();
 

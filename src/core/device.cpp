@@ -152,7 +152,7 @@ std::string device_report() {
                          static_cast<double>(d.total_memory) / (1 << 30), d.multiprocessors);
     }
   } else {
-    out += "  CUDA backend: not built (MPT_CUDA=OFF)\n";
+    out += fmt::format("  CUDA backend: not built: {}\n", cuda_backend::kNotBuilt);
   }
   out += fmt::format("  CUDA status:  {}\n", s.reason);
   out += fmt::format("  best device:  {} ({})\n", Device::best(), Device::best_reason());

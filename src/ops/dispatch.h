@@ -10,6 +10,7 @@
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
+#include "core/backend.h"
 #include "mpt/core/tensor.h"
 
 #if defined(MPT_WITH_CUDA)
@@ -68,5 +69,5 @@ class GradRecorder {
 #if defined(MPT_WITH_CUDA)
 #define MPT_CUDA_KERNEL(expr) MPT_CUDA_CHECK(expr)
 #else
-#define MPT_CUDA_KERNEL(expr) MPT_THROW("[cuda] mptrain was built without CUDA (MPT_CUDA=OFF)")
+#define MPT_CUDA_KERNEL(expr) MPT_THROW("[cuda] {}", ::mpt::cuda_backend::kNotBuilt)
 #endif

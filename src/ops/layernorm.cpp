@@ -197,7 +197,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         MPT_CUDA_KERNEL(kernels::cuda::layer_norm_backward(p, scratch.data<float>(),
                                                            static_cast<cudaStream_t>(detail::stream_of(dev))));
 #else
-        MPT_THROW("[cuda] mptrain was built without CUDA (MPT_CUDA=OFF)");
+        MPT_THROW("[cuda] {}", cuda_backend::kNotBuilt);
 #endif
       }
     });

@@ -81,7 +81,8 @@ TEST(CudaStatus, BuiltMatchesTheBuild) {
   EXPECT_GT(mpt::cuda_status().runtime_version, 0);
 #else
   EXPECT_FALSE(mpt::cuda_status().built);
-  EXPECT_EQ(mpt::cuda_status().reason, "mptrain was built without CUDA (MPT_CUDA=OFF); using the CPU");
+  EXPECT_EQ(mpt::cuda_status().reason,
+            "mptrain was built without CUDA (MPT_CUDA=OFF, or no nvcc at configure time); using the CPU");
 #endif
   EXPECT_EQ(&mpt::cuda_status(), &mpt::cuda_status());  // probed once, cached
 }

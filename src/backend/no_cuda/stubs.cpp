@@ -1,17 +1,19 @@
 // src/backend/no_cuda/stubs.cpp: the CUDA backend interface in a build without CUDA: every entry throws.
+#include <string>
+
 #include "core/backend.h"
 #include "mpt/core/error.h"
 
 namespace mpt::cuda_backend {
 namespace {
 
-[[noreturn]] void not_built() { MPT_THROW("[cuda] mptrain was built without CUDA (MPT_CUDA=OFF)"); }
+[[noreturn]] void not_built() { MPT_THROW("[cuda] {}", kNotBuilt); }
 
 }  // namespace
 
 CudaStatus probe() {
   CudaStatus s;
-  s.reason = "mptrain was built without CUDA (MPT_CUDA=OFF); using the CPU";
+  s.reason = std::string(kNotBuilt) + "; using the CPU";
   return s;
 }
 
