@@ -4,12 +4,13 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -316,6 +317,9 @@ int main(int argc, char** argv) {
     if (o.warmup < 0) o.warmup = o.steps / 10;
     MPT_CHECK(o.warmup <= o.steps, "[train_gpt] --warmup {} exceeds --steps {}", o.warmup, o.steps);
     run(o);
+  } catch (const std::bad_alloc&) {  // host memory outside mptrain's tensors (which throw mpt::Error with the shape)
+    std::fprintf(stderr, "train_gpt: out of host memory (std::bad_alloc); reduce --batch, --seq, --layers or --embd\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_gpt: %s\n", e.what());
     return 1;
