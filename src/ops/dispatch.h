@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
-#include "core/backend.h"
 #include "mpt/core/tensor.h"
 
 #if defined(MPT_WITH_CUDA)
