@@ -19,12 +19,14 @@
 #include "mpt/amp/fp8.h"
 #include "mpt/amp/grad_scaler.h"
 #include "mpt/amp/policy.h"
+#include "mpt/io/checkpoint.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/optim/adamw.h"
 #include "mpt/optim/clip.h"
 #include "mpt/optim/lr_schedule.h"
 
 #include "embedded_text.h"
+#include "train_gpt_session.h"
 
 namespace {
 
@@ -40,7 +42,52 @@ struct Options {
   std::string precision = "fp32";
   int64_t grad_accum = 1;
   std::string log_json;
+  std::string moments = "f32";  // AdamW moment storage: f32, bf16, int8
+  double init_scale = 65536;    // the fp16 GradScaler's initial scale
+  // Checkpoints (not part of the saved configuration except save_every and keep).
+  std::string save_dir, resume;
+  int64_t save_every = 0, keep = 3, stop_after = 0;
 };
+
+// The options a checkpoint records, by the flag that sets them: a resumed run takes each one it is not given.
+#define MPT_TRAIN_GPT_SAVED(X)                                                                                       \
+  X(data, "--data") X(steps, "--steps") X(batch, "--batch") X(seq, "--seq") X(layers, "--layers")                  \
+  X(heads, "--heads") X(embd, "--embd") X(lr, "--lr") X(min_lr, "--min-lr") X(weight_decay, "--weight-decay")      \
+  X(clip, "--clip") X(dropout, "--dropout") X(warmup, "--warmup") X(log_every, "--log-every")                       \
+  X(eval_every, "--eval-every") X(eval_batches, "--eval-batches") X(sample_chars, "--sample") X(seed, "--seed")     \
+  X(checkpoint, "--checkpoint-activations") X(precision, "--precision") X(grad_accum, "--grad-accum")               \
+  X(log_json, "--log-json") X(moments, "--moments") X(init_scale, "--init-scale") X(save_every, "--save-every")     \
+  X(keep, "--keep")
+
+nlohmann::json saved_options(const Options& o) {
+  nlohmann::json j = nlohmann::json::object();
+#define MPT_SAVE(field, flag) j[#field] = o.field;
+  MPT_TRAIN_GPT_SAVED(MPT_SAVE)
+#undef MPT_SAVE
+  return j;
+}
+
+// Fills every option not given on the command line (given(flag) false) from a checkpoint's saved configuration.
+template <class Given>
+void restore_options(Options& o, const nlohmann::json& saved, const std::string& where, Given&& given) {
+#define MPT_RESTORE(field, flag)                                                                                   \
+  if (!given(flag) && saved.contains(#field)) {                                                                    \
+    try {                                                                                                          \
+      saved.at(#field).get_to(o.field);                                                                            \
+    } catch (const nlohmann::json::exception& e) {                                                                 \
+      MPT_THROW("[train_gpt] {}: run_config key \"{}\" ({}): {}", where, #field, flag, e.what());                    \
+    }                                                                                                              \
+  }
+  MPT_TRAIN_GPT_SAVED(MPT_RESTORE)
+#undef MPT_RESTORE
+}
+
+mpt::ops::MomentStorage moment_storage(const std::string& name) {
+  if (name == "f32") return mpt::ops::MomentStorage::F32;
+  if (name == "bf16") return mpt::ops::MomentStorage::BF16;
+  if (name == "int8") return mpt::ops::MomentStorage::Int8;
+  MPT_THROW("[train_gpt] unknown --moments '{}': expected f32, bf16 or int8 (8-bit blockwise)", name);
+}
 
 // The precision policy a --precision name selects (FP8 keeps the first and last blocks and the LM head in BF16;
 // delayed scaling uses TE's defaults: HYBRID formats, a 1024-step amax history, max).
@@ -59,12 +106,12 @@ mpt::amp::Policy make_policy(const std::string& name, int64_t n_layer, mpt::Devi
             name);
 }
 
-// Appends one JSON object per line to --log-json (nothing without it).
+// Appends one JSON object per line to --log-json (nothing without it). A resumed run continues the file.
 class JsonLog {
  public:
-  explicit JsonLog(const std::string& path) {
+  JsonLog(const std::string& path, bool append) {
     if (path.empty()) return;
-    out_.open(path, std::ios::trunc);
+    out_.open(path, append ? std::ios::app : std::ios::trunc);
     MPT_CHECK(out_, "[train_gpt] cannot write the log '{}'", path);
   }
   void write(const nlohmann::json& j) {
@@ -167,8 +214,9 @@ std::string sample(const mpt::nn::GPT& model, const CharCodec& codec, int64_t n,
 // before allocating any of it.
 void check_memory(const mpt::nn::GPTConfig& config, const Options& o, mpt::Device device) {
   const bool low_precision = o.precision != "fp32";
+  const int64_t optimizer_bytes = o.moments == "int8" ? 2 : o.moments == "bf16" ? 4 : 8;
   const mpt::nn::TrainingMemory m = mpt::nn::estimate_training_memory(
-      config, {.batch = o.batch, .seq = o.seq, .optimizer_bytes_per_parameter = 8,
+      config, {.batch = o.batch, .seq = o.seq, .optimizer_bytes_per_parameter = optimizer_bytes,
                .compute_copy_bytes_per_parameter = low_precision ? 2 : 0, .activation_checkpointing = o.checkpoint});
   const int64_t available = mpt::available_memory(device);
   const auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); };
@@ -179,6 +227,31 @@ void check_memory(const mpt::nn::GPTConfig& config, const Options& o, mpt::Devic
             gib(m.total()), device, static_cast<double>(m.parameters) / 1e6, gib(m.weights), gib(m.gradients),
             gib(m.optimizer), gib(m.activations), o.batch, o.seq, gib(available),
             o.checkpoint ? "" : ", or add --checkpoint-activations");
+}
+
+// Where a checkpoint continues the run: the data sampler's state and the counters of the run so far.
+nlohmann::json data_state(const std::mt19937_64& rng, int64_t skipped, const std::string& text) {
+  std::ostringstream sampler;
+  sampler << rng;
+  return {{"sampler", "mt19937_64"}, {"sampler_state", sampler.str()}, {"skipped_steps", skipped},
+          {"text_bytes", text.size()}, {"text_fnv1a", mpt_examples::text_fingerprint(text)}};
+}
+
+void restore_data_state(const std::string& json_text, const std::string& where, const std::string& text,
+                        std::mt19937_64& rng, int64_t& skipped) {
+  const nlohmann::json d = nlohmann::json::parse(json_text);
+  try {
+    MPT_CHECK(d.at("text_bytes").get<size_t>() == text.size() &&
+              d.at("text_fnv1a").get<uint64_t>() == mpt_examples::text_fingerprint(text),
+              "[train_gpt] {}: the checkpoint was trained on another text ({} bytes); this run reads {} bytes "
+              "(give the same --data)", where, d.at("text_bytes").get<size_t>(), text.size());
+    std::istringstream sampler(d.at("sampler_state").get<std::string>());
+    sampler >> rng;
+    MPT_CHECK(!sampler.fail(), "[train_gpt] {}: data.sampler_state is not an mt19937_64 state", where);
+    skipped = d.at("skipped_steps").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    MPT_THROW("[train_gpt] {}: the checkpoint's data state: {}", where, e.what());
+  }
 }
 
 void run(const Options& o) {
@@ -204,6 +277,7 @@ void run(const Options& o) {
   config.seed = o.seed;
   check_memory(config, o, device);
   MPT_CHECK(o.embd % o.heads == 0, "[train_gpt] --embd {} is not a multiple of --heads {}", o.embd, o.heads);
+  mpt::manual_seed(o.seed);  // the dropout stream
   mpt::nn::GPT model(config);
   model.set_activation_checkpointing(o.checkpoint);
   fmt::print("data: {} ({} characters, vocab {}; {} train / {} val tokens)\n",
@@ -213,19 +287,45 @@ void run(const Options& o) {
              o.heads, o.embd, o.seq, static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
 
   const mpt::amp::Policy policy = make_policy(o.precision, o.layers, device);
-  mpt::amp::GradScaler scaler(mpt::amp::GradScalerOptions{.enabled = o.precision == "fp16"}, device);
+  mpt::amp::GradScaler scaler(
+      mpt::amp::GradScalerOptions{.init_scale = o.init_scale, .enabled = o.precision == "fp16"}, device);
   fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "
-             "step\n", o.precision, scaler.is_enabled() ? ", dynamic loss scaling" : "", o.grad_accum);
+             "step; AdamW moments {}\n", o.precision, scaler.is_enabled() ? ", dynamic loss scaling" : "",
+             o.grad_accum, o.moments);
   mpt::optim::AdamW opt(mpt::optim::weight_decay_groups(model.named_parameters(), o.weight_decay),
-                        {.lr = o.lr, .betas = {0.9, 0.95}});
+                        {.lr = o.lr, .betas = {0.9, 0.95}, .moments = moment_storage(o.moments)});
   mpt::optim::WarmupCosineLr schedule(
       opt, {.max_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.steps});
-  JsonLog log(o.log_json);
   std::mt19937_64 rng(o.seed);
+  int64_t skipped = 0, start_step = 0;
+  mpt::io::TrainingState state{.model = &model, .optimizer = &opt, .schedule = &schedule, .scaler = &scaler,
+                               .fp8 = policy.fp8_state.get(), .precision = o.precision};
+  if (!o.resume.empty()) {
+    const mpt::io::CheckpointInfo info = mpt::io::load_checkpoint(o.resume, state);
+    restore_data_state(info.data_json, (info.path / "state.json").string(), text, rng, skipped);
+    start_step = info.step;
+    MPT_CHECK(start_step <= o.steps, "[train_gpt] the checkpoint {} is at step {}, past --steps {}: give a larger "
+              "--steps to train on", info.path.string(), start_step, o.steps);
+    fmt::print("resumed from {} at step {} (saved by mptrain {})\n", info.path.string(), start_step,
+               info.library_version);
+  }
+  auto save = [&](int64_t steps_done) {
+    const auto t0 = std::chrono::steady_clock::now();
+    state.step = steps_done;
+    state.run_config_json = saved_options(o).dump();
+    state.data_json = data_state(rng, skipped, text).dump();
+    const std::filesystem::path dir = mpt::io::save_checkpoint(o.save_dir, state, {.keep = o.keep});
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("saved checkpoint {} ({:.0f} ms)\n", dir.string(), ms);
+    return dir;
+  };
+  mpt_examples::truncate_log_for_resume(o.log_json, start_step);
+  JsonLog log(o.log_json, start_step > 0);
+  mpt_examples::install_stop_handlers();
   const double tokens_per_step = static_cast<double>(o.batch * o.seq * o.grad_accum);
   double window_ms = 0, total_ms = 0, val_loss = 0;
-  int64_t skipped = 0, window_steps = 0;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  int64_t window_steps = 0;
+  for (int64_t step = start_step; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
     const mpt::amp::AccumulateResult acc = mpt::amp::accumulate_gradients(
@@ -267,10 +367,26 @@ void run(const Options& o) {
       log.write({{"step", step}, {"val_loss", val_loss}});
       model.train();
     }
+    // Checkpoints after the step (and its evaluation, whose FP8 amaxes feed the next delayed-scaling update).
+    const bool last = step + 1 == o.steps;
+    const bool stop = !last && (mpt_examples::stop_requested() ||
+                                (o.stop_after > 0 && step + 1 - start_step >= o.stop_after));
+    if (!o.save_dir.empty() && (last || stop || (o.save_every > 0 && (step + 1) % o.save_every == 0))) save(step + 1);
+    if (stop) {
+      if (o.save_dir.empty()) {
+        fmt::print("stopped after step {} of {}: nothing saved (give --save-dir DIR to save a checkpoint on "
+                   "Ctrl-C)\n", step + 1, o.steps);
+      } else {
+        fmt::print("stopped after step {} of {}; resume with: train_gpt --resume {}\n", step + 1, o.steps,
+                   o.save_dir);
+      }
+      return;
+    }
   }
-  const double mean_tps = tokens_per_step * static_cast<double>(o.steps) / total_ms * 1e3;
+  const int64_t steps_run = o.steps - start_step;
+  const double mean_tps = steps_run > 0 ? tokens_per_step * static_cast<double>(steps_run) / total_ms * 1e3 : 0.0;
   fmt::print("done: {} steps in {:.0f} s ({} skipped by the loss scaler), mean {:.0f} tok/s, final val loss {:.4f}\n",
-             o.steps, total_ms / 1e3, skipped, mean_tps, val_loss);
+             steps_run, total_ms / 1e3, skipped, mean_tps, val_loss);
   log.write({{"final", true}, {"precision", o.precision}, {"steps", o.steps}, {"skipped", skipped},
              {"tokens_per_s", mean_tps}, {"val_loss", val_loss}});
   const auto stats = mpt::memory_stats(device);
@@ -312,8 +428,32 @@ int main(int argc, char** argv) {
                  "GEMM precision: fp32, bf16, fp16 (with dynamic loss scaling), fp8-delayed, fp8-current, fp8-block");
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--log-json", o.log_json, "write progress as JSON lines to this file");
+  app.add_option("--moments", o.moments, "AdamW moment storage: f32, bf16 or int8 (8-bit blockwise)");
+  app.add_option("--init-scale", o.init_scale, "initial loss scale of fp16's GradScaler")->check(CLI::PositiveNumber);
+  app.add_option("--save-dir", o.save_dir, "write checkpoints here (step-N/ directories and a latest pointer); "
+                 "one is saved at the end, every --save-every steps and on Ctrl-C or SIGTERM");
+  app.add_option("--save-every", o.save_every, "steps between checkpoints (0: only at the end and on a stop)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep", o.keep, "checkpoints kept in --save-dir (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", o.resume, "continue a run: a checkpoint directory, a --save-dir (its latest), or "
+                 "'latest' (of --save-dir); options not given are taken from the checkpoint");
+  app.add_option("--stop-after", o.stop_after, "stop (saving a checkpoint) after this many steps of this run, e.g. "
+                 "to fit a job's time limit")->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!o.resume.empty()) {
+      if (o.resume == "latest") {
+        MPT_CHECK(!o.save_dir.empty(), "[train_gpt] --resume latest needs --save-dir (the directory whose latest "
+                  "checkpoint to continue)");
+        o.resume = o.save_dir;
+      }
+      const mpt::io::CheckpointInfo info = mpt::io::read_checkpoint_info(o.resume);
+      o.resume = info.path.string();
+      restore_options(o, nlohmann::json::parse(info.run_config_json), (info.path / "state.json").string(),
+                      [&](const char* flag) { return app.count(flag) > 0; });
+      if (o.save_dir.empty() && info.path.filename().string().starts_with("step-"))
+        o.save_dir = info.path.parent_path().string();  // keep saving beside the checkpoint
+    }
     if (o.warmup < 0) o.warmup = o.steps / 10;
     MPT_CHECK(o.warmup <= o.steps, "[train_gpt] --warmup {} exceeds --steps {}", o.warmup, o.steps);
     run(o);

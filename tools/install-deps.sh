@@ -10,7 +10,7 @@
 set -euo pipefail
 # ocl-icd-opencl-dev: Debian's dnnl-config.cmake requires OpenCL, which libdnnl-dev only recommends.
 packages=(cmake ninja-build g++ ccache libfmt-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
-          libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev)
+          libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev libxxhash-dev)
 tools=0
 for arg in "$@"; do
   case "$arg" in

@@ -3,11 +3,15 @@
 
 #include <bit>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mpt/core/dtype.h"
+#include "mpt/io/safetensors.h"
 
 namespace mpt::io::detail {
 
@@ -59,6 +63,22 @@ inline std::string supported_codes() {
     out += c.code;
   }
   return out;
+}
+
+// A header (the JSON text after the 8-byte length) checked against every rule of the format for a byte buffer of
+// `buffer_size` bytes: entries sorted by offset, tiling the buffer. Throws mpt::Error "[safetensors] <where>: ...".
+// Pure (no I/O): the reader's front end and a fuzz target (tests/fuzz).
+struct ParsedHeader {
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+ParsedHeader parse_safetensors_header(std::string_view text, uint64_t buffer_size, const std::string& where);
+
+// The crash-test hook of io::testing::set_save_hook (checkpoint.h): save_safetensors and save_checkpoint call
+// save_point() at every place a crash could land. A no-op unless a test set a hook.
+std::function<void(std::string_view)>& save_hook();
+inline void save_point(std::string_view label) {
+  if (save_hook()) save_hook()(label);
 }
 
 }  // namespace mpt::io::detail

@@ -97,24 +97,30 @@ class TempFile {
   TempFile& operator=(const TempFile&) = delete;
 
   void write(const void* data, size_t n) {
+    constexpr size_t kChunk = size_t{1} << 20;  // crash-test points: the first write and every MiB boundary
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
+      const size_t chunk = std::min(n, kChunk - written_ % kChunk);
+      if (written_ % kChunk == 0) detail::save_point("write");
+      const ssize_t w = ::write(fd_, p, chunk);
       if (w < 0 && errno == EINTR) continue;
       MPT_CHECK(w > 0, "[safetensors] {}: cannot write the temporary file {}: {}", where_, path_.string(),
                 w < 0 ? errno_message(errno) : "no progress");
       p += w;
       n -= static_cast<size_t>(w);
+      written_ += static_cast<size_t>(w);
     }
   }
 
   // fsync, close and rename over `target`; then fsync the directory so the rename itself is durable.
   void commit(const fs::path& target) {
+    detail::save_point("fsync file");
     MPT_CHECK(::fsync(fd_) == 0, "[safetensors] {}: cannot flush the temporary file {}: {}", where_, path_.string(),
               errno_message(errno));
     const int fd = std::exchange(fd_, -1);
     MPT_CHECK(::close(fd) == 0, "[safetensors] {}: cannot close the temporary file {}: {}", where_, path_.string(),
               errno_message(errno));
+    detail::save_point("rename file");
     MPT_CHECK(::rename(path_.c_str(), target.c_str()) == 0, "[safetensors] {}: cannot rename the temporary file {} "
               "over it: {}", where_, path_.string(), errno_message(errno));
     committed_ = true;
@@ -130,10 +136,16 @@ class TempFile {
   std::string where_;
   fs::path path_;
   int fd_ = -1;
+  size_t written_ = 0;
   bool committed_ = false;
 };
 
 }  // namespace
+
+std::function<void(std::string_view)>& detail::save_hook() {
+  static std::function<void(std::string_view)> hook;
+  return hook;
+}
 
 void save_safetensors(const fs::path& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {

@@ -1,0 +1,446 @@
+// src/io/checkpoint.cpp: save_checkpoint (temporary directory, fsync, rename, `latest`, keep K) and load_checkpoint.
+#include "mpt/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <system_error>
+#include <vector>
+
+#include "io/checkpoint_manifest.h"
+#include "io/checksum.h"
+#include "io/safetensors_format.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/core/error.h"
+#include "mpt/core/version.h"
+#include "mpt/io/hf_gpt2.h"
+#include "mpt/io/safetensors.h"
+#include "mpt/nn/gpt.h"
+
+namespace mpt::io {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using detail::save_point;
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+void fsync_dir(const fs::path& dir) {
+  save_point("fsync directory");
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  MPT_CHECK(fd >= 0, "[checkpoint] cannot open the directory '{}' to flush it: {}", dir.string(), errno_text(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  MPT_CHECK(rc == 0 || err == EINVAL, "[checkpoint] cannot flush the directory '{}': {}", dir.string(),
+            errno_text(err));
+}
+
+// `text` into `path` whole or not at all: a temporary beside it, fsynced, renamed over it, the directory fsynced.
+void write_file_durably(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.parent_path() / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MPT_CHECK(fd >= 0, "[checkpoint] cannot create '{}': {}", tmp.string(), errno_text(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    save_point("write");
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      MPT_THROW("[checkpoint] cannot write '{}': {}", tmp.string(), errno_text(err));
+    }
+    done += static_cast<size_t>(w);
+  }
+  save_point("fsync file");
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) ::unlink(tmp.c_str());
+  MPT_CHECK(ok, "[checkpoint] cannot flush '{}': {}", tmp.string(), errno_text(err));
+  save_point("rename file");
+  MPT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "[checkpoint] cannot rename '{}' to '{}': {}", tmp.string(),
+            path.string(), errno_text(errno));
+  fsync_dir(path.parent_path());
+}
+
+std::string read_small_file(const fs::path& path, uint64_t limit) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  MPT_CHECK(fs::exists(status), "[checkpoint] {}: no such file", path.string());
+  MPT_CHECK(fs::is_regular_file(status), "[checkpoint] {}: not a regular file", path.string());
+  const uintmax_t size = fs::file_size(path, ec);
+  MPT_CHECK(!ec && size <= limit, "[checkpoint] {}: {} bytes, more than the {} it may hold", path.string(),
+            ec ? 0 : size, limit);
+  std::ifstream in(path, std::ios::binary);
+  MPT_CHECK(in, "[checkpoint] {}: cannot open for reading: {}", path.string(), errno_text(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  MPT_CHECK(!in.bad(), "[checkpoint] {}: read failed", path.string());
+  return s.str();
+}
+
+std::string step_dir_name(int64_t step) { return fmt::format("step-{:08}", step); }
+
+// The step of a "step-<digits>" name; nullopt for any other name.
+std::optional<int64_t> parse_step_dir(const std::string& name) {
+  if (!name.starts_with("step-") || name.size() == 5 || name.size() > 5 + 18) return std::nullopt;
+  int64_t step = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+// Step directories of `dir` (complete checkpoints: only renames create them), sorted by step.
+std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const auto step = parse_step_dir(e.path().filename().string());
+    if (step && e.is_directory(ec)) out.emplace_back(*step, e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// ---- tensors <-> state.json ----
+
+detail::JsonTensor to_json_tensor(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu()).contiguous();
+  detail::JsonTensor out{host.dtype(), host.shape(), {}};
+  out.bytes.resize(host.nbytes());
+  if (host.nbytes() > 0) std::memcpy(out.bytes.data(), host.data_ptr(), host.nbytes());
+  return out;
+}
+
+detail::JsonTensorDict to_json_dict(const std::map<std::string, Tensor>& d) {
+  detail::JsonTensorDict out;
+  for (const auto& [k, t] : d) out.emplace(k, to_json_tensor(t));
+  return out;
+}
+
+std::map<std::string, Tensor> to_tensors(const detail::JsonTensorDict& d) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [k, jt] : d) {
+    Tensor t = Tensor::empty(jt.shape, jt.dtype);
+    if (!jt.bytes.empty()) std::memcpy(t.data_ptr(), jt.bytes.data(), jt.bytes.size());
+    out.emplace(k, t);
+  }
+  return out;
+}
+
+const char* format_name(amp::Fp8Format f) { return f == amp::Fp8Format::Hybrid ? "hybrid" : "e4m3"; }
+
+json recipe_json(const amp::Fp8Recipe& recipe) {
+  if (const auto* d = std::get_if<amp::DelayedScaling>(&recipe))
+    return {{"kind", "delayed"}, {"amax_history_len", d->amax_history_len},
+            {"amax_algo", d->algo == amp::AmaxAlgo::Max ? "max" : "most_recent"}, {"margin", d->margin},
+            {"format", format_name(d->format)}};
+  if (const auto* c = std::get_if<amp::CurrentScaling>(&recipe))
+    return {{"kind", "current"}, {"format", format_name(c->format)}, {"power_2_scale", c->power_2_scale},
+            {"amax_epsilon", static_cast<double>(c->amax_epsilon)}};
+  const auto& b = std::get<amp::BlockScaling>(recipe);
+  return {{"kind", "block"}, {"power_2_scale", b.power_2_scale}};
+}
+
+amp::Fp8Role parse_role(const std::string& role) {
+  if (role == "weight") return amp::Fp8Role::Weight;
+  if (role == "grad_output") return amp::Fp8Role::GradOutput;
+  return amp::Fp8Role::Input;
+}
+
+json gpt_config_json(const nn::GPTConfig& c) {
+  return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
+          {"n_head", c.n_head},         {"n_embd", c.n_embd},         {"dropout", c.dropout},
+          {"bias", c.bias},             {"init_seed", c.seed}};
+}
+
+json parse_object(const std::string& text, const char* what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    MPT_THROW("[checkpoint] TrainingState::{} is not valid JSON: {}", what, e.what());
+  }
+  MPT_CHECK(j.is_object(), "[checkpoint] TrainingState::{} must be a JSON object, got {}", what, j.type_name());
+  return j;
+}
+
+// Every key of `current` in `saved` with the same shape (dtype converts), and no other key.
+void check_same_layout(const std::map<std::string, Tensor>& saved, const std::map<std::string, Tensor>& current,
+                       const std::string& where, const char* part) {
+  for (const auto& [k, t] : current) {
+    const auto it = saved.find(k);
+    MPT_CHECK(it != saved.end(), "[checkpoint] {}: {} has no \"{}\" (this run's {} expects shape {})", where, part, k,
+              part, shape_str(t.shape()));
+    MPT_CHECK(it->second.shape() == t.shape(), "[checkpoint] {}: {} \"{}\" has shape {}, but this run's is {}: the "
+              "checkpoint is of another model", where, part, k, shape_str(it->second.shape()), shape_str(t.shape()));
+  }
+  for (const auto& [k, t] : saved)
+    MPT_CHECK(current.count(k) == 1, "[checkpoint] {}: {} has \"{}\" (shape {}), which this run does not", where,
+              part, k, shape_str(t.shape()));
+}
+
+struct Parsed {
+  CheckpointInfo info;
+  detail::Manifest manifest;
+};
+
+Parsed read_manifest(const fs::path& path) {
+  Parsed p;
+  p.info.path = resolve_checkpoint(path);
+  const fs::path file = p.info.path / "state.json";
+  p.manifest = detail::parse_manifest(read_small_file(file, detail::kMaxManifestBytes), file.string());
+  p.info.step = p.manifest.step;
+  p.info.precision = p.manifest.precision;
+  p.info.library_version = p.manifest.library_version;
+  p.info.format_version = p.manifest.format_version;
+  p.info.run_config_json = p.manifest.run_config.dump();
+  p.info.data_json = p.manifest.data.dump();
+  return p;
+}
+
+void verify_files(const fs::path& dir, const detail::Manifest& m) {
+  for (const auto& [name, rec] : m.files) {
+    const fs::path file = dir / name;
+    std::error_code ec;
+    MPT_CHECK(fs::is_regular_file(file, ec), "[checkpoint] {}: missing (state.json lists it with {} bytes)",
+              file.string(), rec.bytes);
+    const detail::FileDigest d = detail::digest_file(file);
+    MPT_CHECK(d.bytes == rec.bytes && detail::hex64(d.xxh3) == rec.xxh3, "[checkpoint] {}: checksum mismatch: "
+              "state.json records {} bytes with xxh3 {}, the file has {} bytes with xxh3 {}: it is damaged or was "
+              "replaced", file.string(), rec.bytes, rec.xxh3, d.bytes, detail::hex64(d.xxh3));
+  }
+}
+
+}  // namespace
+
+// ---- save ----
+
+fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const SaveOptions& options) {
+  MPT_CHECK(state.model != nullptr, "[checkpoint] save_checkpoint: TrainingState::model is required");
+  MPT_CHECK(state.micro_step == 0, "[checkpoint] save_checkpoint: micro_step {}: checkpoints are taken at step "
+            "boundaries (after the optimizer step of a gradient-accumulation window), not inside a window",
+            state.micro_step);
+  MPT_CHECK(state.step >= 0 && options.keep >= 0, "[checkpoint] save_checkpoint: step {} and keep {} must be >= 0",
+            state.step, options.keep);
+  MPT_CHECK(state.world_size >= 1 && state.rank >= 0 && state.rank < state.world_size, "[checkpoint] "
+            "save_checkpoint: rank {} of world size {}", state.rank, state.world_size);
+  autograd::NoGradGuard no_grad;
+  detail::Manifest m;
+  m.library_version = version();
+  m.step = state.step;
+  m.world_size = state.world_size;
+  m.rank = state.rank;
+  m.precision = state.precision;
+  m.run_config = parse_object(state.run_config_json, "run_config_json");
+  m.data = parse_object(state.data_json, "data_json");
+  const Generator& gen = state.dropout_generator != nullptr ? *state.dropout_generator : default_generator();
+  m.dropout_seed = gen.seed();
+  m.dropout_offset = gen.offset();
+  if (state.schedule != nullptr) m.lr_schedule = to_json_dict(state.schedule->state_dict());
+  if (state.scaler != nullptr && state.scaler->is_enabled()) m.grad_scaler = to_json_dict(state.scaler->state_dict());
+  if (state.fp8 != nullptr) {
+    m.fp8 = to_json_dict(state.fp8->state_dict());
+    m.fp8_recipe = recipe_json(state.fp8->recipe());
+    for (const auto& meta : state.fp8->metas()) m.fp8_metas.emplace_back(meta->name, amp::to_string(meta->role));
+  }
+  const auto* gpt = dynamic_cast<const nn::GPT*>(state.model);
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MPT_CHECK(!ec, "[checkpoint] cannot create the directory '{}': {}", dir.string(), ec.message());
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {  // leftovers of killed saves
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(".tmp-step-") || name.starts_with(".trash-step-") || name.starts_with(".latest.tmp-"))
+      fs::remove_all(e.path(), ec);
+  }
+  const std::string name = step_dir_name(state.step);
+  const fs::path tmp = dir / fmt::format(".tmp-{}-{}", name, ::getpid());
+  fs::remove_all(tmp, ec);
+  save_point("create directory");
+  MPT_CHECK(fs::create_directory(tmp, ec) && !ec, "[checkpoint] cannot create the directory '{}': {}", tmp.string(),
+            ec.message());
+  try {
+    if (gpt != nullptr) {
+      m.model_type = "gpt2";
+      m.model_config = gpt_config_json(gpt->config());
+      save_safetensors(tmp / "model.safetensors", hf_gpt2_state_dict(*gpt), {{"format", "pt"}});
+      write_file_durably(tmp / "config.json", hf_gpt2_config_json(gpt->config()));
+    } else {
+      m.model_type = "module";
+      save_safetensors(tmp / "model.safetensors", state.model->state_dict(), {{"format", "mptrain"}});
+    }
+    if (state.optimizer != nullptr)
+      save_safetensors(tmp / "optimizer.safetensors", state.optimizer->state_dict(),
+                       {{"format", "mptrain"}, {"optimizer", state.optimizer->name()}});
+    for (const char* file : {"model.safetensors", "optimizer.safetensors", "config.json"}) {
+      if (!fs::exists(tmp / file)) continue;
+      const detail::FileDigest d = detail::digest_file(tmp / file);
+      m.files.emplace(file, detail::FileRecord{d.bytes, detail::hex64(d.xxh3)});
+    }
+    write_file_durably(tmp / "state.json", detail::write_manifest(m));
+    fsync_dir(tmp);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+
+  // Into place: a new name is a plain rename; an existing checkpoint of the same step is swapped atomically.
+  const fs::path final_dir = dir / name;
+  save_point("rename directory");
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
+    int err = errno;
+    if (err == EEXIST &&
+        ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      err = 0;
+    } else if (err == EINVAL || (err == EEXIST && errno == EINVAL)) {  // a file system without renameat2 flags
+      if (fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);
+      err = ::rename(tmp.c_str(), final_dir.c_str()) == 0 ? 0 : errno;
+    } else if (err == EEXIST) {
+      err = errno;
+    }
+    MPT_CHECK(err == 0, "[checkpoint] cannot move '{}' into place as '{}': {}", tmp.string(), final_dir.string(),
+              errno_text(err));
+  }
+  fsync_dir(dir);
+  write_file_durably(dir / "latest", name + "\n");
+  fs::remove_all(tmp, ec);  // the replaced checkpoint of the same step, if any
+
+  if (options.keep > 0) {
+    const auto dirs = step_dirs(dir);
+    for (size_t i = 0; i + static_cast<size_t>(options.keep) < dirs.size(); ++i) {
+      if (dirs[i].second.filename() == name) continue;
+      const fs::path trash = dir / fmt::format(".trash-{}", dirs[i].second.filename().string());
+      save_point("delete old checkpoint");
+      if (::rename(dirs[i].second.c_str(), trash.c_str()) == 0) fs::remove_all(trash, ec);
+    }
+  }
+  return final_dir;
+}
+
+// ---- load ----
+
+fs::path resolve_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  MPT_CHECK(fs::is_directory(path, ec), "[checkpoint] '{}' is not a directory: expected a checkpoint directory "
+            "(with state.json) or a save directory (with latest)", path.string());
+  if (fs::exists(path / "state.json", ec)) return path;
+  if (fs::exists(path / "latest", ec)) {
+    std::string name = read_small_file(path / "latest", 4096);
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+    MPT_CHECK(parse_step_dir(name).has_value(), "[checkpoint] {}: expected the name of a step-<number> directory, "
+              "got \"{}\"", (path / "latest").string(), name.substr(0, 80));
+    MPT_CHECK(fs::exists(path / name / "state.json", ec), "[checkpoint] {}: names \"{}\", which holds no "
+              "state.json", (path / "latest").string(), name);
+    return path / name;
+  }
+  const auto dirs = step_dirs(path);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
+    if (fs::exists(it->second / "state.json", ec)) return it->second;
+  MPT_THROW("[checkpoint] '{}' holds no checkpoint: no state.json, no latest and no step-* directory", path.string());
+}
+
+CheckpointInfo read_checkpoint_info(const fs::path& path) { return read_manifest(path).info; }
+
+CheckpointInfo load_checkpoint(const fs::path& path, TrainingState& state) {
+  MPT_CHECK(state.model != nullptr, "[checkpoint] load_checkpoint: TrainingState::model is required");
+  autograd::NoGradGuard no_grad;
+  const Parsed p = read_manifest(path);
+  const detail::Manifest& m = p.manifest;
+  const fs::path& dir = p.info.path;
+  const std::string where = (dir / "state.json").string();
+
+  MPT_CHECK(m.world_size == state.world_size && m.rank == state.rank, "[checkpoint] {}: saved by rank {} of {} "
+            "processes; this is rank {} of {}", where, m.rank, m.world_size, state.rank, state.world_size);
+  MPT_CHECK(m.precision == state.precision, "[checkpoint] {}: key \"precision\": the checkpoint was trained in \"{}\", "
+            "this run uses \"{}\" (resume with the same precision)", where, m.precision, state.precision);
+  const auto* gpt = dynamic_cast<const nn::GPT*>(state.model);
+  MPT_CHECK((gpt != nullptr) == (m.model_type == "gpt2"), "[checkpoint] {}: key \"model.type\": the checkpoint holds "
+            "a \"{}\", this run's model is {}", where, m.model_type, gpt != nullptr ? "an nn::GPT" : "not an nn::GPT");
+  if (gpt != nullptr) {
+    const json ours = gpt_config_json(gpt->config());
+    for (const char* k : {"vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias"}) {
+      MPT_CHECK(m.model_config.contains(k) && m.model_config.at(k) == ours.at(k), "[checkpoint] {}: key "
+                "\"model.config.{}\": the checkpoint's GPT has {}, this run's {}", where, k,
+                m.model_config.contains(k) ? m.model_config.at(k).dump() : "none", ours.at(k).dump());
+    }
+  }
+  MPT_CHECK(state.optimizer == nullptr || m.files.count("optimizer.safetensors") == 1, "[checkpoint] {}: holds no "
+            "optimizer.safetensors, but this run has an optimizer to restore", where);
+  MPT_CHECK(state.schedule == nullptr || m.lr_schedule.has_value(), "[checkpoint] {}: key \"lr_schedule\" is null, "
+            "but this run has a schedule to restore", where);
+  const bool scaler_on = state.scaler != nullptr && state.scaler->is_enabled();
+  MPT_CHECK(!scaler_on || m.grad_scaler.has_value(), "[checkpoint] {}: key \"grad_scaler\" is null, but this run's "
+            "GradScaler is enabled", where);
+  MPT_CHECK(state.fp8 == nullptr || m.fp8.has_value(), "[checkpoint] {}: key \"fp8\" is null, but this run has FP8 "
+            "scaling state", where);
+  if (state.fp8 != nullptr) {
+    const json ours = recipe_json(state.fp8->recipe());
+    MPT_CHECK(m.fp8_recipe == ours, "[checkpoint] {}: key \"fp8.recipe\" is {}, this run's recipe is {}", where,
+              m.fp8_recipe.dump(), ours.dump());
+  }
+  verify_files(dir, m);
+
+  // Read and check every part against this run before changing any of it.
+  const fs::path model_file = dir / "model.safetensors";
+  nn::StateDict model_dict;
+  try {
+    model_dict = load_safetensors(model_file);
+    if (gpt != nullptr) model_dict = from_hf_gpt2_state_dict(*gpt, model_dict, model_file.string());
+  } catch (const Error& e) {
+    MPT_THROW("[checkpoint] {}", e.what());
+  }
+  if (gpt == nullptr) check_same_layout(model_dict, state.model->state_dict(), model_file.string(), "the model");
+  nn::StateDict optimizer_dict;
+  if (state.optimizer != nullptr) optimizer_dict = load_safetensors(dir / "optimizer.safetensors");
+  const auto schedule_dict = m.lr_schedule ? to_tensors(*m.lr_schedule) : nn::StateDict{};
+  const auto scaler_dict = m.grad_scaler ? to_tensors(*m.grad_scaler) : nn::StateDict{};
+  const auto fp8_dict = m.fp8 ? to_tensors(*m.fp8) : nn::StateDict{};
+  if (state.schedule != nullptr)
+    check_same_layout(schedule_dict, state.schedule->state_dict(), where, "lr_schedule");
+  if (scaler_on) check_same_layout(scaler_dict, state.scaler->state_dict(), where, "grad_scaler");
+
+  // Restore. Each load below validates its own values before it copies.
+  auto in_file = [&](const fs::path& file, auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      MPT_THROW("[checkpoint] {}: {}", file.string(), e.what());
+    }
+  };
+  if (state.optimizer != nullptr)
+    in_file(dir / "optimizer.safetensors", [&] { state.optimizer->load_state_dict(optimizer_dict); });
+  in_file(where, [&] {
+    if (state.fp8 != nullptr) {
+      for (const auto& [name, role] : m.fp8_metas) state.fp8->register_tensor(name, parse_role(role));
+      state.fp8->load_state_dict(fp8_dict, /*strict=*/true);
+    }
+    if (scaler_on) state.scaler->load_state_dict(scaler_dict);
+    if (state.schedule != nullptr) state.schedule->load_state_dict(schedule_dict);
+  });
+  in_file(model_file, [&] { state.model->load_state_dict(model_dict, /*strict=*/true); });
+  Generator& gen = state.dropout_generator != nullptr ? *state.dropout_generator : default_generator();
+  gen.set_state(m.dropout_seed, m.dropout_offset);
+  state.step = m.step;
+  state.micro_step = m.micro_step;
+  state.run_config_json = p.info.run_config_json;
+  state.data_json = p.info.data_json;
+  return p.info;
+}
+
+void testing::set_save_hook(std::function<void(std::string_view)> hook) { detail::save_hook() = std::move(hook); }
+
+}  // namespace mpt::io

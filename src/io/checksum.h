@@ -1,0 +1,20 @@
+// src/io/checksum.h: XXH3-64 checksums of buffers and files (xxHash, header-only), as 16 hex digits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace mpt::io::detail {
+
+uint64_t xxh3_64(const void* data, size_t size);
+// Streams the file; throws mpt::Error "[checkpoint] <path>: ..." when it cannot be read.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
+FileDigest digest_file(const std::filesystem::path& path);
+std::string hex64(uint64_t v);  // 16 lower-case hex digits
+
+}  // namespace mpt::io::detail
