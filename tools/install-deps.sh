@@ -9,8 +9,10 @@
 #            bench_gpt_torch.py (PyPI's torch is the baseline, docs/benchmarks.md) and safetensors_crosscheck.py.
 set -euo pipefail
 # ocl-icd-opencl-dev: Debian's dnnl-config.cmake requires OpenCL, which libdnnl-dev only recommends.
+# clang and libclang-rt-14-dev: libFuzzer, for the fuzz targets of the sanitizer build (tests/fuzz).
 packages=(cmake ninja-build g++ ccache libfmt-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
-          libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev libxxhash-dev)
+          libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev libxxhash-dev
+          clang libclang-rt-14-dev)
 tools=0
 for arg in "$@"; do
   case "$arg" in

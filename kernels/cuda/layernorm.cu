@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kBackwardThreads = 512;        // the backward kernel keeps more values live: 128 registers a thread
-constexpr int64_t kGradBlocks = 512;         // blocks of the backward kernel: the partial-sum slices
+constexpr int64_t kGradBlocks = kLayerNormGradBlocks;
 constexpr int kParamThreads = 256;           // threads per block of the dweight/dbias kernel
 constexpr int64_t kSharedPartialBytes = 48 * 1024;
 
@@ -175,11 +175,6 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P>& p, cuda
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
   return vec ? launch(layer_norm_forward_kernel<T, P, true>, config, p)
              : launch(layer_norm_forward_kernel<T, P, false>, config, p);
-}
-
-int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols) {
-  const int64_t blocks = rows < kGradBlocks ? rows : kGradBlocks;
-  return blocks * 2 * cols;
 }
 
 template <class T, class P>

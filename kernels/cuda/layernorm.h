@@ -17,8 +17,15 @@ namespace mpt::kernels::cuda {
 template <class T, class P>
 cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P>& p, cudaStream_t stream);
 
-// The float scratch layer_norm_backward needs: (blocks, 2, cols) partial sums of dweight and dbias.
-int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols);
+// Blocks of the backward kernel: the partial-sum slices.
+inline constexpr int64_t kLayerNormGradBlocks = 512;
+
+// The float scratch layer_norm_backward needs: (blocks, 2, cols) partial sums of dweight and dbias. Inline: the
+// emulation tests link this file's kernels compiled as host C++ beside the library's CUDA ones, and a non-template
+// function defined in both would be defined twice.
+constexpr int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols) {
+  return (rows < kLayerNormGradBlocks ? rows : kLayerNormGradBlocks) * 2 * cols;
+}
 
 // Backward in two kernels: min(rows, 512) blocks each take every 512th row, write dx, and sum their rows'
 // dy * xhat and dy into their own slice of `scratch` (through shared memory when 2 * cols floats fit in
