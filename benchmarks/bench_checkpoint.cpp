@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
     std::printf("bench_checkpoint: %s (%.1fM parameters), AdamW moments %s, median of %d, %s\n", name.c_str(),
                 static_cast<double>(source.model.num_parameters()) / 1e6, moments.c_str(), reps, dir.c_str());
     std::printf("%-26s %12s\n", "file", "bytes");
-    for (const auto& [f, bytes] : files.items()) std::printf("%-26s %12llu\n", f.c_str(), bytes.get<unsigned long long>());
+    for (const auto& [f, bytes] : files.items())
+      std::printf("%-26s %12llu\n", f.c_str(), bytes.get<unsigned long long>());
     std::printf("%-26s %12llu\n\n", "total", static_cast<unsigned long long>(total));
     std::printf("%-40s %9s %9s\n", "operation", "seconds", "GB/s");
     std::printf("%-40s %9.3f %9.2f\n", "save_checkpoint (write, fsync, xxh3)", save_s, gb / save_s);

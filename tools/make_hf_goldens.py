@@ -75,6 +75,9 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_goldens import sort_metadata  # noqa: E402  (the same deterministic metadata order)
+
 CONFIG = dict(vocab_size=67, n_positions=24, n_embd=32, n_layer=2, n_head=4, activation_function="gelu_new",
               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True)
 MODEL_SEED = 0      # torch.manual_seed before GPT2LMHeadModel(config)
@@ -96,20 +99,6 @@ def sha256_file(path):
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def sort_metadata(path):
-    """The reference writer keeps __metadata__ in a hash map (a different order each run): rewrite the header in
-    place with the metadata sorted by key, same length, so that regenerating gives the same bytes."""
-    with open(path, "r+b") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        raw = f.read(n)
-        header = json.loads(raw)
-        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
-        new = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-        assert len(new) <= n and json.loads(new) == json.loads(raw), "header rewrite changed its content"
-        f.seek(8)
-        f.write(new + b" " * (n - len(new)))
 
 
 def write_safetensors(path, tensors, meta, failures):

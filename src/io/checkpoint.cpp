@@ -16,6 +16,7 @@
 
 #include "io/checkpoint_manifest.h"
 #include "io/checksum.h"
+#include "io/json_object.h"
 #include "io/safetensors_format.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
@@ -167,17 +168,6 @@ json gpt_config_json(const nn::GPTConfig& c) {
           {"bias", c.bias},             {"init_seed", c.seed}};
 }
 
-json parse_object(const std::string& text, const char* what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    MPT_THROW("[checkpoint] TrainingState::{} is not valid JSON: {}", what, e.what());
-  }
-  MPT_CHECK(j.is_object(), "[checkpoint] TrainingState::{} must be a JSON object, got {}", what, j.type_name());
-  return j;
-}
-
 // Every key of `current` in `saved` with the same shape (dtype converts), and no other key.
 void check_same_layout(const std::map<std::string, Tensor>& saved, const std::map<std::string, Tensor>& current,
                        const std::string& where, const char* part) {
@@ -245,8 +235,8 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
   m.world_size = state.world_size;
   m.rank = state.rank;
   m.precision = state.precision;
-  m.run_config = parse_object(state.run_config_json, "run_config_json");
-  m.data = parse_object(state.data_json, "data_json");
+  m.run_config = detail::parse_json_object(state.run_config_json, "checkpoint", "TrainingState::run_config_json");
+  m.data = detail::parse_json_object(state.data_json, "checkpoint", "TrainingState::data_json");
   const Generator& gen = state.dropout_generator != nullptr ? *state.dropout_generator : default_generator();
   m.dropout_seed = gen.seed();
   m.dropout_offset = gen.offset();

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "io/checksum.h"
+#include "io/json_object.h"
 #include "mpt/core/error.h"
 
 namespace mpt::io::detail {
@@ -233,13 +234,7 @@ std::string write_manifest(const Manifest& m) {
 Manifest parse_manifest(std::string_view text, const std::string& where, bool verify_checksum) {
   MPT_CHECK(text.size() <= kMaxManifestBytes, "[checkpoint] {}: {} bytes, more than the {} a state.json may hold",
             where, text.size(), kMaxManifestBytes);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    MPT_THROW("[checkpoint] {}: not valid JSON: {}", where, e.what());
-  }
-  MPT_CHECK(j.is_object(), "[checkpoint] {}: expected a JSON object, got {}", where, j.type_name());
+  const json j = parse_json_object(text, "checkpoint", where);
   const Reader r(where);
   Manifest m;
   // The version first: a newer format may have changed anything else.

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/json_object.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
 #include "mpt/io/safetensors.h"
@@ -159,13 +160,7 @@ std::string hf_gpt2_config_json(const nn::GPTConfig& c) {
 }
 
 nn::GPTConfig parse_hf_gpt2_config(std::string_view text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    MPT_THROW("[hf_gpt2] {}: not valid JSON: {}", where, e.what());
-  }
-  MPT_CHECK(j.is_object(), "[hf_gpt2] {}: expected a JSON object, got {}", where, j.type_name());
+  const json j = detail::parse_json_object(text, "hf_gpt2", where);
   auto integer = [&](const char* key, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
     const auto it = j.find(key);
     if (it == j.end() && fallback) return *fallback;

@@ -1,4 +1,4 @@
-// tests/gpu/test_checkpoint_gpu.cpp: checkpoints of a run on cuda:0 resume it bit for bit, and load on the CPU (skipped without a GPU; run under emulation).
+// tests/gpu/test_checkpoint_gpu.cpp: a checkpoint of a run on cuda:0 resumes it bit for bit and loads on the CPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -25,7 +25,8 @@ struct DeviceRun {
         model(config(device, seed)),
         policy(amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(amp::DelayedScaling{.amax_history_len = 4},
                                                                            device))),
-        opt(optim::weight_decay_groups(model.named_parameters(), 0.1), {.lr = 1e-2, .moments = ops::MomentStorage::Int8}),
+        opt(optim::weight_decay_groups(model.named_parameters(), 0.1),
+            {.lr = 1e-2, .moments = ops::MomentStorage::Int8}),
         data(seed) {
     manual_seed(seed);
   }
@@ -67,6 +68,7 @@ std::map<std::string, std::string> bytes_of(const std::map<std::string, Tensor>&
   return out;
 }
 
+// Skipped without a GPU in a CUDA build; run under emulation.
 TEST(GpuCheckpoint, ResumesADeviceRunBitForBitAndLoadsOnTheCpu) {
   MPT_REQUIRE_GPU(8);
   const Device gpu = Device::cuda(0);
