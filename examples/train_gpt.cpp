@@ -304,8 +304,8 @@ void run(const Options& o) {
     const mpt::io::CheckpointInfo info = mpt::io::load_checkpoint(o.resume, state);
     restore_data_state(info.data_json, (info.path / "state.json").string(), text, rng, skipped);
     start_step = info.step;
-    MPT_CHECK(start_step <= o.steps, "[train_gpt] the checkpoint {} is at step {}, past --steps {}: give a larger "
-              "--steps to train on", info.path.string(), start_step, o.steps);
+    MPT_CHECK(start_step < o.steps, "[train_gpt] the checkpoint {} is at step {}, the end of this run (--steps {}): "
+              "give a larger --steps to train on", info.path.string(), start_step, o.steps);
     fmt::print("resumed from {} at step {} (saved by mptrain {})\n", info.path.string(), start_step,
                info.library_version);
   }
