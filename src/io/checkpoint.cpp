@@ -252,11 +252,13 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
   std::error_code ec;
   fs::create_directories(dir, ec);
   MPT_CHECK(!ec, "[checkpoint] cannot create the directory '{}': {}", dir.string(), ec.message());
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {  // leftovers of killed saves
+  std::vector<fs::path> leftovers;  // of killed saves (collected first: no removal while iterating)
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.starts_with(".tmp-step-") || name.starts_with(".trash-step-") || name.starts_with(".latest.tmp-"))
-      fs::remove_all(e.path(), ec);
+      leftovers.push_back(e.path());
   }
+  for (const fs::path& p : leftovers) fs::remove_all(p, ec);
   const std::string name = step_dir_name(state.step);
   const fs::path tmp = dir / fmt::format(".tmp-{}-{}", name, ::getpid());
   fs::remove_all(tmp, ec);
