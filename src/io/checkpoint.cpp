@@ -266,23 +266,26 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
   MPT_CHECK(fs::create_directory(tmp, ec) && !ec, "[checkpoint] cannot create the directory '{}': {}", tmp.string(),
             ec.message());
   try {
+    auto record = [&](const char* file, const detail::FileDigest& d) {
+      m.files.emplace(file, detail::FileRecord{d.bytes, detail::hex64(d.xxh3)});
+    };
     if (gpt != nullptr) {
       m.model_type = "gpt2";
       m.model_config = gpt_config_json(gpt->config());
-      save_safetensors(tmp / "model.safetensors", hf_gpt2_state_dict(*gpt), {{"format", "pt"}});
-      write_file_durably(tmp / "config.json", hf_gpt2_config_json(gpt->config()));
+      record("model.safetensors", detail::save_safetensors_hashed(tmp / "model.safetensors", hf_gpt2_state_dict(*gpt),
+                                                                  {{"format", "pt"}}));
+      const std::string config = hf_gpt2_config_json(gpt->config());
+      write_file_durably(tmp / "config.json", config);
+      record("config.json", {config.size(), detail::xxh3_64(config.data(), config.size())});
     } else {
       m.model_type = "module";
-      save_safetensors(tmp / "model.safetensors", state.model->state_dict(), {{"format", "mptrain"}});
+      record("model.safetensors", detail::save_safetensors_hashed(tmp / "model.safetensors", state.model->state_dict(),
+                                                                  {{"format", "mptrain"}}));
     }
     if (state.optimizer != nullptr)
-      save_safetensors(tmp / "optimizer.safetensors", state.optimizer->state_dict(),
-                       {{"format", "mptrain"}, {"optimizer", state.optimizer->name()}});
-    for (const char* file : {"model.safetensors", "optimizer.safetensors", "config.json"}) {
-      if (!fs::exists(tmp / file)) continue;
-      const detail::FileDigest d = detail::digest_file(tmp / file);
-      m.files.emplace(file, detail::FileRecord{d.bytes, detail::hex64(d.xxh3)});
-    }
+      record("optimizer.safetensors",
+             detail::save_safetensors_hashed(tmp / "optimizer.safetensors", state.optimizer->state_dict(),
+                                             {{"format", "mptrain"}, {"optimizer", state.optimizer->name()}}));
     write_file_durably(tmp / "state.json", detail::write_manifest(m));
     fsync_dir(tmp);
   } catch (...) {

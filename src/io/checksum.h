@@ -17,4 +17,19 @@ struct FileDigest {
 FileDigest digest_file(const std::filesystem::path& path);
 std::string hex64(uint64_t v);  // 16 lower-case hex digits
 
+// XXH3-64 of a stream of buffers: update() as bytes are written, digest() at the end (no second read of a file).
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void update(const void* data, size_t size);
+  FileDigest digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t (xxhash.h stays inside checksum.cpp)
+  uint64_t bytes_ = 0;
+};
+
 }  // namespace mpt::io::detail

@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -73,6 +74,11 @@ struct ParsedHeader {
   std::map<std::string, std::string> metadata;
 };
 ParsedHeader parse_safetensors_header(std::string_view text, uint64_t buffer_size, const std::string& where);
+
+// save_safetensors, returning the XXH3-64 of the bytes it wrote (hashed as they are written: no second read).
+struct FileDigest;  // io/checksum.h
+FileDigest save_safetensors_hashed(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
+                                   const std::map<std::string, std::string>& metadata);
 
 // The crash-test hook of io::testing::set_save_hook (checkpoint.h): save_safetensors and save_checkpoint call
 // save_point() at every place a crash could land. A no-op unless a test set a hook.

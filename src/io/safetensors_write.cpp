@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/checksum.h"
 #include "io/safetensors_format.h"
 #include "mpt/core/error.h"
 #include "mpt/io/safetensors.h"
@@ -103,6 +104,7 @@ class TempFile {
       const size_t chunk = std::min(n, kChunk - written_ % kChunk);
       if (written_ % kChunk == 0) detail::save_point("write");
       const ssize_t w = ::write(fd_, p, chunk);
+      if (w > 0) hash_.update(p, static_cast<size_t>(w));
       if (w < 0 && errno == EINTR) continue;
       MPT_CHECK(w > 0, "[safetensors] {}: cannot write the temporary file {}: {}", where_, path_.string(),
                 w < 0 ? errno_message(errno) : "no progress");
@@ -113,6 +115,8 @@ class TempFile {
   }
 
   // fsync, close and rename over `target`; then fsync the directory so the rename itself is durable.
+  detail::FileDigest digest() const { return hash_.digest(); }
+
   void commit(const fs::path& target) {
     detail::save_point("fsync file");
     MPT_CHECK(::fsync(fd_) == 0, "[safetensors] {}: cannot flush the temporary file {}: {}", where_, path_.string(),
@@ -136,6 +140,7 @@ class TempFile {
   std::string where_;
   fs::path path_;
   int fd_ = -1;
+  detail::Xxh3Stream hash_;
   size_t written_ = 0;
   bool committed_ = false;
 };
@@ -149,6 +154,11 @@ std::function<void(std::string_view)>& detail::save_hook() {
 
 void save_safetensors(const fs::path& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  detail::save_safetensors_hashed(path, tensors, metadata);
+}
+
+detail::FileDigest detail::save_safetensors_hashed(const fs::path& path, const std::map<std::string, Tensor>& tensors,
+                                                   const std::map<std::string, std::string>& metadata) {
   const std::string where = path.string();
   const std::vector<Planned> plan = plan_layout(tensors, where);
   const std::string header = header_text(plan, metadata, where);
@@ -168,6 +178,7 @@ void save_safetensors(const fs::path& path, const std::map<std::string, Tensor>&
     tmp.write(host.data_ptr(), host.nbytes());
   }
   tmp.commit(path);
+  return tmp.digest();
 }
 
 }  // namespace mpt::io
