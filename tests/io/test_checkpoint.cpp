@@ -157,7 +157,8 @@ TEST(Checkpoint, ResolvesLatestOrTheHighestStep) {
 
 TEST(Checkpoint, AnyModuleIsSavedByItsStateDictNames) {
   TempDir dir;
-  nn::Linear a(4, 3), b(4, 3, true, {}, *std::make_unique<Generator>(77));
+  Generator other(77);  // b starts with other weights
+  nn::Linear a(4, 3), b(4, 3, true, {}, other);
   io::TrainingState sa{.model = &a};
   io::save_checkpoint(dir.path(), sa);
   EXPECT_TRUE(io::SafetensorsFile(dir / "step-00000000/model.safetensors").contains("weight"));
