@@ -1,0 +1,67 @@
+// mpt/dist/communicator.h: collectives across the processes of a data-parallel job (MPI on the CPU), with timeouts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::dist {
+
+enum class ReduceOp { Sum, Avg, Max };
+const char* to_string(ReduceOp op);
+
+// A collective in flight. wait() returns once this rank's part is complete (the output tensor holds the result), or
+// throws mpt::Error naming the collective, its sequence number, the tensor and the rank when it does not complete
+// within the communicator's timeout (another rank died, or called a different collective). After a timeout the job
+// cannot continue: let the error end the process (mpirun then ends the others).
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual bool test() = 0;  // true once complete (never blocks)
+  virtual void wait() = 0;
+};
+
+// One process's view of the job. Tensors are contiguous CPU tensors (F32, F16 or BF16) of the same dtype and size on
+// every rank; every rank must issue the same collectives in the same order. F16 and BF16 are reduced in F32 and
+// rounded once. The calls return at once; the tensors must stay alive and untouched until wait() returned.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" or "single"
+
+  // t = op over ranks of t (Avg: the sum divided by size()).
+  virtual std::unique_ptr<Work> all_reduce(Tensor& t, ReduceOp op) = 0;
+  // t = root's t.
+  virtual std::unique_ptr<Work> broadcast(Tensor& t, int root) = 0;
+  // out = the ranks' `in`, concatenated in rank order (out.numel() == size() * in.numel()).
+  virtual std::unique_ptr<Work> all_gather(const Tensor& in, Tensor& out) = 0;
+  // out = this rank's slice of op over ranks of `in` (in.numel() == size() * out.numel()).
+  virtual std::unique_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) = 0;
+  virtual void barrier() = 0;
+
+  // How long wait() waits before it throws (default 300 s, or MPT_DIST_TIMEOUT_S).
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ protected:
+  Communicator();
+  // The number of the next collective (for error messages), counted from 0 per communicator.
+  int64_t next_sequence() { return sequence_++; }
+
+ private:
+  std::chrono::milliseconds timeout_;
+  int64_t sequence_ = 0;
+};
+
+// The job's communicator, made once: MPI when the process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE
+// set; MPI is initialised here and finalised at exit), else a single-process communicator (size 1, collectives copy).
+std::shared_ptr<Communicator> world();
+// A single-process communicator (tests, and programs that never run under mpirun).
+std::shared_ptr<Communicator> single_process();
+
+}  // namespace mpt::dist

@@ -1,0 +1,97 @@
+// src/dist/communicator.cpp: argument checks shared by the backends, the single-process communicator, world().
+#include "dist/communicator_impl.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mpt::dist {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+Communicator::Communicator() : timeout_(std::chrono::seconds(300)) {
+  if (const char* s = std::getenv("MPT_DIST_TIMEOUT_S"); s != nullptr && *s != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(s, &end);
+    MPT_CHECK(end != s && *end == '\0' && seconds > 0, "[dist] MPT_DIST_TIMEOUT_S='{}': expected a positive number of "
+              "seconds", s);
+    timeout_ = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+}
+
+namespace detail {
+
+void check_tensor(const Tensor& t, const char* op, const char* what) {
+  MPT_CHECK(t.defined(), "[dist.{}] {} is undefined", op, what);
+  MPT_CHECK(t.device().is_cpu(), "[dist.{}] {} is on {}: the MPI communicator takes CPU tensors", op, what, t.device());
+  MPT_CHECK(t.is_contiguous(), "[dist.{}] {} {} is not contiguous", op, what, t.meta_str());
+  MPT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16,
+            "[dist.{}] {} is {}: expected f32, f16 or bf16", op, what, t.dtype());
+}
+
+void check_sizes(const Tensor& small, const Tensor& large, int size, const char* op) {
+  MPT_CHECK(small.dtype() == large.dtype(), "[dist.{}] input {} and output {} differ in dtype", op, small.meta_str(),
+            large.meta_str());
+  MPT_CHECK(large.numel() == small.numel() * size, "[dist.{}] expected {} = {} ranks x {} elements, got {}", op,
+            large.meta_str(), size, small.numel(), large.numel());
+}
+
+}  // namespace detail
+
+namespace {
+
+// Size 1: every collective is (at most) a copy, complete when it returns.
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "single"; }
+  std::unique_ptr<Work> all_reduce(Tensor& t, ReduceOp) override {
+    detail::check_tensor(t, "all_reduce", "the tensor");
+    return std::make_unique<detail::DoneWork>();
+  }
+  std::unique_ptr<Work> broadcast(Tensor& t, int root) override {
+    detail::check_tensor(t, "broadcast", "the tensor");
+    MPT_CHECK(root == 0, "[dist.broadcast] root {} of a single-process job", root);
+    return std::make_unique<detail::DoneWork>();
+  }
+  std::unique_ptr<Work> all_gather(const Tensor& in, Tensor& out) override {
+    detail::check_tensor(in, "all_gather", "the input");
+    detail::check_tensor(out, "all_gather", "the output");
+    detail::check_sizes(in, out, 1, "all_gather");
+    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    return std::make_unique<detail::DoneWork>();
+  }
+  std::unique_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, ReduceOp) override {
+    detail::check_tensor(in, "reduce_scatter", "the input");
+    detail::check_tensor(out, "reduce_scatter", "the output");
+    detail::check_sizes(out, in, 1, "reduce_scatter");
+    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    return std::make_unique<detail::DoneWork>();
+  }
+  void barrier() override {}
+};
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (const char* s = std::getenv(v); s != nullptr && *s != '\0') return true;
+  return false;
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> single_process() { return std::make_shared<SingleProcess>(); }
+
+std::shared_ptr<Communicator> world() {
+  static const std::shared_ptr<Communicator> w =
+      launched_by_mpirun() ? detail::mpi_world() : std::shared_ptr<Communicator>(single_process());
+  return w;
+}
+
+}  // namespace mpt::dist

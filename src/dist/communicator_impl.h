@@ -1,0 +1,24 @@
+// src/dist/communicator_impl.h: what the communicator backends share: argument checks, a finished Work, MPI's world.
+#pragma once
+
+#include <memory>
+
+#include "mpt/core/error.h"
+#include "mpt/dist/communicator.h"
+
+namespace mpt::dist::detail {
+
+void check_tensor(const Tensor& t, const char* op, const char* what);
+// large.numel() == size * small.numel(), same dtype.
+void check_sizes(const Tensor& small, const Tensor& large, int size, const char* op);
+
+class DoneWork final : public Work {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+// MPI_COMM_WORLD (MPI initialised with MPI_THREAD_MULTIPLE on the first call, finalised at exit).
+std::shared_ptr<Communicator> mpi_world();
+
+}  // namespace mpt::dist::detail

@@ -1,0 +1,182 @@
+// src/dist/mpi_communicator.cpp: the MPI communicator: non-blocking collectives on CPU tensors, waits with a deadline.
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <thread>
+
+#include "backend/mpi_check.h"
+#include "dist/communicator_impl.h"
+
+namespace mpt::dist::detail {
+namespace {
+
+std::atomic<bool> g_broken{false};  // a collective timed out: MPI_Finalize would wait for the dead peers
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && !g_broken.load()) MPI_Finalize();
+}
+
+// A request and what completes it (copying an F32 staging buffer back, averaging).
+class MpiWork final : public Work {
+ public:
+  MpiWork(MPI_Request request, std::function<void()> finish, std::string what, int rank,
+          std::chrono::milliseconds timeout)
+      : request_(request), finish_(std::move(finish)), what_(std::move(what)), rank_(rank), timeout_(timeout) {}
+  ~MpiWork() override {
+    if (!done_ && request_ != MPI_REQUEST_NULL && !g_broken.load()) {
+      try {
+        wait();  // MPI still writes into the buffers: never leave a request behind
+      } catch (...) {
+      }
+    }
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPT_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    if (flag != 0) {
+      done_ = true;
+      if (finish_) finish_();
+    }
+    return done_;
+  }
+
+  void wait() override {
+    const auto start = std::chrono::steady_clock::now();
+    for (int spins = 0; !test(); ++spins) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > timeout_) {
+        g_broken = true;
+        MPT_THROW("[dist] {} on rank {} did not complete within {:.3g} s: another rank died, is stuck, or called a "
+                  "different collective (set MPT_DIST_TIMEOUT_S to wait longer)", what_, rank_,
+                  std::chrono::duration<double>(timeout_).count());
+      }
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));  // progress, without burning
+    }
+  }
+
+ private:
+  MPI_Request request_;
+  std::function<void()> finish_;
+  std::string what_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  bool done_ = false;
+};
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+int count_of(int64_t n, const char* op) {
+  MPT_CHECK(n <= std::numeric_limits<int>::max(), "[dist.{}] {} elements: MPI counts are int, split the tensor", op, n);
+  return static_cast<int>(n);
+}
+
+class Mpi final : public Communicator {
+ public:
+  Mpi() {
+    int initialized = 0;
+    MPT_MPI_CHECK(MPI_Initialized(&initialized));
+    if (initialized == 0) {
+      int provided = 0;
+      MPT_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+      MPT_CHECK(provided >= MPI_THREAD_SERIALIZED, "[dist] MPI provides thread level {}, mptrain needs "
+                "MPI_THREAD_SERIALIZED or more", provided);
+      std::atexit(finalize_at_exit);
+    }
+    MPT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  std::unique_ptr<Work> all_reduce(Tensor& t, ReduceOp op) override {
+    check_tensor(t, "all_reduce", "the tensor");
+    const std::string what = describe("all_reduce", t, to_string(op));
+    // F32 in place; F16/BF16 through an F32 copy, rounded once at the end.
+    Tensor buf = t.dtype() == DType::F32 ? t : t.to(DType::F32);
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data_ptr(), count_of(t.numel(), "all_reduce"), MPI_FLOAT,
+                                 mpi_op(op), MPI_COMM_WORLD, &req));
+    const float inv = 1.0f / static_cast<float>(size_);
+    return make_work(req, what, [t, buf, op, inv]() mutable {
+      if (op == ReduceOp::Avg) {
+        auto* p = buf.data<float>();
+        for (int64_t i = 0; i < buf.numel(); ++i) p[i] *= inv;
+      }
+      if (!buf.shares_storage(t)) t.copy_(buf);
+    });
+  }
+
+  std::unique_ptr<Work> broadcast(Tensor& t, int root) override {
+    check_tensor(t, "broadcast", "the tensor");
+    MPT_CHECK(root >= 0 && root < size_, "[dist.broadcast] root {} of {} ranks", root, size_);
+    const std::string what = describe("broadcast", t, fmt::format("from rank {}", root));
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPT_MPI_CHECK(MPI_Ibcast(t.data_ptr(), count_of(static_cast<int64_t>(t.nbytes()), "broadcast"), MPI_BYTE, root,
+                             MPI_COMM_WORLD, &req));
+    return make_work(req, what, {});
+  }
+
+  std::unique_ptr<Work> all_gather(const Tensor& in, Tensor& out) override {
+    check_tensor(in, "all_gather", "the input");
+    check_tensor(out, "all_gather", "the output");
+    check_sizes(in, out, size_, "all_gather");
+    const std::string what = describe("all_gather", in, "");
+    MPI_Request req = MPI_REQUEST_NULL;
+    const int bytes = count_of(static_cast<int64_t>(in.nbytes()), "all_gather");
+    MPT_MPI_CHECK(MPI_Iallgather(in.data_ptr(), bytes, MPI_BYTE, out.data_ptr(), bytes, MPI_BYTE, MPI_COMM_WORLD,
+                                 &req));
+    return make_work(req, what, {});
+  }
+
+  std::unique_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    check_tensor(in, "reduce_scatter", "the input");
+    check_tensor(out, "reduce_scatter", "the output");
+    check_sizes(out, in, size_, "reduce_scatter");
+    const std::string what = describe("reduce_scatter", in, to_string(op));
+    const Tensor src = in.dtype() == DType::F32 ? in : in.to(DType::F32);
+    Tensor dst = out.dtype() == DType::F32 ? out : Tensor::empty(out.shape(), DType::F32);
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPT_MPI_CHECK(MPI_Ireduce_scatter_block(src.data_ptr(), dst.data_ptr(), count_of(out.numel(), "reduce_scatter"),
+                                            MPI_FLOAT, mpi_op(op), MPI_COMM_WORLD, &req));
+    const float inv = 1.0f / static_cast<float>(size_);
+    return make_work(req, what, [out, src, dst, op, inv]() mutable {
+      if (op == ReduceOp::Avg) {
+        auto* p = dst.data<float>();
+        for (int64_t i = 0; i < dst.numel(); ++i) p[i] *= inv;
+      }
+      if (!dst.shares_storage(out)) out.copy_(dst);
+    });
+  }
+
+  void barrier() override {
+    MPI_Request req = MPI_REQUEST_NULL;
+    const std::string what = fmt::format("barrier #{}", next_sequence());
+    MPT_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    MpiWork(req, {}, what, rank_, timeout()).wait();
+  }
+
+ private:
+  std::string describe(const char* op, const Tensor& t, const std::string& extra) {
+    return fmt::format("{} #{} ({}{}{})", op, next_sequence(), t.meta_str(), extra.empty() ? "" : ", ", extra);
+  }
+  std::unique_ptr<Work> make_work(MPI_Request req, const std::string& what, std::function<void()> finish) {
+    return std::make_unique<MpiWork>(req, std::move(finish), what, rank_, timeout());
+  }
+
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> mpi_world() { return std::make_shared<Mpi>(); }
+
+}  // namespace mpt::dist::detail
