@@ -152,6 +152,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
 
 float GradScaler::found_sum(OptState& st) const {
   if (!st.found_read) {
+    if (found_inf_reduction_) found_inf_reduction_(st.found_inf);
     float sum = 0.0f;
     for (const Tensor& f : st.found_inf) sum += f.item<float>();  // the host sync (one per device)
     st.found_sum = sum;

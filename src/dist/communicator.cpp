@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <span>
 
 namespace mpt::dist {
 
@@ -27,12 +28,29 @@ Communicator::Communicator() : timeout_(std::chrono::seconds(300)) {
 
 namespace detail {
 
-void check_tensor(const Tensor& t, const char* op, const char* what) {
+void check_tensor(const Tensor& t, const char* op, const char* what, bool allow_fp8) {
   MPT_CHECK(t.defined(), "[dist.{}] {} is undefined", op, what);
   MPT_CHECK(t.device().is_cpu(), "[dist.{}] {} is on {}: the MPI communicator takes CPU tensors", op, what, t.device());
   MPT_CHECK(t.is_contiguous(), "[dist.{}] {} {} is not contiguous", op, what, t.meta_str());
-  MPT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16,
-            "[dist.{}] {} is {}: expected f32, f16 or bf16", op, what, t.dtype());
+  const bool fp8 = t.dtype() == DType::F8E4M3 || t.dtype() == DType::F8E5M2;
+  MPT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16 || (allow_fp8 && fp8),
+            "[dist.{}] {} is {}: expected f32, f16 or bf16{}", op, what, t.dtype(),
+            allow_fp8 ? ", f8e4m3 or f8e5m2" : "");
+}
+
+void check_counts(const Tensor& small, const Tensor& large, std::span<const int64_t> counts, int rank, int size,
+                  const char* op) {
+  MPT_CHECK(static_cast<int>(counts.size()) == size, "[dist.{}] {} counts for {} ranks", op, counts.size(), size);
+  MPT_CHECK(small.dtype() == large.dtype(), "[dist.{}] {} and {} differ in dtype", op, small.meta_str(),
+            large.meta_str());
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    MPT_CHECK(c >= 0, "[dist.{}] negative count {}", op, c);
+    total += c;
+  }
+  MPT_CHECK(small.numel() == counts[static_cast<size_t>(rank)] && large.numel() == total,
+            "[dist.{}] rank {}'s part {} should hold {} elements and the whole {} the sum {}", op, rank,
+            small.meta_str(), counts[static_cast<size_t>(rank)], large.meta_str(), total);
 }
 
 void check_sizes(const Tensor& small, const Tensor& large, int size, const char* op) {
@@ -73,6 +91,25 @@ class SingleProcess final : public Communicator {
     detail::check_tensor(out, "reduce_scatter", "the output");
     detail::check_sizes(out, in, 1, "reduce_scatter");
     if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    return std::make_unique<detail::DoneWork>();
+  }
+  std::unique_ptr<Work> all_gather_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override {
+    detail::check_tensor(in, "all_gather_v", "the input");
+    detail::check_tensor(out, "all_gather_v", "the output");
+    detail::check_counts(in, out, counts, 0, 1, "all_gather_v");
+    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    return std::make_unique<detail::DoneWork>();
+  }
+  std::unique_ptr<Work> reduce_scatter_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts,
+                                         ReduceOp) override {
+    detail::check_tensor(in, "reduce_scatter_v", "the input");
+    detail::check_tensor(out, "reduce_scatter_v", "the output");
+    detail::check_counts(out, in, counts, 0, 1, "reduce_scatter_v");
+    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    return std::make_unique<detail::DoneWork>();
+  }
+  std::unique_ptr<Work> all_reduce_on_wire(Tensor& t, ReduceOp) override {
+    detail::check_tensor(t, "all_reduce_on_wire", "the tensor", true);
     return std::make_unique<detail::DoneWork>();
   }
   void barrier() override {}

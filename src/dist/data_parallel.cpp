@@ -1,27 +1,85 @@
-// src/dist/data_parallel.cpp: DataParallel: parameter broadcast, gradient buckets all-reduced from backward's hooks.
+// src/dist/data_parallel.cpp: DataParallel: parameter broadcast, gradient buckets reduced from backward's hooks,
+// compression, ZeRO-1 ownership.
 #include "mpt/dist/data_parallel.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "kernels/math/numerics.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
+#include "mpt/optim/clip.h"
 
 namespace mpt::dist {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// MS-AMP's compute_scaling_factor(amax, old = 1, fp_max, margin = 0): a power of two (docs/distributed.md).
+double pow2_scaling_factor(double amax, double fp_max) {
+  if (!(amax > 0) || !std::isfinite(amax)) return 1.0;
+  const int e = static_cast<int>(std::floor(std::log2(fp_max / amax)));
+  return std::ldexp(1.0, e);
+}
+
+// The MAX all-reduce of a list of 0-d f32 tensors (one collective), written back in place.
+void max_reduce_scalars(Communicator& comm, std::vector<Tensor>& values) {
+  if (values.empty()) return;
+  std::vector<float> packed;
+  for (const Tensor& v : values) packed.push_back(v.to(DType::F32).item<float>());
+  Tensor t = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())});
+  comm.all_reduce(t, ReduceOp::Max)->wait();
+  const std::vector<float> out = t.to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i].copy_(Tensor::full({}, out[i], DType::F32).to(values[i].dtype()).to(values[i].device()));
+}
+
+}  // namespace
+
+const char* to_string(GradCompression c) {
+  switch (c) {
+    case GradCompression::None: return "none";
+    case GradCompression::BF16: return "bf16";
+    case GradCompression::FP8: return "fp8";
+  }
+  return "?";
+}
+
+double DataParallel::StepTiming::hidden_fraction() const {
+  int64_t all = 0, hidden = 0;
+  for (size_t b = 0; b < bytes.size(); ++b) {
+    all += bytes[b];
+    if (done_before_finish[b]) hidden += bytes[b];
+  }
+  return all == 0 ? 0.0 : static_cast<double>(hidden) / static_cast<double>(all);
+}
 
 struct DataParallel::Bucket {
-  std::vector<size_t> params;  // indices into params_
-  std::vector<int64_t> offsets;
-  Tensor flat;                 // F32, the concatenated gradients
+  std::vector<size_t> params;    // indices into params_, in flat order: grouped by owner rank
+  std::vector<int64_t> offsets;  // of each parameter in flat
+  std::vector<int64_t> counts;   // elements per owner rank (the reduce-scatter split)
+  Tensor flat;                   // F32: the concatenated gradients, then the reduced ones
+  Tensor wire;                   // what travels (flat itself, its BF16 or FP8 codes, or this rank's F32 shard)
+  Tensor meta;                   // F32 [used flags | amaxes], MAX-reduced
+  std::vector<double> scale;     // FP8: per parameter
   size_t ready = 0;
   std::vector<bool> is_ready;
-  std::unique_ptr<Work> work;
+  std::unique_ptr<Work> work, meta_work;
+  bool launched = false;
 };
 
 DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> comm, const DataParallelOptions& options)
-    : comm_(std::move(comm)), alive_(std::make_shared<bool>(true)) {
+    : comm_(std::move(comm)), options_(options), alive_(std::make_shared<bool>(true)) {
   MPT_CHECK(comm_ != nullptr, "[DataParallel] no communicator");
   MPT_CHECK(options.bucket_bytes > 0, "[DataParallel] bucket_bytes {} must be positive", options.bucket_bytes);
+  MPT_CHECK(!(options.zero1 && options.compression != GradCompression::None),
+            "[DataParallel] zero1 with {} compression is not supported: the reduce-scatter travels in F32",
+            to_string(options.compression));
   autograd::NoGradGuard no_grad;
   // Rank 0's parameters and buffers everywhere (blocking, in registration order).
   for (auto& [name, t] : module.state_dict()) {
@@ -40,23 +98,48 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> com
               p.tensor.dtype());
     params_.push_back(p.tensor);
   }
+  // Owners: each parameter to the rank with the fewest elements so far (deterministic, the same on every rank).
+  const int n = comm_->size();
+  std::vector<int64_t> load(static_cast<size_t>(n), 0);
+  for (const Tensor& p : params_) {
+    const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner_.push_back(options.zero1 ? static_cast<int>(r) : comm_->rank());
+    load[r] += p.numel();
+  }
+  // Buckets of consecutive parameters up to bucket_bytes; inside one, the flat order groups them by owner.
+  std::vector<std::vector<size_t>> groups;
   int64_t bytes = options.bucket_bytes;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t n = params_[i].numel() * 4;
-    if (buckets_.empty() || bytes + n > options.bucket_bytes) {
-      buckets_.push_back(std::make_unique<Bucket>());
-      bytes = 0;
+    const int64_t b = params_[i].numel() * 4;
+    if (groups.empty() || bytes + b > options.bucket_bytes) groups.emplace_back(), bytes = 0;
+    groups.back().push_back(i);
+    bytes += b;
+  }
+  bucket_of_.resize(params_.size());
+  for (const auto& g : groups) {
+    auto b = std::make_unique<Bucket>();
+    b->counts.assign(static_cast<size_t>(n), 0);
+    std::vector<size_t> order = g;
+    if (options.zero1)
+      std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return owner_[x] < owner_[y]; });
+    int64_t at = 0;
+    for (size_t i : order) {
+      b->params.push_back(i);
+      b->offsets.push_back(at);
+      at += params_[i].numel();
+      if (options.zero1) b->counts[static_cast<size_t>(owner_[i])] += params_[i].numel();
+      bucket_of_[i] = buckets_.size();
     }
-    Bucket& b = *buckets_.back();
-    b.offsets.push_back(b.params.empty() ? 0 : b.offsets.back() + params_[b.params.back()].numel());
-    b.params.push_back(i);
-    bucket_of_.push_back(buckets_.size() - 1);
-    bytes += n;
+    b->flat = Tensor::zeros({at});
+    b->meta = Tensor::zeros({static_cast<int64_t>(2 * order.size())});
+    b->is_ready.assign(order.size(), false);
+    b->scale.assign(order.size(), 1.0);
+    if (options.zero1) b->wire = Tensor::zeros({b->counts[static_cast<size_t>(comm_->rank())]});
+    buckets_.push_back(std::move(b));
   }
-  for (auto& b : buckets_) {
-    b->flat = Tensor::zeros({b->offsets.back() + params_[b->params.back()].numel()});
-    b->is_ready.assign(b->params.size(), false);
-  }
+  timing_.launched_s.assign(buckets_.size(), 0);
+  timing_.done_before_finish.assign(buckets_.size(), false);
+  timing_.bytes.assign(buckets_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
     std::weak_ptr<bool> alive = alive_;
     params_[i].register_post_accumulate_grad_hook([this, i, alive](const Tensor&) {
@@ -67,59 +150,237 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> com
 
 DataParallel::~DataParallel() {
   *alive_ = false;
-  for (auto& b : buckets_)
+  for (auto& b : buckets_) {
+    if (b->meta_work) b->meta_work->wait();
     if (b->work) b->work->wait();
+  }
 }
 
 int64_t DataParallel::num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
 
+bool DataParallel::owns(const Tensor& param) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].data_ptr() == param.data_ptr()) return owner_[i] == comm_->rank();
+  return !options_.zero1;
+}
+
 void DataParallel::on_grad_ready(size_t param) {
   if (!sync_) return;
+  if (!step_started_) step_started_ = true, step_t0_ = now_s();
   Bucket& b = *buckets_[bucket_of_[param]];
   const size_t slot = static_cast<size_t>(std::find(b.params.begin(), b.params.end(), param) - b.params.begin());
-  if (b.is_ready[slot] || b.work) return;  // a second backward before finish(): the bucket already left
-  b.is_ready[slot] = true;
-  if (++b.ready == b.params.size()) {
-    launch(b);
+  if (!b.is_ready[slot] && !b.launched) {  // else a second backward before finish(): the bucket already left
+    b.is_ready[slot] = true;
+    if (++b.ready == b.params.size()) launch_ready();
+  }
+  progress();
+}
+
+void DataParallel::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->ready == buckets_[next_launch_]->params.size()) {
+    timing_.launched_s[next_launch_] = now_s() - step_t0_;
+    launch(*buckets_[next_launch_++]);
     ++started_in_backward_;
   }
 }
 
+void DataParallel::progress() {
+  for (auto& b : buckets_)
+    if (b->work) b->work->test();
+}
+
 void DataParallel::launch(Bucket& b) {
+  autograd::NoGradGuard no_grad;
   float* flat = b.flat.data<float>();
-  for (size_t k = 0; k < b.params.size(); ++k) {
+  float* meta = b.meta.data<float>();
+  const size_t np = b.params.size();
+  for (size_t k = 0; k < np; ++k) {
     const Tensor& p = params_[b.params[k]];
     const Tensor g = p.grad();
     const auto n = static_cast<size_t>(p.numel());
+    meta[k] = g.defined() ? 1.0f : 0.0f;
+    float amax = 0;
     if (g.defined()) {
       const Tensor c = g.to(DType::F32).contiguous();
-      std::memcpy(flat + b.offsets[k], c.data_ptr(), n * sizeof(float));
+      std::memcpy(flat + b.offsets[static_cast<int64_t>(k)], c.data_ptr(), n * sizeof(float));
+      if (options_.compression == GradCompression::FP8) {
+        const float* v = flat + b.offsets[static_cast<int64_t>(k)];
+        for (size_t i = 0; i < n; ++i) {
+          const float a = std::fabs(v[i]);
+          if (!(a <= amax)) amax = std::isnan(a) ? std::numeric_limits<float>::infinity() : a;
+        }
+      }
     } else {
-      std::memset(flat + b.offsets[k], 0, n * sizeof(float));
+      std::memset(flat + b.offsets[static_cast<int64_t>(k)], 0, n * sizeof(float));
+    }
+    meta[np + k] = amax;
+  }
+  b.meta_work = comm_->all_reduce(b.meta, ReduceOp::Max);
+  const int64_t numel = b.flat.numel();
+  switch (options_.compression) {
+    case GradCompression::None:
+      if (options_.zero1) {
+        b.work = comm_->reduce_scatter_v(b.flat, b.wire, b.counts, ReduceOp::Avg);
+      } else {
+        b.work = comm_->all_reduce(b.flat, ReduceOp::Avg);
+      }
+      break;
+    case GradCompression::BF16:
+      b.wire = b.flat.to(DType::BF16);
+      b.work = comm_->all_reduce_on_wire(b.wire, ReduceOp::Sum);
+      break;
+    case GradCompression::FP8: {
+      b.meta_work->wait();  // the shared amaxes set the scales (MS-AMP waits here too)
+      b.meta_work.reset();
+      const double pre = 1.0 / std::sqrt(static_cast<double>(comm_->size()));
+      b.wire = Tensor::empty({numel}, DType::F8E4M3);
+      auto* codes = static_cast<uint8_t*>(b.wire.data_ptr());
+      for (size_t k = 0; k < np; ++k) {
+        b.scale[k] = pow2_scaling_factor(meta[np + k], kE4M3Max) * pre;
+        const auto s = static_cast<float>(b.scale[k]);
+        const int64_t end = b.offsets[k] + params_[b.params[k]].numel();
+        for (int64_t i = b.offsets[k]; i < end; ++i)
+          codes[i] = float_to_e4m3_bits(flat[i] * s, Fp8Saturation::Saturate);
+      }
+      b.work = comm_->all_reduce_on_wire(b.wire, ReduceOp::Sum);
+      break;
     }
   }
-  b.work = comm_->all_reduce(b.flat, ReduceOp::Avg);
+  timing_.bytes[bucket_of_[b.params[0]]] =
+      numel * (options_.compression == GradCompression::BF16 ? 2 : options_.compression == GradCompression::FP8 ? 1 : 4);
+  b.launched = true;
 }
 
 void DataParallel::finish() {
   autograd::NoGradGuard no_grad;
-  for (auto& b : buckets_)  // buckets a parameter without a gradient left incomplete, in bucket order
-    if (!b->work) launch(*b);
-  for (auto& b : buckets_) {
-    b->work->wait();
-    const float* flat = b->flat.data<float>();
-    for (size_t k = 0; k < b->params.size(); ++k) {
-      const Tensor& p = params_[b->params[k]];
-      Tensor g = p.grad();
-      if (!g.defined()) continue;  // no rank needs a gradient that was never made here (zeros were sent)
-      Tensor avg = Tensor::empty(p.shape());
-      std::memcpy(avg.data_ptr(), flat + b->offsets[k], static_cast<size_t>(p.numel()) * sizeof(float));
-      g.copy_(avg);
-    }
-    b->work.reset();
-    b->ready = 0;
-    std::fill(b->is_ready.begin(), b->is_ready.end(), false);
+  const double t_finish = now_s();
+  if (!step_started_) step_t0_ = t_finish;
+  timing_.finish_called_s = t_finish - step_t0_;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = *buckets_[i];
+    timing_.done_before_finish[i] = b.launched && b.work && b.work->test();
   }
+  while (next_launch_ < buckets_.size()) {  // buckets a parameter without a gradient left incomplete, in order
+    timing_.launched_s[next_launch_] = t_finish - step_t0_;
+    launch(*buckets_[next_launch_++]);
+  }
+  const int me = comm_->rank(), n = comm_->size();
+  for (auto& bp : buckets_) {
+    Bucket& b = *bp;
+    if (b.meta_work) b.meta_work->wait();
+    b.work->wait();
+    const size_t np = b.params.size();
+    const float* meta = b.meta.data<float>();
+    float* flat = b.flat.data<float>();
+    if (options_.compression == GradCompression::BF16) {
+      const Tensor sum = b.wire.to(DType::F32);
+      const float* s = sum.data<float>();
+      const float inv = 1.0f / static_cast<float>(n);
+      for (int64_t i = 0; i < b.flat.numel(); ++i) flat[i] = s[i] * inv;
+    } else if (options_.compression == GradCompression::FP8) {
+      const auto* codes = static_cast<const uint8_t*>(b.wire.data_ptr());
+      for (size_t k = 0; k < np; ++k) {
+        const bool finite = std::isfinite(meta[np + k]);
+        const auto inv = static_cast<float>(1.0 / (b.scale[k] * n));
+        const int64_t end = b.offsets[k] + params_[b.params[k]].numel();
+        for (int64_t i = b.offsets[k]; i < end; ++i)
+          flat[i] = finite ? e4m3_bits_to_float(codes[i]) * inv : std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    // With zero1 this rank's shard starts at the offset of its first parameter in the bucket.
+    int64_t shard_start = 0;
+    for (int r = 0; r < me && options_.zero1; ++r) shard_start += b.counts[static_cast<size_t>(r)];
+    for (size_t k = 0; k < np; ++k) {
+      const Tensor& p = params_[b.params[k]];
+      const bool mine = owner_[b.params[k]] == me;
+      if (meta[k] == 0.0f || !mine) {  // used on no rank, or (zero1) another rank's: no gradient here
+        if (options_.zero1 && !mine) p.set_grad(Tensor());
+        continue;
+      }
+      const float* src = options_.zero1 ? b.wire.data<float>() + (b.offsets[k] - shard_start) : flat + b.offsets[k];
+      Tensor avg = Tensor::empty(p.shape());
+      std::memcpy(avg.data_ptr(), src, static_cast<size_t>(p.numel()) * sizeof(float));
+      Tensor g = p.grad();
+      if (g.defined())
+        g.copy_(avg);
+      else
+        p.set_grad(avg);
+    }
+    b.work.reset();
+    b.ready = 0;
+    b.launched = false;
+    std::fill(b.is_ready.begin(), b.is_ready.end(), false);
+  }
+  next_launch_ = 0;
+  step_started_ = false;
+  timing_.finish_wait_s = now_s() - t_finish;
+}
+
+std::vector<optim::ParamGroup> DataParallel::shard(std::vector<optim::ParamGroup> groups) const {
+  if (!options_.zero1) return groups;
+  std::vector<optim::ParamGroup> mine;
+  for (optim::ParamGroup& g : groups) {
+    optim::ParamGroup kept = g;
+    kept.params.clear();
+    kept.names.clear();
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (!owns(g.params[i])) continue;
+      kept.params.push_back(g.params[i]);
+      if (!g.names.empty()) kept.names.push_back(g.names[i]);
+    }
+    if (!kept.params.empty()) mine.push_back(std::move(kept));
+  }
+  MPT_CHECK(!mine.empty(), "[DataParallel] rank {} of {} owns no parameter: use fewer ranks (or zero1 off)",
+            comm_->rank(), comm_->size());
+  return mine;
+}
+
+void DataParallel::sync_parameters() {
+  if (!options_.zero1) return;
+  autograd::NoGradGuard no_grad;
+  const int me = comm_->rank();
+  std::vector<std::unique_ptr<Work>> works;
+  std::vector<Tensor> sends;
+  for (auto& bp : buckets_) {  // every bucket in flight at once, then unpacked
+    Bucket& b = *bp;
+    Tensor send = Tensor::empty({b.counts[static_cast<size_t>(me)]});
+    float* s = send.data<float>();
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      if (owner_[b.params[k]] != me) continue;
+      const Tensor& p = params_[b.params[k]];
+      std::memcpy(s, p.data_ptr(), static_cast<size_t>(p.numel()) * sizeof(float));
+      s += p.numel();
+    }
+    sends.push_back(send);
+    works.push_back(comm_->all_gather_v(sends.back(), b.flat, b.counts));
+  }
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    works[i]->wait();
+    Bucket& b = *buckets_[i];
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& p = params_[b.params[k]];
+      std::memcpy(p.data_ptr(), b.flat.data<float>() + b.offsets[k], static_cast<size_t>(p.numel()) * sizeof(float));
+    }
+  }
+}
+
+Tensor DataParallel::clip_grad_norm_(double max_norm) {
+  if (!options_.zero1) return optim::clip_grad_norm_(params_, max_norm);
+  return optim::clip_grad_norm_(params_, max_norm, [this](double local_sum_sq) {
+    Tensor t = Tensor::full({1}, local_sum_sq, DType::F32);
+    comm_->all_reduce(t, ReduceOp::Sum)->wait();
+    return static_cast<double>(t.to_vector<float>()[0]);
+  });
+}
+
+void DataParallel::attach(amp::GradScaler& scaler) {
+  auto comm = comm_;
+  scaler.set_found_inf_reduction([comm](std::vector<Tensor>& found) { max_reduce_scalars(*comm, found); });
+}
+
+void DataParallel::attach(amp::Fp8ScalingState& fp8) {
+  auto comm = comm_;
+  fp8.set_amax_reduction([comm](std::vector<Tensor>& amaxes) { max_reduce_scalars(*comm, amaxes); });
 }
 
 }  // namespace mpt::dist

@@ -1,14 +1,18 @@
 // src/dist/mpi_communicator.cpp: the MPI communicator: non-blocking collectives on CPU tensors, waits with a deadline.
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <thread>
+#include <vector>
 
 #include "backend/mpi_check.h"
 #include "dist/communicator_impl.h"
+#include "kernels/math/numerics.h"
 
 namespace mpt::dist::detail {
 namespace {
@@ -72,6 +76,79 @@ class MpiWork final : public Work {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
+// The low-precision formats all_reduce_on_wire sends as they are: decode to F32, combine, round back.
+struct Bf16Wire {
+  using Bits = uint16_t;
+  static float decode(Bits b) { return bf16_bits_to_float(b); }
+  static Bits encode(float x) { return float_to_bf16_bits(x); }
+};
+struct F16Wire {
+  using Bits = uint16_t;
+  static float decode(Bits b) { return f16_bits_to_float(b); }
+  static Bits encode(float x) { return float_to_f16_bits(x); }
+};
+struct E4m3Wire {
+  using Bits = uint8_t;
+  static float decode(Bits b) { return e4m3_bits_to_float(b); }
+  static Bits encode(float x) { return float_to_e4m3_bits(x, Fp8Saturation::Saturate); }
+};
+struct E5m2Wire {
+  using Bits = uint8_t;
+  static float decode(Bits b) { return e5m2_bits_to_float(b); }
+  static Bits encode(float x) { return float_to_e5m2_bits(x, Fp8Saturation::Saturate); }
+};
+
+// An MPI user operation: inout[i] = round(in[i] + inout[i]) (or the max, NaN winning) in the wire format.
+template <class W, bool IsMax>
+void wire_combine(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const typename W::Bits*>(in);
+  auto* b = static_cast<typename W::Bits*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = W::decode(a[i]), y = W::decode(b[i]);
+    b[i] = W::encode(IsMax ? (std::isnan(x) || x > y ? x : y) : x + y);
+  }
+}
+
+// The user operations (sum and max per wire format), created once MPI is initialised and freed never (MPI_Finalize
+// releases them).
+struct WireOps {
+  MPI_Op sum[4], max[4];
+  WireOps() {
+    MPI_User_function* sums[4] = {wire_combine<Bf16Wire, false>, wire_combine<F16Wire, false>,
+                                        wire_combine<E4m3Wire, false>, wire_combine<E5m2Wire, false>};
+    MPI_User_function* maxes[4] = {wire_combine<Bf16Wire, true>, wire_combine<F16Wire, true>,
+                                         wire_combine<E4m3Wire, true>, wire_combine<E5m2Wire, true>};
+    for (int i = 0; i < 4; ++i) {
+      MPT_MPI_CHECK(MPI_Op_create(sums[i], 1, &sum[i]));
+      MPT_MPI_CHECK(MPI_Op_create(maxes[i], 1, &max[i]));
+    }
+  }
+  static int index(DType t) {
+    switch (t) {
+      case DType::BF16: return 0;
+      case DType::F16: return 1;
+      case DType::F8E4M3: return 2;
+      default: return 3;
+    }
+  }
+};
+
+// Byte counts and displacements of an uneven collective; alive until the request completes.
+struct Layout {
+  std::vector<int> counts, displs;
+  Layout(std::span<const int64_t> elements, size_t element_bytes, const char* op) {
+    int64_t at = 0;
+    for (int64_t c : elements) {
+      const int64_t bytes = c * static_cast<int64_t>(element_bytes);
+      MPT_CHECK(at + bytes <= std::numeric_limits<int>::max(), "[dist.{}] {} bytes: MPI counts are int", op,
+                at + bytes);
+      counts.push_back(static_cast<int>(bytes));
+      displs.push_back(static_cast<int>(at));
+      at += bytes;
+    }
+  }
+};
+
 int count_of(int64_t n, const char* op) {
   MPT_CHECK(n <= std::numeric_limits<int>::max(), "[dist.{}] {} elements: MPI counts are int, split the tensor", op, n);
   return static_cast<int>(n);
@@ -92,6 +169,7 @@ class Mpi final : public Communicator {
     MPT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MPT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     MPT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    wire_ops_ = std::make_unique<WireOps>();
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -157,6 +235,57 @@ class Mpi final : public Communicator {
     });
   }
 
+  std::unique_ptr<Work> all_gather_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override {
+    check_tensor(in, "all_gather_v", "the input");
+    check_tensor(out, "all_gather_v", "the output");
+    check_counts(in, out, counts, rank_, size_, "all_gather_v");
+    const std::string what = describe("all_gather_v", in, fmt::format("{} elements in all", out.numel()));
+    auto layout = std::make_shared<Layout>(counts, in.element_size(), "all_gather_v");
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPT_MPI_CHECK(MPI_Iallgatherv(in.data_ptr(), layout->counts[static_cast<size_t>(rank_)], MPI_BYTE, out.data_ptr(),
+                                  layout->counts.data(), layout->displs.data(), MPI_BYTE, MPI_COMM_WORLD, &req));
+    return make_work(req, what, [layout] {});
+  }
+
+  std::unique_ptr<Work> reduce_scatter_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts,
+                                         ReduceOp op) override {
+    check_tensor(in, "reduce_scatter_v", "the input");
+    check_tensor(out, "reduce_scatter_v", "the output");
+    check_counts(out, in, counts, rank_, size_, "reduce_scatter_v");
+    const std::string what = describe("reduce_scatter_v", in, to_string(op));
+    const Tensor src = in.dtype() == DType::F32 ? in : in.to(DType::F32);
+    Tensor dst = out.dtype() == DType::F32 ? out : Tensor::empty(out.shape(), DType::F32);
+    auto recv = std::make_shared<std::vector<int>>();
+    for (int64_t c : counts) recv->push_back(count_of(c, "reduce_scatter_v"));
+    count_of(in.numel(), "reduce_scatter_v");
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPT_MPI_CHECK(MPI_Ireduce_scatter(src.data_ptr(), dst.data_ptr(), recv->data(), MPI_FLOAT, mpi_op(op),
+                                      MPI_COMM_WORLD, &req));
+    const float inv = 1.0f / static_cast<float>(size_);
+    return make_work(req, what, [out, src, dst, op, inv, recv]() mutable {
+      if (op == ReduceOp::Avg) {
+        auto* p = dst.data<float>();
+        for (int64_t i = 0; i < dst.numel(); ++i) p[i] *= inv;
+      }
+      if (!dst.shares_storage(out)) out.copy_(dst);
+    });
+  }
+
+  std::unique_ptr<Work> all_reduce_on_wire(Tensor& t, ReduceOp op) override {
+    check_tensor(t, "all_reduce_on_wire", "the tensor", true);
+    if (t.dtype() == DType::F32) return all_reduce(t, op);
+    const std::string what = describe("all_reduce_on_wire", t, to_string(op));
+    const int f = WireOps::index(t.dtype());
+    const bool one_byte = t.element_size() == 1;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce_on_wire"),
+                                 one_byte ? MPI_UINT8_T : MPI_UINT16_T,
+                                 op == ReduceOp::Max ? wire_ops_->max[f] : wire_ops_->sum[f], MPI_COMM_WORLD, &req));
+    if (op != ReduceOp::Avg) return make_work(req, what, {});
+    const double inv = 1.0 / size_;
+    return make_work(req, what, [t, inv]() mutable { t.copy_(ops_scale_in_f32(t, inv)); });
+  }
+
   void barrier() override {
     MPI_Request req = MPI_REQUEST_NULL;
     const std::string what = fmt::format("barrier #{}", next_sequence());
@@ -172,7 +301,16 @@ class Mpi final : public Communicator {
     return std::make_unique<MpiWork>(req, std::move(finish), what, rank_, timeout());
   }
 
+  // t * s computed in F32, rounded once back to t's dtype.
+  static Tensor ops_scale_in_f32(const Tensor& t, double s) {
+    Tensor f = t.to(DType::F32);
+    auto* p = f.data<float>();
+    for (int64_t i = 0; i < f.numel(); ++i) p[i] = static_cast<float>(p[i] * s);
+    return f.to(t.dtype());
+  }
+
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<WireOps> wire_ops_;  // made once MPI is initialised
 };
 
 }  // namespace

@@ -9,15 +9,40 @@
 
 namespace mpt::optim {
 
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+namespace {
+
+std::vector<Tensor> defined_grads(const std::vector<Tensor>& params, double max_norm) {
   MPT_CHECK(max_norm >= 0, "[clip_grad_norm_] max_norm must be >= 0, got {}", max_norm);
-  autograd::NoGradGuard no_grad;
   std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
-    MPT_CHECK(p.defined(), "[clip_grad_norm_] parameter {} is an undefined tensor", grads.size());
-    Tensor g = p.grad();
+  for (size_t i = 0; i < params.size(); ++i) {
+    MPT_CHECK(params[i].defined(), "[clip_grad_norm_] parameter {} is an undefined tensor", i);
+    Tensor g = params[i].grad();
     if (g.defined()) grads.push_back(std::move(g));
   }
+  return grads;
+}
+
+}  // namespace
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
+                       const std::function<double(double)>& combine) {
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> grads = defined_grads(params, max_norm);
+  double local = 0;
+  if (!grads.empty()) {
+    const double norm = ops::global_l2_norm(grads).item<double>();
+    local = norm * norm;
+  }
+  const double total = std::sqrt(combine(local));
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1)
+    for (Tensor& g : grads) g.copy_(ops::scale(g, coef));
+  return Tensor::full({}, total, DType::F32);
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> grads = defined_grads(params, max_norm);
   if (grads.empty()) return Tensor::zeros({});
   Tensor total = ops::global_l2_norm(grads);
   const double coef = max_norm / (total.item<double>() + 1e-6);

@@ -105,3 +105,65 @@ TEST(Communicator, BadArgumentsAreRefusedNamingOpAndTensor) {
   EXPECT_NE(mpt::testing::error_message([&] { w->all_gather(in, out); }).find("[dist.all_gather] expected"),
             std::string::npos);
 }
+
+TEST(Communicator, UnevenAllGatherAndReduceScatter) {
+  const auto w = world();
+  const int n = w->size(), me = w->rank();
+  std::vector<int64_t> counts;
+  for (int r = 0; r < n; ++r) counts.push_back(r == 1 ? 0 : 3 + r);  // uneven, one rank empty when there are 2+
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  Tensor mine = rank_tensor(me, counts[static_cast<size_t>(me)], DType::F32), all = Tensor::zeros({total});
+  w->all_gather_v(mine, all, counts)->wait();
+  const std::vector<float> got = all.to_vector<float>();
+  int64_t at = 0;
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < counts[static_cast<size_t>(r)]; ++i, ++at) ASSERT_EQ(got[static_cast<size_t>(at)], value(r, i));
+
+  Tensor in = rank_tensor(me, total, DType::F32), out = Tensor::zeros({counts[static_cast<size_t>(me)]});
+  w->reduce_scatter_v(in, out, counts, ReduceOp::Avg)->wait();
+  int64_t start = 0;
+  for (int r = 0; r < me; ++r) start += counts[static_cast<size_t>(r)];
+  const std::vector<float> slice = out.to_vector<float>();
+  for (int64_t i = 0; i < counts[static_cast<size_t>(me)]; ++i) {
+    double sum = 0;
+    for (int r = 0; r < n; ++r) sum += value(r, start + i);
+    EXPECT_EQ(slice[static_cast<size_t>(i)], static_cast<float>(sum / n));
+  }
+  std::vector<int64_t> wrong(counts.begin(), counts.end());
+  wrong[0] += 1;
+  EXPECT_NE(mpt::testing::error_message([&] { w->all_gather_v(mine, all, wrong); }).find("[dist.all_gather_v]"),
+            std::string::npos);
+}
+
+// On the wire in the tensor's own dtype: small integers whose sums stay exact in every format (<= 16 in E4M3) give
+// the exact sum and max; a sum that needs rounding rounds per hop, checked against a rank-order fold.
+TEST(Communicator, AllReduceOnTheWireInLowPrecision) {
+  const auto w = world();
+  const int n = w->size(), me = w->rank();
+  for (DType dtype : {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      std::vector<float> v(64);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((me + static_cast<int>(i)) % 4 + 1);
+      Tensor t = Tensor::from_vector(v, {64}).to(dtype);
+      w->all_reduce_on_wire(t, op)->wait();
+      ASSERT_EQ(t.dtype(), dtype);
+      const std::vector<float> got = t.to(DType::F32).to_vector<float>();
+      for (size_t i = 0; i < v.size(); ++i) {
+        float want = 0;
+        for (int r = 0; r < n; ++r) {
+          const auto x = static_cast<float>((r + static_cast<int>(i)) % 4 + 1);
+          want = op == ReduceOp::Sum ? want + x : std::max(want, x);
+        }
+        ASSERT_EQ(got[i], want) << dtype_name(dtype) << " " << to_string(op) << " element " << i;
+      }
+    }
+  }
+  // 1 + 2^-8 on every rank: BF16 (8 significant bits) cannot hold it, each rank sends 1 (round to even), sum n.
+  Tensor t = Tensor::full({4}, 1.0 + 0x1p-8, DType::F32).to(DType::BF16);
+  w->all_reduce_on_wire(t, ReduceOp::Sum)->wait();
+  EXPECT_EQ(t.to(DType::F32).to_vector<float>()[0], static_cast<float>(n));
+  Tensor f32 = Tensor::full({4}, 1.0 + 0x1p-8, DType::F32);
+  w->all_reduce_on_wire(f32, ReduceOp::Sum)->wait();
+  EXPECT_EQ(f32.to_vector<float>()[0], static_cast<float>(n * (1.0 + 0x1p-8))) << "f32 travels as f32";
+}

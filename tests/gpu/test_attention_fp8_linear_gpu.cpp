@@ -126,18 +126,18 @@ void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq) {
     const Tensor yc = ops::fp8_linear(xc, wc, bc, {r.recipe, mc, std::nullopt});
     const Tensor yg = ops::fp8_linear(xg, wg, bg, {r.recipe, mg, std::nullopt});
     ASSERT_TRUE(yg.device().is_cuda()) << s;
-    const double wide = 1.3;
+    const double wide = 1.3, fp8_u = testing::fp8_accumulation_roundoff();
     expect_gemm_close(yg, yc, ops::add(ops::matmul(abs64(x0), ops::scale(abs64(w0), wide), {.trans_b = true}),
-                                       abs64(b0)), k + 1, 0, "fp8_linear y " + s);
+                                       abs64(b0)), k + 1, 0, "fp8_linear y " + s, fp8_u);
     yc.backward(dy);
     yg.backward(to_gpu(dy));
     const double wide_g = 1.45;
     expect_gemm_close(xg.grad(), xc.grad(), ops::scale(ops::matmul(abs64(dy), abs64(wc)), wide_g), m, 0,
-                      "fp8_linear dx " + s);
+                      "fp8_linear dx " + s, fp8_u);
     expect_gemm_close(wg.grad(), wc.grad(),
                       ops::scale(ops::matmul(abs64(dy).reshape({-1, m}), abs64(x0).reshape({-1, k}),
                                              {.trans_a = true}), wide_g),
-                      3 * tps, 0, "fp8_linear dW " + s);
+                      3 * tps, 0, "fp8_linear dW " + s, fp8_u);
     expect_match(bg.grad(), bc.grad(), Match::exact(DType::F32, 4), "fp8_linear db " + s);
     // The recorded amaxes (max |x|, max |W|, max |dy|: same inputs) and, after update(), the scales.
     sc.update();

@@ -133,8 +133,9 @@ ops::Fp8Scaling scaling_of(const ops::Quantized& q, bool on_gpu) {
   }
 }
 
-// The FP8 codes and scales are the same bits on both sides; only the FP32 accumulation order differs (the CPU's block
-// kernel promotes per 128-long K block, like the tensor cores; the emulated cuBLASLt accumulates in float64).
+// The FP8 codes and scales are the same bits on both sides; only the accumulation differs: its order (the CPU's block
+// kernel promotes per 128-long K block, like the tensor cores; the emulated cuBLASLt accumulates in float64) and, on
+// real FP8 tensor cores, its precision (testing::fp8_accumulation_roundoff).
 void check_fp8(const Fp8Operands& q, int64_t k, DType out, const std::string& name) {
   ops::MatmulOptions cpu_opt{.trans_b = true, .out_dtype = out, .scale_a = scaling_of(q.a, false),
                              .scale_b = scaling_of(q.b, false)};
@@ -144,7 +145,7 @@ void check_fp8(const Fp8Operands& q, int64_t k, DType out, const std::string& na
   const Tensor got = ops::matmul(to_gpu(q.a.data), to_gpu(q.b.data), gpu_opt);
   const Tensor mag = ops::matmul(abs64(ops::dequantize(q.a, DType::F32)), abs64(ops::dequantize(q.b, DType::F32)),
                                  {.trans_b = true});
-  expect_gemm_close(got, want, mag, k, 0, name + " out " + name_of(out));
+  expect_gemm_close(got, want, mag, k, 0, name + " out " + name_of(out), testing::fp8_accumulation_roundoff());
 }
 
 // cuBLASLt's FP8 GEMMs take m, n and k (and the leading dimensions) in multiples of 16 (kernels/cuda/lib/
@@ -178,11 +179,13 @@ TEST(GpuMatmul, Fp8OutputWithScaleAndAmaxMatchesCpu) {
   const Tensor got = ops::matmul(to_gpu(q.a.data), to_gpu(q.b.data), gpu_opt);
   const Tensor mag = ops::matmul(abs64(ops::dequantize(q.a)), abs64(ops::dequantize(q.b)), {.trans_b = true});
   // Below 2^-6 e4m3 is subnormal with step 2^-9: each side's rounding errs by at most 2^-10 there.
-  expect_gemm_close(got, want, ops::scale(mag, 3.0), k, 0x1p-9, "FP8 e4m3 output codes");
+  expect_gemm_close(got, want, ops::scale(mag, 3.0), k, 0x1p-9, "FP8 e4m3 output codes",
+                    testing::fp8_accumulation_roundoff());
   // |max|D_gpu| - max|D_cpu|| <= max_ij |D_gpu - D_cpu|: the FP32 bound with the largest magnitude.
   double mag_max = 0;
   for (double v : mag.to_vector<double>()) mag_max = std::max(mag_max, v);
-  expect_gemm_close(amax_g, amax_c, Tensor::full({}, mag_max, DType::F64), k, 0, "FP8 output amax");
+  expect_gemm_close(amax_g, amax_c, Tensor::full({}, mag_max, DType::F64), k, 0, "FP8 output amax",
+                    testing::fp8_accumulation_roundoff());
 }
 
 TEST(GpuMatmul, Fp8BlockScaledMatchesCpu) {

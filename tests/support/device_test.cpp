@@ -103,8 +103,10 @@ Tensor abs64(const Tensor& t) {
   return Tensor::from_vector(v, t.shape());
 }
 
+double fp8_accumulation_roundoff() { return cuda_is_emulated() ? 0x1p-24 : 0x1p-17; }
+
 void expect_gemm_close(const Tensor& got, const Tensor& want, const Tensor& mag, int64_t k, double extra_atol,
-                       const std::string& what) {
+                       const std::string& what, double accum_u) {
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   ASSERT_EQ(got.shape(), want.shape()) << what;
   ASSERT_EQ(mag.shape(), want.shape()) << what;
@@ -114,13 +116,13 @@ void expect_gemm_close(const Tensor& got, const Tensor& want, const Tensor& mag,
   double worst = 0;
   size_t wi = 0;
   for (size_t i = 0; i < w.size(); ++i) {
-    const double bound = 2 * static_cast<double>(k) * 0x1p-24 * m[i] + 2 * u * std::fabs(w[i]) + atol;
+    const double bound = 2 * static_cast<double>(k) * accum_u * m[i] + 2 * u * std::fabs(w[i]) + atol;
     const double d = std::fabs(g[i] - w[i]);
     const double r = std::isnan(d) ? (std::isnan(g[i]) && std::isnan(w[i]) ? 0 : INFINITY) : (d == 0 ? 0 : d / bound);
     if (r > worst) worst = r, wi = i;
   }
   EXPECT_LE(worst, 1.0) << what << ": element " << wi << " got " << g[wi] << ", CPU " << w[wi] << ", |A||B| "
-                        << m[wi] << " (k " << k << ")";
+                        << m[wi] << " (k " << k << ", accumulation roundoff " << accum_u << ")";
 }
 
 void expect_match(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want, const Match& m,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -69,6 +70,12 @@ class GradScaler {
   // Sets the scale (narrowed to f32; finite, > 0 and >= min_scale); the trackers keep their values.
   void update(double new_scale);
 
+  // Called before step() or update() first reads an optimizer's found_inf (one 0-d f32 per device): a data-parallel
+  // run whose ranks unscale different gradients (ZeRO) MAX-reduces them in place, so every rank skips the same steps.
+  void set_found_inf_reduction(std::function<void(std::vector<Tensor>& found_inf)> hook) {
+    found_inf_reduction_ = std::move(hook);
+  }
+
   double get_scale() const;  // 1 when disabled
   int32_t growth_tracker() const { return enabled_ ? tracker_ : 0; }
   int32_t hysteresis_tracker() const { return hysteresis_left_; }  // overflows left before the next backoff
@@ -127,6 +134,7 @@ class GradScaler {
   double min_scale_;
   int64_t collapse_count_ = 0;
   bool warned_ = false;
+  std::function<void(std::vector<Tensor>&)> found_inf_reduction_;
   Tensor scale_t_;  // 0-d f32 mirrors of scale_ and float(1 / double(scale_)) on device_
   Tensor inv_t_;
   std::map<const optim::Optimizer*, OptState> states_;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "mpt/core/tensor.h"
@@ -42,6 +43,16 @@ class Communicator {
   virtual std::unique_ptr<Work> all_gather(const Tensor& in, Tensor& out) = 0;
   // out = this rank's slice of op over ranks of `in` (in.numel() == size() * out.numel()).
   virtual std::unique_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) = 0;
+  // Uneven variants: rank r's part holds counts[r] elements (counts has size() entries, the same on every rank).
+  // all_gather_v: in.numel() == counts[rank()], out.numel() == sum(counts). reduce_scatter_v: the reverse.
+  virtual std::unique_ptr<Work> all_gather_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts) = 0;
+  virtual std::unique_ptr<Work> reduce_scatter_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts,
+                                                 ReduceOp op) = 0;
+  // all_reduce with t travelling in its own dtype (f32, bf16, f16, f8e4m3 or f8e5m2): every hop combines two values
+  // in F32 and rounds the result back to the dtype (FP8 saturating at its largest finite value), as NCCL does for
+  // its 16-bit types and MS-AMP's NCCL for FP8. This is gradient compression: 2 or 1 bytes per element on the wire
+  // instead of 4, for up to size() - 1 roundings. Avg rounds the sum, then sum / size() once more. f32: all_reduce.
+  virtual std::unique_ptr<Work> all_reduce_on_wire(Tensor& t, ReduceOp op) = 0;
   virtual void barrier() = 0;
 
   // How long wait() waits before it throws (default 300 s, or MPT_DIST_TIMEOUT_S).

@@ -1,6 +1,7 @@
 // mpt/optim/clip.h: gradient clipping by the global L2 norm (torch.nn.utils.clip_grad_norm_).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "mpt/core/tensor.h"
@@ -15,5 +16,9 @@ namespace mpt::optim {
 // become zeros, infinite ones NaN) and NaN makes every gradient NaN, so check the returned norm and skip the step.
 // max_norm must be >= 0 (torch does not check).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+// The same over gradients sharded across processes (ZeRO): `combine` maps this process's sum of squares to the
+// global one (a SUM all-reduce); every process then scales its own gradients by the same coef.
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
+                       const std::function<double(double local_sum_of_squares)>& combine);
 
 }  // namespace mpt::optim
