@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <new>
+#include <optional>
 #include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "mpt/amp/fp8.h"
 #include "mpt/amp/grad_scaler.h"
 #include "mpt/amp/policy.h"
+#include "mpt/dist/data_parallel.h"
 #include "mpt/io/checkpoint.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/optim/adamw.h"
@@ -47,7 +49,18 @@ struct Options {
   // Checkpoints (not part of the saved configuration except save_every and keep).
   std::string save_dir, resume;
   int64_t save_every = 0, keep = 3, stop_after = 0;
+  // Data parallelism under mpirun (not saved: a run may resume with other settings).
+  double bucket_mb = 25;
+  bool zero1 = false;
+  std::string grad_compression = "none";
 };
+
+mpt::dist::GradCompression grad_compression(const std::string& name) {
+  if (name == "none") return mpt::dist::GradCompression::None;
+  if (name == "bf16") return mpt::dist::GradCompression::BF16;
+  if (name == "fp8") return mpt::dist::GradCompression::FP8;
+  MPT_THROW("[train_gpt] unknown --grad-compression '{}': expected none, bf16 or fp8", name);
+}
 
 // The options a checkpoint records, by the flag that sets them: a resumed run takes each one it is not given.
 #define MPT_TRAIN_GPT_SAVED(X)                                                                                       \
@@ -255,8 +268,20 @@ void restore_data_state(const std::string& json_text, const std::string& where, 
 }
 
 void run(const Options& o) {
-  const mpt::Device device = mpt::Device::best();
-  fmt::print("device: {} ({})\n", device, mpt::Device::best_reason());
+  // Under mpirun: one process per rank, each on its share of every batch; only rank 0 prints.
+  const std::shared_ptr<mpt::dist::Communicator> comm = mpt::dist::world();
+  const int world = comm->size(), rank = comm->rank();
+  if (rank != 0) MPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "[train_gpt] rank {}: no /dev/null", rank);
+  const mpt::Device device = world > 1 ? mpt::Device::cpu() : mpt::Device::best();
+  fmt::print("device: {} ({})\n", device,
+             world > 1 ? fmt::format("{} ranks under mpirun: the MPI communicator takes CPU tensors", world)
+                       : mpt::Device::best_reason());
+  if (world > 1) {
+    MPT_CHECK(o.save_dir.empty() && o.resume.empty(), "[train_gpt] --save-dir and --resume under mpirun ({} ranks) "
+              "are not supported yet: checkpoints hold one process's state", world);
+    fmt::print("data parallel: {} ranks x batch {} = {} sequences per step; buckets {} MB; gradients {}{}\n", world,
+               o.batch, world * o.batch, o.bucket_mb, o.grad_compression, o.zero1 ? "; ZeRO-1 optimizer shards" : "");
+  }
   const std::string text = read_text(o.data, o.seq);
   const CharCodec codec(text);
   std::vector<int64_t> tokens;
@@ -292,7 +317,13 @@ void run(const Options& o) {
   fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "
              "step; AdamW moments {}\n", o.precision, scaler.is_enabled() ? ", dynamic loss scaling" : "",
              o.grad_accum, o.moments);
-  mpt::optim::AdamW opt(mpt::optim::weight_decay_groups(model.named_parameters(), o.weight_decay),
+  MPT_CHECK(o.bucket_mb > 0, "[train_gpt] --bucket-mb {} must be positive", o.bucket_mb);
+  mpt::dist::DataParallel dp(model, comm,
+                             {.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20)),
+                              .compression = grad_compression(o.grad_compression), .zero1 = o.zero1});
+  dp.attach(scaler);
+  if (policy.fp8_state) dp.attach(*policy.fp8_state);
+  mpt::optim::AdamW opt(dp.shard(mpt::optim::weight_decay_groups(model.named_parameters(), o.weight_decay)),
                         {.lr = o.lr, .betas = {0.9, 0.95}, .moments = moment_storage(o.moments)});
   mpt::optim::WarmupCosineLr schedule(
       opt, {.max_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.steps});
@@ -319,32 +350,51 @@ void run(const Options& o) {
     fmt::print("saved checkpoint {} ({:.0f} ms)\n", dir.string(), ms);
     return dir;
   };
-  mpt_examples::truncate_log_for_resume(o.log_json, start_step);
-  JsonLog log(o.log_json, start_step > 0);
+  const std::string log_json = rank == 0 ? o.log_json : std::string();  // one log per job
+  mpt_examples::truncate_log_for_resume(log_json, start_step);
+  JsonLog log(log_json, start_step > 0);
   mpt_examples::install_stop_handlers();
-  const double tokens_per_step = static_cast<double>(o.batch * o.seq * o.grad_accum);
+  const double tokens_per_step = static_cast<double>(o.batch * o.seq * o.grad_accum * world);  // every rank's
+  double hidden_sum = 0, wait_ms_sum = 0;
   double window_ms = 0, total_ms = 0, val_loss = 0;
   int64_t window_steps = 0;
   for (int64_t step = start_step; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
+    model.zero_grad();  // with ZeRO-1 the optimizer holds only this rank's parameters
+    std::optional<mpt::dist::DataParallel::NoSync> no_sync;  // every micro-batch's backward but the last
     const mpt::amp::AccumulateResult acc = mpt::amp::accumulate_gradients(
         o.grad_accum,
-        [&](int64_t) {
-          auto [x, y] = batch(train, o.batch, o.seq, rng, device);
+        [&](int64_t micro) {
+          if (micro + 1 < o.grad_accum) no_sync.emplace(dp); else no_sync.reset();
+          // The global batch from the shared generator, this rank's rows of it (one process: all of them).
+          auto [x, y] = batch(train, o.batch * world, o.seq, rng, device);
+          if (world > 1) {
+            x = x.slice(0, rank * o.batch, (rank + 1) * o.batch).contiguous();
+            y = y.slice(0, rank * o.batch, (rank + 1) * o.batch).contiguous();
+          }
           mpt::amp::Autocast autocast(policy);
           return mpt::amp::MicroBatchLoss{model.loss(x, y), o.batch * o.seq};
         },
         {.normalization = mpt::amp::LossNormalization::MicroBatchMean, .total_tokens = 0,
          .scale_loss = [&](const mpt::Tensor& l) { return scaler.scale(l); }});
+    dp.finish();  // the averaged gradients (waits for the buckets still in flight)
+    hidden_sum += dp.last_step().hidden_fraction();
+    wait_ms_sum += dp.last_step().finish_wait_s * 1e3;
     scaler.unscale_(opt);  // clipping sees the true gradients
-    const double norm = mpt::optim::clip_grad_norm_(model.parameters(), o.clip).item<double>();
+    const double norm = dp.clip_grad_norm_(o.clip).item<double>();
     const double lr = schedule.current_lr();
     if (!scaler.step(opt)) ++skipped;
+    dp.sync_parameters();  // ZeRO-1: every rank's updated shard everywhere
     scaler.update();
     if (policy.fp8_state) policy.fp8_state->update();  // delayed scaling: next step's scales from the amax history
     schedule.step();
-    const double loss_value = acc.loss;
+    double loss_value = acc.loss;
+    if (world > 1) {  // the global batch's loss (each rank's is its share's)
+      mpt::Tensor l = mpt::Tensor::full({1}, loss_value, mpt::DType::F32);
+      comm->all_reduce(l, mpt::dist::ReduceOp::Avg)->wait();
+      loss_value = l.to_vector<float>()[0];
+    }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     window_ms += ms;
     ++window_steps;
@@ -352,9 +402,13 @@ void run(const Options& o) {
     MPT_CHECK(std::isfinite(loss_value), "[train_gpt] the loss became {} at step {}", loss_value, step);
     if (step % o.log_every == 0 || step + 1 == o.steps) {
       const double tps = tokens_per_step * static_cast<double>(window_steps) / window_ms * 1e3;
-      fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s{}\n", step,
+      fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s{}{}\n", step,
                  o.steps, loss_value, lr, norm, ms, tps,
-                 scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string());
+                 scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string(),
+                 world > 1 ? fmt::format(" | comm hidden {:.0f}%, wait {:.1f} ms", 100 * hidden_sum / window_steps,
+                                         wait_ms_sum / window_steps)
+                           : std::string());
+      hidden_sum = wait_ms_sum = 0;
       log.write({{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps}});
       window_ms = 0;
       window_steps = 0;
@@ -430,6 +484,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-json", o.log_json, "write progress as JSON lines to this file");
   app.add_option("--moments", o.moments, "AdamW moment storage: f32, bf16 or int8 (8-bit blockwise)");
   app.add_option("--init-scale", o.init_scale, "initial loss scale of fp16's GradScaler")->check(CLI::PositiveNumber);
+  app.add_option("--bucket-mb", o.bucket_mb, "under mpirun: gradient MB per all-reduce bucket (default 25)");
+  app.add_flag("--zero1", o.zero1, "under mpirun: shard the AdamW state across the ranks (ZeRO-1)");
+  app.add_option("--grad-compression", o.grad_compression,
+                 "under mpirun: gradients on the wire as none (f32), bf16 or fp8 (MS-AMP's E4M3 all-reduce)");
   app.add_option("--save-dir", o.save_dir, "write checkpoints here (step-N/ directories and a latest pointer); "
                  "one is saved at the end, every --save-every steps and on Ctrl-C or SIGTERM");
   app.add_option("--save-every", o.save_every, "steps between checkpoints (0: only at the end and on a stop)")

@@ -1,11 +1,14 @@
-# tools/comm_cost_model.py: alpha-beta cost model of one data-parallel GPT-2 step on H100 clusters (compute, bucketed gradient all-reduce in FP32/BF16/FP8, overlap with backward, ZeRO-1), with --calibrate for measured runs.
+# tools/comm_cost_model.py: alpha-beta step-time model of data-parallel GPT-2 on H100 clusters, with --calibrate.
 """Usage: python3 tools/comm_cost_model.py [--wire fp32,fp8] [--json] [--calibrate --measured-... ]
+
+One step: compute, bucketed gradient all-reduce with F32/BF16/FP8 on the wire, overlap with backward, ZeRO-1.
 
 Compute: FLOPs/token = 6*P + 12*n_layer*n_embd*T (PaLM appendix B / llm.c MFU), at an ASSUMED achieved throughput
 (--tflops, default 400 TFLOP/s dense BF16 = about 40% MFU of 989). Backward = 2/3 of it, forward 1/3.
 Collectives (nccl-tests doc/PERFORMANCE.md): all-reduce t = lat + 2(N-1)/N * S/busbw, reduce-scatter and all-gather
 t = lat + (N-1)/N * S/busbw (S = the whole array). Ring latency as NCCL's tuning.cc: 2(N-M) NVLink steps + 2(M-1)
-network steps (M nodes); all-reduce takes min(ring, tree) latency, tree = 2((g-1) alpha_intra + ceil(log2 M) alpha_inter).
+network steps (M nodes); all-reduce takes min(ring, tree) latency,
+tree = 2((g-1) alpha_intra + ceil(log2 M) alpha_inter).
 Overlap: buckets (mptrain DataParallel: 25 MiB of F32 gradients, reverse registration order) become ready when backward
 finishes their layer, go out one after another, and what runs past the end of backward is exposed.
 """
@@ -13,21 +16,22 @@ import argparse, json, math
 
 # ---- Hardware and software constants (defaults of the flags below), with sources ----
 H100_PEAK_BF16_TFLOPS = 989.0  # H100 SXM5 dense BF16 Tensor Core peak (NVIDIA H100 datasheet; 1979 is with sparsity)
-ACHIEVED_TFLOPS = 400.0        # ASSUMPTION: achieved per-GPU throughput, about 40% MFU; llm.c-class GPT-2 runs reach 30-50%
+ACHIEVED_TFLOPS = 400.0        # ASSUMPTION: achieved throughput per GPU, about 40% MFU of 989
 NVLINK_BIDIR_GBS = 900.0       # DGX H100: 18 NVLink-4 links per GPU, 900 GB/s bidirectional = 450 GB/s each way
-NVLINK_BUSBW_GBS = 360.0       # achievable ring all-reduce busbw in one DGX H100 (80% of 450); nccl-tests: ~360-480 (NVLS)
+NVLINK_BUSBW_GBS = 360.0       # achievable ring all-reduce busbw in a DGX H100 (80% of 450); nccl-tests ~360-480
 NIC_LINE_GBS = 400 / 8         # DGX H100: one ConnectX-7 InfiniBand NDR 400 Gb/s NIC per GPU = 50 GB/s line rate
-NIC_GBS = 42.0                 # achievable per NIC (84%); a public 4-node HGX H100 nccl-tests run: 331 GB/s busbw = 8 x 41
+NIC_GBS = 42.0                 # achievable per NIC (84%); a public 4-node HGX H100 run: 331 GB/s busbw = 8 x 41
 GPUS_PER_NODE = 8              # DGX/HGX H100
-NICS_PER_NODE = 8              # DGX H100 compute fabric: 8 x ConnectX-7 (rail-optimised; NCCL runs one ring per NIC)
-ALPHA_INTRA_US = 5.0           # per ring step on NVLink, large messages (NCCL tuning.cc, Simple: 3.4 us + 8.4 us base)
+NICS_PER_NODE = 8              # DGX H100 compute fabric: 8 x ConnectX-7, rail-optimised (NCCL: one ring per NIC)
+ALPHA_INTRA_US = 5.0           # per ring step on NVLink, large messages (NCCL tuning.cc Simple: 3.4 us + 8.4 base)
 ALPHA_INTER_US = 10.0          # per ring step across InfiniBand (NCCL tuning.cc, Simple: 9.6 us)
-ALPHA_SMALL_INTRA_US = 0.5     # per step for tiny messages, NCCL LL protocol on NVLink (tuning.cc ring LL: 0.47 us)
+ALPHA_SMALL_INTRA_US = 0.5     # per step, tiny messages: NCCL LL protocol on NVLink (tuning.cc ring LL: 0.47 us)
 ALPHA_SMALL_INTER_US = 2.7     # per step for tiny messages across the network (tuning.cc ring LL: 2.7 us)
-BUCKET_MIB = 25.0              # mptrain DataParallelOptions.bucket_bytes = 25 << 20 bytes of F32 (= PyTorch DDP default)
+BUCKET_MIB = 25.0              # mptrain DataParallelOptions.bucket_bytes: 25 << 20 bytes of F32 (PyTorch DDP's default)
 WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}  # bytes per gradient element on the wire (FP8: E4M3 codes)
-AMAX_MSG_BYTES = 256           # FP8: one F32 amax per parameter tensor of a bucket (<= 64), MAX all-reduced: latency only
-PARAM_GATHER_BYTES = 4         # ZeRO-1 all-gathers the updated F32 parameters (mptrain keeps F32 weights, no separate master)
+META_MSG_BYTES = 512           # mptrain DataParallel: per bucket an F32 [used flags | amaxes] MAX all-reduce, every
+                               # wire format (FP8 waits for it before quantising): tiny, so latency only
+PARAM_GATHER_BYTES = 4         # ZeRO-1 all-gathers the updated F32 parameters (mptrain: F32 weights, no extra master)
 ADAM_MOMENT_BYTES = 8          # AdamW exp_avg + exp_avg_sq in F32
 MASTER_BYTES = 4               # the F32 weights the optimizer updates (mptrain: the parameters themselves)
 GPU_COUNTS = [8, 16, 32, 64, 128, 256, 512, 1024]
@@ -110,9 +114,10 @@ def model_step(name, n, wire, a, zero1=False):
         sizes_ready += [(s, t) for s in sizes]
     buckets = make_buckets(sizes_ready, a.bucket_mib * 2**20)
     bpe = WIRE_BYTES[wire]
-    amax = collective_s("allreduce", AMAX_MSG_BYTES, n, a, small=True) if wire == "fp8" else 0.0  # one MAX per bucket
-    grad_kind = "reduce_scatter" if zero1 else "allreduce"
-    timeline = [(r, collective_s(grad_kind, k * bpe, n, a) + amax) for k, r in buckets]
+    meta = collective_s("allreduce", META_MSG_BYTES, n, a, small=True)  # the per-bucket MAX all-reduce
+    # mptrain reduce-scatters only F32 gradients under ZeRO-1; BF16/FP8 ones are all-reduced on the wire regardless
+    grad_kind = "reduce_scatter" if zero1 and wire == "fp32" else "allreduce"
+    timeline = [(r, collective_s(grad_kind, k * bpe, n, a) + meta) for k, r in buckets]
     comm, exposed = overlap(timeline, bwd, a.overlap_efficiency)
     gather = sum(collective_s("all_gather", k * PARAM_GATHER_BYTES, n, a) for k, _ in buckets) if zero1 else 0.0
     comm, exposed = comm + gather, exposed + gather  # ZeRO-1: the all-gather follows the optimizer step, not hidden
@@ -133,6 +138,12 @@ def fmt_table(head, rows):
 def report(a):
     out, text = {"assumptions": {k: v for k, v in vars(a).items() if not k.startswith("measured")}}, []
     out["results"] = []
+    text.append(f"Assumptions: {a.tflops:g} TFLOP/s achieved per GPU = {100 * a.tflops / H100_PEAK_BF16_TFLOPS:.0f}% "
+                f"MFU of {H100_PEAK_BF16_TFLOPS:g} (dense BF16); NVLink busbw {a.nvlink_busbw:g} of "
+                f"{NVLINK_BIDIR_GBS / 2:g} GB/s per direction; {a.nics_per_node} x {a.nic_gbs:g} of "
+                f"{NIC_LINE_GBS:g} GB/s InfiniBand per node; alpha {a.alpha_intra:g}/{a.alpha_inter:g} us per "
+                f"NVLink/network step; {a.bucket_mib:g} MiB F32 buckets; "
+                f"overlap efficiency {a.overlap_efficiency:g}.\n")
     for name in MODELS:
         for wire in a.wire.split(","):
             dp = [model_step(name, n, wire, a) for n in a.gpus]
@@ -150,7 +161,8 @@ def report(a):
                   f"{c3['bf16'][i]:.1f}", f"{c3['fp8'][i]:.1f}", f"{r['exposed_ms']:.2f}", f"{r['step_ms']:.1f}",
                   f"{100 * r['comm_share']:.0f}", f"{100 * r['exposed_share']:.1f}", f"{r['tokens_s_gpu']:,.0f}",
                   f"{r['tokens_s_total'] / 1e6:.2f}M"] for i, r in enumerate(dp)]) + "\n")
-            text.append(f"ZeRO-1 ({wire.upper()} reduce-scatter during backward, F32 all-gather after the step):\n")
+            how = "FP32 reduce-scatter" if wire == "fp32" else f"{wire.upper()} all-reduce, as mptrain compresses"
+            text.append(f"ZeRO-1 ({how}; F32 all-gather after the step):\n")
             text.append(fmt_table(
                 ["N", "RS+AG ms", "of which AG ms", "exposed ms", "step ms", "comm %", "tok/s total",
                  "opt. state GB/GPU DP", "ZeRO-1"],
@@ -174,27 +186,30 @@ def calibrate(a):
     k = max(1, math.ceil(elems / bucket))
     bpe = WIRE_BYTES[a.wire.split(",")[0]]
     per = [min(bucket, elems - i * bucket) for i in range(k)]
-    amax = 2 * (n - 1) * a.measured_alpha_us * 1e-6 if a.wire.startswith("fp8") else 0.0
-    timeline = [((i + 1) * bwd / k, 2 * (n - 1) * a.measured_alpha_us * 1e-6 + amax +
+    lat = 2 * (n - 1) * a.measured_alpha_us * 1e-6  # per all-reduce; each bucket also has its MAX all-reduce
+    timeline = [((i + 1) * bwd / k, 2 * lat +
                  2 * (n - 1) / n * e * bpe / (a.measured_allreduce_busbw_gbs * 1e9)) for i, e in enumerate(per)]
     comm, exposed = overlap(timeline, bwd, a.overlap_efficiency)
     step, ms = compute + exposed, a.measured_step_ms * 1e-3
     pred = dict(np=n, buckets=k, compute_ms=compute * 1e3, comm_ms=comm * 1e3, exposed_ms=exposed * 1e3,
                 step_ms=step * 1e3, comm_share=comm / step, exposed_share=exposed / step)
+    exp_ms = a.measured_exposed_ms if a.measured_exposed_ms is not None else ms * 1e3 - compute * 1e3
     meas = dict(step_ms=a.measured_step_ms, backward_ms=a.measured_backward_ms, compute_ms=a.measured_compute_ms,
-                comm_ms=a.measured_comm_ms,
+                comm_ms=a.measured_comm_ms, exposed_ms=exp_ms,
                 comm_share=None if a.measured_comm_ms is None else a.measured_comm_ms / a.measured_step_ms,
-                exposed_share=(ms - compute) / ms)
+                exposed_share=exp_ms / a.measured_step_ms)
     src = "--measured-compute-ms" if a.measured_compute_ms is not None else "1.5 x --measured-backward-ms"
+    esrc = "--measured-exposed-ms" if a.measured_exposed_ms is not None else "step - compute"
     f = lambda v, p="{:.2f}": "n/a" if v is None else p.format(v)
     rows = [["step ms", f(pred["step_ms"]), f(meas["step_ms"]), f"{100 * (step / ms - 1):+.0f}%"],
             ["compute ms", f(pred["compute_ms"]), f(meas["compute_ms"]), "from " + src],
             ["comm ms (all buckets)", f(pred["comm_ms"]), f(meas["comm_ms"]), f"{k} bucket(s)"],
-            ["exposed comm ms", f(pred["exposed_ms"]), f(ms * 1e3 - compute * 1e3), "measured: step - compute"],
+            ["exposed comm ms", f(pred["exposed_ms"]), f(exp_ms), "measured: " + esrc],
             ["comm share %", f(100 * pred["comm_share"], "{:.1f}"),
              f(None if meas["comm_share"] is None else 100 * meas["comm_share"], "{:.1f}"), ""],
             ["exposed share %", f(100 * pred["exposed_share"], "{:.1f}"), f(100 * meas["exposed_share"], "{:.1f}"), ""]]
-    text = (f"Calibration: N={n} ranks, busbw {a.measured_allreduce_busbw_gbs} GB/s, alpha {a.measured_alpha_us} us/step,"
+    text = (f"Calibration: N={n} ranks, busbw {a.measured_allreduce_busbw_gbs} GB/s, "
+            f"alpha {a.measured_alpha_us} us/step,"
             f" {a.measured_grad_bytes / 1e6:.1f} MB gradients, {a.wire.split(',')[0].upper()} wire, overlap efficiency "
             f"{a.overlap_efficiency}\n\n" + fmt_table(["quantity", "predicted", "measured", "note"], rows))
     return dict(predicted=pred, measured=meas, assumptions={k: v for k, v in vars(a).items()}), text
@@ -206,8 +221,8 @@ def main():
     add("--gpus", type=lambda s: [int(x) for x in s.split(",")], default=GPU_COUNTS, help="comma-separated N")
     add("--wire", default="fp32,fp8", help="gradient formats on the wire, comma-separated: fp32, bf16, fp8")
     add("--tflops", type=float, default=ACHIEVED_TFLOPS, help="achieved TFLOP/s per GPU (assumption)")
-    add("--micro-batch-124m", type=int, default=16, help="sequences of 1024 tokens per GPU per step, 124M")
-    add("--micro-batch-1-5b", type=int, default=8, help="sequences of 1024 tokens per GPU per step, 1.5B")
+    add("--micro-batch-124m", type=int, default=MODELS["124M"]["micro_batch"], help="sequences/GPU/step, 124M")
+    add("--micro-batch-1-5b", type=int, default=MODELS["1.5B"]["micro_batch"], help="sequences/GPU/step, 1.5B")
     add("--nvlink-busbw", type=float, default=NVLINK_BUSBW_GBS, help="achievable intra-node busbw, GB/s")
     add("--nic-gbs", type=float, default=NIC_GBS, help="achievable bandwidth per InfiniBand NIC, GB/s each way")
     add("--nics-per-node", type=int, default=NICS_PER_NODE, help="NICs (rails) per node; 1 = one NIC bottlenecks")
@@ -224,10 +239,11 @@ def main():
     add("--measured-allreduce-busbw-gbs", type=float, help="busbw of a large all-reduce on that machine, GB/s")
     add("--measured-alpha-us", type=float, help="latency per ring step on that machine (small all-reduce / 2(N-1))")
     add("--measured-step-ms", type=float, help="measured data-parallel step time")
-    add("--measured-backward-ms", type=float, help="measured backward time (the overlap window)")
+    add("--measured-backward-ms", type=float, help="backward time, the overlap window (StepTiming finish_called_s)")
     add("--measured-grad-bytes", type=float, help="F32 gradient bytes all-reduced per step (4 x parameters)")
     add("--measured-compute-ms", type=float, help="optional: same step without communication (e.g. -np 1)")
     add("--measured-comm-ms", type=float, help="optional: measured total time inside the all-reduces")
+    add("--measured-exposed-ms", type=float, help="optional: DataParallel::last_step().finish_wait_s, in ms")
     a = p.parse_args()
     if not 0.0 <= a.overlap_efficiency <= 1.0:
         p.error("--overlap-efficiency must lie in [0, 1]")

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <thread>
@@ -170,6 +171,8 @@ class Mpi final : public Communicator {
     MPT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     MPT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
     wire_ops_ = std::make_unique<WireOps>();
+    const char* debug = std::getenv("MPT_DIST_DEBUG");
+    debug_ = debug != nullptr && *debug != '\0' && std::strcmp(debug, "0") != 0;
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -239,7 +242,7 @@ class Mpi final : public Communicator {
     check_tensor(in, "all_gather_v", "the input");
     check_tensor(out, "all_gather_v", "the output");
     check_counts(in, out, counts, rank_, size_, "all_gather_v");
-    const std::string what = describe("all_gather_v", in, fmt::format("{} elements in all", out.numel()));
+    const std::string what = describe("all_gather_v", out, "");
     auto layout = std::make_shared<Layout>(counts, in.element_size(), "all_gather_v");
     MPI_Request req = MPI_REQUEST_NULL;
     MPT_MPI_CHECK(MPI_Iallgatherv(in.data_ptr(), layout->counts[static_cast<size_t>(rank_)], MPI_BYTE, out.data_ptr(),
@@ -288,14 +291,36 @@ class Mpi final : public Communicator {
 
   void barrier() override {
     MPI_Request req = MPI_REQUEST_NULL;
-    const std::string what = fmt::format("barrier #{}", next_sequence());
+    const int64_t seq = next_sequence();
+    if (debug_) verify_same_call("barrier", seq);
+    const std::string what = fmt::format("barrier #{}", seq);
     MPT_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
     MpiWork(req, {}, what, rank_, timeout()).wait();
   }
 
  private:
+  // "op #seq (tensor, extra)" for errors; with MPT_DIST_DEBUG set, first checks that every rank calls the same
+  // collective on the same whole tensor (`t`: the same size on every rank) and names the first disagreement.
   std::string describe(const char* op, const Tensor& t, const std::string& extra) {
-    return fmt::format("{} #{} ({}{}{})", op, next_sequence(), t.meta_str(), extra.empty() ? "" : ", ", extra);
+    const std::string call = fmt::format("{} ({}{}{})", op, t.meta_str(), extra.empty() ? "" : ", ", extra);
+    const int64_t seq = next_sequence();
+    if (debug_) verify_same_call(call, seq);
+    return fmt::format("{} #{} ({}{}{})", op, seq, t.meta_str(), extra.empty() ? "" : ", ", extra);
+  }
+  void verify_same_call(const std::string& call, int64_t seq) {
+    constexpr int kWidth = 192;
+    std::vector<char> mine(kWidth, '\0'), all(static_cast<size_t>(kWidth) * static_cast<size_t>(size_), '\0');
+    std::memcpy(mine.data(), call.data(), std::min<size_t>(call.size(), kWidth - 1));
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPT_MPI_CHECK(MPI_Iallgather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, MPI_COMM_WORLD, &req));
+    MpiWork(req, {}, fmt::format("the MPT_DIST_DEBUG check of collective #{} ({})", seq, call), rank_, timeout())
+        .wait();
+    for (int r = 0; r < size_; ++r) {
+      const std::string other(all.data() + static_cast<size_t>(r) * kWidth);
+      if (other != mine.data())
+        MPT_THROW("[dist] collective #{} differs between ranks (MPT_DIST_DEBUG): rank {} calls {}, rank {} calls {}",
+                  seq, rank_, call, r, other);
+    }
   }
   std::unique_ptr<Work> make_work(MPI_Request req, const std::string& what, std::function<void()> finish) {
     return std::make_unique<MpiWork>(req, std::move(finish), what, rank_, timeout());
@@ -310,6 +335,7 @@ class Mpi final : public Communicator {
   }
 
   int rank_ = 0, size_ = 1;
+  bool debug_ = false;
   std::unique_ptr<WireOps> wire_ops_;  // made once MPI is initialised
 };
 
