@@ -277,8 +277,6 @@ void run(const Options& o) {
              world > 1 ? fmt::format("{} ranks under mpirun: the MPI communicator takes CPU tensors", world)
                        : mpt::Device::best_reason());
   if (world > 1) {
-    MPT_CHECK(o.save_dir.empty() && o.resume.empty(), "[train_gpt] --save-dir and --resume under mpirun ({} ranks) "
-              "are not supported yet: checkpoints hold one process's state", world);
     fmt::print("data parallel: {} ranks x batch {} = {} sequences per step; buckets {} MB; gradients {}{}\n", world,
                o.batch, world * o.batch, o.bucket_mb, o.grad_compression, o.zero1 ? "; ZeRO-1 optimizer shards" : "");
   }
@@ -330,7 +328,8 @@ void run(const Options& o) {
   std::mt19937_64 rng(o.seed);
   int64_t skipped = 0, start_step = 0;
   mpt::io::TrainingState state{.model = &model, .optimizer = &opt, .schedule = &schedule, .scaler = &scaler,
-                               .fp8 = policy.fp8_state.get(), .precision = o.precision};
+                               .fp8 = policy.fp8_state.get(), .precision = o.precision, .comm = comm.get(),
+                               .optimizer_sharded = o.zero1};
   if (!o.resume.empty()) {
     const mpt::io::CheckpointInfo info = mpt::io::load_checkpoint(o.resume, state);
     restore_data_state(info.data_json, (info.path / "state.json").string(), text, rng, skipped);
@@ -423,8 +422,13 @@ void run(const Options& o) {
     }
     // Checkpoints after the step (and its evaluation, whose FP8 amaxes feed the next delayed-scaling update).
     const bool last = step + 1 == o.steps;
-    const bool stop = !last && (mpt_examples::stop_requested() ||
-                                (o.stop_after > 0 && step + 1 - start_step >= o.stop_after));
+    bool stop = !last && (mpt_examples::stop_requested() ||
+                          (o.stop_after > 0 && step + 1 - start_step >= o.stop_after));
+    if (world > 1) {  // a signal reaches the ranks at different moments: they stop (and save) together
+      mpt::Tensor flag = mpt::Tensor::full({1}, stop ? 1.0 : 0.0, mpt::DType::F32);
+      comm->all_reduce(flag, mpt::dist::ReduceOp::Max)->wait();
+      stop = !last && flag.to_vector<float>()[0] > 0;
+    }
     if (!o.save_dir.empty() && (last || stop || (o.save_every > 0 && (step + 1) % o.save_every == 0))) save(step + 1);
     if (stop) {
       if (o.save_dir.empty()) {

@@ -328,10 +328,8 @@ std::vector<optim::ParamGroup> DataParallel::shard(std::vector<optim::ParamGroup
       kept.params.push_back(g.params[i]);
       if (!g.names.empty()) kept.names.push_back(g.names[i]);
     }
-    if (!kept.params.empty()) mine.push_back(std::move(kept));
+    mine.push_back(std::move(kept));  // kept when empty: every rank numbers the groups alike (checkpoints)
   }
-  MPT_CHECK(!mine.empty(), "[DataParallel] rank {} of {} owns no parameter: use fewer ranks (or zero1 off)",
-            comm_->rank(), comm_->size());
   return mine;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <system_error>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
 #include "mpt/core/version.h"
+#include "mpt/dist/communicator.h"
 #include "mpt/io/hf_gpt2.h"
 #include "mpt/io/safetensors.h"
 #include "mpt/nn/gpt.h"
@@ -217,6 +219,66 @@ void verify_files(const fs::path& dir, const detail::Manifest& m) {
 
 }  // namespace
 
+// Every rank learns whether any rank failed (the first failure's rank is named; one collective per call).
+void agree_or_throw(dist::Communicator* comm, const std::string& failure, const char* phase) {
+  if (comm == nullptr || comm->size() == 1) {
+    if (!failure.empty()) throw Error(failure);
+    return;
+  }
+  Tensor flag = Tensor::full({1}, failure.empty() ? 0.0 : static_cast<double>(comm->rank() + 1), DType::F32);
+  comm->all_reduce(flag, dist::ReduceOp::Max)->wait();
+  const auto culprit = static_cast<int>(flag.to_vector<float>()[0]) - 1;
+  if (!failure.empty()) throw Error(failure);
+  MPT_CHECK(culprit < 0, "[checkpoint] {} failed on rank {} (its error names the cause)", phase, culprit);
+}
+
+// Tells the other ranks (waiting in agree_or_throw) how rank 0's part of a save ended, also when it throws.
+struct Rank0Outcome {
+  explicit Rank0Outcome(dist::Communicator* c) : comm(c) {}
+  dist::Communicator* comm;
+  bool told = false;
+  void tell(bool ok) {
+    told = true;
+    if (comm == nullptr || comm->size() == 1) return;
+    Tensor flag = Tensor::full({1}, ok ? 0.0 : 1.0, DType::F32);
+    comm->all_reduce(flag, dist::ReduceOp::Max)->wait();
+  }
+  Rank0Outcome(const Rank0Outcome&) = delete;
+  Rank0Outcome& operator=(const Rank0Outcome&) = delete;
+  ~Rank0Outcome() {
+    if (told) return;
+    try {
+      tell(false);
+    } catch (...) {  // the error in flight is the one to report
+    }
+  }
+};
+
+// The optimizer's state: optimizer.safetensors, or every rank's shard merged. A sharded optimizer keeps the
+// hyperparameters of its groups and the state of the parameters it holds (by name), whatever the saving world size.
+nn::StateDict load_optimizer_dict(const fs::path& dir, const detail::Manifest& m, const TrainingState& state) {
+  nn::StateDict dict;
+  if (m.files.count("optimizer.safetensors") == 1) {
+    dict = load_safetensors(dir / "optimizer.safetensors");
+  } else {
+    for (int64_t r = 0; r < m.world_size; ++r)
+      for (auto& [k, t] : load_safetensors(dir / detail::optimizer_shard_name(r, m.world_size))) dict.emplace(k, t);
+  }
+  if (!state.optimizer_sharded) return dict;
+  std::set<std::string> mine;
+  for (const optim::ParamGroup& g : state.optimizer->param_groups()) {
+    MPT_CHECK(g.names.size() == g.params.size(), "[checkpoint] load_checkpoint: a sharded optimizer needs named "
+              "parameters: its state is found by name");
+    mine.insert(g.names.begin(), g.names.end());
+  }
+  nn::StateDict kept;
+  for (auto& [k, t] : dict) {
+    const size_t dot = k.rfind('.');
+    if (k.starts_with("group") || (dot != std::string::npos && mine.count(k.substr(0, dot)) == 1)) kept.emplace(k, t);
+  }
+  return kept;
+}
+
 // ---- save ----
 
 fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const SaveOptions& options) {
@@ -226,14 +288,20 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
             state.micro_step);
   MPT_CHECK(state.step >= 0 && options.keep >= 0, "[checkpoint] save_checkpoint: step {} and keep {} must be >= 0",
             state.step, options.keep);
-  MPT_CHECK(state.world_size >= 1 && state.rank >= 0 && state.rank < state.world_size, "[checkpoint] "
-            "save_checkpoint: rank {} of world size {}", state.rank, state.world_size);
+  const int world = state.comm != nullptr ? state.comm->size() : 1;
+  const int me = state.comm != nullptr ? state.comm->rank() : 0;
+  MPT_CHECK(!state.optimizer_sharded || state.optimizer != nullptr, "[checkpoint] save_checkpoint: "
+            "optimizer_sharded without an optimizer");
+  if (state.optimizer_sharded)
+    for (const optim::ParamGroup& g : state.optimizer->param_groups())
+      MPT_CHECK(g.names.size() == g.params.size(), "[checkpoint] save_checkpoint: a sharded optimizer needs named "
+                "parameters (optim::weight_decay_groups keeps the names): its state is merged by name on load");
   autograd::NoGradGuard no_grad;
   detail::Manifest m;
   m.library_version = version();
   m.step = state.step;
-  m.world_size = state.world_size;
-  m.rank = state.rank;
+  m.world_size = world;
+  m.rank = 0;  // the writer
   m.precision = state.precision;
   m.run_config = detail::parse_json_object(state.run_config_json, "checkpoint", "TrainingState::run_config_json");
   m.data = detail::parse_json_object(state.data_json, "checkpoint", "TrainingState::data_json");
@@ -250,21 +318,44 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
   const auto* gpt = dynamic_cast<const nn::GPT*>(state.model);
 
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  MPT_CHECK(!ec, "[checkpoint] cannot create the directory '{}': {}", dir.string(), ec.message());
-  std::vector<fs::path> leftovers;  // of killed saves (collected first: no removal while iterating)
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.starts_with(".tmp-step-") || name.starts_with(".trash-step-") || name.starts_with(".latest.tmp-"))
-      leftovers.push_back(e.path());
-  }
-  for (const fs::path& p : leftovers) fs::remove_all(p, ec);
   const std::string name = step_dir_name(state.step);
-  const fs::path tmp = dir / fmt::format(".tmp-{}-{}", name, ::getpid());
-  fs::remove_all(tmp, ec);
-  save_point("create directory");
-  MPT_CHECK(fs::create_directory(tmp, ec) && !ec, "[checkpoint] cannot create the directory '{}': {}", tmp.string(),
-            ec.message());
+  // Every rank writes into one temporary directory (named alike on every rank, which share the file system).
+  const fs::path tmp = dir / (world > 1 ? fmt::format(".tmp-{}-dp{}", name, world)
+                                        : fmt::format(".tmp-{}-{}", name, ::getpid()));
+  std::string failure;
+  if (me == 0) {
+    try {
+      fs::create_directories(dir, ec);
+      MPT_CHECK(!ec, "[checkpoint] cannot create the directory '{}': {}", dir.string(), ec.message());
+      std::vector<fs::path> leftovers;  // of killed saves (collected first: no removal while iterating)
+      for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.starts_with(".tmp-step-") || n.starts_with(".trash-step-") || n.starts_with(".latest.tmp-"))
+          leftovers.push_back(e.path());
+      }
+      for (const fs::path& p : leftovers) fs::remove_all(p, ec);
+      save_point("create directory");
+      MPT_CHECK(fs::create_directory(tmp, ec) && !ec, "[checkpoint] cannot create the directory '{}': {}",
+                tmp.string(), ec.message());
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  agree_or_throw(state.comm, failure, "creating the checkpoint directory");
+  if (state.optimizer_sharded) {  // every rank's shard (rank 0 hashes them all below)
+    try {
+      detail::save_safetensors_hashed(tmp / detail::optimizer_shard_name(me, world), state.optimizer->state_dict(),
+                                      {{"format", "mptrain"}, {"optimizer", state.optimizer->name()}});
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+    agree_or_throw(state.comm, failure, "writing the optimizer shards");
+  }
+  if (me != 0) {  // rank 0 finishes the checkpoint; the others learn whether it succeeded
+    agree_or_throw(state.comm, failure, "rank 0 finishing the checkpoint");
+    return dir / name;
+  }
+  Rank0Outcome outcome{state.comm};
   try {
     auto record = [&](const char* file, const detail::FileDigest& d) {
       m.files.emplace(file, detail::FileRecord{d.bytes, detail::hex64(d.xxh3)});
@@ -282,10 +373,18 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
       record("model.safetensors", detail::save_safetensors_hashed(tmp / "model.safetensors", state.model->state_dict(),
                                                                   {{"format", "mptrain"}}));
     }
-    if (state.optimizer != nullptr)
+    if (state.optimizer_sharded) {
+      std::vector<std::string> shards;  // recorded by name (owned strings: record keeps the pointer's text)
+      for (int r = 0; r < world; ++r) shards.push_back(detail::optimizer_shard_name(r, world));
+      for (const std::string& shard : shards) {
+        const detail::FileDigest d = detail::digest_file(tmp / shard);
+        m.files.emplace(shard, detail::FileRecord{d.bytes, detail::hex64(d.xxh3)});
+      }
+    } else if (state.optimizer != nullptr) {
       record("optimizer.safetensors",
              detail::save_safetensors_hashed(tmp / "optimizer.safetensors", state.optimizer->state_dict(),
                                              {{"format", "mptrain"}, {"optimizer", state.optimizer->name()}}));
+    }
     write_file_durably(tmp / "state.json", detail::write_manifest(m));
     fsync_dir(tmp);
   } catch (...) {
@@ -323,6 +422,7 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
       if (::rename(dirs[i].second.c_str(), trash.c_str()) == 0) fs::remove_all(trash, ec);
     }
   }
+  outcome.tell(true);
   return final_dir;
 }
 
@@ -358,8 +458,7 @@ CheckpointInfo load_checkpoint(const fs::path& path, TrainingState& state) {
   const fs::path& dir = p.info.path;
   const std::string where = (dir / "state.json").string();
 
-  MPT_CHECK(m.world_size == state.world_size && m.rank == state.rank, "[checkpoint] {}: saved by rank {} of {} "
-            "processes; this is rank {} of {}", where, m.rank, m.world_size, state.rank, state.world_size);
+  MPT_CHECK(m.rank == 0, "[checkpoint] {}: key \"world.rank\": written by rank {}, expected 0", where, m.rank);
   MPT_CHECK(m.precision == state.precision, "[checkpoint] {}: key \"precision\": the checkpoint was trained in \"{}\", "
             "this run uses \"{}\" (resume with the same precision)", where, m.precision, state.precision);
   const auto* gpt = dynamic_cast<const nn::GPT*>(state.model);
@@ -373,8 +472,10 @@ CheckpointInfo load_checkpoint(const fs::path& path, TrainingState& state) {
                 m.model_config.contains(k) ? m.model_config.at(k).dump() : "none", ours.at(k).dump());
     }
   }
-  MPT_CHECK(state.optimizer == nullptr || m.files.count("optimizer.safetensors") == 1, "[checkpoint] {}: holds no "
-            "optimizer.safetensors, but this run has an optimizer to restore", where);
+  const bool sharded_file = m.files.count(detail::optimizer_shard_name(0, m.world_size)) == 1;
+  MPT_CHECK(state.optimizer == nullptr || m.files.count("optimizer.safetensors") == 1 || sharded_file,
+            "[checkpoint] {}: holds no optimizer.safetensors (nor optimizer shards), but this run has an optimizer "
+            "to restore", where);
   MPT_CHECK(state.schedule == nullptr || m.lr_schedule.has_value(), "[checkpoint] {}: key \"lr_schedule\" is null, "
             "but this run has a schedule to restore", where);
   const bool scaler_on = state.scaler != nullptr && state.scaler->is_enabled();
@@ -400,7 +501,7 @@ CheckpointInfo load_checkpoint(const fs::path& path, TrainingState& state) {
   }
   if (gpt == nullptr) check_same_layout(model_dict, state.model->state_dict(), model_file.string(), "the model");
   nn::StateDict optimizer_dict;
-  if (state.optimizer != nullptr) optimizer_dict = load_safetensors(dir / "optimizer.safetensors");
+  if (state.optimizer != nullptr) optimizer_dict = load_optimizer_dict(dir, m, state);
   const auto schedule_dict = m.lr_schedule ? to_tensors(*m.lr_schedule) : nn::StateDict{};
   const auto scaler_dict = m.grad_scaler ? to_tensors(*m.grad_scaler) : nn::StateDict{};
   const auto fp8_dict = m.fp8 ? to_tensors(*m.fp8) : nn::StateDict{};

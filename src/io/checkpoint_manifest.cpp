@@ -189,6 +189,10 @@ class Reader {
 
 }  // namespace
 
+std::string optimizer_shard_name(int64_t rank, int64_t world_size) {
+  return fmt::format("optimizer-rank{:05}-of-{:05}.safetensors", rank, world_size);
+}
+
 std::string write_manifest(const Manifest& m) {
   json files = json::object();
   for (const auto& [name, f] : m.files) files[name] = {{"bytes", f.bytes}, {"xxh3", f.xxh3}};
@@ -300,9 +304,13 @@ Manifest parse_manifest(std::string_view text, const std::string& where, bool ve
   }
   const json& files = r.object(j, "", "files");
   for (const auto& [name, f] : files.items()) {
-    MPT_CHECK(name == "model.safetensors" || name == "optimizer.safetensors" || name == "config.json",
+    bool shard = false;
+    for (int64_t r = 0; r < m.world_size && !shard && name.starts_with("optimizer-rank"); ++r)
+      shard = name == optimizer_shard_name(r, m.world_size);
+    MPT_CHECK(name == "model.safetensors" || name == "optimizer.safetensors" || name == "config.json" || shard,
               "[checkpoint] {}: key \"files\": unexpected file \"{}\" (a checkpoint holds model.safetensors, "
-              "optimizer.safetensors and config.json)", where, name);
+              "config.json, and optimizer.safetensors or {} for each rank of its {})", where, name,
+              optimizer_shard_name(0, m.world_size), m.world_size);
     const std::string key = "files." + name;
     if (!f.is_object()) r.fail(key, "an object {\"bytes\", \"xxh3\"}", f);
     FileRecord rec;
@@ -312,6 +320,11 @@ Manifest parse_manifest(std::string_view text, const std::string& where, bool ve
               "[checkpoint] {}: key \"{}.xxh3\": expected 16 lower-case hex digits, got \"{}\"", where, key, rec.xxh3);
     m.files.emplace(name, rec);
   }
+  int64_t shards = 0;
+  for (int64_t r = 0; r < m.world_size; ++r) shards += static_cast<int64_t>(m.files.count(optimizer_shard_name(r, m.world_size)));
+  MPT_CHECK(shards == 0 || (shards == m.world_size && m.files.count("optimizer.safetensors") == 0),
+            "[checkpoint] {}: key \"files\": {} of {} optimizer shards{}: expected all or none", where, shards,
+            m.world_size, m.files.count("optimizer.safetensors") ? " beside optimizer.safetensors" : "");
   MPT_CHECK(m.files.count("model.safetensors") == 1, "[checkpoint] {}: key \"files\": model.safetensors is not "
             "listed", where);
   return m;

@@ -49,8 +49,12 @@ struct Manifest {
   std::optional<JsonTensorDict> lr_schedule, grad_scaler, fp8;  // absent: not part of the run
   nlohmann::json fp8_recipe = nullptr;                          // object when fp8 is present
   std::vector<std::pair<std::string, std::string>> fp8_metas;   // (name, role) in registration order
-  std::map<std::string, FileRecord> files;  // model.safetensors, optimizer.safetensors, config.json
+  // model.safetensors, config.json, and optimizer.safetensors or one optimizer shard per rank of world_size
+  std::map<std::string, FileRecord> files;
 };
+
+// The optimizer shard of rank r of an n-rank ZeRO run: "optimizer-rank00003-of-00004.safetensors".
+std::string optimizer_shard_name(int64_t rank, int64_t world_size);
 
 // Pretty-printed JSON (sorted keys) ending with its "checksum": the XXH3-64 of the compact dump of every other field.
 std::string write_manifest(const Manifest& m);

@@ -77,7 +77,20 @@ TEST_F(CheckpointErrors, FieldsOfTheWrongTypeOrSizeAreNamed) {
   expect_edit("key \"step\": expected an integer in [0, ", [](auto& j) { j["step"] = -1; });
   expect_edit("missing key \"rng.dropout.offset\"", [](auto& j) { j["rng"]["dropout"].erase("offset"); });
   expect_edit("key \"world.rank\": expected an integer in [0, 0]", [](auto& j) { j["world"]["rank"] = 1; });
-  expect_edit("saved by rank 0 of 2 processes; this is rank 0 of 1", [](auto& j) { j["world"]["size"] = 2; });
+  // Any number of ranks loads a checkpoint (re-sharding), but only rank 0 writes one, and shards come all or none.
+  expect_edit("key \"world.rank\": written by rank 1, expected 0", [](auto& j) {
+    j["world"]["size"] = 2;
+    j["world"]["rank"] = 1;
+  });
+  expect_edit("key \"files\": 1 of 2 optimizer shards beside optimizer.safetensors: expected all or none",
+              [](auto& j) {
+                j["world"]["size"] = 2;
+                j["files"]["optimizer-rank00000-of-00002.safetensors"] = {{"bytes", 0}, {"xxh3", "0000000000000000"}};
+              });
+  expect_edit("unexpected file \"optimizer-rank00002-of-00002.safetensors\"", [](auto& j) {
+    j["world"]["size"] = 2;
+    j["files"]["optimizer-rank00002-of-00002.safetensors"] = {{"bytes", 0}, {"xxh3", "0000000000000000"}};
+  });
   expect_edit("micro_step 1: the checkpoint was saved inside a gradient accumulation window",
               [](auto& j) { j["micro_step"] = 1; });
   expect_edit("key \"lr_schedule.step.values\": expected an array of 1 values",

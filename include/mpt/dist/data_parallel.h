@@ -52,8 +52,9 @@ class DataParallel {
   // Call after the last backward of a step, before clipping or the optimizer step. With zero1, only this rank's
   // parameters keep a gradient afterwards.
   void finish();
-  // The groups this rank's optimizer steps: all of them, or with zero1 only the parameters it owns (empty groups
-  // dropped). Build the optimizer from these.
+  // The groups this rank's optimizer steps: all of them, or with zero1 only the parameters it owns (a group may be
+  // left empty; every rank keeps every group, so group hyperparameters line up across ranks and checkpoints). Build
+  // the optimizer from these; name the parameters (optim::weight_decay_groups does) to checkpoint a sharded one.
   std::vector<optim::ParamGroup> shard(std::vector<optim::ParamGroup> groups) const;
   // zero1: every parameter's new value from its owner (after the optimizer step). Otherwise nothing to do.
   void sync_parameters();

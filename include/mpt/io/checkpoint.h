@@ -14,6 +14,10 @@
 #include "mpt/optim/lr_schedule.h"
 #include "mpt/optim/optimizer.h"
 
+namespace mpt::dist {
+class Communicator;
+}
+
 namespace mpt::io {
 
 // The parts of a training run. save_checkpoint writes every part that is set; load_checkpoint restores every part
@@ -30,7 +34,13 @@ struct TrainingState {
   std::string precision{};                    // e.g. "bf16": a run of another precision refuses the checkpoint
   std::string run_config_json = "{}";         // the application's configuration (a JSON object), returned by load
   std::string data_json = "{}";               // its data position and sampler state (a JSON object), returned by load
-  int64_t world_size = 1, rank = 0;           // one process for now: written for data-parallel runs to extend
+  // Data parallel: the job's communicator (null or size 1: one process). Every rank calls save and load together.
+  // Rank 0 writes the model and the state the ranks share; with optimizer_sharded (DataParallel's ZeRO-1: each
+  // rank's optimizer holds only its own parameters, in groups of named parameters) every rank writes its shard
+  // optimizer-rank<r>-of-<N>.safetensors. Any number of ranks loads any checkpoint: the shards are merged and each
+  // rank keeps the state of the parameters its optimizer holds (re-sharding).
+  dist::Communicator* comm = nullptr;
+  bool optimizer_sharded = false;
 };
 
 struct SaveOptions {
