@@ -31,6 +31,7 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
 // Stream and event calls take the device they belong to: cudaStreamLegacy means "the legacy stream of the
 // current device", so the backend makes `device` current around each call.
 void* legacy_stream();                 // cudaStreamLegacy
+void make_current(int device);         // cudaSetDevice unless it already is the calling thread's device
 void* stream_create(int device);       // non-blocking stream
 void stream_destroy(void* stream) noexcept;
 void stream_synchronize(int device, void* stream);

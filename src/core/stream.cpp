@@ -27,6 +27,9 @@ Stream::Stream(Device device) : device_(device) {
 Stream Stream::current(Device device) {
   if (device.is_cpu()) return Stream(device, nullptr);
   check_device_available(device);
+  // cudaStreamLegacy is the legacy stream of the calling thread's current device: make `device` current, so that
+  // work issued on this stream (kernels, copies) runs on it, from any thread.
+  cuda_backend::make_current(device.index());
   // Aliasing an empty owner: a non-owning handle without a control block.
   return Stream(device, std::shared_ptr<void>(std::shared_ptr<void>(), cuda_backend::legacy_stream()));
 }

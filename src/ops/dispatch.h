@@ -40,7 +40,8 @@ void check_shape(const Tensor& t, const Shape& expected, const char* what, const
 // f64 tensors exist for CPU reference checks only.
 void check_f64_on_cpu(const Tensor& t, const char* op);
 
-// The native stream ops on `device` run on (cudaStream_t; null on the CPU).
+// The native stream ops on `device` run on (cudaStream_t; null on the CPU); Stream::current makes a CUDA `device` the
+// calling thread's current device, where the op's kernels then launch.
 void* stream_of(Device device);
 
 // An op's autograd bookkeeping, declared first thing in the op: decides once whether the op records a node (grad

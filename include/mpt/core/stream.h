@@ -15,7 +15,8 @@ namespace mpt {
 class Stream {
  public:
   explicit Stream(Device device);
-  // The device's current stream (non-owning; CUDA: the legacy default stream, cudaStreamLegacy).
+  // The device's current stream (non-owning; CUDA: the legacy default stream, cudaStreamLegacy, of `device`, which
+  // this makes the calling thread's current CUDA device).
   static Stream current(Device device);
   ~Stream() = default;
   Stream(Stream&& other) noexcept = default;

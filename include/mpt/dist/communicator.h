@@ -1,6 +1,7 @@
 // mpt/dist/communicator.h: collectives across the processes of a data-parallel job (MPI on the CPU), with timeouts.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -68,6 +69,22 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   int64_t sequence_ = 0;
 };
+
+// ---- NCCL: CUDA tensors, one rank per GPU ----
+// An NCCL communicator's identity: made by one rank, given to every rank of the job.
+struct NcclId {
+  std::array<char, 128> bytes{};
+};
+NcclId nccl_unique_id();  // throws in a build without CUDA, or without a GPU
+// Rank `rank` of `size` on `device` (a CUDA device, one rank per device) over NCCL: collectives take contiguous
+// tensors on that device (f32, f16, bf16; FP8 on the wire), run on the communicator's own stream, ordered after the
+// work already issued on the device's current stream; wait() orders later work on the current stream after them
+// and polls for completion and NCCL's asynchronous errors until the timeout, after which it aborts the communicator
+// (ncclCommAbort) and throws naming the collective. The same semantics as the MPI communicator otherwise.
+std::shared_ptr<Communicator> nccl_communicator(Device device, const NcclId& id, int rank, int size);
+// The job's NCCL communicator: under mpirun, rank 0's id broadcast over MPI and rank r on cuda:(r % the device
+// count); without mpirun, size 1 on cuda:0.
+std::shared_ptr<Communicator> nccl_world();
 
 // The job's communicator, made once: MPI when the process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE
 // set; MPI is initialised here and finalised at exit), else a single-process communicator (size 1, collectives copy).

@@ -36,6 +36,12 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
 
 void* legacy_stream() { return static_cast<void*>(cudaStreamLegacy); }
 
+void make_current(int device) {
+  int current = -1;
+  MPT_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) MPT_CUDA_CHECK(cudaSetDevice(device));
+}
+
 void* stream_create(int device) {
   DeviceGuard guard(device);
   cudaStream_t s = nullptr;

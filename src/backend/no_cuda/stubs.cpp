@@ -24,6 +24,7 @@ void reset_peak_memory_stats(int) { not_built(); }
 void empty_cache(int) { not_built(); }
 void memcpy(void*, Device, const void*, Device, size_t, int, void*) { not_built(); }
 void* legacy_stream() { not_built(); }
+void make_current(int) { not_built(); }
 void* stream_create(int) { not_built(); }
 void stream_destroy(void*) noexcept {}
 void stream_synchronize(int, void*) { not_built(); }
@@ -36,3 +37,16 @@ bool event_query(void*) { not_built(); }
 float event_elapsed_ms(void*, void*) { not_built(); }
 
 }  // namespace mpt::cuda_backend
+
+// NCCL: CUDA only.
+#include "mpt/dist/communicator.h"
+
+namespace mpt::dist {
+
+NcclId nccl_unique_id() { MPT_THROW("[dist.nccl] {}", cuda_backend::kNotBuilt); }
+std::shared_ptr<Communicator> nccl_communicator(Device, const NcclId&, int, int) {
+  MPT_THROW("[dist.nccl] {}", cuda_backend::kNotBuilt);
+}
+std::shared_ptr<Communicator> nccl_world() { MPT_THROW("[dist.nccl] {}", cuda_backend::kNotBuilt); }
+
+}  // namespace mpt::dist
