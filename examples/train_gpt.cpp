@@ -272,9 +272,15 @@ void run(const Options& o) {
   const std::shared_ptr<mpt::dist::Communicator> comm = mpt::dist::world();
   const int world = comm->size(), rank = comm->rank();
   if (rank != 0) MPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "[train_gpt] rank {}: no /dev/null", rank);
-  const mpt::Device device = world > 1 ? mpt::Device::cpu() : mpt::Device::best();
+  // Gradients travel over NCCL between GPUs (rank r on cuda:(r % GPUs)), over MPI between CPU processes.
+  mpt::Device device = mpt::Device::best();
+  std::shared_ptr<mpt::dist::Communicator> grad_comm = comm;
+  if (world > 1 && device.is_cuda()) {
+    grad_comm = mpt::dist::nccl_world();
+    device = mpt::Device::cuda(rank % mpt::cuda_status().device_count);
+  }
   fmt::print("device: {} ({})\n", device,
-             world > 1 ? fmt::format("{} ranks under mpirun: the MPI communicator takes CPU tensors", world)
+             world > 1 ? fmt::format("{} ranks under mpirun, gradients over {}", world, grad_comm->backend())
                        : mpt::Device::best_reason());
   if (world > 1) {
     fmt::print("data parallel: {} ranks x batch {} = {} sequences per step; buckets {} MB; gradients {}{}\n", world,
@@ -316,7 +322,7 @@ void run(const Options& o) {
              "step; AdamW moments {}\n", o.precision, scaler.is_enabled() ? ", dynamic loss scaling" : "",
              o.grad_accum, o.moments);
   MPT_CHECK(o.bucket_mb > 0, "[train_gpt] --bucket-mb {} must be positive", o.bucket_mb);
-  mpt::dist::DataParallel dp(model, comm,
+  mpt::dist::DataParallel dp(model, grad_comm,
                              {.bucket_bytes = static_cast<int64_t>(o.bucket_mb * (1 << 20)),
                               .compression = grad_compression(o.grad_compression), .zero1 = o.zero1});
   dp.attach(scaler);

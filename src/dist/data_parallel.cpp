@@ -11,6 +11,7 @@
 #include "kernels/math/numerics.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
+#include "mpt/ops/elementwise.h"
 #include "mpt/optim/clip.h"
 
 namespace mpt::dist {
@@ -27,14 +28,14 @@ double pow2_scaling_factor(double amax, double fp_max) {
   return std::ldexp(1.0, e);
 }
 
-// The MAX all-reduce of a list of 0-d f32 tensors (one collective), written back in place.
-void max_reduce_scalars(Communicator& comm, std::vector<Tensor>& values) {
+// The MAX all-reduce of a list of 0-d f32 tensors (one collective on `device`, the communicator's), in place.
+void max_reduce_scalars(Communicator& comm, Device device, std::vector<Tensor>& values) {
   if (values.empty()) return;
   std::vector<float> packed;
   for (const Tensor& v : values) packed.push_back(v.to(DType::F32).item<float>());
-  Tensor t = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())});
+  Tensor t = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())}).to(device);
   comm.all_reduce(t, ReduceOp::Max)->wait();
-  const std::vector<float> out = t.to_vector<float>();
+  const std::vector<float> out = t.to(Device::cpu()).to_vector<float>();
   for (size_t i = 0; i < values.size(); ++i)
     values[i].copy_(Tensor::full({}, out[i], DType::F32).to(values[i].dtype()).to(values[i].device()));
 }
@@ -65,26 +66,31 @@ struct DataParallel::Bucket {
   std::vector<int64_t> counts;   // elements per owner rank (the reduce-scatter split)
   Tensor flat;                   // F32: the concatenated gradients, then the reduced ones
   Tensor wire;                   // what travels (flat itself, its BF16 or FP8 codes, or this rank's F32 shard)
-  Tensor meta;                   // F32 [used flags | amaxes], MAX-reduced
+  Tensor meta;                   // F32 [used flags | amaxes], MAX-reduced (on the parameters' device)
   std::vector<double> scale;     // FP8: per parameter
   size_t ready = 0;
   std::vector<bool> is_ready;
   std::unique_ptr<Work> work, meta_work;
   bool launched = false;
+  Tensor part(size_t k, const Tensor& of) const;  // parameter k's slice of flat (`of`: the parameter)
 };
 
 DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> comm, const DataParallelOptions& options)
     : comm_(std::move(comm)), options_(options), alive_(std::make_shared<bool>(true)) {
   MPT_CHECK(comm_ != nullptr, "[DataParallel] no communicator");
   MPT_CHECK(options.bucket_bytes > 0, "[DataParallel] bucket_bytes {} must be positive", options.bucket_bytes);
+  MPT_CHECK(options.compression != GradCompression::FP8 || module.named_parameters().empty() ||
+                module.named_parameters().front().tensor.device().is_cpu(),
+            "[DataParallel] FP8 gradient compression runs on the CPU only so far (its quantization is a host loop)");
   MPT_CHECK(!(options.zero1 && options.compression != GradCompression::None),
             "[DataParallel] zero1 with {} compression is not supported: the reduce-scatter travels in F32",
             to_string(options.compression));
   autograd::NoGradGuard no_grad;
   // Rank 0's parameters and buffers everywhere (blocking, in registration order).
   for (auto& [name, t] : module.state_dict()) {
-    MPT_CHECK(t.device().is_cpu() && t.is_contiguous(), "[DataParallel] {} {}: CPU, contiguous tensors only", name,
-              t.meta_str());
+    if (!device_set_) device_ = t.device(), device_set_ = true;
+    MPT_CHECK(t.device() == device_ && t.is_contiguous(), "[DataParallel] {} {}: every tensor must be contiguous and "
+              "on {} (the module's first tensor's device)", name, t.meta_str(), device_);
     if (t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16) {
       Tensor view = t;
       comm_->broadcast(view, 0)->wait();
@@ -130,11 +136,10 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> com
       if (options.zero1) b->counts[static_cast<size_t>(owner_[i])] += params_[i].numel();
       bucket_of_[i] = buckets_.size();
     }
-    b->flat = Tensor::zeros({at});
-    b->meta = Tensor::zeros({static_cast<int64_t>(2 * order.size())});
+    b->flat = Tensor::zeros({at}, DType::F32, device_);
     b->is_ready.assign(order.size(), false);
     b->scale.assign(order.size(), 1.0);
-    if (options.zero1) b->wire = Tensor::zeros({b->counts[static_cast<size_t>(comm_->rank())]});
+    if (options.zero1) b->wire = Tensor::zeros({b->counts[static_cast<size_t>(comm_->rank())]}, DType::F32, device_);
     buckets_.push_back(std::move(b));
   }
   timing_.launched_s.assign(buckets_.size(), 0);
@@ -189,41 +194,44 @@ void DataParallel::progress() {
     if (b->work) b->work->test();
 }
 
+Tensor DataParallel::Bucket::part(size_t k, const Tensor& of) const {
+  const int64_t n = of.numel();
+  return flat.slice(0, offsets[k], offsets[k] + n);
+}
+
 void DataParallel::launch(Bucket& b) {
   autograd::NoGradGuard no_grad;
-  float* flat = b.flat.data<float>();
-  float* meta = b.meta.data<float>();
   const size_t np = b.params.size();
+  std::vector<float> meta(2 * np, 0.0f);  // [used | amax] per parameter
   for (size_t k = 0; k < np; ++k) {
     const Tensor& p = params_[b.params[k]];
     const Tensor g = p.grad();
-    const auto n = static_cast<size_t>(p.numel());
+    Tensor dst = b.part(k, p);
     meta[k] = g.defined() ? 1.0f : 0.0f;
-    float amax = 0;
-    if (g.defined()) {
-      const Tensor c = g.to(DType::F32).contiguous();
-      std::memcpy(flat + b.offsets[static_cast<int64_t>(k)], c.data_ptr(), n * sizeof(float));
-      if (options_.compression == GradCompression::FP8) {
-        const float* v = flat + b.offsets[static_cast<int64_t>(k)];
-        for (size_t i = 0; i < n; ++i) {
-          const float a = std::fabs(v[i]);
-          if (!(a <= amax)) amax = std::isnan(a) ? std::numeric_limits<float>::infinity() : a;
-        }
-      }
-    } else {
-      std::memset(flat + b.offsets[static_cast<int64_t>(k)], 0, n * sizeof(float));
+    if (!g.defined()) {
+      dst.zero_();
+      continue;
     }
-    meta[np + k] = amax;
+    dst.copy_(g.reshape({-1}));
+    if (options_.compression == GradCompression::FP8) {  // CPU only (checked at construction)
+      const float* v = dst.data<float>();
+      float amax = 0;
+      for (int64_t i = 0; i < dst.numel(); ++i) {
+        const float a = std::fabs(v[i]);
+        if (!(a <= amax)) amax = std::isnan(a) ? std::numeric_limits<float>::infinity() : a;
+      }
+      meta[np + k] = amax;
+    }
   }
+  b.meta = Tensor::from_vector(meta, {static_cast<int64_t>(meta.size())}).to(device_);
   b.meta_work = comm_->all_reduce(b.meta, ReduceOp::Max);
   const int64_t numel = b.flat.numel();
   switch (options_.compression) {
     case GradCompression::None:
-      if (options_.zero1) {
+      if (options_.zero1)
         b.work = comm_->reduce_scatter_v(b.flat, b.wire, b.counts, ReduceOp::Avg);
-      } else {
+      else
         b.work = comm_->all_reduce(b.flat, ReduceOp::Avg);
-      }
       break;
     case GradCompression::BF16:
       b.wire = b.flat.to(DType::BF16);
@@ -232,11 +240,13 @@ void DataParallel::launch(Bucket& b) {
     case GradCompression::FP8: {
       b.meta_work->wait();  // the shared amaxes set the scales (MS-AMP waits here too)
       b.meta_work.reset();
+      const float* shared = b.meta.data<float>();
       const double pre = 1.0 / std::sqrt(static_cast<double>(comm_->size()));
       b.wire = Tensor::empty({numel}, DType::F8E4M3);
       auto* codes = static_cast<uint8_t*>(b.wire.data_ptr());
+      const float* flat = b.flat.data<float>();
       for (size_t k = 0; k < np; ++k) {
-        b.scale[k] = pow2_scaling_factor(meta[np + k], kE4M3Max) * pre;
+        b.scale[k] = pow2_scaling_factor(shared[np + k], kE4M3Max) * pre;
         const auto s = static_cast<float>(b.scale[k]);
         const int64_t end = b.offsets[k] + params_[b.params[k]].numel();
         for (int64_t i = b.offsets[k]; i < end; ++i)
@@ -270,15 +280,12 @@ void DataParallel::finish() {
     if (b.meta_work) b.meta_work->wait();
     b.work->wait();
     const size_t np = b.params.size();
-    const float* meta = b.meta.data<float>();
-    float* flat = b.flat.data<float>();
+    const std::vector<float> meta = b.meta.to(Device::cpu()).to_vector<float>();
     if (options_.compression == GradCompression::BF16) {
-      const Tensor sum = b.wire.to(DType::F32);
-      const float* s = sum.data<float>();
-      const float inv = 1.0f / static_cast<float>(n);
-      for (int64_t i = 0; i < b.flat.numel(); ++i) flat[i] = s[i] * inv;
+      b.flat.copy_(ops::scale(b.wire.to(DType::F32), 1.0 / n));  // the BF16 sum, averaged in F32
     } else if (options_.compression == GradCompression::FP8) {
       const auto* codes = static_cast<const uint8_t*>(b.wire.data_ptr());
+      float* flat = b.flat.data<float>();
       for (size_t k = 0; k < np; ++k) {
         const bool finite = std::isfinite(meta[np + k]);
         const auto inv = static_cast<float>(1.0 / (b.scale[k] * n));
@@ -297,14 +304,15 @@ void DataParallel::finish() {
         if (options_.zero1 && !mine) p.set_grad(Tensor());
         continue;
       }
-      const float* src = options_.zero1 ? b.wire.data<float>() + (b.offsets[k] - shard_start) : flat + b.offsets[k];
-      Tensor avg = Tensor::empty(p.shape());
-      std::memcpy(avg.data_ptr(), src, static_cast<size_t>(p.numel()) * sizeof(float));
+      const Tensor avg = (options_.zero1 ? b.wire.slice(0, b.offsets[k] - shard_start,
+                                                        b.offsets[k] - shard_start + p.numel())
+                                         : b.part(k, p))
+                             .view(p.shape());
       Tensor g = p.grad();
       if (g.defined())
         g.copy_(avg);
       else
-        p.set_grad(avg);
+        p.set_grad(avg.clone());
     }
     b.work.reset();
     b.ready = 0;
@@ -341,13 +349,13 @@ void DataParallel::sync_parameters() {
   std::vector<Tensor> sends;
   for (auto& bp : buckets_) {  // every bucket in flight at once, then unpacked
     Bucket& b = *bp;
-    Tensor send = Tensor::empty({b.counts[static_cast<size_t>(me)]});
-    float* s = send.data<float>();
+    Tensor send = Tensor::empty({b.counts[static_cast<size_t>(me)]}, DType::F32, device_);
+    int64_t at = 0;
     for (size_t k = 0; k < b.params.size(); ++k) {
       if (owner_[b.params[k]] != me) continue;
       const Tensor& p = params_[b.params[k]];
-      std::memcpy(s, p.data_ptr(), static_cast<size_t>(p.numel()) * sizeof(float));
-      s += p.numel();
+      send.slice(0, at, at + p.numel()).copy_(p.detach().reshape({-1}));
+      at += p.numel();
     }
     sends.push_back(send);
     works.push_back(comm_->all_gather_v(sends.back(), b.flat, b.counts));
@@ -357,7 +365,7 @@ void DataParallel::sync_parameters() {
     Bucket& b = *buckets_[i];
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& p = params_[b.params[k]];
-      std::memcpy(p.data_ptr(), b.flat.data<float>() + b.offsets[k], static_cast<size_t>(p.numel()) * sizeof(float));
+      if (owner_[b.params[k]] != me) p.detach().copy_(b.part(k, p).view(p.shape()));
     }
   }
 }
@@ -365,20 +373,21 @@ void DataParallel::sync_parameters() {
 Tensor DataParallel::clip_grad_norm_(double max_norm) {
   if (!options_.zero1) return optim::clip_grad_norm_(params_, max_norm);
   return optim::clip_grad_norm_(params_, max_norm, [this](double local_sum_sq) {
-    Tensor t = Tensor::full({1}, local_sum_sq, DType::F32);
+    Tensor t = Tensor::full({1}, local_sum_sq, DType::F32, device_);
     comm_->all_reduce(t, ReduceOp::Sum)->wait();
-    return static_cast<double>(t.to_vector<float>()[0]);
+    return static_cast<double>(t.to(Device::cpu()).to_vector<float>()[0]);
   });
 }
 
 void DataParallel::attach(amp::GradScaler& scaler) {
   auto comm = comm_;
-  scaler.set_found_inf_reduction([comm](std::vector<Tensor>& found) { max_reduce_scalars(*comm, found); });
+  scaler.set_found_inf_reduction(
+      [comm, d = device_](std::vector<Tensor>& found) { max_reduce_scalars(*comm, d, found); });
 }
 
 void DataParallel::attach(amp::Fp8ScalingState& fp8) {
   auto comm = comm_;
-  fp8.set_amax_reduction([comm](std::vector<Tensor>& amaxes) { max_reduce_scalars(*comm, amaxes); });
+  fp8.set_amax_reduction([comm, d = device_](std::vector<Tensor>& amaxes) { max_reduce_scalars(*comm, d, amaxes); });
 }
 
 }  // namespace mpt::dist

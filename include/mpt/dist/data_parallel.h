@@ -31,7 +31,8 @@ struct DataParallelOptions {
   bool zero1 = false;
 };
 
-// Wraps a module's trainable parameters (CPU, F32 gradients) for a data-parallel job. The constructor broadcasts
+// Wraps a module's trainable parameters (F32, all on one device: the CPU with the MPI communicator, a GPU with the
+// NCCL one) for a data-parallel job. The constructor broadcasts
 // rank 0's parameters and buffers. Buckets are filled in reverse registration order (the order backward finishes
 // them); a bucket's collective starts from the post-accumulate hooks once its last gradient is final, buckets in
 // order (every rank issues the same sequence), so communication overlaps the rest of backward; the hooks also
@@ -105,6 +106,8 @@ class DataParallel {
 
   std::shared_ptr<Communicator> comm_;
   DataParallelOptions options_;
+  Device device_ = Device::cpu();  // of every parameter, buffer and bucket
+  bool device_set_ = false;
   std::vector<Tensor> params_;   // trainable, in bucket order
   std::vector<size_t> bucket_of_;
   std::vector<int> owner_;       // param -> rank (zero1)
