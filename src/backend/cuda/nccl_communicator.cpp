@@ -9,6 +9,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_guard.h"
 #include "dist/communicator_impl.h"
+#include "mpt/core/device.h"
 #include "mpt/core/stream.h"
 
 namespace mpt::dist {
@@ -295,6 +296,7 @@ class Nccl final : public Communicator {
 }  // namespace
 
 NcclId nccl_unique_id() {
+  MPT_CHECK(cuda_status().usable, "[dist.nccl] no usable GPU: {}", cuda_status().reason);
   ncclUniqueId uid;
   MPT_NCCL_CHECK(ncclGetUniqueId(&uid));
   NcclId id;
@@ -316,10 +318,9 @@ std::shared_ptr<Communicator> nccl_world() {
     w->broadcast(bytes, 0)->wait();
     std::memcpy(id.bytes.data(), bytes.data_ptr(), id.bytes.size());
   }
-  int devices = 0;
-  MPT_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  MPT_CHECK(devices > 0, "[dist.nccl] no CUDA device");
-  return nccl_communicator(Device::cuda(w->rank() % devices), id, w->rank(), w->size());
+  const CudaStatus& cuda = cuda_status();
+  MPT_CHECK(cuda.usable && cuda.device_count > 0, "[dist.nccl] no usable GPU: {}", cuda.reason);
+  return nccl_communicator(Device::cuda(w->rank() % cuda.device_count), id, w->rank(), w->size());
 }
 
 }  // namespace mpt::dist
