@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
                                              .compression = compress, .zero1 = zero1});
     mpt::optim::AdamW opt(dp.shard(mpt::optim::weight_decay_groups(model.named_parameters(), 0.1)), {.lr = 1e-3});
     std::mt19937_64 rng(1);
-    std::vector<double> step_ms, hidden, wait_ms;
+    std::vector<double> step_ms, forward_ms, backward_ms, hidden, wait_ms;
     for (int s = 0; s < warmup + steps; ++s) {
       std::vector<int64_t> ids(static_cast<size_t>(batch * (config.block_size + 1)));
       for (auto& v : ids) v = static_cast<int64_t>(rng() % static_cast<uint64_t>(config.vocab_size));
@@ -77,7 +77,10 @@ int main(int argc, char** argv) {
       const Tensor y = all.slice(1, 1, config.block_size + 1).contiguous();
       comm->barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      model.loss(x, y).backward();
+      const Tensor loss = model.loss(x, y);
+      const auto t1 = std::chrono::steady_clock::now();
+      loss.backward();
+      const auto t2 = std::chrono::steady_clock::now();
       dp.finish();
       dp.clip_grad_norm_(1.0);
       opt.step();
@@ -87,6 +90,8 @@ int main(int argc, char** argv) {
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s < warmup) continue;
       step_ms.push_back(ms);
+      forward_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      backward_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
       hidden.push_back(dp.last_step().hidden_fraction());
       wait_ms.push_back(dp.last_step().finish_wait_s * 1e3);
     }
@@ -107,13 +112,15 @@ int main(int argc, char** argv) {
       const std::string comm_text =
           n == 1 ? std::string("no communication              ")
                  : fmt::format("comm hidden {:3.0f}%, exposed wait {:6.2f} ms", 100 * hidden_mean, wait_mean);
-      std::printf("%-20s ranks %d x %d threads | step %8.1f ms | %8.0f tok/s | %s | AdamW state per rank %7.2f MB | "
-                  "%lld buckets\n", label.empty() ? "bench_dp" : label.c_str(), n, omp_get_max_threads(), ms, tps,
-                  comm_text.c_str(), most.to_vector<float>()[0] / 1e6, static_cast<long long>(dp.num_buckets()));
+      std::printf("%-20s ranks %d x %d threads | step %8.1f ms (forward %.1f, backward %.1f) | %8.0f tok/s | %s | "
+                  "AdamW state per rank %7.2f MB | %lld buckets\n", label.empty() ? "bench_dp" : label.c_str(), n,
+                  omp_get_max_threads(), ms, median(forward_ms), median(backward_ms), tps, comm_text.c_str(),
+                  most.to_vector<float>()[0] / 1e6, static_cast<long long>(dp.num_buckets()));
       if (!json_path.empty()) {
         std::ofstream(json_path, std::ios::app)
             << nlohmann::json{{"label", label}, {"ranks", n}, {"threads", omp_get_max_threads()},
-                              {"step_ms", ms}, {"tokens_per_s", tps}, {"hidden_fraction", hidden_mean},
+                              {"step_ms", ms}, {"forward_ms", median(forward_ms)},
+                              {"backward_ms", median(backward_ms)}, {"tokens_per_s", tps}, {"hidden_fraction", hidden_mean},
                               {"exposed_wait_ms", wait_mean}, {"optimizer_state_bytes_per_rank",
                                                                most.to_vector<float>()[0]},
                               {"zero1", zero1}, {"compression", compression}, {"bucket_mb", bucket_mb},
