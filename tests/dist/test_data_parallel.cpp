@@ -74,18 +74,19 @@ struct RunOptions {
   int steps = 3;
 };
 
+// AdamW (eps 1e-4: no sign flips of near-zero gradients between reduction orders) or SGD with momentum.
+std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::ParamGroup> groups, bool adamw) {
+  if (adamw) return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamWOptions{.lr = 1e-2, .eps = 1e-4});
+  return std::make_unique<optim::SGD>(std::move(groups), optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+}
+
 // `steps` optimizer steps with clipping, data parallel here; returns the model.
 std::unique_ptr<nn::GPT> train_parallel(const RunOptions& o, const std::shared_ptr<dist::Communicator>& comm,
                                         int64_t* optimizer_bytes = nullptr) {
   const int n = comm->size(), me = comm->rank();
   auto model = std::make_unique<nn::GPT>(tiny(100 + static_cast<uint64_t>(me)));  // rank 0's after the broadcast
   dist::DataParallel dp(*model, comm, o.dp);
-  auto groups = dp.shard(optim::weight_decay_groups(model->named_parameters(), 0.1));
-  std::unique_ptr<optim::Optimizer> opt;
-  if (o.adamw)
-    opt = std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = 1e-2, .eps = 1e-4});
-  else
-    opt = std::make_unique<optim::SGD>(groups, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+  const auto opt = make_optimizer(dp.shard(optim::weight_decay_groups(model->named_parameters(), 0.1)), o.adamw);
   for (int s = 0; s < std::max(o.steps, 1); ++s) {
     const auto [x, y] = global_batch(n, s);
     model->loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2)).backward();
@@ -107,12 +108,7 @@ std::unique_ptr<nn::GPT> train_parallel(const RunOptions& o, const std::shared_p
 
 std::unique_ptr<nn::GPT> train_alone(const RunOptions& o, int n) {
   auto model = std::make_unique<nn::GPT>(tiny(100));
-  auto groups = optim::weight_decay_groups(model->named_parameters(), 0.1);
-  std::unique_ptr<optim::Optimizer> opt;
-  if (o.adamw)
-    opt = std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = 1e-2, .eps = 1e-4});
-  else
-    opt = std::make_unique<optim::SGD>(groups, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+  const auto opt = make_optimizer(optim::weight_decay_groups(model->named_parameters(), 0.1), o.adamw);
   for (int s = 0; s < std::max(o.steps, 1); ++s) {
     const auto [x, y] = global_batch(n, s);
     model->loss(x, y).backward();
