@@ -11,6 +11,7 @@
 #include "kernels/math/numerics.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
+#include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/optim/clip.h"
 
@@ -79,9 +80,6 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> com
     : comm_(std::move(comm)), options_(options), alive_(std::make_shared<bool>(true)) {
   MPT_CHECK(comm_ != nullptr, "[DataParallel] no communicator");
   MPT_CHECK(options.bucket_bytes > 0, "[DataParallel] bucket_bytes {} must be positive", options.bucket_bytes);
-  MPT_CHECK(options.compression != GradCompression::FP8 || module.named_parameters().empty() ||
-                module.named_parameters().front().tensor.device().is_cpu(),
-            "[DataParallel] FP8 gradient compression runs on the CPU only so far (its quantization is a host loop)");
   MPT_CHECK(!(options.zero1 && options.compression != GradCompression::None),
             "[DataParallel] zero1 with {} compression is not supported: the reduce-scatter travels in F32",
             to_string(options.compression));
@@ -213,14 +211,9 @@ void DataParallel::launch(Bucket& b) {
       continue;
     }
     dst.copy_(g.reshape({-1}));
-    if (options_.compression == GradCompression::FP8) {  // CPU only (checked at construction)
-      const float* v = dst.data<float>();
-      float amax = 0;
-      for (int64_t i = 0; i < dst.numel(); ++i) {
-        const float a = std::fabs(v[i]);
-        if (!(a <= amax)) amax = std::isnan(a) ? std::numeric_limits<float>::infinity() : a;
-      }
-      meta[np + k] = amax;
+    if (options_.compression == GradCompression::FP8) {  // NaN counts as inf: MAX keeps it on every rank
+      const float amax = ops::amax(dst).item<float>();
+      meta[np + k] = std::isnan(amax) ? std::numeric_limits<float>::infinity() : amax;
     }
   }
   b.meta = Tensor::from_vector(meta, {static_cast<int64_t>(meta.size())}).to(device_);
@@ -240,17 +233,15 @@ void DataParallel::launch(Bucket& b) {
     case GradCompression::FP8: {
       b.meta_work->wait();  // the shared amaxes set the scales (MS-AMP waits here too)
       b.meta_work.reset();
-      const float* shared = b.meta.data<float>();
+      const std::vector<float> shared = b.meta.to(Device::cpu()).to_vector<float>();
       const double pre = 1.0 / std::sqrt(static_cast<double>(comm_->size()));
-      b.wire = Tensor::empty({numel}, DType::F8E4M3);
-      auto* codes = static_cast<uint8_t*>(b.wire.data_ptr());
-      const float* flat = b.flat.data<float>();
-      for (size_t k = 0; k < np; ++k) {
+      b.wire = Tensor::empty({numel}, DType::F8E4M3, device_);
+      for (size_t k = 0; k < np; ++k) {  // codes = saturate(g * s), one quantization per parameter
         b.scale[k] = pow2_scaling_factor(shared[np + k], kE4M3Max) * pre;
-        const auto s = static_cast<float>(b.scale[k]);
-        const int64_t end = b.offsets[k] + params_[b.params[k]].numel();
-        for (int64_t i = b.offsets[k]; i < end; ++i)
-          codes[i] = float_to_e4m3_bits(flat[i] * s, Fp8Saturation::Saturate);
+        const Tensor& p = params_[b.params[k]];
+        const Tensor scale = Tensor::full({}, b.scale[k], DType::F32, device_);
+        b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel())
+            .copy_(ops::quantize_fp8(b.part(k, p), DType::F8E4M3, {.scale = scale}).data);
       }
       b.work = comm_->all_reduce_on_wire(b.wire, ReduceOp::Sum);
       break;
@@ -284,14 +275,16 @@ void DataParallel::finish() {
     if (options_.compression == GradCompression::BF16) {
       b.flat.copy_(ops::scale(b.wire.to(DType::F32), 1.0 / n));  // the BF16 sum, averaged in F32
     } else if (options_.compression == GradCompression::FP8) {
-      const auto* codes = static_cast<const uint8_t*>(b.wire.data_ptr());
-      float* flat = b.flat.data<float>();
-      for (size_t k = 0; k < np; ++k) {
-        const bool finite = std::isfinite(meta[np + k]);
-        const auto inv = static_cast<float>(1.0 / (b.scale[k] * n));
-        const int64_t end = b.offsets[k] + params_[b.params[k]].numel();
-        for (int64_t i = b.offsets[k]; i < end; ++i)
-          flat[i] = finite ? e4m3_bits_to_float(codes[i]) * inv : std::numeric_limits<float>::quiet_NaN();
+      for (size_t k = 0; k < np; ++k) {  // g = sum * 1 / (s * n); a non-finite shared amax gives NaN everywhere
+        const Tensor& p = params_[b.params[k]];
+        Tensor dst = b.part(k, p);
+        if (!std::isfinite(meta[np + k])) {
+          dst.fill_(std::numeric_limits<double>::quiet_NaN());
+          continue;
+        }
+        const ops::Quantized sum{b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel()),
+                                 Tensor::full({}, static_cast<float>(1.0 / (b.scale[k] * n)), DType::F32, device_)};
+        dst.copy_(ops::dequantize(sum));
       }
     }
     // With zero1 this rank's shard starts at the offset of its first parameter in the bucket.

@@ -45,7 +45,7 @@ double normwise(const Tensor& a, const Tensor& b) {
 
 // `steps` SGD steps (0: one backward, gradients only) on every rank; the worst normwise difference from one CPU
 // process on the whole batch, of the gradients (steps 0) or the parameters.
-double worst_against_one_process(bool zero1, int steps) {
+double worst_against_one_process(const dist::DataParallelOptions& options, int steps) {
   const int n = std::min(4, cuda_status().device_count);
   // The reference: one CPU process, the whole batch.
   nn::GPT ref(tiny(100, Device::cpu()));
@@ -66,7 +66,7 @@ double worst_against_one_process(bool zero1, int steps) {
         const Device d = Device::cuda(r);
         const auto comm = dist::nccl_communicator(d, id, r, n);
         nn::GPT model(tiny(100 + static_cast<uint64_t>(r), d));  // rank 0's weights after the broadcast
-        dist::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10, .zero1 = zero1});
+        dist::DataParallel dp(model, comm, options);
         optim::SGD opt(dp.shard(optim::weight_decay_groups(model.named_parameters(), 0.0)),
                        {.lr = 0.1, .momentum = 0.9});
         for (int s = 0; s < std::max(steps, 1); ++s) {
@@ -85,7 +85,7 @@ double worst_against_one_process(bool zero1, int steps) {
           const Tensor a = steps == 0 ? ours[i].tensor.grad() : ours[i].tensor;
           const Tensor b = steps == 0 ? theirs[i].tensor.grad() : theirs[i].tensor;
           if (!a.defined()) {
-            EXPECT_TRUE(zero1) << ours[i].name << ": no gradient on rank " << r;
+            EXPECT_TRUE(options.zero1) << ours[i].name << ": no gradient on rank " << r;
             continue;
           }
           worst[static_cast<size_t>(r)] = std::max(worst[static_cast<size_t>(r)], normwise(a, b));
@@ -102,12 +102,25 @@ double worst_against_one_process(bool zero1, int steps) {
 TEST(GpuDataParallel, NcclGradientsAndZero1StepsMatchOneCpuProcess) {
   MPT_REQUIRE_GPU(8);
   // Different devices, kernels and summation orders: FP32 reduction-order differences only.
-  const double grads = worst_against_one_process(false, 0);
-  const double zero1 = worst_against_one_process(true, 3);
+  const double grads = worst_against_one_process({.bucket_bytes = 16 << 10}, 0);
+  const double zero1 = worst_against_one_process({.bucket_bytes = 16 << 10, .zero1 = true}, 3);
   std::printf("NCCL data parallel over %d ranks: worst normwise gradient difference %.3g; ZeRO-1 parameters after 3 "
               "SGD steps %.3g\n", std::min(4, cuda_status().device_count), grads, zero1);
   EXPECT_LT(grads, 1e-5);
   EXPECT_LT(zero1, 3e-5);
+}
+
+// Compressed on the wire through NCCL's own BF16 and FP8 sums (FP8 needs sm_90 on every rank): within the budgets of
+// tests/dist (about n roundings of 2^-8 or 2^-4, times 2).
+TEST(GpuDataParallel, NcclCompressedGradientsStayWithinTheirBudgets) {
+  MPT_REQUIRE_GPU(9);
+  const double n = std::min(4, cuda_status().device_count);
+  const double bf16 = worst_against_one_process({.bucket_bytes = 16 << 10, .compression = dist::GradCompression::BF16}, 0);
+  const double fp8 = worst_against_one_process({.bucket_bytes = 16 << 10, .compression = dist::GradCompression::FP8}, 0);
+  std::printf("NCCL compressed gradients over %g ranks: worst normwise difference BF16 %.3g, FP8 %.3g\n", n, bf16, fp8);
+  EXPECT_LE(bf16, 2 * n * 0x1p-8);
+  EXPECT_LE(fp8, 2 * n * 0x1p-4);
+  EXPECT_GT(fp8, 0.0) << "FP8 codes cannot carry these gradients exactly";
 }
 
 }  // namespace
