@@ -101,6 +101,7 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> com
     MPT_CHECK(p.tensor.dtype() == DType::F32, "[DataParallel] parameter {} is {}: F32 masters only", p.name,
               p.tensor.dtype());
     params_.push_back(p.tensor);
+    names_.push_back(p.name);
   }
   // Owners: each parameter to the rank with the fewest elements so far (deterministic, the same on every rank).
   const int n = comm_->size();
@@ -167,6 +168,16 @@ bool DataParallel::owns(const Tensor& param) const {
   return !options_.zero1;
 }
 
+void DataParallel::wait_for(const Bucket& b, Work& work) const {
+  try {
+    work.wait();
+  } catch (const Error& e) {
+    const size_t index = bucket_of_[b.params.front()];
+    MPT_THROW("[DataParallel] gradient bucket {} of {} ({} parameters, {} .. {}): {}", index, buckets_.size(),
+              b.params.size(), names_[b.params.front()], names_[b.params.back()], e.what());
+  }
+}
+
 void DataParallel::on_grad_ready(size_t param) {
   if (!sync_) return;
   if (!step_started_) step_started_ = true, step_t0_ = now_s();
@@ -231,7 +242,7 @@ void DataParallel::launch(Bucket& b) {
       b.work = comm_->all_reduce_on_wire(b.wire, ReduceOp::Sum);
       break;
     case GradCompression::FP8: {
-      b.meta_work->wait();  // the shared amaxes set the scales (MS-AMP waits here too)
+      wait_for(b, *b.meta_work);  // the shared amaxes set the scales (MS-AMP waits here too)
       b.meta_work.reset();
       const std::vector<float> shared = b.meta.to(Device::cpu()).to_vector<float>();
       const double pre = 1.0 / std::sqrt(static_cast<double>(comm_->size()));
@@ -268,8 +279,8 @@ void DataParallel::finish() {
   const int me = comm_->rank(), n = comm_->size();
   for (auto& bp : buckets_) {
     Bucket& b = *bp;
-    if (b.meta_work) b.meta_work->wait();
-    b.work->wait();
+    if (b.meta_work) wait_for(b, *b.meta_work);
+    wait_for(b, *b.work);
     const size_t np = b.params.size();
     const std::vector<float> meta = b.meta.to(Device::cpu()).to_vector<float>();
     if (options_.compression == GradCompression::BF16) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mpt/amp/fp8.h"
@@ -103,12 +104,14 @@ class DataParallel {
   void launch_ready();
   void launch(Bucket& b);
   void progress();
+  void wait_for(const Bucket& b, Work& work) const;  // names the bucket when the collective fails or times out
 
   std::shared_ptr<Communicator> comm_;
   DataParallelOptions options_;
   Device device_ = Device::cpu();  // of every parameter, buffer and bucket
   bool device_set_ = false;
   std::vector<Tensor> params_;   // trainable, in bucket order
+  std::vector<std::string> names_;
   std::vector<size_t> bucket_of_;
   std::vector<int> owner_;       // param -> rank (zero1)
   std::vector<std::unique_ptr<Bucket>> buckets_;
