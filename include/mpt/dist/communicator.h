@@ -1,4 +1,4 @@
-// mpt/dist/communicator.h: collectives across the processes of a data-parallel job (MPI on the CPU), with timeouts.
+// mpt/dist/communicator.h: collectives across a data-parallel job's processes (MPI on CPUs, NCCL on GPUs), timeouts.
 #pragma once
 
 #include <array>
@@ -26,15 +26,15 @@ class Work {
   virtual void wait() = 0;
 };
 
-// One process's view of the job. Tensors are contiguous CPU tensors (F32, F16 or BF16) of the same dtype and size on
-// every rank; every rank must issue the same collectives in the same order. F16 and BF16 are reduced in F32 and
+// One process's view of the job. Tensors are contiguous, on the communicator's device (the CPU for MPI and the single
+// process, the rank's GPU for NCCL), F32, F16 or BF16, of the same dtype and size on every rank; every rank must issue the same collectives in the same order. F16 and BF16 are reduced in F32 and
 // rounded once. The calls return at once; the tensors must stay alive and untouched until wait() returned.
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;  // "mpi" or "single"
+  virtual std::string backend() const = 0;  // "mpi", "nccl" or "single"
 
   // t = op over ranks of t (Avg: the sum divided by size()).
   virtual std::unique_ptr<Work> all_reduce(Tensor& t, ReduceOp op) = 0;
