@@ -153,10 +153,12 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<Communicator> com
 }
 
 DataParallel::~DataParallel() {
-  *alive_ = false;
-  for (auto& b : buckets_) {
-    if (b->meta_work) b->meta_work->wait();
-    if (b->work) b->work->wait();
+  for (auto& b : buckets_) {  // collectives still in flight write into the buckets: let them land first
+    try {
+      if (b->meta_work) b->meta_work->wait();
+      if (b->work) b->work->wait();
+    } catch (...) {  // a peer died (the error already reached, or will reach, whoever waits): never throw here
+    }
   }
 }
 

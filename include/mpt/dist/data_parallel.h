@@ -121,7 +121,7 @@ class DataParallel {
   double step_t0_ = 0;
   int64_t started_in_backward_ = 0;
   StepTiming timing_;
-  std::shared_ptr<bool> alive_;  // the hooks outlive this object: they check it
+  std::shared_ptr<bool> alive_;  // the hooks outlive this object: they hold a weak_ptr to it
 };
 
 }  // namespace mpt::dist
