@@ -102,23 +102,6 @@ mpt::ops::MomentStorage moment_storage(const std::string& name) {
   MPT_THROW("[train_gpt] unknown --moments '{}': expected f32, bf16 or int8 (8-bit blockwise)", name);
 }
 
-// The precision policy a --precision name selects (FP8 keeps the first and last blocks and the LM head in BF16;
-// delayed scaling uses TE's defaults: HYBRID formats, a 1024-step amax history, max).
-mpt::amp::Policy make_policy(const std::string& name, int64_t n_layer, mpt::Device device) {
-  namespace amp = mpt::amp;
-  if (name == "fp32") return amp::Policy::fp32();
-  if (name == "bf16") return amp::Policy::bf16();
-  if (name == "fp16") return amp::Policy::fp16();
-  if (name == "fp8-delayed")
-    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(amp::DelayedScaling{}, device));
-  if (name == "fp8-current")
-    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(amp::CurrentScaling{}, device));
-  if (name == "fp8-block")
-    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(amp::BlockScaling{}, device));
-  MPT_THROW("[train_gpt] unknown --precision '{}': expected fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block",
-            name);
-}
-
 // Appends one JSON object per line to --log-json (nothing without it). A resumed run continues the file.
 class JsonLog {
  public:
@@ -315,7 +298,7 @@ void run(const Options& o) {
   fmt::print("model: GPT-2 {} layers, {} heads, {} wide, context {}: {:.2f}M parameters; batch {} x {}\n", o.layers,
              o.heads, o.embd, o.seq, static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
 
-  const mpt::amp::Policy policy = make_policy(o.precision, o.layers, device);
+  const mpt::amp::Policy policy = mpt::amp::Policy::named(o.precision, o.layers, device);
   mpt::amp::GradScaler scaler(
       mpt::amp::GradScalerOptions{.init_scale = o.init_scale, .enabled = o.precision == "fp16"}, device);
   fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "

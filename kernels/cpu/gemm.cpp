@@ -35,12 +35,12 @@ constexpr dt dnnl_type() {
 struct Key {
   dt a, c;
   int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
-  bool trans_a, trans_b, scaled;
+  bool trans_a, trans_b, scaled, bias;
   uint32_t beta_bits;
 
   auto tie() const {
     return std::tie(a, c, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c, trans_a, trans_b, scaled,
-                    beta_bits);
+                    bias, beta_bits);
   }
   bool operator==(const Key& o) const { return tie() == o.tie(); }
 };
@@ -53,7 +53,7 @@ struct KeyHash {
                       key.stride_c})
       mix(static_cast<uint64_t>(v));
     mix(static_cast<uint64_t>(key.a) << 8 | static_cast<uint64_t>(key.c));
-    mix(uint64_t{key.trans_a} | uint64_t{key.trans_b} << 1 | uint64_t{key.scaled} << 2);
+    mix(uint64_t{key.trans_a} | uint64_t{key.trans_b} << 1 | uint64_t{key.scaled} << 2 | uint64_t{key.bias} << 3);
     mix(key.beta_bits);
     return static_cast<size_t>(h);
   }
@@ -61,7 +61,7 @@ struct KeyHash {
 
 struct Entry {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;
   size_t scratchpad_bytes = 0;
 };
 
@@ -129,6 +129,8 @@ class PrimitiveCache {
     entry->a = desc(key.a, key.m, key.k, key.lda, key.trans_a, key.stride_a);
     entry->b = desc(key.a, key.k, key.n, key.ldb, key.trans_b, key.stride_b);
     entry->c = desc(key.c, key.m, key.n, key.ldc, false, key.stride_c);
+    if (key.bias) entry->bias = batched ? dnnl::memory::desc({1, 1, key.n}, dt::f32, {key.n, key.n, 1})
+                                        : dnnl::memory::desc({1, key.n}, dt::f32, {key.n, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (key.scaled) attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
@@ -139,7 +141,9 @@ class PrimitiveCache {
       ops.append_sum(beta);
       attr.set_post_ops(ops);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr, cpu_engine());
+    const dnnl::matmul::desc md = key.bias ? dnnl::matmul::desc(entry->a, entry->b, entry->bias, entry->c)
+                                           : dnnl::matmul::desc(entry->a, entry->b, entry->c);
+    dnnl::matmul::primitive_desc pd(md, attr, cpu_engine());
     entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
     entry->prim = dnnl::matmul(pd);
     return entry;
@@ -162,7 +166,7 @@ void dnnl_gemm(const GemmParams& p, const T* a, const T* b, TC* c) {
   const bool batched = p.batch > 1;
   Key key{dnnl_type<T>(), dnnl_type<TC>(), p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.batch,
           batched ? p.stride_a : 0, batched ? p.stride_b : 0, batched ? p.stride_c : 0,
-          p.trans_a, p.trans_b, p.alpha != 1.0f, 0};
+          p.trans_a, p.trans_b, p.alpha != 1.0f, p.bias != nullptr, 0};
   const float beta = p.beta == 0.0f ? 0.0f : p.beta;  // -0 behaves as 0 (C is not read)
   std::memcpy(&key.beta_bits, &beta, sizeof beta);
   const std::shared_ptr<const Entry> entry = cache().get(key);
@@ -181,18 +185,21 @@ void dnnl_gemm(const GemmParams& p, const T* a, const T* b, TC* c) {
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, mpad}};
   if (key.scaled) args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, ms);
+  if (key.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(entry->bias, engine, const_cast<float*>(p.bias)));
   entry->prim.execute(stream, args);
   stream.wait();
 }
 
-// C = beta * C (the k == 0 product), never reading C when beta == 0.
+// C = bias + beta * C (the k == 0 product), never reading C when beta == 0.
 template <class TC>
 void scale_output(const GemmParams& p, TC* c) {
   for (int64_t bi = 0; bi < p.batch; ++bi)
     for (int64_t i = 0; i < p.m; ++i) {
       TC* row = c + bi * p.stride_c + i * p.ldc;
-      for (int64_t j = 0; j < p.n; ++j)
-        row[j] = scalar_cast<TC>(p.beta == 0.0f ? 0.0f : p.beta * scalar_cast<float>(row[j]));
+      for (int64_t j = 0; j < p.n; ++j) {
+        const float b = p.bias != nullptr ? p.bias[j] : 0.0f;
+        row[j] = scalar_cast<TC>(p.beta == 0.0f ? b : b + p.beta * scalar_cast<float>(row[j]));
+      }
     }
 }
 
@@ -260,6 +267,7 @@ void check_gemm_params(const GemmParams& p) {
     fail("leading dimension smaller than the stored row");
   if (p.stride_a < 0 || p.stride_b < 0 || p.stride_c < 0) fail("negative batch stride");
   if (p.batch > 1 && p.stride_c == 0) fail("C cannot be broadcast over the batch");
+  if (p.bias != nullptr && p.alpha != 1.0f) fail("a bias needs alpha == 1");
 }
 
 template <class T, class TC>

@@ -22,6 +22,10 @@ struct GemmParams {
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   float alpha = 1, beta = 0;
+  // Optional [n] f32 bias added to every row of the product in FP32, before beta * C and the one rounding to C's
+  // type: C_i = op(A_i) op(B_i) + bias + beta * C_i (a Linear layer's epilogue; oneDNN's bias argument). Needs
+  // alpha == 1; the f32, bf16 and f16 GEMMs take it, the FP8 ones refuse it.
+  const float* bias = nullptr;
 };
 
 // The typed GEMMs. Supported (T, TC):

@@ -238,6 +238,7 @@ template <class TA, class TB, class TC>
 void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8GemmArgs& args) {
   constexpr bool kDirect = std::is_same_v<TC, float> || std::is_same_v<TC, bf16>;  // types oneDNN can write
   check_gemm_params(p);
+  if (p.bias != nullptr) throw std::invalid_argument("gemm_fp8: no bias epilogue (add the bias to the output)");
   check_args(p, args, is_fp8_v<TC>);
   float amax = 0.0f;
   if (p.m > 0 && p.n > 0) {

@@ -34,7 +34,8 @@ void gemm_reference(const GemmParams& p, const double* a, const double* b, doubl
         }
         double* ci = cb + i * p.ldc;
         const double alpha = p.alpha, beta = p.beta;
-        for (int64_t j = 0; j < p.n; ++j) ci[j] = alpha * acc[j] + (beta == 0 ? 0.0 : beta * ci[j]);
+        for (int64_t j = 0; j < p.n; ++j)
+          ci[j] = alpha * acc[j] + (p.bias != nullptr ? double{p.bias[j]} : 0.0) + (beta == 0 ? 0.0 : beta * ci[j]);
       }
     }
   }

@@ -2,6 +2,7 @@
 #include "kernels/cpu/reduction.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/map.h"
@@ -42,9 +43,17 @@ F reduce32(const In* x, int64_t m, Op f) {
 
 // reduce32 of m rows (row stride `stride`) for `width` adjacent columns at once; lanes holds
 // kReduceLanes * width accumulators.
+// Lanes no row reached stay +0 and would add exactly nothing in the butterfly (a lane is never -0: it starts at +0
+// and +0 + -0 = +0), so with m < kReduceLanes only the `used` lanes are cleared and combined: the same bits, and
+// short axes (a bias or position gradient summed over a small batch) cost their rows, not 32 lanes.
 template <class F, class In, class Op>
 void reduce32_columns(const In* x, int64_t m, int64_t stride, int64_t width, Op f, F* lanes, F* result) {
-  std::fill(lanes, lanes + kReduceLanes * width, F(0));
+  const int used = static_cast<int>(std::min<int64_t>(m, kReduceLanes));
+  if (used == 0) {
+    std::fill(result, result + width, F(0));
+    return;
+  }
+  std::fill(lanes, lanes + used * width, F(0));
   for (int64_t l0 = 0; l0 < m; l0 += kReduceLanes) {
     const int rows = static_cast<int>(std::min<int64_t>(kReduceLanes, m - l0));
     for (int j = 0; j < rows; ++j) {
@@ -54,15 +63,23 @@ void reduce32_columns(const In* x, int64_t m, int64_t stride, int64_t width, Op 
       for (int64_t w = 0; w < width; ++w) acc[w] = math::add_rn(acc[w], f(static_cast<F>(math::load(row[w]))));
     }
   }
+  int live = used;
   for (int s = kReduceLanes / 2; s > 0; s /= 2) {
-    for (int j = 0; j < s; ++j) {
+    for (int j = 0; j < s && j + s < live; ++j) {
       F* dst = lanes + j * width;
       const F* src = lanes + (j + s) * width;
 #pragma omp simd
       for (int64_t w = 0; w < width; ++w) dst[w] = math::add_rn(dst[w], src[w]);
     }
+    live = std::min(live, s);
   }
   std::copy(lanes, lanes + width, result);
+}
+
+// Uninitialised room for the lanes reduce32_columns uses on an axis of m rows (it clears what it uses).
+template <class F>
+std::unique_ptr<F[]> lane_buffer(int64_t m, int64_t width) {
+  return std::unique_ptr<F[]>(new F[static_cast<size_t>(std::min<int64_t>(m, kReduceLanes) * width)]);
 }
 
 template <class T, class F>
@@ -96,8 +113,8 @@ void reduce_rows(const T* x, int64_t outer, int64_t len, Op f, Emit emit) {
 
 // Columns (inner > 1): items of (row block, chunk, column block); the second pass reads float partials
 // laid out as [outer, chunks, inner].
-template <class T>
-void reduce_columns(const T* x, T* out, const ReduceShape& s, math::opmath_t<T> divisor, bool accumulate) {
+template <class T, class TO>
+void reduce_columns(const T* x, TO* out, const ReduceShape& s, math::opmath_t<T> divisor, bool accumulate) {
   using F = math::opmath_t<T>;
   const int64_t chunks = math::reduce_chunks(s.len);
   const int64_t cols = column_block(s.inner, s.outer * chunks);
@@ -110,8 +127,9 @@ void reduce_columns(const T* x, T* out, const ReduceShape& s, math::opmath_t<T> 
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t item = 0; item < s.outer * blocks; ++item) {
       const int64_t o = item / blocks, i0 = item % blocks * cols, width = std::min(cols, s.inner - i0);
-      std::vector<F> lanes(static_cast<size_t>(kReduceLanes * width)), sums(static_cast<size_t>(width));
-      reduce32_columns(x + o * s.len * s.inner + i0, s.len, s.inner, width, math::IdentityOp{}, lanes.data(), sums.data());
+      const auto lanes = lane_buffer<F>(s.len, width);
+      std::vector<F> sums(static_cast<size_t>(width));
+      reduce32_columns(x + o * s.len * s.inner + i0, s.len, s.inner, width, math::IdentityOp{}, lanes.get(), sums.data());
       write(o, i0, width, sums.data());
     }
     return;
@@ -121,24 +139,23 @@ void reduce_columns(const T* x, T* out, const ReduceShape& s, math::opmath_t<T> 
   for (int64_t item = 0; item < s.outer * chunks * blocks; ++item) {
     const int64_t o = item / (chunks * blocks), c = item / blocks % chunks, i0 = item % blocks * cols;
     const int64_t width = std::min(cols, s.inner - i0), begin = c * kReduceChunk;
-    std::vector<F> lanes(static_cast<size_t>(kReduceLanes * width));
+    const auto lanes = lane_buffer<F>(kReduceChunk, width);
     reduce32_columns(x + (o * s.len + begin) * s.inner + i0, std::min(kReduceChunk, s.len - begin), s.inner, width,
-                     math::IdentityOp{}, lanes.data(), partial.data() + (o * chunks + c) * s.inner + i0);
+                     math::IdentityOp{}, lanes.get(), partial.data() + (o * chunks + c) * s.inner + i0);
   }
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t item = 0; item < s.outer * blocks; ++item) {
     const int64_t o = item / blocks, i0 = item % blocks * cols, width = std::min(cols, s.inner - i0);
-    std::vector<F> lanes(static_cast<size_t>(kReduceLanes * width)), sums(static_cast<size_t>(width));
-    reduce32_columns(partial.data() + o * chunks * s.inner + i0, chunks, s.inner, width, math::IdentityOp{}, lanes.data(),
+    const auto lanes = lane_buffer<F>(chunks, width);
+    std::vector<F> sums(static_cast<size_t>(width));
+    reduce32_columns(partial.data() + o * chunks * s.inner + i0, chunks, s.inner, width, math::IdentityOp{}, lanes.get(),
                      sums.data());
     write(o, i0, width, sums.data());
   }
 }
 
-}  // namespace
-
-template <class T>
-void sum_axis(const T* x, T* out, const ReduceShape& s, double divisor, bool accumulate) {
+template <class T, class TO>
+void sum_axis_into(const T* x, TO* out, const ReduceShape& s, double divisor, bool accumulate) {
   using F = math::opmath_t<T>;
   if (s.outer <= 0 || s.inner <= 0) return;
   const F d = static_cast<F>(divisor);
@@ -149,6 +166,18 @@ void sum_axis(const T* x, T* out, const ReduceShape& s, double divisor, bool acc
   } else {
     reduce_columns(x, out, s, d, accumulate);
   }
+}
+
+}  // namespace
+
+template <class T>
+void sum_axis(const T* x, T* out, const ReduceShape& s, double divisor, bool accumulate) {
+  sum_axis_into(x, out, s, divisor, accumulate);
+}
+
+template <class T>
+void sum_axis_f32(const T* x, float* out, const ReduceShape& s, bool accumulate) {
+  sum_axis_into(x, out, s, 1.0, accumulate);
 }
 
 template <class T>
@@ -172,5 +201,8 @@ bool all_finite(const T* x, int64_t n) {
   template bool all_finite<T>(const T*, int64_t);
 MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
+template void sum_axis_f32<float>(const float*, float*, const ReduceShape&, bool);
+template void sum_axis_f32<bf16>(const bf16*, float*, const ReduceShape&, bool);
+template void sum_axis_f32<f16>(const f16*, float*, const ReduceShape&, bool);
 
 }  // namespace mpt::kernels::cpu

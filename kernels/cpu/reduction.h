@@ -18,6 +18,10 @@ using math::ReduceShape;
 // len == 0 gives 0 / divisor. T: float, double, mpt::f16, mpt::bf16.
 template <class T>
 void sum_axis(const T* x, T* out, const ReduceShape& shape, double divisor, bool accumulate);
+// sum_axis in the same order with an f32 result, never rounded to T (f32, f16, bf16 input): the FP32 bias gradient
+// of a low-precision Linear.
+template <class T>
+void sum_axis_f32(const T* x, float* out, const ReduceShape& shape, bool accumulate);
 
 // Sum of x[i]^2 over [0, n) in the canonical order, in float (double for double): the per-tensor
 // partial of the global L2 norm.

@@ -1,6 +1,7 @@
 // src/amp/policy.cpp: precision names, per-module policy lookup and the thread-local Autocast stack.
 #include "mpt/amp/policy.h"
 
+#include "mpt/amp/fp8.h"
 #include "mpt/core/error.h"
 
 namespace mpt::amp {
@@ -60,6 +61,16 @@ Policy Policy::fp8(int64_t n_layer, std::shared_ptr<Fp8ScalingState> state) {
     p.override_module("h." + std::to_string(n_layer - 1), Precision::BF16);
   }
   return p;
+}
+
+Policy Policy::named(std::string_view name, int64_t n_layer, Device device) {
+  if (name == "fp32") return fp32();
+  if (name == "bf16") return bf16();
+  if (name == "fp16") return fp16();
+  if (name == "fp8-delayed") return fp8(n_layer, std::make_shared<Fp8ScalingState>(DelayedScaling{}, device));
+  if (name == "fp8-current") return fp8(n_layer, std::make_shared<Fp8ScalingState>(CurrentScaling{}, device));
+  if (name == "fp8-block") return fp8(n_layer, std::make_shared<Fp8ScalingState>(BlockScaling{}, device));
+  MPT_THROW("[amp] unknown precision '{}': expected fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block", name);
 }
 
 Autocast::Autocast(Policy policy) : policy_(std::move(policy)), previous_(g_current) { g_current = &policy_; }

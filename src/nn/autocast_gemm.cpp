@@ -5,16 +5,16 @@
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
 #include "mpt/autograd/grad_mode.h"
-#include "mpt/ops/elementwise.h"
 #include "mpt/ops/fp8_linear.h"
-#include "mpt/ops/matmul.h"
+#include "mpt/ops/linear.h"
 
 namespace mpt::nn::detail {
 
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
                        const char* layer) {
   const amp::Policy* policy = amp::current_policy();
-  Tensor xc = x, w = weight, b = bias;
+  Tensor xc = x, w = weight;
+  const Tensor& b = bias;
   if (policy == nullptr) {
     MPT_CHECK(x.dtype() == weight.dtype() && x.device() == weight.device(),
               "[{}] input {} does not match the parameters ({}): convert one of them (module.to(...)) or run under "
@@ -36,11 +36,19 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
     }
     const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
     if (xc.dtype() != dt) xc = xc.to(dt);
-    w = amp::compute_copy(weight, dt);
-    if (b.defined()) b = amp::compute_copy(bias, dt);
+    if (weight.dtype() == DType::F32 && dt != DType::F32) {
+      // The GEMMs read the cached low-precision copy; the gradient lands in the master (ops::linear writes dW in
+      // FP32 from the BF16/FP16 GEMM), and the FP32 bias is added in the GEMM's FP32 epilogue.
+      Tensor copy;
+      {
+        autograd::NoGradGuard no_grad;
+        copy = amp::compute_copy(weight, dt);
+      }
+      return ops::linear(xc, weight, bias, {.compute_weight = std::move(copy)});
+    }
+    w = amp::compute_copy(weight, dt);  // a master in another dtype: a recorded cast
   }
-  Tensor y = ops::matmul(xc, w, {.trans_b = true});
-  return b.defined() ? ops::add(y, b) : y;
+  return ops::linear(xc, w, b);
 }
 
 }  // namespace mpt::nn::detail

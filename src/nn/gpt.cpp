@@ -27,10 +27,9 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
   MPT_CHECK(x.defined() && x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got {}",
             x.defined() ? x.meta_str() : "undefined");
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
-  const Tensor qkv = c_attn_->forward(x).reshape({B, T, 3, n_head_, D});
-  auto head_major = [&](int64_t i) { return qkv.select(2, i).transpose(1, 2); };  // [B, H, T, D]
-  const Tensor y = ops::causal_attention(head_major(0), head_major(1), head_major(2)).out;
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const ops::QkvHeads h = ops::split_qkv_heads(c_attn_->forward(x), n_head_);  // [B, H, T, D] each
+  const Tensor y = ops::causal_attention(h.q, h.k, h.v).out;
   return drop_->forward(c_proj_->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 

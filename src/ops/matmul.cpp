@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cpu/gemm.h"
+#include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 
 #if defined(MPT_WITH_CUDA)
@@ -17,7 +18,6 @@
 #include "kernels/cuda/lib/gemm_cublaslt.h"
 #include "mpt/core/memory.h"
 #include "mpt/core/stream.h"
-#include "mpt/ops/elementwise.h"
 #endif
 
 namespace mpt::ops {
@@ -264,6 +264,17 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 
+  // The bias is fused into the CPU's f32/f16/bf16 GEMMs; elsewhere it is added afterwards (in f64 for f64; on CUDA
+  // not yet a cuBLASLt epilogue: one more rounding than on the CPU).
+  if (opt.bias.defined() && (c.device().is_cuda() || a_in.dtype() == DType::F64)) {
+    MatmulOptions plain = opt;
+    plain.bias = Tensor{};
+    gemm_into(a_in, b_in, c, beta, plain);
+    const DType wide = c.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    Tensor dst = c;
+    dst.copy_(add(c.to(wide), opt.bias.to(wide)));
+    return;
+  }
 #if defined(MPT_WITH_CUDA)
   if (c.device().is_cuda()) return gemm_cuda(a_in, b_in, c, beta, opt);
 #endif
@@ -278,6 +289,8 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
   p.stride_c = batch > 1 ? c.stride(0) : 0;
   p.alpha = opt.alpha, p.beta = beta;
   const Tensor &a = la.t, &b = lb.t;
+  const Tensor bias = opt.bias.defined() ? opt.bias.to(DType::F32).contiguous() : Tensor{};
+  p.bias = bias.defined() ? bias.data<float>() : nullptr;
 
   if (!fp8_in) {
     detail::visit_float(a.dtype(), "matmul", [&](auto tag) {
@@ -347,6 +360,15 @@ Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, 
   if (!fp8_a) {
     detail::visit_float(a.dtype(), op, [](auto) {});
     check_no_fp8_options(opt, op, a);
+  }
+  if (opt.bias.defined()) {
+    detail::check_same_device({&a, &opt.bias}, op);
+    MPT_CHECK(opt.bias.dim() == 1 && opt.bias.size(0) == n && is_floating(opt.bias.dtype()) &&
+                  !is_fp8(opt.bias.dtype()) && !fp8_a &&
+                  opt.alpha == 1.0f && !opt.bias.requires_grad(),
+              "[{}] the bias must be a [{}] float tensor (the output's columns) not requiring grad, with alpha 1 and "
+              "non-FP8 operands; got bias {}, alpha {}, a {} (for a differentiable bias use ops::linear)", op, n,
+              opt.bias.meta_str(), opt.alpha, a.meta_str());
   }
   if (a.dim() == 2 && b.dim() == 2) return {m, n};
   return {std::max(ba, bb), m, n};

@@ -45,4 +45,14 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
                                          const Tensor& out, const Tensor& lse, const AttentionOptions& options = {},
                                          AttentionGrads grads = {});
 
+struct QkvHeads {
+  Tensor q, k, v;  // (B, H, T, D) each, contiguous
+};
+
+// A fused QKV projection's output qkv (B, T, 3 * H * D), laid out [q | k | v] with heads inside each, as the
+// head-major q, k, v causal_attention reads without copying: one copy forward, and in backward one pass that writes
+// dq, dk, dv into the (B, T, 3 * H * D) gradient (the select/transpose views it replaces cost three zero-filled
+// buffers and two full-size adds in backward).
+QkvHeads split_qkv_heads(const Tensor& qkv, int64_t n_head);
+
 }  // namespace mpt::ops

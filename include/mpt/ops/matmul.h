@@ -38,6 +38,10 @@ struct MatmulOptions {
   Fp8Scaling scale_a{}, scale_b{};  // required for FP8 operands, and only for them
   Tensor out_scale{};           // FP8 output: f32 scalar; stored codes = saturate(D * out_scale)
   Tensor out_amax{};            // FP8 output, optional: an f32 scalar that receives max |D| (D before out_scale)
+  // Optional [n] bias (any float dtype, read as f32) added to every row in FP32 before the one rounding to the
+  // output: C = op(a) op(b) + bias + beta C. Needs alpha == 1 and non-FP8 operands, and is not differentiable here
+  // (ops::linear records its gradient). CPU: oneDNN's bias argument, in the GEMM; CUDA: added after the GEMM.
+  Tensor bias{};
 };
 
 // a: (m, k) or (batch, m, k) (with trans_a: (k, m) or (batch, k, m)); b: (k, n) or (batch, k, n) (trans_b: (n, k)).

@@ -1,0 +1,22 @@
+// mpt/ops/linear.h: y = x W^T + b as one GEMM with the bias in its epilogue, and its backward (a Linear layer's op).
+#pragma once
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+struct LinearOptions {
+  // The copy of `weight` the GEMMs read, in x's dtype (e.g. amp::compute_copy(weight, BF16) of an FP32 master);
+  // undefined: `weight` itself. It is not differentiated: the weight gradient goes to `weight`, in weight's dtype,
+  // so a BF16 GEMM writes an FP32 master's gradient in FP32 directly (no BF16 rounding, no cast, no second pass).
+  Tensor compute_weight{};
+};
+
+// x: [N, K]; weight: [M, K]; bias: [M] or undefined (any float dtype but FP8). Returns y [N, M] in x's dtype (f32,
+// f16, bf16 or f64), y = x W^T + b with products accumulated in FP32 and the bias added in FP32 before the one
+// rounding (on the CPU inside the oneDNN GEMM; on CUDA and in f64 added afterwards). Backward: dx = dy W (in x's
+// dtype), dW = dy^T x (weight's dtype) and db = the column sums of dy in FP32 (bias's dtype), each computed only
+// when that input requires grad (frozen weights cost no weight-gradient GEMM).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const LinearOptions& opt = {});
+
+}  // namespace mpt::ops

@@ -1,0 +1,66 @@
+// src/ops/linear.cpp: the Linear op: checks, the bias-fused forward GEMM and the backward's three gradients.
+#include "mpt/ops/linear.h"
+
+#include "kernels/cpu/reduction.h"
+#include "mpt/ops/matmul.h"
+#include "mpt/ops/reduction.h"
+#include "ops/dispatch.h"
+
+namespace mpt::ops {
+
+namespace {
+
+// Column sums of dy [N, M] in FP32 (f64 for f64): the bias gradient. On CUDA the sum is still rounded to dy's dtype.
+Tensor bias_grad(const Tensor& dy) {
+  if (dy.dtype() == DType::F64) return sum(dy, 0);
+  if (!dy.device().is_cpu()) return sum(dy, 0).to(DType::F32);
+  Tensor db = Tensor::empty({dy.size(1)}, DType::F32, dy.device());
+  detail::visit_float(dy.dtype(), "linear backward", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>)
+      kernels::cpu::sum_axis_f32(dy.data<T>(), db.data<float>(), {1, dy.size(0), dy.size(1)}, false);
+  });
+  return db;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const LinearOptions& opt) {
+  const char* op = "linear";
+  MPT_CHECK(x.defined() && weight.defined() && x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
+            "[linear] expected x [N, K] and weight [M, K], got x {} and weight {}",
+            x.defined() ? x.meta_str() : "undefined", weight.defined() ? weight.meta_str() : "undefined");
+  const Tensor& w = opt.compute_weight.defined() ? opt.compute_weight : weight;
+  MPT_CHECK(w.shape() == weight.shape() && w.dtype() == x.dtype() && is_floating(x.dtype()) && !is_fp8(x.dtype()),
+            "[linear] the GEMM needs x and the weight it reads in one of f32, f16, bf16, f64: got x {} and weight {}{}",
+            x.meta_str(), w.meta_str(), opt.compute_weight.defined() ? " (compute_weight)" : "");
+  MPT_CHECK(weight.dtype() == x.dtype() ||
+                (weight.dtype() == DType::F32 && (x.dtype() == DType::F16 || x.dtype() == DType::BF16)),
+            "[linear] the weight {} must have x's dtype ({}), or be an f32 master of an f16/bf16 compute_weight",
+            weight.meta_str(), x.dtype());
+  if (bias.defined())
+    MPT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "[linear] expected a bias [{}], got {}",
+              weight.size(0), bias.meta_str());
+  detail::check_same_device({&x, &weight, &w}, op);
+  if (bias.defined()) detail::check_same_device({&x, &bias}, op);
+
+  const detail::GradRecorder grad({&x, &weight, &bias});
+  Tensor y = matmul(x, w, {.trans_b = true, .bias = bias.defined() ? bias.detach() : Tensor{}});
+  grad.record("LinearBackward", {&y},
+              [x = x.detach(), w = w.detach(), need_x = x.requires_grad(), need_w = weight.requires_grad(),
+               need_b = bias.defined() && bias.requires_grad(), w_dtype = weight.dtype(),
+               b_dtype = bias.defined() ? bias.dtype() : DType::F32](const std::vector<Tensor>& g) {
+                const Tensor dy = (g[0].dtype() == x.dtype() ? g[0] : g[0].to(x.dtype())).contiguous();
+                std::vector<Tensor> d(3);
+                if (need_x) d[0] = matmul(dy, w);
+                if (need_w) d[1] = matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype});
+                if (need_b) {
+                  d[2] = bias_grad(dy);
+                  if (b_dtype != DType::F32) d[2] = d[2].to(b_dtype);
+                }
+                return d;
+              });
+  return y;
+}
+
+}  // namespace mpt::ops

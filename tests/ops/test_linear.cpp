@@ -1,0 +1,173 @@
+// tests/ops/test_linear.cpp: ops::linear (bias fused into the GEMM, dW in the master's dtype, FP32 bias gradient)
+// and split_qkv_heads against float64, finite differences and the unfused ops they replace.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "matmul_reference.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/ops/attention.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/linear.h"
+#include "mpt/ops/matmul.h"
+#include "mpt/ops/reduction.h"
+#include "op_test.h"
+#include "test_util.h"
+
+using namespace mpt;
+using mpt::testing::expect_gemm_close;
+using mpt::testing::gemm_reference;
+using mpt::testing::HostOperand;
+using mpt::testing::random_tensor;
+
+namespace {
+
+// x W^T + b in float64, with the bias folded into the reference and its magnitude into the error bound.
+mpt::testing::GemmReference linear_reference(const Tensor& x, const Tensor& w, const Tensor& b) {
+  auto ref = gemm_reference(HostOperand(x, false, true), HostOperand(w, true, false), 1.0, {x.size(0), w.size(0)});
+  if (!b.defined()) return ref;
+  std::vector<double> v = ref.value.to_vector<double>(), s = ref.abs_sum.to_vector<double>();
+  const std::vector<double> bv = b.to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] += bv[i % bv.size()];
+    s[i] += std::abs(bv[i % bv.size()]);
+  }
+  return {Tensor::from_vector(v, ref.value.shape()), Tensor::from_vector(s, ref.value.shape()), ref.k};
+}
+
+double max_abs_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - r[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST(Linear, ForwardMatchesFloat64InEveryDtypeWithAndWithoutBias) {
+  mpt::testing::PoisonAllocations poison;
+  const int64_t n = 37, k = 300, m = 53;
+  uint64_t seed = 11;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F64})
+    for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {  // none, the input's dtype, f32
+      const Tensor x = random_tensor({n, k}, dt, seed++), w = random_tensor({m, k}, dt, seed++);
+      const Tensor b = bias_kind == 0 ? Tensor{} : random_tensor({m}, bias_kind == 1 ? dt : DType::F32, seed++, 4.0);
+      const Tensor y = ops::linear(x, w, b);
+      EXPECT_EQ(y.dtype(), dt);
+      expect_gemm_close(y, linear_reference(x, w, b), dt, fmt::format("{} bias kind {}", dt, bias_kind),
+                        dt == DType::F64 ? 0x1p-53 : 0x1p-24);
+    }
+}
+
+TEST(Linear, FusedBiasIsNoLessAccurateThanMatmulThenAdd) {
+  // The fused epilogue rounds once (acc + b in FP32, then to BF16/F16); matmul-then-add rounds the product first.
+  const int64_t n = 64, k = 256, m = 96;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const Tensor x = random_tensor({n, k}, dt, 3), w = random_tensor({m, k}, dt, 4);
+    const Tensor b = random_tensor({m}, DType::F32, 5, 8.0);
+    const Tensor ref = linear_reference(x, w, b).value;
+    const Tensor fused = ops::linear(x, w, b);
+    const Tensor unfused = ops::add(ops::matmul(x, w, {.trans_b = true}), b.to(dt));
+    EXPECT_LE(max_abs_error(fused, ref), max_abs_error(unfused, ref)) << dtype_name(dt);
+  }
+}
+
+TEST(Linear, MasterWeightAndComputeCopyGradientsMatchFloat64) {
+  // A BF16 GEMM reading the compute copy of an FP32 master: dW arrives in FP32 without a BF16 rounding, db in FP32.
+  const int64_t n = 70, k = 48, m = 40;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const Tensor master = random_tensor({m, k}, DType::F32, 21).requires_grad_(true);
+    const Tensor bias = random_tensor({m}, DType::F32, 22).requires_grad_(true);
+    const Tensor x = random_tensor({n, k}, dt, 23).requires_grad_(true);
+    const Tensor wc = master.detach().to(dt);
+    const Tensor y = ops::linear(x, master, bias, {.compute_weight = wc});
+    const Tensor dy = random_tensor({n, m}, dt, 24);
+    y.backward(dy);
+    ASSERT_EQ(master.grad().dtype(), DType::F32);
+    ASSERT_EQ(bias.grad().dtype(), DType::F32);
+    ASSERT_EQ(x.grad().dtype(), dt);
+    // References from the exact low-precision values, in float64.
+    const Tensor dy64 = dy.to(DType::F64), x64 = x.detach().to(DType::F64), w64 = wc.to(DType::F64);
+    auto dw = gemm_reference(HostOperand(dy64, true, true), HostOperand(x64, false, false), 1.0, {m, k});
+    expect_gemm_close(master.grad(), dw, DType::F32, fmt::format("dW {}", dt));
+    auto dx = gemm_reference(HostOperand(dy64, false, true), HostOperand(w64, false, false), 1.0, {n, k});
+    expect_gemm_close(x.grad(), dx, dt, fmt::format("dx {}", dt));
+    const std::vector<double> dyv = dy64.to_vector<double>(), db = bias.grad().to_vector<double>();
+    for (int64_t j = 0; j < m; ++j) {
+      double s = 0, a = 0;
+      for (int64_t i = 0; i < n; ++i) s += dyv[static_cast<size_t>(i * m + j)], a += std::abs(dyv[static_cast<size_t>(i * m + j)]);
+      EXPECT_NEAR(db[static_cast<size_t>(j)], s, 16 * 0x1p-24 * a) << "db " << dtype_name(dt) << " column " << j;
+    }
+  }
+}
+
+TEST(Linear, BackwardMatchesFiniteDifferencesInFloat64) {
+  const Tensor x = random_tensor({5, 7}, DType::F64, 31), w = random_tensor({4, 7}, DType::F64, 32),
+               b = random_tensor({4}, DType::F64, 33);
+  const Tensor dy = random_tensor({5, 4}, DType::F64, 34);
+  const auto numeric = mpt::testing::numeric_gradients(
+      [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); }, {x, w, b}, dy);
+  const Tensor xg = x.clone().requires_grad_(true), wg = w.clone().requires_grad_(true), bg = b.clone().requires_grad_(true);
+  ops::linear(xg, wg, bg).backward(dy);
+  mpt::testing::expect_close(xg.grad(), numeric[0], {1e-6, 1e-8}, "dx");
+  mpt::testing::expect_close(wg.grad(), numeric[1], {1e-6, 1e-8}, "dW");
+  mpt::testing::expect_close(bg.grad(), numeric[2], {1e-6, 1e-8}, "db");
+}
+
+TEST(Linear, FrozenWeightGetsNoGradientAndTheInputStillDoes) {
+  const Tensor w = random_tensor({6, 5}, DType::F32, 41);  // frozen: no requires_grad
+  const Tensor b = random_tensor({6}, DType::F32, 42).requires_grad_(true);
+  const Tensor x = random_tensor({3, 5}, DType::F32, 43).requires_grad_(true);
+  ops::linear(x, w, b).backward(Tensor::ones({3, 6}, DType::F32));
+  EXPECT_FALSE(w.grad().defined());
+  ASSERT_TRUE(x.grad().defined());
+  const std::vector<float> db = b.grad().to_vector<float>();
+  for (float v : db) EXPECT_EQ(v, 3.0f);
+  // dx = ones W: each element is a column sum of W.
+  const std::vector<double> wv = w.to_vector<double>(), dx = x.grad().to_vector<double>();
+  for (int64_t j = 0; j < 5; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < 6; ++i) s += wv[static_cast<size_t>(i * 5 + j)];
+    EXPECT_NEAR(dx[static_cast<size_t>(j)], s, 1e-5);
+  }
+}
+
+TEST(Linear, ErrorsNameTheOpShapesAndDtypes) {
+  const Tensor x = random_tensor({3, 5}, DType::F32, 1), w = random_tensor({4, 5}, DType::F32, 2);
+  EXPECT_MPT_ERROR(ops::linear(x, random_tensor({4, 6}, DType::F32, 3)),
+                   "[linear] expected x [N, K] and weight [M, K], got x f32[3, 5] cpu and weight f32[4, 6] cpu");
+  EXPECT_MPT_ERROR(ops::linear(x, w, random_tensor({5}, DType::F32, 4)), "[linear] expected a bias [4], got f32[5]");
+  EXPECT_MPT_ERROR(ops::linear(x.to(DType::F16), w.to(DType::BF16)), "[linear] the GEMM needs x and the weight");
+  EXPECT_MPT_ERROR(ops::linear(x.to(DType::BF16), w.to(DType::F16), {}, {.compute_weight = w.to(DType::BF16)}),
+                   "[linear] the weight f16[4, 5] cpu must have x's dtype (bf16)");
+  EXPECT_MPT_ERROR(ops::linear(x.to(DType::BF16), w, {}, {.compute_weight = w.to(DType::F16)}), "(compute_weight)");
+  const Tensor b = random_tensor({4}, DType::F32, 5);
+  EXPECT_MPT_ERROR(ops::matmul(x, w, {.trans_b = true, .alpha = 2.0f, .bias = b}), "[matmul] the bias must be");
+  const Tensor b_grad = b.clone().requires_grad_(true);
+  EXPECT_MPT_ERROR(ops::matmul(x, w, {.trans_b = true, .bias = b_grad}), "use ops::linear");
+}
+
+TEST(SplitQkvHeads, MatchesTheViewsAndTheirGradientsIncludingAnUnusedOutput) {
+  const int64_t B = 2, T = 5, H = 3, D = 4, C = H * D;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor qkv = random_tensor({B, T, 3 * C}, dt, 51);
+    const Tensor views = qkv.reshape({B, T, 3, H, D});
+    const Tensor a = qkv.clone().requires_grad_(true);
+    const ops::QkvHeads h = ops::split_qkv_heads(a, H);
+    for (int64_t i = 0; i < 3; ++i) {
+      const Tensor& got = i == 0 ? h.q : i == 1 ? h.k : h.v;
+      ASSERT_EQ(got.shape(), (Shape{B, H, T, D}));
+      EXPECT_TRUE(got.is_contiguous());
+      EXPECT_EQ(got.to_vector<double>(), views.select(2, i).transpose(1, 2).contiguous().to_vector<double>());
+    }
+    // q and v used, k not: d(qkv) holds dq and dv in their slots and zeros in k's.
+    const Tensor gq = random_tensor({B, H, T, D}, dt, 52), gv = random_tensor({B, H, T, D}, dt, 53);
+    ops::add(ops::sum(ops::mul(h.q, gq)), ops::sum(ops::mul(h.v, gv))).backward();
+    const Tensor g = a.grad().reshape({B, T, 3, H, D});
+    EXPECT_EQ(g.select(2, 0).transpose(1, 2).contiguous().to_vector<double>(), gq.to_vector<double>());
+    EXPECT_EQ(g.select(2, 2).transpose(1, 2).contiguous().to_vector<double>(), gv.to_vector<double>());
+    for (double v : g.select(2, 1).contiguous().to_vector<double>()) ASSERT_EQ(v, 0.0);
+  }
+  EXPECT_MPT_ERROR(ops::split_qkv_heads(Tensor::zeros({2, 5, 10}, DType::F32), 3),
+                   "[split_qkv_heads] expected qkv [B, T, 3 * C] with C a multiple of n_head 3, got f32[2, 5, 10]");
+}
