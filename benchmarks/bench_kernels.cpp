@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "memory_bound.h"
 
 namespace {
@@ -230,20 +231,36 @@ int main(int argc, char** argv) {
   int reps = 7;
   std::string json_path;
   int64_t elements = 32 << 20;
-  bool skip_gemm = false;
-  app.add_option("-n,--elements", elements, "elements per tensor for the memory-bound ops (default 32M)");
+  bool skip_gemm = false, peaks_only = false;
+  app.add_option("-n,--elements", elements, "elements per tensor for the memory-bound ops (default 32M)")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 34));
   app.add_flag("--skip-gemm", skip_gemm, "only the memory-bound section");
+  app.add_flag("--peaks-only", peaks_only, "only the compute peaks and the memcpy bandwidth of --elements floats");
   app.add_option("-t,--tokens", tokens, "GEMM rows: batch x sequence length");
   app.add_option("-w,--widths", widths, "model widths C (GEMMs of an MLP with hidden 4C)");
   app.add_option("-r,--reps", reps, "timed repetitions after one warm-up (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also write the results to this file");
   CLI11_PARSE(app, argc, argv);
 
-  nlohmann::json peaks_json;
-  const Peaks peaks = measure_peaks(peaks_json);
-  nlohmann::json out = {{"benchmark", "kernels"}, {"tokens", tokens}, {"reps", reps}, {"peaks", peaks_json}};
-  if (!skip_gemm) out["gemm"] = bench_gemm(tokens, widths, reps, peaks);
-  out["memory_bound"] = bench_memory_bound(elements, reps);
+  nlohmann::json out;
+  try {
+    nlohmann::json peaks_json;
+    const Peaks peaks = measure_peaks(peaks_json);
+    out = {{"benchmark", "kernels"}, {"tokens", tokens}, {"reps", reps}, {"peaks", peaks_json}};
+    if (peaks_only) {
+      const double gbps = mpt::bench::memcpy_gbps(static_cast<size_t>(elements) * sizeof(float), reps);
+      fmt::print("memcpy of {} MiB ({} threads): {:.1f} GB/s (bytes read + written)\n", (elements * 4) >> 20,
+                 omp_get_max_threads(), gbps);
+      out["peaks"]["memcpy_gbps"] = gbps;
+      out["peaks"]["memcpy_bytes"] = elements * 4;
+    } else {
+      if (!skip_gemm) out["gemm"] = bench_gemm(tokens, widths, reps, peaks);
+      out["memory_bound"] = bench_memory_bound(elements, reps);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_kernels: {}\n", e.what());
+    return 1;
+  }
   fmt::print("{}\n", out.dump());
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");

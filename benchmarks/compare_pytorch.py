@@ -29,6 +29,13 @@ MODELS = {  # layers, heads, width, vocab, sequence, batch
 }
 
 
+def model_flops_per_token(m):
+    """Training FLOPs per token (forward 1/3, backward 2/3): 6 per weight of every Linear and the LM head, and causal
+    attention's QK^T and PV (each query meets T/2 keys on average: 2*T*C per layer forward)."""
+    L, C, V, T = m["layers"], m["embd"], m["vocab"], m["seq"]
+    return 6 * (12 * L * C * C + C * V) + 6 * L * T * C
+
+
 def rss_now():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -168,10 +175,13 @@ def main():
     if args.worker:
         return torch_worker(args)
 
+    import tempfile
     import torch
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    peaks = measure_peaks(args, env, tempfile)
     info = {"machine": machine_info(), "torch": torch.__version__, "threads": args.threads,
-            "onednn_check": onednn_check(args.threads), "reps": args.reps, "steps": args.steps, "warmup": args.warmup}
+            "onednn_check": onednn_check(args.threads), "reps": args.reps, "steps": args.steps, "warmup": args.warmup,
+            "peaks": peaks}
     info["torch_onednn"] = getattr(torch.backends.mkldnn, "version", lambda: None)()
     print("machine: %s, %d cores, flags %s; PyTorch %s, %d threads; BF16 autocast GEMMs on oneDNN: %d of %d calls" % (
         info["machine"]["cpu"], info["machine"]["cores"], " ".join(info["machine"]["flags"]), torch.__version__,
@@ -201,6 +211,15 @@ def main():
                 row = {"model": model, "precision": precision, "framework": f, "runs": rs,
                        **{k: statistics.median(r[k] for r in rs) for k in keys}}
                 row["rss_growth_per_token"] = row["rss_growth_bytes"] / rs[0]["tokens_per_step"]
+                # Roofline: model FLOPs per second over the peak of the GEMMs' arithmetic (FP32 FMA for fp32, the
+                # AVX512-BF16 dot product for bf16 and FP8, which runs on it), per phase.
+                flops = model_flops_per_token(m) * rs[0]["tokens_per_step"]
+                peak = peaks.get("fp32_fma_gflops" if precision == "fp32" else "bf16_dot_gflops") or 0
+                row["model_gflop_per_step"] = flops / 1e9
+                if peak:
+                    row["peak_fraction"] = flops / row["step_s"] / 1e9 / peak
+                    row["forward_peak_fraction"] = flops / 3 / row["forward_s"] / 1e9 / peak
+                    row["backward_peak_fraction"] = 2 * flops / 3 / row["backward_s"] / 1e9 / peak
                 if rs[0].get("allocator_peak_bytes") is not None:
                     row["allocator_peak_bytes"] = statistics.median(r["allocator_peak_bytes"] for r in rs)
                 rows.append(row)
@@ -212,6 +231,21 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**info, "rows": rows, "ratios": summary}, f, indent=2)
+
+
+def measure_peaks(args, env, tempfile):
+    """The machine's FP32 FMA and BF16 dot-product peaks and memcpy bandwidth (bench_kernels --peaks-only, beside
+    bench_train), for the roofline columns."""
+    kernels = os.path.join(os.path.dirname(args.bench), "bench_kernels")
+    if not os.path.exists(kernels):
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([kernels, "--peaks-only", "-n", str(64 << 20), "-r", "3", "--json", f.name], env=env,
+                       capture_output=True, check=True)
+        peaks = json.load(open(f.name))["peaks"]
+    print("peaks (%d threads): FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, memcpy %.1f GB/s (256 MiB)" % (
+        peaks["threads"], peaks["fp32_fma_gflops"], peaks["bf16_dot_gflops"], peaks["memcpy_gbps"]))
+    return peaks
 
 
 def find(rows, model, precision, framework):
@@ -240,14 +274,17 @@ def summarize(rows):
 
 
 def print_rows(rows, model, precision):
-    print("\n%-6s %-9s %-16s %10s %9s %9s %9s %9s %10s %10s" % ("model", "precision", "framework", "tok/s", "step ms",
-                                                                "fwd ms", "bwd ms", "opt ms", "RSS MiB", "growth MiB"))
+    print("\n%-6s %-9s %-16s %10s %9s %9s %9s %9s %10s %10s %6s %6s %6s" % (
+        "model", "precision", "framework", "tok/s", "step ms", "fwd ms", "bwd ms", "opt ms", "RSS MiB", "growth MiB",
+        "%peak", "fwd%", "bwd%"))
     for r in rows:
         if (r["model"], r["precision"]) != (model, precision):
             continue
-        print("%-6s %-9s %-16s %10.0f %9.1f %9.1f %9.1f %9.1f %10.0f %10.0f" % (
+        pct = lambda k: "%5.0f%%" % (100 * r[k]) if k in r else "     -"
+        print("%-6s %-9s %-16s %10.0f %9.1f %9.1f %9.1f %9.1f %10.0f %10.0f %6s %6s %6s" % (
             model, precision, r["framework"], r["tokens_per_s"], r["step_s"] * 1e3, r["forward_s"] * 1e3,
-            r["backward_s"] * 1e3, r["optimizer_s"] * 1e3, r["rss_peak_bytes"] / 2**20, r["rss_growth_bytes"] / 2**20))
+            r["backward_s"] * 1e3, r["optimizer_s"] * 1e3, r["rss_peak_bytes"] / 2**20, r["rss_growth_bytes"] / 2**20,
+            pct("peak_fraction"), pct("forward_peak_fraction"), pct("backward_peak_fraction")))
     sys.stdout.flush()
 
 

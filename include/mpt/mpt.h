@@ -33,6 +33,7 @@
 #include "mpt/ops/embedding.h"
 #include "mpt/ops/fp8_linear.h"
 #include "mpt/ops/layernorm.h"
+#include "mpt/ops/linear.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/optim.h"
 #include "mpt/ops/reduction.h"

@@ -10,10 +10,11 @@ namespace mpt::ops {
 
 namespace {
 
-// Column sums of dy [N, M] in FP32 (f64 for f64): the bias gradient. On CUDA the sum is still rounded to dy's dtype.
+// Column sums of dy [N, M] in FP32 (f64 for f64): the bias gradient. CUDA sums an FP32 copy of dy (the same
+// canonical order, so the same sums; a cuBLASLt BGRADB epilogue would save the copy).
 Tensor bias_grad(const Tensor& dy) {
   if (dy.dtype() == DType::F64) return sum(dy, 0);
-  if (!dy.device().is_cpu()) return sum(dy, 0).to(DType::F32);
+  if (!dy.device().is_cpu()) return sum(dy.to(DType::F32), 0);
   Tensor db = Tensor::empty({dy.size(1)}, DType::F32, dy.device());
   detail::visit_float(dy.dtype(), "linear backward", [&](auto tag) {
     using T = decltype(tag);

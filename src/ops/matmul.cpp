@@ -264,15 +264,16 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 
-  // The bias is fused into the CPU's f32/f16/bf16 GEMMs; elsewhere it is added afterwards (in f64 for f64; on CUDA
-  // not yet a cuBLASLt epilogue: one more rounding than on the CPU).
+  // The bias is fused into the CPU's f32/f16/bf16 GEMMs. Elsewhere (f64; CUDA, until a cuBLASLt epilogue) the
+  // product goes to an f32 (f64) buffer, the bias is added there and the sum rounded once: the CPU's numerics.
   if (opt.bias.defined() && (c.device().is_cuda() || a_in.dtype() == DType::F64)) {
     MatmulOptions plain = opt;
     plain.bias = Tensor{};
-    gemm_into(a_in, b_in, c, beta, plain);
     const DType wide = c.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    const Tensor acc = c.dtype() == wide ? c : beta == 0.0f ? Tensor::empty(c.shape(), wide, c.device()) : c.to(wide);
+    gemm_into(a_in, b_in, acc, beta, plain);
     Tensor dst = c;
-    dst.copy_(add(c.to(wide), opt.bias.to(wide)));
+    dst.copy_(add(acc, opt.bias.to(wide)));
     return;
   }
 #if defined(MPT_WITH_CUDA)

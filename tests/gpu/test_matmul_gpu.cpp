@@ -112,6 +112,33 @@ TEST(GpuMatmul, GradientsMatchCpu) {
   }
 }
 
+// ops::linear on CUDA (the bias added to an FP32 product and rounded once, the CPU's fused numerics; dW in the FP32
+// master's dtype; db in FP32) against the CPU, forward and every gradient.
+TEST(GpuLinear, BiasEpilogueAndMasterGradientsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor x = random_tensor({40, 70}, dt, 21), master = random_tensor({45, 70}, DType::F32, 22);
+    const Tensor bias = random_tensor({45}, DType::F32, 23, 4.0), dy = random_tensor({40, 45}, dt, 24);
+    const Tensor wc = master.to(dt);
+    auto run = [&](auto on) {
+      const Tensor xi = on(x).requires_grad_(true), wi = on(master).requires_grad_(true), bi = on(bias).requires_grad_(true);
+      const Tensor y = ops::linear(xi, wi, bi, {.compute_weight = dt == DType::F32 ? Tensor{} : on(wc)});
+      y.backward(on(dy));
+      return std::vector<Tensor>{to_cpu(y), to_cpu(xi.grad()), to_cpu(wi.grad()), to_cpu(bi.grad())};
+    };
+    const auto want = run([](const Tensor& t) { return t.clone(); });
+    const auto got = run([](const Tensor& t) { return to_gpu(t); });
+    const std::string n = name_of(dt);
+    ASSERT_EQ(got[2].dtype(), DType::F32);
+    ASSERT_EQ(got[3].dtype(), DType::F32);
+    const Tensor mag_y = ops::add(ops::matmul(abs64(x), abs64(wc), {.trans_b = true}), abs64(bias));
+    expect_gemm_close(got[0], want[0], mag_y, 71, 0, n + " y");
+    expect_gemm_close(got[1], want[1], ops::matmul(abs64(dy), abs64(wc)), 45, 0, n + " dx");
+    expect_gemm_close(got[2], want[2], ops::matmul(abs64(dy), abs64(x), {.trans_a = true}), 40, 0, n + " dW");
+    expect_gemm_close(got[3], want[3], ops::sum(abs64(dy), 0), 40, 0, n + " db");
+  }
+}
+
 struct Fp8Operands {
   ops::Quantized a, b;  // a (m, k), b (n, k): the TN layout
 };

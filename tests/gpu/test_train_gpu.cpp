@@ -157,11 +157,16 @@ double max_abs(const Tensor& t) {
 void compare(const Trace& gpu, const Trace& cpu, const Budget& budget, const std::string& run) {
   ASSERT_EQ(gpu.losses.size(), cpu.losses.size()) << run;
   std::printf("%s: losses (cuda/cpu)", run.c_str());
+  // A loss is one number: the CPU's can land near the reference by chance at one step (FP8's rounding noise), so
+  // each step is held to the CPU run's error scale so far (its largest loss error up to that step).
+  double e_cpu_scale = 0;
   for (size_t s = 0; s < cpu.losses.size(); ++s) {
     std::printf(" %.6f/%.6f", gpu.losses[s], cpu.losses[s]);
     const double ref = budget.fp32 ? budget.fp32->losses[s] : cpu.losses[s];
     const double e_cpu = std::abs(cpu.losses[s] - ref) / std::abs(ref), e_gpu = std::abs(gpu.losses[s] - ref) / std::abs(ref);
-    EXPECT_LE(e_gpu, budget.of(e_cpu)) << run << " loss step " << s << " (CPU's error " << e_cpu << ")";
+    e_cpu_scale = std::max(e_cpu_scale, e_cpu);
+    EXPECT_LE(e_gpu, budget.of(e_cpu_scale)) << run << " loss step " << s << " (CPU's error " << e_cpu
+                                             << ", its largest so far " << e_cpu_scale << ")";
   }
   std::printf("\n");
   EXPECT_EQ(gpu.stepped, cpu.stepped) << run;
