@@ -98,6 +98,34 @@ Peaks measure_peaks(nlohmann::json& out) {
   return p;
 }
 
+// ---------------------------------------------------------------- attention
+
+// Causal flash attention forward and backward (ops::causal_attention) on GPT-2 head shapes: GFLOP/s counting the
+// causal half of QK^T and PV (forward 2 GEMMs, backward 5 with the recomputed scores), next to the FP32 FMA peak
+// (the CPU kernels compute in FP32).
+nlohmann::json bench_attention(int64_t batch_heads, int64_t seq, int64_t head_dim, int reps, const Peaks& peaks) {
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("attention (B*H={}, T={}, D={})    ms   GFLOP/s  %FP32 peak\n", batch_heads, seq, head_dim);
+  for (mpt::DType dt : {mpt::DType::F32, mpt::DType::BF16}) {
+    mpt::Generator gen(3);
+    auto make = [&] { return mpt::Tensor::normal({1, batch_heads, seq, head_dim}, 0, 1, dt, mpt::Device::cpu(), gen); };
+    const mpt::Tensor q = make(), k = make(), v = make(), dout = make();
+    mpt::ops::AttentionResult r = mpt::ops::causal_attention(q, k, v);
+    const double gemm = 2.0 * seq * seq / 2 * head_dim * batch_heads;  // one causal T x T x D product
+    const double fwd = mpt::bench::median_seconds(reps, [&] { r = mpt::ops::causal_attention(q, k, v); });
+    const double bwd = mpt::bench::median_seconds(
+        reps, [&] { mpt::ops::causal_attention_backward(dout, q, k, v, r.out, r.lse); });
+    for (auto [name, t, flops] : {std::tuple{"forward", fwd, 2 * gemm}, std::tuple{"backward", bwd, 5 * gemm}}) {
+      const double gf = flops / t / 1e9;
+      fmt::print("  {:<9} {:<5}                 {:7.2f} {:9.0f} {:10.0f}%\n", name, mpt::dtype_name(dt), t * 1e3, gf,
+                 peaks.fp32_fma > 0 ? 100 * gf / peaks.fp32_fma : 0.0);
+      rows.push_back({{"pass", name}, {"dtype", mpt::dtype_name(dt)}, {"ms", t * 1e3}, {"gflops", gf}});
+    }
+  }
+  fmt::print("\n");
+  return rows;
+}
+
 // ---------------------------------------------------------------- GEMM
 struct GemmShape {
   std::string name;
@@ -236,6 +264,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 34));
   app.add_flag("--skip-gemm", skip_gemm, "only the memory-bound section");
   app.add_flag("--peaks-only", peaks_only, "only the compute peaks and the memcpy bandwidth of --elements floats");
+  bool attention_only = false;
+  app.add_flag("--attention-only", attention_only, "only the causal attention section (96 heads, T=256, D=64)");
   app.add_option("-t,--tokens", tokens, "GEMM rows: batch x sequence length");
   app.add_option("-w,--widths", widths, "model widths C (GEMMs of an MLP with hidden 4C)");
   app.add_option("-r,--reps", reps, "timed repetitions after one warm-up (median reported)")->check(CLI::PositiveNumber);
@@ -253,7 +283,10 @@ int main(int argc, char** argv) {
                  omp_get_max_threads(), gbps);
       out["peaks"]["memcpy_gbps"] = gbps;
       out["peaks"]["memcpy_bytes"] = elements * 4;
+    } else if (attention_only) {
+      out["attention"] = bench_attention(96, 256, 64, reps, peaks);
     } else {
+      out["attention"] = bench_attention(96, 256, 64, reps, peaks);
       if (!skip_gemm) out["gemm"] = bench_gemm(tokens, widths, reps, peaks);
       out["memory_bound"] = bench_memory_bound(elements, reps);
     }

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/cpu/convert.h"
 #include "kernels/math/attention.h"
 
@@ -77,17 +79,22 @@ MPT_ATTN_INLINE void abt_rows(int64_t k, const F* a, int64_t lda, const F* bt, i
     for (int j = 0; j < N; ++j) vstore(s + r * kBlock + j * L, acc[r][j]);
 }
 
-// s (m x 64, row stride kBlock) = a (m x k) * bt (k x 64).
+// s (m x 64, row stride kBlock) = a (m x k) * bt (k x 64). Six rows at a time: 24 accumulators, so each step's 4
+// vector loads and 6 broadcasts feed 24 FMAs (4 rows left the FMA units waiting on loads). Each element still sums
+// over k in order: the row grouping changes no bit.
 template <class F>
 MPT_ATTN_INLINE void gemm_abt(int64_t m, int64_t k, const F* a, int64_t lda, const F* bt, int64_t ldb, F* s) {
   int64_t r = 0;
+  for (; r + 6 <= m; r += 6) abt_rows<F, 6>(k, a + r * lda, lda, bt, ldb, s + r * kBlock);
   for (; r + 4 <= m; r += 4) abt_rows<F, 4>(k, a + r * lda, lda, bt, ldb, s + r * kBlock);
   for (; r < m; ++r) abt_rows<F, 1>(k, a + r * lda, lda, bt, ldb, s + r * kBlock);
 }
 
-// out[r, 0:NC vectors] += sum_{kk < k} a[r, kk] * b[kk, 0:NC vectors] for R rows.
+// out[r, 0:NC vectors] += sum_{kk < k} a[r, kk] * b[kk, 0:NC vectors] for R rows; a[r, kk] is a[r * lda + kk * acs]
+// (acs = 1: row-major; lda = 1 and acs = the stored row stride: a stored matrix read transposed).
 template <class F, int R, int NC>
-MPT_ATTN_INLINE void ab_block(int64_t k, const F* a, int64_t lda, const F* b, int64_t ldb, F* out, int64_t ldo) {
+MPT_ATTN_INLINE void ab_block(int64_t k, const F* a, int64_t lda, int64_t acs, const F* b, int64_t ldb, F* out,
+                              int64_t ldo) {
   using V = typename VecOf<F>::type;
   constexpr int L = 64 / sizeof(F);
   V acc[R][NC];
@@ -101,7 +108,7 @@ MPT_ATTN_INLINE void ab_block(int64_t k, const F* a, int64_t lda, const F* b, in
     for (int j = 0; j < NC; ++j) bv[j] = vload(b + kk * ldb + j * L);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const F x = a[r * lda + kk];
+      const F x = a[r * lda + kk * acs];
 #pragma GCC unroll 8
       for (int j = 0; j < NC; ++j) acc[r][j] += x * bv[j];
     }
@@ -113,21 +120,23 @@ MPT_ATTN_INLINE void ab_block(int64_t k, const F* a, int64_t lda, const F* b, in
 }
 
 template <class F, int R>
-MPT_ATTN_INLINE void ab_cols(int64_t n, int64_t k, const F* a, int64_t lda, const F* b, int64_t ldb, F* out,
-                             int64_t ldo) {
+MPT_ATTN_INLINE void ab_cols(int64_t n, int64_t k, const F* a, int64_t lda, int64_t acs, const F* b, int64_t ldb,
+                             F* out, int64_t ldo) {
   constexpr int L = 64 / sizeof(F);
   int64_t c = 0;
-  for (; c + 4 * L <= n; c += 4 * L) ab_block<F, R, 4>(k, a, lda, b + c, ldb, out + c, ldo);
-  for (; c < n; c += L) ab_block<F, R, 1>(k, a, lda, b + c, ldb, out + c, ldo);
+  for (; c + 4 * L <= n; c += 4 * L) ab_block<F, R, 4>(k, a, lda, acs, b + c, ldb, out + c, ldo);
+  for (; c < n; c += L) ab_block<F, R, 1>(k, a, lda, acs, b + c, ldb, out + c, ldo);
 }
 
-// out (m x n, n a multiple of 64 bytes of F) += a (m x k) * b (k x n).
+// out (m x n, n a multiple of 64 bytes of F) += a (m x k) * b (k x n), a[r, kk] at a[r * lda + kk * acs]. Six rows
+// at a time, as gemm_abt (the same bits as any grouping).
 template <class F>
-MPT_ATTN_INLINE void gemm_ab_acc(int64_t m, int64_t n, int64_t k, const F* a, int64_t lda, const F* b, int64_t ldb,
-                                 F* out, int64_t ldo) {
+MPT_ATTN_INLINE void gemm_ab_acc(int64_t m, int64_t n, int64_t k, const F* a, int64_t lda, int64_t acs, const F* b,
+                                 int64_t ldb, F* out, int64_t ldo) {
   int64_t r = 0;
-  for (; r + 4 <= m; r += 4) ab_cols<F, 4>(n, k, a + r * lda, lda, b, ldb, out + r * ldo, ldo);
-  for (; r < m; ++r) ab_cols<F, 1>(n, k, a + r * lda, lda, b, ldb, out + r * ldo, ldo);
+  for (; r + 6 <= m; r += 6) ab_cols<F, 6>(n, k, a + r * lda, lda, acs, b, ldb, out + r * ldo, ldo);
+  for (; r + 4 <= m; r += 4) ab_cols<F, 4>(n, k, a + r * lda, lda, acs, b, ldb, out + r * ldo, ldo);
+  for (; r < m; ++r) ab_cols<F, 1>(n, k, a + r * lda, lda, acs, b, ldb, out + r * ldo, ldo);
 }
 
 // x[0, kBlock) = exp(x * mul - sub) by math::exp_op (vectorised here). The callers pass scores minus a row max or
@@ -173,24 +182,72 @@ bool use_avx512() {
 template <class F>
 struct ForwardScratch {
   int64_t head = -1;
-  std::vector<F> kt, vf, qf, s, oacc, row;
+  std::vector<F> kf, kt, vf, qf, s, oacc, row;
   ForwardScratch(int64_t tp, int64_t dp)
-      : kt(dp * tp), vf(tp * dp), qf(kBlock * dp), s(kBlock * kBlock), oacc(kBlock * dp), row(dp) {}
+      : kf(tp * dp), kt(dp * tp), vf(tp * dp), qf(kBlock * dp), s(kBlock * kBlock), oacc(kBlock * dp), row(dp) {}
 };
+
+// Transposes a (rows x cols, row stride lda) into at (cols x rows, row stride ldt) in 16 x 16 tiles, so reads and
+// writes both stay within a few cache lines.
+template <class F>
+void transpose_tiles(const F* a, int64_t rows, int64_t cols, int64_t lda, F* at, int64_t ldt) {
+  constexpr int64_t kTile = 16;
+  for (int64_t j0 = 0; j0 < rows; j0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t j = j0; j < std::min(rows, j0 + kTile); ++j)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) at[c * ldt + j] = a[j * lda + c];
+}
 
 template <class T, class F>
 void load_head_kv(const T* k, const T* v, int64_t t, int64_t d, ForwardScratch<F>& w) {
   const int64_t dp = round_up(d, kPad), tp = round_up(t, kBlock);
   for (int64_t j = 0; j < tp; ++j) {
     if (j < t) {
-      load_row(k + j * d, d, dp, w.row.data());
+      load_row(k + j * d, d, dp, w.kf.data() + j * dp);
       load_row(v + j * d, d, dp, w.vf.data() + j * dp);
     } else {
-      std::fill(w.row.begin(), w.row.end(), F(0));
+      std::fill(w.kf.begin() + j * dp, w.kf.begin() + (j + 1) * dp, F(0));
       std::fill(w.vf.begin() + j * dp, w.vf.begin() + (j + 1) * dp, F(0));
     }
-    for (int64_t c = 0; c < d; ++c) w.kt[c * tp + j] = w.row[c];
   }
+  transpose_tiles(w.kf.data(), tp, d, dp, w.kt.data(), tp);
+}
+
+// Over the 64 scores of a block row: the largest of the first `valid` (times scale), and after exp_block the sum of
+// the first `valid` with the rest zeroed. Four vectors of lanes, then the lanes in order: the generic and AVX-512
+// builds sum alike.
+template <class F>
+MPT_ATTN_INLINE F row_max(const F* x, int64_t valid, F scale) {
+  using V = typename VecOf<F>::type;
+  constexpr int L = 64 / sizeof(F), N = kBlock / L;
+  F lanes[L];
+  V m;
+  for (int i = 0; i < L; ++i) m[i] = -INFINITY;
+  for (int j = 0; j < N; ++j) {
+    V v = vload(x + j * L);
+    for (int i = 0; i < L; ++i) {
+      const F y = j * L + i < valid ? v[i] * scale : F(-INFINITY);
+      m[i] = y > m[i] ? y : m[i];  // fmax without the libm call (a NaN score is dropped either way)
+    }
+  }
+  vstore(lanes, m);
+  F r = lanes[0];
+  for (int i = 1; i < L; ++i) r = lanes[i] > r ? lanes[i] : r;
+  return r;
+}
+
+template <class F>
+MPT_ATTN_INLINE F mask_and_sum(F* x, int64_t valid) {
+  using V = typename VecOf<F>::type;
+  constexpr int L = 64 / sizeof(F), N = kBlock / L;
+  for (int64_t c = valid; c < kBlock; ++c) x[c] = F(0);
+  V acc = vload(x);
+  for (int j = 1; j < N; ++j) acc += vload(x + j * L);
+  F lanes[L];
+  vstore(lanes, acc);
+  F r = 0;
+  for (int i = 0; i < L; ++i) r += lanes[i];
+  return r;
 }
 
 // One head's block of up to 64 query rows against every key block up to the diagonal.
@@ -215,18 +272,13 @@ MPT_ATTN_INLINE void forward_task(const AttentionShape& sh, const T* q, const T*
     for (int64_t r = 0; r < m; ++r) {
       F* sr = w.s.data() + r * kBlock;
       const int64_t valid = std::min(n, i0 + r - j0 + 1);  // keys j <= i of this block (>= 1: j0 <= i0)
-      F block_max = -INFINITY;
-      for (int64_t c = 0; c < valid; ++c) block_max = std::max(block_max, sr[c] * scale);
-      const F alpha = state[r].rescale(block_max);
+      const F alpha = state[r].rescale(row_max(sr, valid, scale));
       exp_block(sr, scale, state[r].m);
-      F sum = 0;
-      for (int64_t c = 0; c < valid; ++c) sum += sr[c];
-      for (int64_t c = valid; c < n; ++c) sr[c] = F(0);
-      state[r].l += sum;
+      state[r].l += mask_and_sum(sr, valid);
       F* orow = w.oacc.data() + r * dp;
       for (int64_t c = 0; c < dp; ++c) orow[c] *= alpha;
     }
-    gemm_ab_acc(m, dp, n, w.s.data(), kBlock, w.vf.data() + j0 * dp, dp, w.oacc.data(), dp);  // O += P V
+    gemm_ab_acc(m, dp, n, w.s.data(), kBlock, 1, w.vf.data() + j0 * dp, dp, w.oacc.data(), dp);  // O += P V
   }
   for (int64_t r = 0; r < m; ++r) {
     const F inv = F(1) / state[r].l;
@@ -252,11 +304,11 @@ __attribute__((noinline)) void forward_task_generic(const AttentionShape& sh, co
 
 template <class F>
 struct BackwardScratch {
-  std::vector<F> kf, kt, vt, dk, dv, qf, dof, dq, s, dpm, pt, dst, row, delta, lse;
+  std::vector<F> kf, kt, vt, dk, dv, qf, dof, dq, s, dpm, row, delta, lse;
   BackwardScratch(int64_t tp, int64_t dpad)
       : kf(tp * dpad), kt(dpad * tp), vt(dpad * tp), dk(tp * dpad), dv(tp * dpad), qf(kBlock * dpad),
-        dof(kBlock * dpad), dq(kBlock * dpad), s(kBlock * kBlock), dpm(kBlock * kBlock), pt(kBlock * kBlock),
-        dst(kBlock * kBlock), row(dpad), delta(kBlock), lse(kBlock) {}
+        dof(kBlock * dpad), dq(kBlock * dpad), s(kBlock * kBlock), dpm(kBlock * kBlock), row(dpad), delta(kBlock),
+        lse(kBlock) {}
 };
 
 // Every gradient of one head: K and V (float, transposed copies for the score GEMMs) and the dK, dV
@@ -306,14 +358,11 @@ MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBack
         exp_block(sr, scale, w.lse[r]);  // P = exp(scale * S - lse)
         for (int64_t c = 0; c < valid; ++c) dr[c] = math::causal_softmax_backward(sr[c], dr[c], w.delta[r], scale);
         for (int64_t c = valid; c < n; ++c) sr[c] = dr[c] = F(0);
-        for (int64_t c = 0; c < n; ++c) {
-          w.pt[c * kBlock + r] = sr[c];
-          w.dst[c * kBlock + r] = dr[c];
-        }
       }
-      gemm_ab_acc(n, dp, m, w.pt.data(), kBlock, w.dof.data(), dp, w.dv.data() + j0 * dp, dp);  // dV += P^T dO
-      gemm_ab_acc(n, dp, m, w.dst.data(), kBlock, w.qf.data(), dp, w.dk.data() + j0 * dp, dp);  // dK += dS^T Q
-      gemm_ab_acc(m, dp, n, w.dpm.data(), kBlock, w.kf.data() + j0 * dp, dp, w.dq.data(), dp);   // dQ += dS K
+      // P^T and dS^T are read in place (row stride 1, column stride kBlock): no transposed copies.
+      gemm_ab_acc(n, dp, m, w.s.data(), 1, kBlock, w.dof.data(), dp, w.dv.data() + j0 * dp, dp);    // dV += P^T dO
+      gemm_ab_acc(n, dp, m, w.dpm.data(), 1, kBlock, w.qf.data(), dp, w.dk.data() + j0 * dp, dp);   // dK += dS^T Q
+      gemm_ab_acc(m, dp, n, w.dpm.data(), kBlock, 1, w.kf.data() + j0 * dp, dp, w.dq.data(), dp);   // dQ += dS K
     }
     for (int64_t r = 0; r < m; ++r)
       store_row(w.dq.data() + r * dp, a.dq + base + (i0 + r) * d, d, a.accumulate, w.row.data());
@@ -346,18 +395,22 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
   if (s.batch_heads <= 0 || s.seq <= 0 || s.head_dim <= 0) return;
   const int64_t blocks = (s.seq + kBlock - 1) / kBlock, tasks = s.batch_heads * blocks;
   const bool avx512 = use_avx512();
+  // With heads to spare a task is a whole head (its K and V converted once, by one thread); otherwise one query block
+  // of a head, the costlier late blocks first.
+  const bool whole_heads = s.batch_heads >= 4 * omp_get_max_threads();
 #pragma omp parallel
   {
     ForwardScratch<F> w(round_up(s.seq, kBlock), round_up(s.head_dim, kPad));
-    // Head by head (a thread converts a head's K and V once for its run of tasks there), the costlier late
-    // query blocks of each head first.
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t bh = task / blocks, qb = blocks - 1 - task % blocks;
+    for (int64_t task = 0; task < (whole_heads ? s.batch_heads : tasks); ++task) {
+      for (int64_t i = 0; i < (whole_heads ? blocks : 1); ++i) {
+      const int64_t bh = whole_heads ? task : task / blocks;
+      const int64_t qb = whole_heads ? blocks - 1 - i : blocks - 1 - task % blocks;
       if (avx512) {
         forward_task_avx512(s, q, k, v, o, lse, bh, qb, w);
       } else {
         forward_task_generic(s, q, k, v, o, lse, bh, qb, w);
+      }
       }
     }
   }
