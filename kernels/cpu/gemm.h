@@ -24,7 +24,7 @@ struct GemmParams {
   float alpha = 1, beta = 0;
   // Optional [n] f32 bias added to every row of the product in FP32, before beta * C and the one rounding to C's
   // type: C_i = op(A_i) op(B_i) + bias + beta * C_i (a Linear layer's epilogue; oneDNN's bias argument). Needs
-  // alpha == 1; the f32, bf16 and f16 GEMMs take it, the FP8 ones refuse it.
+  // alpha == 1 (FP8: added after the per-tensor or block dequantization scales).
   const float* bias = nullptr;
 };
 

@@ -99,24 +99,26 @@ void pack_bf16(const T* src, int64_t rows, int64_t cols, int64_t ld, bf16* dst, 
   }
 }
 
-// Rows [i0, i1) of C = round(alpha * D + beta * C) (D: rows of n floats, C: leading dimension ldc); FP8 C is
-// quantized as saturate(value * q) and the largest |value| is returned (NaN ignored). Row by row with loops that
-// vectorise and the vectorised conversions (same bits as scalar_cast); thread-local scratch slots 6 and 7.
+// Rows [i0, i1) of C = round(alpha * D + bias + beta * C) (D: rows of n floats, C: leading dimension ldc, bias: n
+// floats or null); FP8 C is quantized as saturate(value * q) and the largest |value| is returned (NaN ignored). Row
+// by row with loops that vectorise and the vectorised conversions (same bits as scalar_cast); thread-local scratch
+// slots 6 and 7.
 template <class TC>
 float store_rows(const float* d, int64_t i0, int64_t i1, int64_t n, TC* c, int64_t ldc, float alpha, float beta,
-                 float q) {
+                 float q, const float* bias) {
   float local_max = 0.0f;
   float* row = scratch<float, 6>(static_cast<size_t>(n));
   float* scaled = is_fp8_v<TC> ? scratch<float, 7>(static_cast<size_t>(n)) : nullptr;
   for (int64_t i = i0; i < i1; ++i) {
     const float* v = d + (i - i0) * n;
     TC* ci = c + i * ldc;
-    if (beta != 0.0f) {
-      convert<float, TC>(ci, row, static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) row[j] = (alpha == 1.0f ? v[j] : alpha * v[j]) + beta * row[j];
-      v = row;
-    } else if (alpha != 1.0f) {
-      for (int64_t j = 0; j < n; ++j) row[j] = alpha * v[j];
+    if (alpha != 1.0f || beta != 0.0f || bias != nullptr) {
+      if (beta != 0.0f) convert<float, TC>(ci, row, static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        float x = alpha == 1.0f ? v[j] : alpha * v[j];
+        if (bias != nullptr) x += bias[j];  // after the product, before beta C's term
+        row[j] = beta != 0.0f ? x + beta * row[j] : x;
+      }
       v = row;
     }
     if constexpr (is_fp8_v<TC>) {
@@ -135,13 +137,14 @@ float store_rows(const float* d, int64_t i0, int64_t i1, int64_t n, TC* c, int64
 
 template <class TC>
 void store_output(const float* d, int64_t m, int64_t n, TC* c, int64_t ldc, float alpha, float beta,
-                  const float* out_scale, float& amax) {
+                  const float* out_scale, float& amax, const float* bias) {
   const float q = out_scale != nullptr ? *out_scale : 1.0f;
   constexpr int64_t kRows = 16;
   float local_max = 0.0f;
 #pragma omp parallel for schedule(static) reduction(max : local_max) if (m * n > (1 << 16))
   for (int64_t i0 = 0; i0 < m; i0 += kRows)
-    local_max = std::fmax(local_max, store_rows(d + i0 * n, i0, std::min(m, i0 + kRows), n, c, ldc, alpha, beta, q));
+    local_max =
+        std::fmax(local_max, store_rows(d + i0 * n, i0, std::min(m, i0 + kRows), n, c, ldc, alpha, beta, q, bias));
   amax = std::fmax(amax, local_max);
 }
 
@@ -189,7 +192,8 @@ void per_k_block(const GemmParams& p, const bf16* a, int64_t lda, const bf16* b,
             }
           }
         }
-        max_all = std::fmax(max_all, store_rows(acc.get(), i0, i0 + rows, p.n, c, p.ldc, p.alpha, p.beta, q));
+        max_all =
+            std::fmax(max_all, store_rows(acc.get(), i0, i0 + rows, p.n, c, p.ldc, p.alpha, p.beta, q, p.bias));
       } catch (...) {
 #pragma omp critical(mpt_gemm_fp8_error)
         if (!error) error = std::current_exception();
@@ -215,7 +219,8 @@ float block_scaled(const GemmParams& p, const TA* a, const TB* b, TC* c, const F
       for (int64_t i = 0; i < p.n; ++i) sbt[static_cast<size_t>(j * p.n + i)] = vb.at(i, j);
     TC* cb = c + bi * p.stride_c;
     const BlockRowsSink sink = [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, const float* d) {
-      return store_rows(d, i0, i0 + rows, cols, cb + j0, p.ldc, p.alpha, p.beta, q);
+      return store_rows(d, i0, i0 + rows, cols, cb + j0, p.ldc, p.alpha, p.beta, q,
+                        p.bias != nullptr ? p.bias + j0 : nullptr);
     };
     amax = std::fmax(amax, block_scaled_gemm(p.m, p.n, p.k, a + bi * p.stride_a, p.lda, p.trans_a,
                                              b + bi * p.stride_b, p.ldb, p.trans_b, sa.data(), sbt.data(), sink));
@@ -238,7 +243,6 @@ template <class TA, class TB, class TC>
 void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8GemmArgs& args) {
   constexpr bool kDirect = std::is_same_v<TC, float> || std::is_same_v<TC, bf16>;  // types oneDNN can write
   check_gemm_params(p);
-  if (p.bias != nullptr) throw std::invalid_argument("gemm_fp8: no bias epilogue (add the bias to the output)");
   check_args(p, args, is_fp8_v<TC>);
   float amax = 0.0f;
   if (p.m > 0 && p.n > 0) {
@@ -288,9 +292,9 @@ void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8Gem
       if (block && !fold) {
         if (p.k == 0) {
           std::fill(d, d + p.m * p.n, 0.0f);
-          store_output(d, p.m, p.n, cb, p.ldc, p.alpha, p.beta, args.out_scale, amax);
+          store_output(d, p.m, p.n, cb, p.ldc, p.alpha, p.beta, args.out_scale, amax, p.bias);
         } else {
-          q.alpha = p.alpha, q.beta = p.beta, q.ldc = p.ldc;
+          q.alpha = p.alpha, q.beta = p.beta, q.ldc = p.ldc, q.bias = p.bias;
           per_k_block(q, a16, a_cols, b16, b_cols, sa, sb, cb, args.out_scale, amax);
         }
         continue;
@@ -298,13 +302,13 @@ void gemm_fp8(const GemmParams& p, const TA* a, const TB* b, TC* c, const Fp8Gem
       q.alpha = 1.0f;
       if (direct) {
         if constexpr (kDirect) {
-          q.ldc = p.ldc, q.beta = p.beta;
+          q.ldc = p.ldc, q.beta = p.beta, q.bias = p.bias;
           gemm<bf16, TC>(q, a16, b16, cb);
         }
       } else {
         q.ldc = p.n;
         gemm<bf16, float>(q, a16, b16, d);
-        store_output(d, p.m, p.n, cb, p.ldc, scale, p.beta, args.out_scale, amax);
+        store_output(d, p.m, p.n, cb, p.ldc, scale, p.beta, args.out_scale, amax, p.bias);
       }
     }
   }

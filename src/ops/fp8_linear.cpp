@@ -125,7 +125,7 @@ Quantized pad_codes(const Quantized& q, int dim, int64_t multiple) {
 // multiple of 16 (wgrad's K is the token count) and, under block scaling, A's rows (fprop's and dgrad's tokens) a
 // multiple of 4. Those are padded with zero codes, which add exactly nothing, and the padded rows of C are dropped.
 // (Found by the emulated cuBLASLt: an odd token count worked on the CPU and failed on CUDA.)
-Tensor gemm_tn(const Quantized& qa, const Quantized& qb, DType out) {
+Tensor gemm_tn(const Quantized& qa, const Quantized& qb, DType out, const Tensor& bias = {}) {
   Quantized pa = qa, pb = qb;
   if (qa.data.device().is_cuda()) {
     if (qa.layout != ScaleLayout::PerTensor) pa = pad_codes(pa, 0, 4);
@@ -138,6 +138,7 @@ Tensor gemm_tn(const Quantized& qa, const Quantized& qb, DType out) {
   o.scale_a = a.scaling;
   o.scale_b = b.scaling;
   o.out_dtype = out;
+  o.bias = bias;
   const Tensor c = matmul(a.data, b.data, o);
   return c.size(0) == qa.data.size(0) ? c : c.slice(0, 0, qa.data.size(0)).contiguous();
 }
@@ -259,11 +260,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     wq = quantize(weight, config.recipe, Fp8Role::Weight, config.metas.weight, true, s.need_dx);
   }
 
-  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, bias.defined() ? DType::F32 : out);  // (N, K) x (M, K)^T
-  if (bias.defined()) {
-    y = add(y, bias.to(DType::F32));
-    if (out != DType::F32) y = y.to(out);
-  }
+  // (N, K) x (M, K)^T, the bias added in FP32 in the GEMM's epilogue before the one rounding to `out`.
+  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, out, bias.defined() ? bias.detach() : Tensor{});
   Shape y_shape = x.shape();
   y_shape.back() = m;
   y = y.reshape(y_shape);

@@ -365,11 +365,9 @@ Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, 
   if (opt.bias.defined()) {
     detail::check_same_device({&a, &opt.bias}, op);
     MPT_CHECK(opt.bias.dim() == 1 && opt.bias.size(0) == n && is_floating(opt.bias.dtype()) &&
-                  !is_fp8(opt.bias.dtype()) && !fp8_a &&
-                  opt.alpha == 1.0f && !opt.bias.requires_grad(),
-              "[{}] the bias must be a [{}] float tensor (the output's columns) not requiring grad, with alpha 1 and "
-              "non-FP8 operands; got bias {}, alpha {}, a {} (for a differentiable bias use ops::linear)", op, n,
-              opt.bias.meta_str(), opt.alpha, a.meta_str());
+                  !is_fp8(opt.bias.dtype()) && opt.alpha == 1.0f && !opt.bias.requires_grad(),
+              "[{}] the bias must be a [{}] float tensor (the output's columns) not requiring grad, with alpha 1; got "
+              "bias {}, alpha {} (for a differentiable bias use ops::linear)", op, n, opt.bias.meta_str(), opt.alpha);
   }
   if (a.dim() == 2 && b.dim() == 2) return {m, n};
   return {std::max(ba, bb), m, n};

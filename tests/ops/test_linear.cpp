@@ -7,6 +7,7 @@
 #include "matmul_reference.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/attention.h"
+#include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/matmul.h"
@@ -170,4 +171,32 @@ TEST(SplitQkvHeads, MatchesTheViewsAndTheirGradientsIncludingAnUnusedOutput) {
   }
   EXPECT_MPT_ERROR(ops::split_qkv_heads(Tensor::zeros({2, 5, 10}, DType::F32), 3),
                    "[split_qkv_heads] expected qkv [B, T, 3 * C] with C a multiple of n_head 3, got f32[2, 5, 10]");
+}
+
+TEST(Linear, Fp8GemmAddsTheBiasInItsEpilogueBeforeTheOneRounding) {
+  // The same f32 product D either way: the epilogue's round(D + b) equals rounding the f32 sum of D and b.
+  const int64_t n = 64, k = 256, m = 96;
+  const Tensor x = random_tensor({n, k}, DType::F32, 61, 2.0), w = random_tensor({m, k}, DType::F32, 62, 0.5);
+  const Tensor b = random_tensor({m}, DType::F32, 63, 4.0);
+  for (ops::ScaleLayout layout : {ops::ScaleLayout::PerTensor, ops::ScaleLayout::Block1x128}) {
+    const bool block = layout != ops::ScaleLayout::PerTensor;
+    const ops::Quantized qx = block ? ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128)
+                                    : ops::quantize_fp8(x, DType::F8E4M3);
+    const ops::Quantized qw = block ? ops::quantize_blockwise(w, DType::F8E4M3, ops::ScaleLayout::Block128x128)
+                                    : ops::quantize_fp8(w, DType::F8E4M3);
+    auto scaling = [](const ops::Quantized& q) {
+      return q.layout == ops::ScaleLayout::Block1x128     ? ops::Fp8Scaling::block_1x128(q.scale_inv)
+             : q.layout == ops::ScaleLayout::Block128x128 ? ops::Fp8Scaling::block_128x128(q.scale_inv)
+                                                          : ops::Fp8Scaling::per_tensor(q.scale_inv);
+    };
+    ops::MatmulOptions o{.trans_b = true, .out_dtype = DType::F32, .scale_a = scaling(qx), .scale_b = scaling(qw)};
+    const Tensor d = ops::matmul(qx.data, qw.data, o);
+    for (DType out : {DType::F32, DType::BF16}) {
+      o.out_dtype = out;
+      o.bias = b;
+      const Tensor y = ops::matmul(qx.data, qw.data, o);
+      EXPECT_TRUE(mpt::testing::same_bits(y.to_vector<double>(), ops::add(d, b).to(out).to_vector<double>())) << dtype_name(out) << " block " << block;
+      o.bias = Tensor{};
+    }
+  }
 }

@@ -39,8 +39,9 @@ struct MatmulOptions {
   Tensor out_scale{};           // FP8 output: f32 scalar; stored codes = saturate(D * out_scale)
   Tensor out_amax{};            // FP8 output, optional: an f32 scalar that receives max |D| (D before out_scale)
   // Optional [n] bias (any float dtype, read as f32) added to every row in FP32 before the one rounding to the
-  // output: C = op(a) op(b) + bias + beta C. Needs alpha == 1 and non-FP8 operands, and is not differentiable here
-  // (ops::linear records its gradient). CPU: oneDNN's bias argument, in the GEMM; CUDA: added after the GEMM.
+  // output: C = op(a) op(b) + bias + beta C (FP8: after the dequantization scales). Needs alpha == 1, and is not
+  // differentiable here (ops::linear records its gradient). CPU: in the GEMM's epilogue (oneDNN's bias argument, or
+  // the FP8 kernels' store); CUDA and f64: the product in f32 (f64), the bias added, one rounding.
   Tensor bias{};
 };
 
