@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
                      {"final_loss", loss},
                      {"rss_peak_bytes", rss_peak()},
                      {"rss_growth_bytes", rss_peak() - rss_before},
-                     {"allocator_peak_bytes", mem.peak_bytes}};
+                     {"allocator_peak_bytes", mem.peak_bytes},
+                     {"allocator_reserved_bytes", mem.reserved_bytes}};
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
     } else {
