@@ -235,6 +235,28 @@ void quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockSca
   }
 }
 
+template <class Q, class T>
+void quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv,
+                                         const math::ScaleFromAmax& scaling) {
+  constexpr int64_t kCols = 16;  // output rows (x's columns) per tile
+  const bool simd = use_avx512();
+  const int64_t row_blocks = (rows + math::kBlockCols - 1) / math::kBlockCols, col_tiles = (cols + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+  for (int64_t t = 0; t < row_blocks * col_tiles; ++t) {
+    const int64_t rb = t / col_tiles, c0 = t % col_tiles * kCols;
+    const int64_t r0 = rb * math::kBlockCols, h = std::min(math::kBlockCols, rows - r0), w = std::min(kCols, cols - c0);
+    T buf[kCols * math::kBlockCols];  // buf[j * 128 + i] = x[r0 + i, c0 + j]
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < w; ++j) buf[j * math::kBlockCols + i] = x[(r0 + i) * cols + c0 + j];
+    for (int64_t j = 0; j < w; ++j) {
+      const T* row = buf + j * math::kBlockCols;
+      const float s = scaling(math::amax_from_bits(amax_bits(row, h, simd)));
+      scale_inv[(c0 + j) * row_blocks + rb] = math::reciprocal(s);
+      encode_rows(row, h, q + (c0 + j) * rows + r0, rows, 1, h, s, Fp8Saturation::Saturate, simd);
+    }
+  }
+}
+
 template <class Out, class Q>
 void dequantize(const Q* q, Out* out, int64_t n, float scale_inv) {
   const int64_t runs = (n + kRun - 1) / kRun;
@@ -263,6 +285,8 @@ void dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, const ma
   template void quantize_transpose<Q, T>(const T*, Q*, Q*, math::Dims2, const QuantizeArgs&);                        \
   template void quantize_blockwise<Q, T>(const T*, Q*, float*, const math::BlockScaleLayout&,                   \
                                          const math::ScaleFromAmax&);                                           \
+  template void quantize_blockwise_1x128_transposed<Q, T>(const T*, int64_t, int64_t, Q*, float*,              \
+                                                          const math::ScaleFromAmax&);                          \
   template void dequantize<T, Q>(const Q*, T*, int64_t, float);                                                 \
   template void dequantize_blockwise<T, Q>(const Q*, T*, const float*, const math::BlockScaleLayout&);
 #define MPT_INSTANTIATE_T(T)     \

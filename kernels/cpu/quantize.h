@@ -37,6 +37,13 @@ template <class Q, class T>
 void quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
                         const math::ScaleFromAmax& scaling);
 
+// 1x128 block quantization of x^T for x [rows, cols] row-major: q [cols, rows] and scale_inv [cols, ceil(rows/128)],
+// bit for bit quantize_blockwise of the contiguous transpose (an FP8 recipe's columnwise copy for the weight
+// gradient), without materialising it: tiles of 16 columns x 128 rows are transposed in a buffer that stays in L1.
+template <class Q, class T>
+void quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv,
+                                         const math::ScaleFromAmax& scaling);
+
 // out[i] = Out(float(q[i]) * scale_inv).
 template <class Out, class Q>
 void dequantize(const Q* q, Out* out, int64_t n, float scale_inv);

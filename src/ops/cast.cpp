@@ -168,16 +168,24 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
   visit_wide(x_in.dtype(), op, "the input", [](auto) {});
   MPT_CHECK(layout != ScaleLayout::PerTensor, "[{}] expected a block layout (1x128 or 128x128), got per-tensor "
             "(use quantize_fp8)", op);
-  const Tensor x = x_in.contiguous();
-  const kernels::math::BlockScaleLayout bl = block_layout(x, layout);
-  Quantized q{Tensor::empty(x.shape(), fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev),
+  MPT_CHECK(!options.transpose || (x_in.dim() == 2 && layout == ScaleLayout::Block1x128),
+            "[{}] transpose quantizes a 2-d input's transpose in 1x128 blocks, got {} with {} blocks", op,
+            x_in.meta_str(), layout == ScaleLayout::Block1x128 ? "1x128" : "128x128");
+  const bool fused = options.transpose && dev.is_cpu();  // elsewhere: the transposed copy, then the plain kernel
+  const Tensor x = options.transpose && !fused ? x_in.t().contiguous() : x_in.contiguous();
+  const Shape shape = fused ? Shape{x.size(1), x.size(0)} : x.shape();
+  const kernels::math::BlockScaleLayout bl = block_layout(fused ? x.t() : x, layout);  // of the quantized shape
+  Quantized q{Tensor::empty(shape, fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev),
               layout};
   visit_fp8(fp8, op, [&](auto qtag) {
     using Q = decltype(qtag);
     const kernels::math::ScaleFromAmax scaling{kernels::math::fp8_max<Q>(), 0, options.power_of_2};
     visit_wide(x.dtype(), op, "the input", [&](auto ttag) {
       using T = decltype(ttag);
-      if (dev.is_cpu()) {
+      if (fused) {
+        kernels::cpu::quantize_blockwise_1x128_transposed(x.data<T>(), x.size(0), x.size(1), q.data.data<Q>(),
+                                                          q.scale_inv.data<float>(), scaling);
+      } else if (dev.is_cpu()) {
         kernels::cpu::quantize_blockwise(x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), bl, scaling);
       } else {
         MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise(x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), bl,

@@ -63,6 +63,10 @@ class GradRecorder {
   autograd::NoGradGuard no_grad_;  // after active_: the decision is made with the caller's grad mode
 };
 
+// The bias gradient of a Linear: the column sums of a 2-d dy in FP32 (f64 for f64), never rounded to dy's dtype
+// (src/ops/linear.cpp).
+Tensor bias_grad(const Tensor& dy);
+
 }  // namespace mpt::ops::detail
 
 // MPT_CUDA_KERNEL(expr): runs a kernels::cuda launcher and checks its status; in a build without CUDA it is

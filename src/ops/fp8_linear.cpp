@@ -88,7 +88,11 @@ Fp8Pair quantize_block(const Tensor& t, const amp::BlockScaling& r, Fp8Role role
     if (columnwise) p.columnwise = {q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128};
   } else {
     if (rowwise || telemetry) q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, o);
-    if (columnwise) p.columnwise = quantize_blockwise(t.t().contiguous(), DType::F8E4M3, ScaleLayout::Block1x128, o);
+    if (columnwise) {
+      BlockQuantizeOptions ot = o;
+      ot.transpose = true;  // t^T's codes without its transposed copy
+      p.columnwise = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, ot);
+    }
   }
   if (telemetry) meta->measure(t, q, 0.0f);
   if (rowwise) p.rowwise = q;
@@ -213,7 +217,7 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
   Tensor dx, dw, db;
   if (s.need_dx) dx = gemm_tn(q.rowwise, s.wt, s.x_dtype).reshape(s.x_shape);  // (N, M) x (K, M)^T
   if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype);                  // (M, N) x (K, N)^T
-  if (s.need_db) db = sum(dy.to(DType::F32), 0).to(s.b_dtype);
+  if (s.need_db) db = detail::bias_grad(dy).to(s.b_dtype);
   return {dx, dw, db};
 }
 

@@ -8,7 +8,7 @@
 
 namespace mpt::ops {
 
-namespace {
+namespace detail {
 
 // Column sums of dy [N, M] in FP32 (f64 for f64): the bias gradient. CUDA sums an FP32 copy of dy (the same
 // canonical order, so the same sums; a cuBLASLt BGRADB epilogue would save the copy).
@@ -24,7 +24,7 @@ Tensor bias_grad(const Tensor& dy) {
   return db;
 }
 
-}  // namespace
+}  // namespace detail
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const LinearOptions& opt) {
   const char* op = "linear";
@@ -56,7 +56,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
                 if (need_x) d[0] = matmul(dy, w);
                 if (need_w) d[1] = matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype});
                 if (need_b) {
-                  d[2] = bias_grad(dy);
+                  d[2] = detail::bias_grad(dy);
                   if (b_dtype != DType::F32) d[2] = d[2].to(b_dtype);
                 }
                 return d;

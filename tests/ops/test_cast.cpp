@@ -333,6 +333,31 @@ TEST(QuantizeBlockwise, MatchesReferenceOnOddShapes) {
   }
 }
 
+TEST(QuantizeBlockwise, TransposeOptionEqualsQuantizingTheTransposedCopyBitForBit) {
+  mpt::testing::PoisonAllocations poison;
+  for (const Shape& shape : std::vector<Shape>{{1, 1}, {5, 17}, {127, 300}, {129, 33}, {300, 129}, {256, 48}}) {
+    for (DType dt : kWide) {
+      for (DType fp8 : kFp8) {
+        for (bool pow2 : {false, true}) {
+          const Tensor x = spread_tensor(shape, dt, 91 + numel(shape));
+          const ops::Quantized want =
+              ops::quantize_blockwise(x.t().contiguous(), fp8, ops::ScaleLayout::Block1x128, {.power_of_2 = pow2});
+          const ops::Quantized got =
+              ops::quantize_blockwise(x, fp8, ops::ScaleLayout::Block1x128, {.power_of_2 = pow2, .transpose = true});
+          const std::string what = fmt::format("{} {}->{} pow2 {}", shape_str(shape), dtype_name(dt), dtype_name(fp8), pow2);
+          ASSERT_EQ(got.data.shape(), want.data.shape()) << what;
+          ASSERT_EQ(got.scale_inv.shape(), want.scale_inv.shape()) << what;
+          EXPECT_EQ(got.data.to_vector<double>(), want.data.to_vector<double>()) << what;
+          EXPECT_EQ(got.scale_inv.to_vector<float>(), want.scale_inv.to_vector<float>()) << what;
+        }
+      }
+    }
+  }
+  EXPECT_MPT_ERROR(ops::quantize_blockwise(Tensor::zeros({2, 3, 4}), DType::F8E4M3, ops::ScaleLayout::Block1x128,
+                                           {.transpose = true}),
+                   "[quantize_blockwise] transpose quantizes a 2-d input's transpose in 1x128 blocks, got f32[2, 3, 4]");
+}
+
 TEST(QuantizeBlockwise, SpecCasesAndScaleShapes) {
   // scaling-spec.md D1/D2: one 4.0 among 1.0s, then an all-zero block.
   std::vector<float> v(256, 1.0f);

@@ -42,6 +42,9 @@ struct QuantizeOptions {
 
 struct BlockQuantizeOptions {
   bool power_of_2 = false;  // round each block's scale down to a power of two (TE's default for block scaling)
+  // Quantize the transpose of a 2-d x (1x128 only): bit for bit quantize_blockwise(x.t().contiguous()), without the
+  // transposed copy on the CPU (an FP8 recipe's columnwise operand of the weight-gradient GEMM).
+  bool transpose = false;
 };
 
 // max |x| as a 0-d f32 tensor on x's device; NaN if any element is NaN, 0 for an empty tensor.
