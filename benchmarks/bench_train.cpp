@@ -1,7 +1,6 @@
 // benchmarks/bench_train.cpp: full GPT-2 training steps (forward, backward, AdamW) in one precision: step time and its phases, tokens/s, peak memory; compare_pytorch.py runs PyTorch's twin beside it.
 #include <mpt/mpt.h>
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <string>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -25,7 +25,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Resident set size now (from /proc/self/statm) and at its peak (getrusage), in bytes.
+// Resident set size now (/proc/self/statm) and at its peak (VmHWM of /proc/self/status: this process image's own
+// high-water mark; getrusage's ru_maxrss would carry over the RSS of the process that forked and exec'ed us), bytes.
 int64_t rss_now() {
   std::ifstream statm("/proc/self/statm");
   int64_t pages = 0, resident = 0;
@@ -33,9 +34,10 @@ int64_t rss_now() {
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 int64_t rss_peak() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   123456 kB"
+  return 0;
 }
 
 }  // namespace

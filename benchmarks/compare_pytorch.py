@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,16 @@ def model_flops_per_token(m):
 def rss_now():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_peak():
+    """This process image's peak RSS (VmHWM). Not getrusage's ru_maxrss: Linux keeps that across exec, so a child of
+    this driver would report at least the driver's own RSS at fork time."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def torch_worker(args):
@@ -110,7 +119,7 @@ def torch_worker(args):
         t3 = time.perf_counter()
         if s >= args.warmup:
             fwd.append(t1 - t0), bwd.append(t2 - t1), optim.append(t3 - t2), total.append(t3 - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = rss_peak()
     tokens = m["batch"] * T
     med = statistics.median
     print(json.dumps({
