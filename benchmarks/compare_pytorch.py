@@ -124,7 +124,6 @@ def torch_worker(args):
     med = statistics.median
     print(json.dumps({
         "framework": "pytorch-compile" if args.compile else "pytorch", "version": torch.__version__,
-        "onednn": torch.backends.mkldnn.version() if hasattr(torch.backends.mkldnn, "version") else None,
         "precision": args.precision, "threads": torch.get_num_threads(),
         "params": sum(p.numel() for p in model.parameters()), "tokens_per_step": tokens, "step_s": med(total),
         "forward_s": med(fwd), "backward_s": med(bwd), "optimizer_s": med(optim), "tokens_per_s": tokens / med(total),
@@ -141,7 +140,8 @@ def onednn_check(threads):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
     lines = [ln for ln in out.splitlines() if ("matmul" in ln or "inner_product" in ln) and "exec" in ln]
     bf16 = [ln for ln in lines if "bf16" in ln]
-    return {"onednn_gemm_calls": len(lines), "onednn_bf16_gemm_calls": len(bf16),
+    version = next((ln.split("oneDNN ")[1].split()[0] for ln in out.splitlines() if ",info,oneDNN v" in ln), None)
+    return {"onednn_version": version, "onednn_gemm_calls": len(lines), "onednn_bf16_gemm_calls": len(bf16),
             "example": bf16[0] if bf16 else (lines[0] if lines else None)}
 
 
@@ -191,10 +191,10 @@ def main():
     info = {"machine": machine_info(), "torch": torch.__version__, "threads": args.threads,
             "onednn_check": onednn_check(args.threads), "reps": args.reps, "steps": args.steps, "warmup": args.warmup,
             "peaks": peaks}
-    info["torch_onednn"] = getattr(torch.backends.mkldnn, "version", lambda: None)()
-    print("machine: %s, %d cores, flags %s; PyTorch %s, %d threads; BF16 autocast GEMMs on oneDNN: %d of %d calls" % (
-        info["machine"]["cpu"], info["machine"]["cores"], " ".join(info["machine"]["flags"]), torch.__version__,
-        args.threads, info["onednn_check"]["onednn_bf16_gemm_calls"], info["onednn_check"]["onednn_gemm_calls"]))
+    print("machine: %s, %d cores, flags %s; PyTorch %s (oneDNN %s), %d threads; BF16 autocast GEMMs on oneDNN: %d of %d "
+          "calls" % (info["machine"]["cpu"], info["machine"]["cores"], " ".join(info["machine"]["flags"]),
+                     torch.__version__, info["onednn_check"]["onednn_version"], args.threads,
+                     info["onednn_check"]["onednn_bf16_gemm_calls"], info["onednn_check"]["onednn_gemm_calls"]))
     rows = []
     for model in args.models.split(","):
         m = MODELS[model]

@@ -6,7 +6,8 @@
 #   --tools: also the Debian packages of the tools/ scripts: debootstrap and git (fresh-machine-check.sh),
 #            python3-torch and numpy (make_goldens.py), matplotlib (plot_convergence.py). Two tools compare against
 #            PyPI packages, which a virtual environment should hold so that they do not shadow Debian's torch:
-#            bench_gpt_torch.py (PyPI's torch is the baseline, docs/benchmarks.md) and safetensors_crosscheck.py.
+#            benchmarks/compare_pytorch.py (PyPI's torch is the baseline, docs/benchmarks.md) and
+#            safetensors_crosscheck.py.
 set -euo pipefail
 # ocl-icd-opencl-dev: Debian's dnnl-config.cmake requires OpenCL, which libdnnl-dev only recommends.
 # clang and libclang-rt-14-dev: libFuzzer, for the fuzz targets of the sanitizer build (tests/fuzz).
