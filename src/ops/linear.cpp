@@ -47,11 +47,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
 
   const detail::GradRecorder grad({&x, &weight, &bias});
   Tensor y = matmul(x, w, {.trans_b = true, .bias = bias.defined() ? bias.detach() : Tensor{}});
+  // Saved only for the gradients wanted: a frozen weight keeps no activation alive, a frozen input no weight copy.
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   grad.record("LinearBackward", {&y},
-              [x = x.detach(), w = w.detach(), need_x = x.requires_grad(), need_w = weight.requires_grad(),
-               need_b = bias.defined() && bias.requires_grad(), w_dtype = weight.dtype(),
+              [x = need_w ? x.detach() : Tensor{}, w = need_x ? w.detach() : Tensor{}, need_x, need_w,
+               need_b = bias.defined() && bias.requires_grad(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
                b_dtype = bias.defined() ? bias.dtype() : DType::F32](const std::vector<Tensor>& g) {
-                const Tensor dy = (g[0].dtype() == x.dtype() ? g[0] : g[0].to(x.dtype())).contiguous();
+                const Tensor dy = (g[0].dtype() == x_dtype ? g[0] : g[0].to(x_dtype)).contiguous();
                 std::vector<Tensor> d(3);
                 if (need_x) d[0] = matmul(dy, w);
                 if (need_w) d[1] = matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype});
