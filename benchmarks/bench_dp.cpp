@@ -12,6 +12,7 @@
 #include <random>
 
 #include "mpt/dist/data_parallel.h"
+#include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/optim/adamw.h"
 
@@ -39,10 +40,7 @@ int main(int argc, char** argv) {
   double bucket_mb = 25;
   bool zero1 = false;
   std::string compression = "none", json_path, label;
-  app.add_option("--layers", config.n_layer, "transformer blocks");
-  app.add_option("--heads", config.n_head, "attention heads");
-  app.add_option("--embd", config.n_embd, "model width");
-  app.add_option("--seq", config.block_size, "sequence length");
+  mpt::bench::add_gpt_shape_options(app, config, /*vocab=*/false);
   app.add_option("--batch", batch, "sequences per step over all ranks (each rank: batch / ranks)");
   app.add_option("--steps", steps, "timed steps (after --warmup)");
   app.add_option("--warmup", warmup, "untimed steps first");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
 
 namespace {
@@ -19,13 +20,7 @@ struct Result {
 Result measure(const mpt::nn::GPTConfig& config, int64_t batch, int reps, bool checkpoint) {
   mpt::nn::GPT model(config);
   model.set_activation_checkpointing(checkpoint);
-  mpt::Generator gen(7);
-  const mpt::Tensor ids =
-      mpt::Tensor::uniform({batch, config.block_size + 1}, 0, static_cast<double>(config.vocab_size), mpt::DType::F32,
-                           mpt::Device::cpu(), gen)
-          .to(mpt::DType::I64);
-  const mpt::Tensor x = ids.slice(1, 0, config.block_size).contiguous();
-  const mpt::Tensor y = ids.slice(1, 1, config.block_size + 1).contiguous();
+  const auto [x, y] = mpt::bench::random_tokens(config, batch);
   auto step = [&] {
     model.loss(x, y).backward();
   };
@@ -53,11 +48,7 @@ int main(int argc, char** argv) {
   int64_t batch = 4;
   int reps = 3;
   std::string json_path;
-  app.add_option("--layers", config.n_layer, "transformer blocks");
-  app.add_option("--heads", config.n_head, "attention heads");
-  app.add_option("--embd", config.n_embd, "model width");
-  app.add_option("--seq", config.block_size, "sequence length");
-  app.add_option("--vocab", config.vocab_size, "vocabulary size");
+  mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
   app.add_option("--reps", reps, "timed repetitions (median)");
   app.add_option("--json", json_path, "also write the results to this JSON file");

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
 
 namespace {
@@ -54,11 +55,7 @@ int main(int argc, char** argv) {
   int64_t batch = 16;
   int warmup = 2, steps = 5;
   std::string precision = "bf16", json_path;
-  app.add_option("--layers", config.n_layer, "transformer blocks");
-  app.add_option("--heads", config.n_head, "attention heads");
-  app.add_option("--embd", config.n_embd, "model width");
-  app.add_option("--seq", config.block_size, "sequence length");
-  app.add_option("--vocab", config.vocab_size, "vocabulary size");
+  mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
   app.add_option("--warmup", warmup, "untimed steps first (primitive caches, pools, page faults)");
   app.add_option("--steps", steps, "timed steps (medians are reported)");
@@ -76,12 +73,7 @@ int main(int argc, char** argv) {
                           {.lr = 3e-4, .betas = {0.9, 0.95}});
     std::vector<mpt::Tensor> params;
     for (const auto& p : model.named_parameters()) params.push_back(p.tensor);
-    mpt::Generator gen(7);
-    const mpt::Tensor ids = mpt::Tensor::uniform({batch, config.block_size + 1}, 0,
-                                                 static_cast<double>(config.vocab_size), mpt::DType::F32, device, gen)
-                                .to(mpt::DType::I64);
-    const mpt::Tensor x = ids.slice(1, 0, config.block_size).contiguous();
-    const mpt::Tensor y = ids.slice(1, 1, config.block_size + 1).contiguous();
+    const auto [x, y] = mpt::bench::random_tokens(config, batch);
 
     std::vector<double> fwd, bwd, optim, total;
     double loss = 0;

@@ -19,6 +19,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 MODELS = {  # layers, heads, width, vocab, sequence, batch
@@ -184,10 +185,9 @@ def main():
     if args.worker:
         return torch_worker(args)
 
-    import tempfile
     import torch
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    peaks = measure_peaks(args, env, tempfile)
+    peaks = measure_peaks(args, env)
     info = {"machine": machine_info(), "torch": torch.__version__, "threads": args.threads,
             "onednn_check": onednn_check(args.threads), "reps": args.reps, "steps": args.steps, "warmup": args.warmup,
             "peaks": peaks}
@@ -242,7 +242,7 @@ def main():
             json.dump({**info, "rows": rows, "ratios": summary}, f, indent=2)
 
 
-def measure_peaks(args, env, tempfile):
+def measure_peaks(args, env):
     """The machine's FP32 FMA and BF16 dot-product peaks and memcpy bandwidth (bench_kernels --peaks-only, beside
     bench_train), for the roofline columns."""
     kernels = os.path.join(os.path.dirname(args.bench), "bench_kernels")

@@ -401,17 +401,20 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 #pragma omp parallel
   {
     ForwardScratch<F> w(round_up(s.seq, kBlock), round_up(s.head_dim, kPad));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < (whole_heads ? s.batch_heads : tasks); ++task) {
-      for (int64_t i = 0; i < (whole_heads ? blocks : 1); ++i) {
-      const int64_t bh = whole_heads ? task : task / blocks;
-      const int64_t qb = whole_heads ? blocks - 1 - i : blocks - 1 - task % blocks;
+    auto run = [&](int64_t bh, int64_t qb) {
       if (avx512) {
         forward_task_avx512(s, q, k, v, o, lse, bh, qb, w);
       } else {
         forward_task_generic(s, q, k, v, o, lse, bh, qb, w);
       }
-      }
+    };
+    if (whole_heads) {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t bh = 0; bh < s.batch_heads; ++bh)
+        for (int64_t qb = blocks - 1; qb >= 0; --qb) run(bh, qb);
+    } else {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) run(task / blocks, blocks - 1 - task % blocks);
     }
   }
 }

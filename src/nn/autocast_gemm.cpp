@@ -14,7 +14,6 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
                        const char* layer) {
   const amp::Policy* policy = amp::current_policy();
   Tensor xc = x, w = weight;
-  const Tensor& b = bias;
   if (policy == nullptr) {
     MPT_CHECK(x.dtype() == weight.dtype() && x.device() == weight.device(),
               "[{}] input {} does not match the parameters ({}): convert one of them (module.to(...)) or run under "
@@ -48,7 +47,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
     }
     w = amp::compute_copy(weight, dt);  // a master in another dtype: a recorded cast
   }
-  return ops::linear(xc, w, b);
+  return ops::linear(xc, w, bias);
 }
 
 }  // namespace mpt::nn::detail

@@ -1,0 +1,31 @@
+// benchmarks/gpt_bench.h: what the GPT benchmarks share: the model-shape options and a batch of random tokens.
+#pragma once
+
+#include <mpt/mpt.h>
+
+#include <CLI/CLI.hpp>
+#include <utility>
+
+#include "mpt/nn/gpt.h"
+
+namespace mpt::bench {
+
+// --layers, --heads, --embd, --seq and (when `vocab`) --vocab, writing into config (its values are the defaults).
+inline void add_gpt_shape_options(CLI::App& app, nn::GPTConfig& config, bool vocab = true) {
+  app.add_option("--layers", config.n_layer, "transformer blocks");
+  app.add_option("--heads", config.n_head, "attention heads");
+  app.add_option("--embd", config.n_embd, "model width");
+  app.add_option("--seq", config.block_size, "sequence length");
+  if (vocab) app.add_option("--vocab", config.vocab_size, "vocabulary size");
+}
+
+// Inputs and next-token targets, [batch, block_size] i64 each, of uniformly random tokens (seeded) on the CPU.
+inline std::pair<Tensor, Tensor> random_tokens(const nn::GPTConfig& config, int64_t batch, uint64_t seed = 7) {
+  Generator gen(seed);
+  const Tensor ids = Tensor::uniform({batch, config.block_size + 1}, 0, static_cast<double>(config.vocab_size),
+                                     DType::F32, Device::cpu(), gen)
+                         .to(DType::I64);
+  return {ids.slice(1, 0, config.block_size).contiguous(), ids.slice(1, 1, config.block_size + 1).contiguous()};
+}
+
+}  // namespace mpt::bench
