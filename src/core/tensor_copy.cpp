@@ -12,7 +12,10 @@
 #include "mpt/core/tensor.h"
 #if defined(MPT_WITH_CUDA)
 #include "backend/cuda/check.h"
+#include "backend/cuda/device_guard.h"
 #include "kernels/cuda/quantize.h"
+#include "kernels/cuda/strided.h"
+#include "kernels/math/strided.h"
 #endif
 
 namespace mpt {
@@ -46,92 +49,126 @@ void copy_cpu(const Tensor& dst, Tensor src, Fp8Saturation sat) {
   strided_copy(dst, tmp);
 }
 
-// Element range [lo, hi] (in elements from the storage start) a view can touch.
-std::pair<int64_t, int64_t> element_span(const Tensor& t) {
-  int64_t lo = t.offset(), hi = t.offset();
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    const int64_t extent = (t.size(d) - 1) * t.stride(d);
-    (extent < 0 ? lo : hi) += extent;
-  }
-  return {lo, hi};
-}
-
-// A CPU copy of the bytes a CUDA view touches, viewed with the same shape and strides. Strided, broadcast and
-// integer copies of CUDA tensors are staged through host memory (correct, slow) until a strided CUDA copy kernel
-// exists; dense float conversions run on the device (copy_on_device).
-Tensor span_to_host(const Tensor& t) {
-  const auto [lo, hi] = element_span(t);
-  const size_t es = t.element_size();
-  auto host = Storage::allocate(static_cast<size_t>(hi - lo + 1) * es, Device::cpu());
-  copy_bytes(host->data(), Device::cpu(), static_cast<char*>(t.storage()->data()) + lo * static_cast<int64_t>(es),
-             t.device(), host->nbytes());
-  return Tensor(host, t.shape(), t.strides(), t.offset() - lo, t.dtype());
-}
-
-// True when the view's elements tile its span exactly once (a permutation of a contiguous layout, e.g. a transpose):
-// then a copy into it overwrites the whole span and need not read it first.
-bool covers_its_span(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dimensions that move
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  std::sort(dims.begin(), dims.end());
-  int64_t expected = 1;
-  for (const auto& [stride, size] : dims) {
-    if (stride != expected) return false;
-    expected *= size;
-  }
-  return true;
-}
-
-// A host tensor shaped like the CUDA view `t` over a buffer the size of its span, without reading the device.
-Tensor span_on_host(const Tensor& t) {
-  const auto [lo, hi] = element_span(t);
-  auto host = Storage::allocate(static_cast<size_t>(hi - lo + 1) * t.element_size(), Device::cpu());
-  return Tensor(host, t.shape(), t.strides(), t.offset() - lo, t.dtype());
-}
-
-void span_to_device(const Tensor& host, const Tensor& device_view) {
-  const auto [lo, hi] = element_span(device_view);
-  const size_t es = device_view.element_size();
-  copy_bytes(static_cast<char*>(device_view.storage()->data()) + lo * static_cast<int64_t>(es), device_view.device(),
-             host.storage()->data(), Device::cpu(), static_cast<size_t>(hi - lo + 1) * es);
-}
-
-[[maybe_unused]] bool is_cuda_convertible(DType t) { return is_floating(t) && t != DType::F64; }  // CUDA builds only
-
-// Dense same-device CUDA copies and float conversions run on the device; everything else is staged.
-bool copy_on_device(const Tensor& dst, const Tensor& src, Fp8Saturation sat) {
 #if defined(MPT_WITH_CUDA)
-  if (!dst.device().is_cuda() || src.device() != dst.device() || !dst.is_contiguous() || !src.is_contiguous() ||
-      src.shape() != dst.shape() || src.shares_storage(dst)) {
-    return false;
-  }
-  void* stream = Stream::current(dst.device()).native();
-  if (src.dtype() == dst.dtype()) {
+
+bool is_cuda_convertible(DType t) { return t != DType::F64; }
+
+cudaStream_t current_stream(Device device) { return static_cast<cudaStream_t>(Stream::current(device).native()); }
+
+// The strided kernels take at most kMaxStridedDims dimensions after merging; no view of a model gets near it.
+void check_strided_rank(const Tensor& dst, const Tensor& src, const char* op) {
+  kernels::math::StridedDims dims;
+  MPT_CHECK(kernels::math::coalesce_strided(dst.shape().data(), dst.strides().data(), src.strides().data(),
+                                            static_cast<int>(dst.dim()), dims),
+            "[{}] {} <- {}: more than {} dimensions remain after merging contiguous ones", op, dst.meta_str(),
+            src.meta_str(), kernels::math::kMaxStridedDims);
+}
+
+// dst[i] = src[i]: one CUDA device (current), same dtype and shape, no overlap. No host round trip, no sync.
+void device_strided_copy(const Tensor& dst, const Tensor& src) {
+  if (dst.is_contiguous() && src.is_contiguous()) {
     copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes(), Stream::current(dst.device()));
-    return true;
+    return;
   }
-  if (!is_cuda_convertible(src.dtype()) || !is_cuda_convertible(dst.dtype())) return false;
+  check_strided_rank(dst, src, "copy_");
+  MPT_CUDA_CHECK(kernels::cuda::strided_copy(dst.data_ptr(), dst.strides().data(), src.data_ptr(),
+                                             src.strides().data(), dst.shape().data(), static_cast<int>(dst.dim()),
+                                             dst.element_size(), current_stream(dst.device())));
+}
+
+// A fresh contiguous copy of a CUDA view, made on its device (`always`: even when `t` is already contiguous).
+Tensor device_packed(const Tensor& t, bool always = false) {
+  if (t.is_contiguous() && !always) return t;
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  device_strided_copy(out, t);
+  return out;
+}
+
+// dst = convert(src): contiguous tensors of one CUDA device, neither f64. Float pairs take the vectorised cast
+// kernels; pairs with an integer side the scalar ones (the same kernels::math::scalar_cast as the CPU).
+void convert_on_device(const Tensor& dst, const Tensor& src, Fp8Saturation sat) {
+  const cudaStream_t stream = current_stream(dst.device());
   visit_dtype(src.dtype(), [&](auto s) {
     using S = decltype(s);
     visit_dtype(dst.dtype(), [&](auto d) {
       using D = decltype(d);
-      if constexpr (!std::is_same_v<S, double> && !std::is_same_v<D, double> && !std::is_integral_v<S> &&
-                    !std::is_integral_v<D>) {
-        MPT_CUDA_CHECK((kernels::cuda::convert<D, S>(static_cast<const S*>(src.data_ptr()),
-                                                     static_cast<D*>(dst.data_ptr()), dst.numel(), sat,
-                                                     static_cast<cudaStream_t>(stream))));
+      const auto* in = static_cast<const S*>(src.data_ptr());
+      auto* out = static_cast<D*>(dst.data_ptr());
+      if constexpr (std::is_same_v<S, double> || std::is_same_v<D, double>) {
+        MPT_CHECK(false, "[copy_] no CUDA conversion {} -> {} (f64 is staged through the host)", src.dtype(),
+                  dst.dtype());
+      } else if constexpr (std::is_integral_v<S> || std::is_integral_v<D>) {
+        MPT_CUDA_CHECK((kernels::cuda::convert_with_integers<D, S>(in, out, dst.numel(), sat, stream)));
+      } else {
+        MPT_CUDA_CHECK((kernels::cuda::convert<D, S>(in, out, dst.numel(), sat, stream)));
       }
     });
   });
-  return true;
-#else
-  (void)dst;
-  (void)src;
-  (void)sat;
-  return false;
-#endif
 }
+
+// dst and src are views of one CUDA device of the same shape, and no conversion involves f64: everything runs on
+// the device, in stream order (a strided source is packed first, a strided destination filled from a packed
+// temporary; overlapping views read a device clone of the source).
+void copy_on_device(const Tensor& dst, Tensor src, Fp8Saturation sat) {
+  cuda_backend::DeviceGuard guard(dst.device().index());
+  if (src.shares_storage(dst)) src = device_packed(src, /*always=*/true);
+  if (src.dtype() == dst.dtype()) return device_strided_copy(dst, src);
+  src = device_packed(src);
+  if (dst.is_contiguous()) return convert_on_device(dst, src, sat);
+  const Tensor tmp = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+  convert_on_device(tmp, src, sat);
+  device_strided_copy(dst, tmp);
+}
+
+// Host -> device: converted and packed on the host (f64 included), then one dense upload; a strided destination is
+// filled from the uploaded temporary on the device.
+void copy_host_to_device(const Tensor& dst, const Tensor& src, Fp8Saturation sat) {
+  Tensor host = src;
+  if (!src.is_contiguous() || src.dtype() != dst.dtype()) {
+    host = Tensor::empty(dst.shape(), dst.dtype());
+    copy_cpu(host, src, sat);
+  }
+  if (dst.is_contiguous()) {
+    copy_bytes(dst.data_ptr(), dst.device(), host.data_ptr(), Device::cpu(), dst.nbytes());
+    return;
+  }
+  const Tensor staged = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+  copy_bytes(staged.data_ptr(), dst.device(), host.data_ptr(), Device::cpu(), dst.nbytes());
+  copy_on_device(dst, staged, sat);
+}
+
+// Device -> host: packed on the device, one dense download, converted and placed on the host.
+void copy_device_to_host(const Tensor& dst, const Tensor& src, Fp8Saturation sat) {
+  Tensor packed;
+  {
+    cuda_backend::DeviceGuard guard(src.device().index());
+    packed = device_packed(src);
+  }
+  if (dst.is_contiguous() && dst.dtype() == src.dtype()) {
+    copy_bytes(dst.data_ptr(), Device::cpu(), packed.data_ptr(), src.device(), dst.nbytes());
+    return;
+  }
+  const Tensor host = Tensor::empty(src.shape(), src.dtype());
+  copy_bytes(host.data_ptr(), Device::cpu(), packed.data_ptr(), src.device(), host.nbytes());
+  copy_cpu(dst, host, sat);
+}
+
+void copy_cuda(const Tensor& dst, const Tensor& src, Fp8Saturation sat) {
+  if (src.device().is_cpu()) return copy_host_to_device(dst, src, sat);
+  if (dst.device().is_cpu()) return copy_device_to_host(dst, src, sat);
+  const bool f64_conversion =
+      src.dtype() != dst.dtype() && (!is_cuda_convertible(src.dtype()) || !is_cuda_convertible(dst.dtype()));
+  if (src.device() != dst.device() || f64_conversion) {
+    // Between two CUDA devices (rare: data parallelism moves gradients with NCCL), or a conversion from or to f64 (a
+    // CPU reference dtype without CUDA conversion kernels): through one dense download and one dense upload.
+    const Tensor host = Tensor::empty(src.shape(), src.dtype());
+    copy_device_to_host(host, src, sat);
+    return copy_host_to_device(dst, host, sat);
+  }
+  copy_on_device(dst, src, sat);
+}
+
+#endif  // MPT_WITH_CUDA
 
 bool is_random_native(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
 
@@ -144,23 +181,13 @@ Tensor& Tensor::copy_(const Tensor& src, Fp8Saturation sat) {
             "[copy_] source {} does not broadcast to destination {}", src.meta_str(), meta_str());
   const Tensor s = src.shape() == shape_ ? src : src.expand(shape_);
   if (numel() == 0) return *this;
-  if (copy_on_device(*this, s, sat)) return *this;
-  const Tensor hs = s.device().is_cpu() ? s : span_to_host(s);
-  if (device().is_cpu()) {
-    copy_cpu(*this, hs, sat);
+#if defined(MPT_WITH_CUDA)
+  if (!device().is_cpu() || !s.device().is_cpu()) {
+    copy_cuda(*this, s, sat);
     return *this;
   }
-  // Read the destination's span first only when the copy leaves some of it alone (a strided slice): a transpose or
-  // any other dense permutation is overwritten whole, so reading it would only move stale bytes there and back.
-  Tensor hd = is_contiguous()             ? Tensor::empty(shape_, dtype_)
-              : covers_its_span(*this) ? span_on_host(*this)
-                                        : span_to_host(*this);
-  copy_cpu(hd, hs, sat);
-  if (is_contiguous()) {
-    copy_bytes(data_ptr(), device(), hd.data_ptr(), Device::cpu(), nbytes());
-  } else {
-    span_to_device(hd, *this);
-  }
+#endif
+  copy_cpu(*this, s, sat);
   return *this;
 }
 
@@ -222,15 +249,25 @@ Tensor Tensor::to(Device device, DType dtype) const {
 Tensor& Tensor::fill_(double value) {
   check_defined("fill_");
   if (numel() == 0) return *this;
-  if (!device().is_cpu() || !is_contiguous()) {
-    Tensor tmp = full(shape_, value, dtype_);
-    return copy_(tmp);
-  }
   visit_dtype(dtype_, [&](auto tag) {
     using T = decltype(tag);
     T v;
     kernels::cpu::convert<T, double>(&value, &v, 1);
-    std::fill_n(static_cast<T*>(data_ptr()), numel(), v);
+    if (device().is_cpu() && is_contiguous()) {
+      std::fill_n(static_cast<T*>(data_ptr()), numel(), v);
+      return;
+    }
+#if defined(MPT_WITH_CUDA)
+    if (device().is_cuda()) {  // the value's bits, written by a kernel: nothing is built on the host
+      cuda_backend::DeviceGuard guard(device().index());
+      check_strided_rank(*this, *this, "fill_");
+      MPT_CUDA_CHECK(kernels::cuda::strided_fill(data_ptr(), strides_.data(), shape_.data(), static_cast<int>(dim()),
+                                                 &v, sizeof(T), current_stream(device())));
+      return;
+    }
+#endif
+    kernels::cpu::strided_copy(data_ptr(), strides_.data(), &v, Strides(strides_.size(), 0).data(), shape_.data(),
+                               static_cast<int>(dim()), sizeof(T));
   });
   return *this;
 }

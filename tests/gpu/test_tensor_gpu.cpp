@@ -75,9 +75,7 @@ TEST(GpuTensor, ConvertingCopiesAndFactoriesMatchCpu) {
       expect_same(src.to(gpu()).to(to), want, n + " on the device");
       expect_same(src.to(gpu(), to), want, n + " host to device");
       expect_same(src.to(gpu()).to(Device::cpu(), to), want, n + " device to host");
-      // (zeros, not empty: copy_ into a non-contiguous CUDA view stages the destination's whole span through the
-      // host, src/core/tensor_copy.cpp span_to_host, so it reads the destination first.)
-      Tensor strided = Tensor::zeros({33, 4}, to, gpu()).t();
+      Tensor strided = Tensor::empty({33, 4}, to, gpu()).t();  // poisoned: every element must be written
       strided.copy_(src.to(gpu()));
       expect_same(strided, want, n + " into a transposed device view");
     }
@@ -98,6 +96,112 @@ TEST(GpuTensor, ConvertingCopiesAndFactoriesMatchCpu) {
   EXPECT_EQ(g.to_vector<float>(), (std::vector<float>{1.5f, -2.0f, 3.25f}));
   EXPECT_EQ(g.select(0, 2).item<double>(), 3.25);
   EXPECT_EQ(g.reshape({1, 3}).to_vector<double>(), (std::vector<double>{1.5, -2.0, 3.25}));
+}
+
+// Device copies and fills stage nothing through the host: no CPU storage is allocated while they run.
+int64_t cpu_allocations() { return memory_stats(Device::cpu()).allocations; }
+
+// copy_ between views of cuda:0 (transposed, stepped slice, broadcast row, overlapping) for every pair of dtypes the
+// device converts (f64 excluded: a CPU reference dtype), against the same copy on the CPU, bit for bit. Destinations
+// are poisoned (0xFF) device memory, so an element the kernels skip shows.
+TEST(GpuTensor, DeviceCopiesOfViewsBetweenDtypesMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const DType dtypes[] = {DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2,
+                          DType::I32, DType::I64, DType::U8,   DType::U16};
+  const Tensor base = random_tensor({6, 9, 5}, DType::F32, 4, 30.0);
+  for (DType from : dtypes) {
+    const Tensor x = base.to(from), g = x.to(gpu());
+    for (DType to : dtypes) {
+      const std::string n = std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to));
+      SCOPED_TRACE(n);
+      const int64_t allocations = cpu_allocations();
+      const Tensor transposed = g.transpose(0, 2).to(to);
+      const Tensor sliced = g.slice(1, 1, 8, 3).to(to);
+      Tensor expanded = Tensor::empty({6, 9, 5}, to, gpu());
+      expanded.copy_(g.select(0, 2).select(0, 3));  // (5) -> (6,9,5)
+      Tensor into_transposed = Tensor::empty({5, 9, 6}, to, gpu()).transpose(0, 2);
+      into_transposed.copy_(g.slice(1, 0, 9));
+      Tensor into_slice = Tensor::full({6, 9, 5}, 7, to, gpu());
+      into_slice.slice(2, 0, 5, 2).copy_(g.slice(2, 2, 5));
+      Tensor overlapping = g.to(to).clone();  // (to() of the same dtype returns g itself)
+      overlapping.slice(0, 1, 6).copy_(overlapping.slice(0, 0, 5));
+      EXPECT_EQ(cpu_allocations(), allocations) << n << ": a device copy allocated host memory";
+      expect_same(transposed, x.transpose(0, 2).to(to), n + " transposed");
+      expect_same(sliced, x.slice(1, 1, 8, 3).to(to), n + " stepped slice");
+      Tensor ec = Tensor::empty({6, 9, 5}, to);
+      ec.copy_(x.select(0, 2).select(0, 3));
+      expect_same(expanded, ec, n + " expanded row");
+      expect_same(into_transposed, x.to(to), n + " into a transposed view");
+      Tensor sc = Tensor::full({6, 9, 5}, 7, to);
+      sc.slice(2, 0, 5, 2).copy_(x.slice(2, 2, 5));
+      expect_same(into_slice, sc, n + " into a stepped slice");
+      Tensor oc = x.to(to).clone();
+      oc.slice(0, 1, 6).copy_(oc.slice(0, 0, 5));
+      expect_same(overlapping, oc, n + " overlapping");
+    }
+  }
+}
+
+// Strided views crossing between host and device: the host side is packed (and converted) first, one dense transfer.
+TEST(GpuTensor, StridedHostDeviceTransfersMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Tensor x = random_tensor({7, 4, 6}, DType::F32, 5, 10.0);
+  for (DType to : {DType::F32, DType::BF16, DType::F8E5M2, DType::I64, DType::F64}) {
+    const std::string n(dtype_name(to));
+    Tensor into_view = Tensor::full({6, 4, 7}, 3, to, gpu());
+    into_view.slice(0, 0, 6, 2).transpose(0, 2).copy_(x.slice(2, 1, 4));
+    Tensor want = Tensor::full({6, 4, 7}, 3, to);
+    want.slice(0, 0, 6, 2).transpose(0, 2).copy_(x.slice(2, 1, 4));
+    expect_same(into_view, want, n + " host view into a device view");
+    const Tensor g = x.to(gpu());
+    Tensor host = Tensor::full({4, 7, 6}, 1, to);
+    host.transpose(0, 1).copy_(g.slice(1, 0, 4));
+    Tensor host_want = Tensor::full({4, 7, 6}, 1, to);
+    host_want.transpose(0, 1).copy_(x);
+    expect_same(host, host_want, n + " device view into a host view");
+    Tensor row = Tensor::empty({7, 4, 6}, to, gpu());
+    row.copy_(x.select(0, 1).select(0, 2));
+    Tensor row_want = Tensor::empty({7, 4, 6}, to);
+    row_want.copy_(x.select(0, 1).select(0, 2));
+    expect_same(row, row_want, n + " broadcast host row");
+  }
+}
+
+// zeros / ones / full of every dtype on cuda:0 and fill_ of strided views, against the CPU bit for bit, with no
+// host allocation (the value's bits are converted on the host and written by a kernel).
+TEST(GpuTensor, FillsOfEveryDtypeAndLayoutMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kAllDTypes) {
+    const std::string n(dtype_name(dt));
+    SCOPED_TRACE(n);
+    for (double v : {0.0, 1.0, -2.5, 300.7, -1e9}) {
+      const int64_t allocations = cpu_allocations();
+      const Tensor full = Tensor::full({3, 17}, v, dt, gpu()), odd = Tensor::full({5}, v, dt, gpu());
+      const Tensor scalar = Tensor::full({}, v, dt, gpu());
+      Tensor strided = Tensor::empty({6, 10}, dt, gpu());
+      strided.slice(1, 0, 10, 2).fill_(v);
+      strided.slice(1, 1, 10, 2).fill_(-v);
+      Tensor transposed = Tensor::empty({9, 4}, dt, gpu()).t();
+      transposed.fill_(v);
+      Tensor picked = Tensor::zeros({4, 6, 3}, dt, gpu());
+      picked.select(1, 2).slice(0, 1, 4, 2).fill_(v);
+      EXPECT_EQ(cpu_allocations(), allocations) << n << ": a device fill allocated host memory";
+      const std::string w = n + " value " + std::to_string(v);
+      expect_same(full, Tensor::full({3, 17}, v, dt), w + " full");
+      expect_same(odd, Tensor::full({5}, v, dt), w + " full of 5");
+      expect_same(scalar, Tensor::full({}, v, dt), w + " 0-d full");
+      Tensor sc = Tensor::empty({6, 10}, dt);
+      sc.slice(1, 0, 10, 2).fill_(v);
+      sc.slice(1, 1, 10, 2).fill_(-v);
+      expect_same(strided, sc, w + " fill_ of interleaved columns");
+      expect_same(transposed, Tensor::full({4, 9}, v, dt), w + " fill_ of a transposed view");
+      Tensor pc = Tensor::zeros({4, 6, 3}, dt);
+      pc.select(1, 2).slice(0, 1, 4, 2).fill_(v);
+      expect_same(picked, pc, w + " fill_ of a selected, stepped view");
+    }
+    expect_same(Tensor::zeros({2, 3}, dt, gpu()), Tensor::zeros({2, 3}, dt), n + " zeros");
+    expect_same(Tensor::ones({2, 3}, dt, gpu()), Tensor::ones({2, 3}, dt), n + " ones");
+  }
 }
 
 // A side stream (non-blocking) ordered against the default stream by events: upload on the side stream, record,
