@@ -1,4 +1,5 @@
-// kernels/cuda/embedding.cu: row gathers (16-byte vectors when aligned) and per-token ordered sums for the gradient.
+// kernels/cuda/embedding.cu: row gathers (16-byte vectors when aligned) and per-token ordered sums for the gradient
+// (the buckets are built by embedding_buckets.cu).
 #include "kernels/cuda/embedding.h"
 
 #include "kernels/cuda/launch.cuh"
@@ -17,6 +18,7 @@ struct ForwardParams {
   const T* table;
   T* out;
   EmbeddingShape shape;
+  DeviceErrorSink errors;
 };
 
 // Block-stride over positions; the block's threads cover one row in units of kWidth elements.
@@ -27,6 +29,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardParams<T, I> p
   for (int64_t pos = blockIdx.x; pos < p.shape.n; pos += gridDim.x) {
     const int64_t id = static_cast<int64_t>(p.ids[pos]);
     const bool valid = id >= 0 && id < p.shape.vocab;
+    if (!valid && threadIdx.x == 0) p.errors.report(pos, id, p.shape.vocab);
     const T* src = p.table + (valid ? id : 0) * p.shape.channels;
     T* dst = p.out + pos * p.shape.channels;
     for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
@@ -54,16 +57,17 @@ struct BackwardParams {
   int64_t channels;
 };
 
-// grid.x strides over tokens, grid.y * blockDim.x covers the channels.
+// grid.x strides over the rows, grid.y * blockDim.x covers the channels.
 template <class T>
 __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardParams<T> p) {
   const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= p.channels) return;
-  for (int64_t k = blockIdx.x; k < p.buckets.num_tokens; k += gridDim.x) {
+  for (int64_t v = blockIdx.x; v < p.buckets.rows; v += gridDim.x) {
+    const int64_t begin = p.buckets.starts[v], end = p.buckets.starts[v + 1];
+    if (begin == end) continue;  // untouched, as on the CPU (adding 0 would turn a -0 into +0)
     float acc = 0.0f;
-    const int64_t end = p.buckets.starts[k + 1];
-    for (int64_t q = p.buckets.starts[k]; q < end; ++q) acc += math::load(p.dout[p.buckets.positions[q] * p.channels + c]);
-    T* dst = p.dtable + p.buckets.tokens[k] * p.channels + c;
+    for (int64_t q = begin; q < end; ++q) acc += math::load(p.dout[p.buckets.positions[q] * p.channels + c]);
+    T* dst = p.dtable + v * p.channels + c;
     *dst = math::store<T>(math::load(*dst) + acc);
   }
 }
@@ -73,7 +77,8 @@ unsigned grid_x(int64_t units) { return static_cast<unsigned>(units < 1 ? 1 : un
 }  // namespace
 
 template <class T, class I>
-cudaError_t embedding_forward(const I* ids, const T* table, T* out, const EmbeddingShape& s, cudaStream_t stream) {
+cudaError_t embedding_forward(const I* ids, const T* table, T* out, const EmbeddingShape& s,
+                              const DeviceErrorSink& errors, cudaStream_t stream) {
   if (s.n < 0 || s.vocab < 0 || s.channels < 0) return cudaErrorInvalidValue;
   if (s.n == 0 || s.channels == 0) return cudaSuccess;
   if (ids == nullptr || out == nullptr || (s.vocab > 0 && table == nullptr)) return cudaErrorInvalidValue;
@@ -82,28 +87,26 @@ cudaError_t embedding_forward(const I* ids, const T* table, T* out, const Embedd
   const int64_t units = vec ? s.channels / kWidth : s.channels;
   const int threads = units >= kThreads ? kThreads : static_cast<int>((units + 31) / 32 * 32);
   const LaunchConfig config{dim3(grid_x(s.n)), dim3(static_cast<unsigned>(threads)), 0, stream};
-  const ForwardParams<T, I> p{ids, table, out, s};
+  const ForwardParams<T, I> p{ids, table, out, s, errors};
   return vec ? launch(forward_kernel<true, T, I>, config, p) : launch(forward_kernel<false, T, I>, config, p);
 }
 
 template <class T>
 cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable, int64_t channels, cudaStream_t stream) {
-  if (b.num_tokens < 0 || channels < 0) return cudaErrorInvalidValue;
-  if (b.num_tokens == 0 || channels == 0) return cudaSuccess;
-  if (b.tokens == nullptr || b.starts == nullptr || b.positions == nullptr || dout == nullptr || dtable == nullptr) {
-    return cudaErrorInvalidValue;
-  }
+  if (b.rows < 0 || channels < 0) return cudaErrorInvalidValue;
+  if (b.rows == 0 || channels == 0) return cudaSuccess;
+  if (b.starts == nullptr || dtable == nullptr) return cudaErrorInvalidValue;
   const int64_t blocks_y = (channels + kThreads - 1) / kThreads;
   if (blocks_y > 65535) return cudaErrorInvalidValue;
-  const LaunchConfig config{dim3(grid_x(b.num_tokens), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream};
+  const LaunchConfig config{dim3(grid_x(b.rows), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream};
   return launch(backward_kernel<T>, config, BackwardParams<T>{b, dout, dtable, channels});
 }
 
 #define MPT_INSTANTIATE(T)                                                                                      \
   template cudaError_t embedding_forward<T, int32_t>(const int32_t*, const T*, T*, const EmbeddingShape&,        \
-                                                     cudaStream_t);                                              \
+                                                     const DeviceErrorSink&, cudaStream_t);                      \
   template cudaError_t embedding_forward<T, int64_t>(const int64_t*, const T*, T*, const EmbeddingShape&,        \
-                                                     cudaStream_t);                                              \
+                                                     const DeviceErrorSink&, cudaStream_t);                      \
   template cudaError_t embedding_backward<T>(const DeviceBuckets&, const T*, T*, int64_t, cudaStream_t);
 MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE

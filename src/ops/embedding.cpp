@@ -1,8 +1,10 @@
-// src/ops/embedding.cpp: embedding lookup and its deterministic backward (positions bucketed by token on the host).
+// src/ops/embedding.cpp: embedding lookup and its deterministic backward (positions bucketed by token, on the tensors'
+// device).
 #include "mpt/ops/embedding.h"
 
 #include <vector>
 
+#include "core/device_errors.h"
 #include "kernels/cpu/embedding.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
@@ -31,6 +33,42 @@ Shape with_channels(const Shape& ids_shape, int64_t channels) {
   return s;
 }
 
+// dtable += the gradient, everything on dout's CUDA device and stream: the buckets are sorted there (no copy to the
+// host, no synchronisation); a bad id is reported through the device's error record and thrown at the next
+// synchronisation (core/device_errors.h).
+void cuda_embedding_backward(const Tensor& dout, const Tensor& ids, int64_t vocab, const Tensor& dtable) {
+  const char* op = "embedding_backward";
+#if defined(MPT_WITH_CUDA)
+  const Device dev = dout.device();
+  const auto stream = static_cast<cudaStream_t>(detail::stream_of(dev));
+  const int64_t n = ids.numel(), channels = dtable.size(1);
+  const kernels::cuda::BucketPlan plan = kernels::cuda::embedding_bucket_plan(n, vocab);
+  const Tensor histogram = Tensor::empty({plan.chunks * vocab}, DType::I32, dev);  // (chunks,V)
+  const Tensor starts = Tensor::empty({vocab + 1}, DType::I64, dev);               // (V+1)
+  const Tensor positions = Tensor::empty({n}, DType::I64, dev);                    // (n)
+  visit_ids(ids, op, [&](auto itag) {
+    using I = decltype(itag);
+    const kernels::cuda::BucketArgs<I> args{ids.data<I>(), plan, histogram.data<int32_t>(), starts.data<int64_t>(),
+                                            positions.data<int64_t>(),
+                                            device_error_sink(dev, kernels::DeviceErrorOp::EmbeddingBackward)};
+    MPT_CUDA_KERNEL(kernels::cuda::embedding_buckets(args, stream));
+  });
+  const kernels::cuda::DeviceBuckets buckets{starts.data<int64_t>(), positions.data<int64_t>(), vocab};
+  visit_float(dout.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::embedding_backward(buckets, dout.data<T>(), dtable.data<T>(), channels, stream));
+    }
+  });
+#else
+  (void)dout;
+  (void)ids;
+  (void)vocab;
+  (void)dtable;
+  MPT_THROW("[{}] {}", op, cuda_backend::kNotBuilt);
+#endif
+}
+
 }  // namespace
 
 Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
@@ -53,9 +91,10 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
                   bad < 0 ? 0 : static_cast<int64_t>(ids.data<I>()[bad]), bad, ids.meta_str(), table.meta_str(),
                   vocab);
       } else if constexpr (!std::is_same_v<T, double>) {
-        MPT_CUDA_KERNEL(kernels::cuda::embedding_forward(ids.data<I>(), table.data<T>(), out.data<T>(),
-                                                         kernels::cuda::EmbeddingShape{n, vocab, channels},
-                                                         static_cast<cudaStream_t>(detail::stream_of(dev))));
+        MPT_CUDA_KERNEL(kernels::cuda::embedding_forward(
+            ids.data<I>(), table.data<T>(), out.data<T>(), kernels::cuda::EmbeddingShape{n, vocab, channels},
+            device_error_sink(dev, kernels::DeviceErrorOp::Embedding),
+            static_cast<cudaStream_t>(detail::stream_of(dev))));
       }
     });
   });
@@ -85,8 +124,14 @@ Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t v
               shape_str(dtable.strides()));
   }
   visit_float(dout_in.dtype(), op, [](auto) {});
-  // The buckets fix the summation order on both backends; building them on the host needs the ids there.
-  const Tensor ids = ids_in.to(Device::cpu()).contiguous();
+  if (!dtable.defined()) dtable = Tensor::zeros({vocab, channels}, dout_in.dtype(), dev);
+  const Tensor dout = dout_in.contiguous();
+  if (dev.is_cuda()) {
+    cuda_embedding_backward(dout, ids_in.to(dev).contiguous(), vocab, dtable);
+    return dtable;
+  }
+  // The buckets fix the summation order; the CUDA path builds the same ones on the device.
+  const Tensor ids = ids_in.contiguous();
   kernels::cpu::EmbeddingBuckets buckets;
   visit_ids(ids, op, [&](auto itag) {
     using I = decltype(itag);
@@ -94,28 +139,9 @@ Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t v
     MPT_CHECK(bad < 0, "[{}] token id {} at position {} of ids {} is out of range [0, {})", op,
               bad < 0 ? 0 : static_cast<int64_t>(ids.data<I>()[bad]), bad, ids_in.meta_str(), vocab);
   });
-  if (!dtable.defined()) dtable = Tensor::zeros({vocab, channels}, dout_in.dtype(), dev);
-  const Tensor dout = dout_in.contiguous();
   visit_float(dout.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    if (dev.is_cpu()) {
-      kernels::cpu::embedding_backward(buckets, dout.data<T>(), dtable.data<T>(), channels);
-    } else if constexpr (!std::is_same_v<T, double>) {
-#if defined(MPT_WITH_CUDA)
-      // One upload: [tokens | starts | positions].
-      std::vector<int64_t> packed(buckets.tokens);
-      packed.insert(packed.end(), buckets.starts.begin(), buckets.starts.end());
-      packed.insert(packed.end(), buckets.positions.begin(), buckets.positions.end());
-      const Tensor device_buckets = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())}, dev);
-      const int64_t* base = device_buckets.data<int64_t>();
-      const int64_t num_tokens = static_cast<int64_t>(buckets.tokens.size());
-      const kernels::cuda::DeviceBuckets view{base, base + num_tokens, base + 2 * num_tokens + 1, num_tokens};
-      MPT_CUDA_KERNEL(kernels::cuda::embedding_backward(view, dout.data<T>(), dtable.data<T>(), channels,
-                                                        static_cast<cudaStream_t>(detail::stream_of(dev))));
-#else
-      MPT_CUDA_KERNEL(0);
-#endif
-    }
+    kernels::cpu::embedding_backward(buckets, dout.data<T>(), dtable.data<T>(), channels);
   });
   return dtable;
 }

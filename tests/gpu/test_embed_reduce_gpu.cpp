@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -47,19 +48,83 @@ TEST(GpuEmbedding, ForwardAndBackwardMatchCpu) {
   }
 }
 
-// The documented CUDA behaviour for a bad id: its row is NaN (no host read in the forward); backward reports it.
-TEST(GpuEmbedding, OutOfRangeIdGivesNaNRowAndBackwardThrows) {
+// More positions than one chunk of the device bucket builder (2048): the chunks' histograms, prefix sums and ordered
+// scatter give the CPU's summation order, so the same bits; accumulating into an existing gradient too.
+TEST(GpuEmbedding, BackwardOverSeveralChunksMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const int64_t vocab = 301, positions = 2 * 2500;
+  std::vector<int64_t> ids(static_cast<size_t>(positions));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * i * 13 + i / 7) % 97);  // 97 of 301 used
+  ids[4000] = vocab - 1;
+  for (DType dt : kFloat16s) {
+    for (DType idt : {DType::I32, DType::I64}) {
+      const std::string name = tag("embedding_backward", dt) + " ids " + std::string(dtype_name(idt));
+      const Tensor id = Tensor::from_vector(ids, {2, 2500}).to(idt);
+      const Tensor dout = random_tensor({2, 2500, 5}, dt, 6);
+      expect_match(ops::embedding_backward(to_gpu(dout), to_gpu(id), vocab), ops::embedding_backward(dout, id, vocab),
+                   Match::exact(dt, 64), name);
+      const Tensor d0 = random_tensor({vocab, 5}, dt, 7);
+      expect_match(ops::embedding_backward(to_gpu(dout), to_gpu(id), vocab, to_gpu(d0)),
+                   ops::embedding_backward(dout, id, vocab, d0.clone()), Match::exact(dt, 64), name + " +=");
+    }
+  }
+}
+
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A bad id on CUDA is not read back by the op (no host round trip): the kernel reports it in the device's error
+// record, and the next synchronising read throws the CPU's kind of message; the record is then clear.
+TEST(GpuEmbedding, OutOfRangeIdThrowsAtTheNextSynchronisingRead) {
   MPT_REQUIRE_GPU(8);
   const Tensor table = random_tensor({10, 8}, DType::F32, 4);
-  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 10, 3}, {3});
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 10, 3, -4}, {4});
   EXPECT_THROW(ops::embedding(ids, table), Error);
-  const std::vector<float> out = ops::embedding(to_gpu(ids), to_gpu(table)).to_vector<float>();
+
+  const Tensor out = ops::embedding(to_gpu(ids), to_gpu(table));  // no throw: nothing synchronised
+  const std::string forward = error_text([&] { (void)out.to(Device::cpu()); });
+  EXPECT_NE(forward.find("[embedding] token id 10 at position 1 is out of range [0, 10)"), std::string::npos)
+      << forward;
+  // Cleared: the same tensor reads back now, the bad rows NaN instead of an out-of-bounds read.
+  const std::vector<float> got = out.to_vector<float>();
   const std::vector<float> row1 = table.select(0, 1).to_vector<float>();
   for (int c = 0; c < 8; ++c) {
-    EXPECT_EQ(out[static_cast<size_t>(c)], row1[static_cast<size_t>(c)]) << c;
-    EXPECT_TRUE(std::isnan(out[static_cast<size_t>(8 + c)])) << c;
+    EXPECT_EQ(got[static_cast<size_t>(c)], row1[static_cast<size_t>(c)]) << c;
+    EXPECT_TRUE(std::isnan(got[static_cast<size_t>(8 + c)])) << c;
+    EXPECT_TRUE(std::isnan(got[static_cast<size_t>(24 + c)])) << c;
   }
-  EXPECT_THROW(ops::embedding_backward(to_gpu(random_tensor({3, 8}, DType::F32, 5)), to_gpu(ids), 10), Error);
+
+  const Tensor dout = random_tensor({4, 8}, DType::F32, 5);
+  for (const Tensor& bad_ids : {to_gpu(ids), ids}) {  // CUDA ids, and CPU ids with a CUDA gradient
+    const Tensor dtable = ops::embedding_backward(to_gpu(dout), bad_ids, 10);
+    const std::string backward = error_text([&] { (void)dtable.to(Device::cpu()); });
+    EXPECT_NE(backward.find("[embedding_backward] token id 10 at position 1 is out of range [0, 10)"),
+              std::string::npos)
+        << backward;
+  }
+
+  // Stream::synchronize reports too (any synchronising copy does, uploads included, so the inputs go up first); of
+  // two reporting launches the first one's error is kept.
+  const Tensor gpu_dout = to_gpu(dout), gpu_ids = to_gpu(ids), gpu_table = to_gpu(table);
+  const Tensor other_ids = to_gpu(Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 11}, {4}));
+  (void)ops::embedding_backward(gpu_dout, other_ids, 10);
+  (void)ops::embedding(gpu_ids, gpu_table);
+  const std::string sync = error_text([] { Stream::current(Device::cuda(0)).synchronize(); });
+  EXPECT_NE(sync.find("[embedding_backward] token id 11 at position 3 is out of range [0, 10)"), std::string::npos)
+      << sync;
+
+  // The next call works and matches the CPU.
+  const Tensor good = Tensor::from_vector(std::vector<int64_t>{1, 9, 3, 1}, {4});
+  expect_match(ops::embedding_backward(to_gpu(dout), to_gpu(good), 10), ops::embedding_backward(dout, good, 10),
+               Match::exact(DType::F32, 4), "embedding_backward after an error");
+  expect_match(ops::embedding(to_gpu(good), to_gpu(table)), ops::embedding(good, table), Match::exact(DType::F32),
+               "embedding after an error");
 }
 
 // Same generator state -> the same Philox mask on both backends, the same generator advance, and the same replay.

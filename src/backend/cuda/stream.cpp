@@ -4,6 +4,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_guard.h"
 #include "core/backend.h"
+#include "core/device_errors.h"
 
 namespace mpt::cuda_backend {
 namespace {
@@ -56,6 +57,9 @@ void stream_destroy(void* stream) noexcept {
 void stream_synchronize(int device, void* stream) {
   DeviceGuard guard(device);
   MPT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+  // Every host synchronisation (Stream::synchronize, synchronous copies: item, to_vector, to(cpu)) surfaces the
+  // errors kernels reported on this device (core/device_errors.h).
+  ::mpt::detail::check_device_errors_after_sync(device, stream);
 }
 
 void* event_create(int device, bool timing) {
