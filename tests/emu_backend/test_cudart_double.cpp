@@ -292,6 +292,30 @@ TEST_F(CudartMisuse, StreamOrderedAllocationAcrossStreams) {
   cudaStreamDestroy(s2);
 }
 
+// R8.3: only a copy into pageable memory returns once the data arrived. One into pinned memory is asynchronous: the
+// host has not synchronised with its stream, so another stream overwriting the source still needs an event.
+TEST_F(CudartMisuse, CopyIntoPinnedMemoryLeavesTheHostUnsynchronised) {
+  float* x = device_floats({1, 2});
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<float> pageable(2);
+  ASSERT_EQ(cudaMemcpyAsync(pageable.data(), x, 8, cudaMemcpyDeviceToHost, s1), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(x, 0, 8, s2), cudaSuccess);  // ordered: the host waited for s1
+  ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 16), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(static_cast<char*>(pinned) + 8, x, 8, cudaMemcpyDeviceToHost, s1), cudaSuccess);
+  EXPECT_NE(misuse([&] { (void)cudaMemsetAsync(x, 0, 8, s2); }).find("no event"), std::string::npos);
+  ASSERT_EQ(cudaStreamSynchronize(s1), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(x, 0, 8, s2), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+  cudaFreeHost(pinned);
+  cudaFree(x);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+
 // Device memory is not host memory: a host dereference dies with the allocation named, as does a kernel touching
 // freed memory through a pointer the launch could not see.
 TEST(CudartMisuseDeathTest, HostDereferenceOfDeviceMemory) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cublaslt_internal.h"
+#include "cuda_emu/counters.h"
 #include "kernels/math/numerics.h"
 
 namespace mpt::cuda_emu {
@@ -171,6 +172,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   });
   if (err != cudaSuccess)
     return fail(CUBLAS_STATUS_EXECUTION_FAILED, std::string(kApi) + ": the stream reported " + cudaGetErrorName(err));
+  detail::count(&Counters::matmuls);
   set_failure("");
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -52,6 +52,35 @@ cudaError_t allocate(void** ptr, size_t bytes, int device, const char* how, Stre
   s.allocations.emplace(a->base, std::move(a));
   track_device_memory(raw);
   *ptr = p;
+  if (st == nullptr) {
+    count(&Counters::mallocs);
+  } else {
+    count(&Counters::pool_allocs);
+    // Reserved memory grew: the pool's free bytes could not serve it (cudaMallocAsync's default pool keeps none).
+    if (!from_cache) count(&Counters::pool_grows);
+  }
+  return cudaSuccess;
+}
+
+// Pinned host memory: known to the double so copies can tell it from pageable memory.
+cudaError_t allocate_host(void** ptr, size_t bytes, const char* how) {
+  if (ptr == nullptr) return fail(cudaErrorInvalidValue);
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded);
+  if (p == nullptr) return fail(cudaErrorMemoryAllocation);
+  auto a = std::make_unique<Allocation>();
+  a->base = reinterpret_cast<uintptr_t>(p);
+  a->bytes = bytes;
+  a->mapped = rounded;  // find_allocation knows every byte of it, so copies can tell pinned memory from pageable
+  a->device = -1;
+  a->how = how;
+  a->serial = s.next_serial++;
+  a->written = true;
+  s.allocations.emplace(a->base, std::move(a));
+  *ptr = p;
+  count(&Counters::host_mallocs);
   return cudaSuccess;
 }
 
@@ -125,26 +154,17 @@ cudaError_t cudaFree(void* ptr) {
     merge(host_clock(), st->full());
   }
   release(s, a, OpId{});
+  count(&Counters::frees);
   return cudaSuccess;
 }
 
-cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
-  if (ptr == nullptr) return fail(cudaErrorInvalidValue);
-  State& s = state();
-  std::lock_guard lock(s.mutex);
-  void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-  if (p == nullptr) return fail(cudaErrorMemoryAllocation);
-  auto a = std::make_unique<Allocation>();
-  a->base = reinterpret_cast<uintptr_t>(p);
-  a->bytes = bytes;
-  a->mapped = 0;
-  a->device = -1;
-  a->how = "cudaMallocHost";
-  a->serial = s.next_serial++;
-  a->written = true;
-  s.allocations.emplace(a->base, std::move(a));
-  *ptr = p;
-  return cudaSuccess;
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return allocate_host(ptr, bytes, "cudaMallocHost"); }
+
+// Every flag is accepted and changes nothing: a pinned allocation is portable, and mapped under unified addressing.
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
+  if ((flags & ~(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined)) != 0)
+    return fail(cudaErrorInvalidValue);
+  return allocate_host(ptr, bytes, "cudaHostAlloc");
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
@@ -155,6 +175,7 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (it == s.allocations.end() || it->second->device != -1) return fail(cudaErrorInvalidValue);
   std::free(ptr);
   s.allocations.erase(it);
+  count(&Counters::host_frees);
   return cudaSuccess;
 }
 
@@ -197,6 +218,7 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   check_and_record(s, *st, op, "cudaFreeAsync", std::span(&acc, 1));
   a.written = was_written;
   release(s, a, op);
+  count(&Counters::pool_frees);
   return cudaSuccess;
 }
 

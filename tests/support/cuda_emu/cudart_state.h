@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_emu/counters.h"
 #include "cuda_emu/device_work.h"
 #include "cuda_emu/launch.h"
 
@@ -52,7 +53,7 @@ struct EventState {
 struct Allocation {
   uintptr_t base = 0;
   size_t bytes = 0;   // requested
-  size_t mapped = 0;  // page-rounded mapping
+  size_t mapped = 0;  // page-rounded mapping (device memory); the aligned_alloc'd extent (pinned host memory)
   int device = -1;    // -1: pinned host memory (cudaMallocHost)
   const char* how = "";
   uint64_t serial = 0;
@@ -104,6 +105,9 @@ StreamState* resolve(State& s, cudaStream_t stream);
 OpId issue(State& s, StreamState& st);
 // Waits (releasing the lock) until every pending operation in `waits` completed; throws MisuseError on timeout.
 void wait_all(std::unique_lock<std::mutex>& lock, std::vector<std::shared_ptr<PendingImpl>>& waits, const char* who);
+// Waits for every stream of the current device and orders their work before the host's next calls
+// (cudaDeviceSynchronize; cudaMemset, which the double makes synchronous, without counting a synchronisation).
+cudaError_t synchronize_device(const char* who);
 
 // The allocation containing [p, p + bytes) (freed ones included), or nullptr.
 Allocation* find_allocation(State& s, const void* p);

@@ -74,7 +74,7 @@ cudaError_t cudaGetDevice(int* device) {
   return sticky_or(s, cudaSuccess);
 }
 
-cudaError_t cudaDeviceSynchronize() {
+cudaError_t detail::synchronize_device(const char* who) {
   State& s = state();
   std::unique_lock lock(s.mutex);
   if (s.sticky != cudaSuccess) return fail(s.sticky);
@@ -82,10 +82,16 @@ cudaError_t cudaDeviceSynchronize() {
   for (size_t i = 0; i < s.streams.size(); ++i) {
     StreamState& st = *s.streams[i];
     if (st.device != d || st.destroyed) continue;
-    wait_all(lock, st.waits, "cudaDeviceSynchronize");
+    wait_all(lock, st.waits, who);
     host_synchronized_with(st);
   }
   return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  const cudaError_t e = synchronize_device("cudaDeviceSynchronize");
+  if (e == cudaSuccess) count(&Counters::device_syncs);
+  return e;
 }
 
 cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute attr, int value) {
@@ -131,6 +137,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
   wait_all(lock, st->waits, "cudaStreamSynchronize");
   host_synchronized_with(*st);
+  count(&Counters::stream_syncs);
   return cudaSuccess;
 }
 
@@ -154,6 +161,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   EventState* ev = resolve_event(s, event);
   if (st == nullptr || ev == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (flags != 0) return fail(cudaErrorInvalidValue);
+  count(&Counters::stream_waits);
   if (!ev->recorded) return cudaSuccess;  // an event never recorded is complete: the wait is a no-op (R8.2)
   merge(st->clock, ev->snapshot);
   prune(ev->waits);
@@ -201,6 +209,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   ev->waits = st->waits;
   ev->recorded = true;
   ev->time_ms = now_ms();
+  count(&Counters::event_records);
   return cudaSuccess;
 }
 
@@ -212,6 +221,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (ev == nullptr) return fail(cudaErrorInvalidResourceHandle);
   wait_all(lock, ev->waits, "cudaEventSynchronize");
   merge(host_clock(), ev->snapshot);
+  count(&Counters::event_syncs);
   return cudaSuccess;
 }
 

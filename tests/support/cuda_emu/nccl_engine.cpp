@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cuda_emu/counters.h"
 #include "nccl_internal.h"
 
 namespace mpt::cuda_emu::nccl {
@@ -256,6 +257,7 @@ ncclResult_t issue(std::vector<std::shared_ptr<Call>> calls) {
     }
     batch->pendings.push_back(std::move(pending));
   }
+  cuda_emu::detail::count(&Counters::collectives, calls.size());
 
   std::lock_guard<std::mutex> lock(state_mutex());
   for (const StreamWork& work : streams) {

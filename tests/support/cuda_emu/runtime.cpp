@@ -49,9 +49,11 @@ cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody bo
     throw KernelError("[cuda_emu] a kernel launched a kernel: dynamic parallelism is not emulated");
   }
   if (const cudaError_t e = validate(grid, block, shared_bytes); e != cudaSuccess) {
+    detail::count(&Counters::kernel_launches_refused);
     t_last_error = e;
     return e;
   }
+  detail::count(&Counters::kernel_launches);
   const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
