@@ -17,7 +17,7 @@ struct Counters {
   uint64_t collectives = 0;              // NCCL collectives issued, one per rank's call
 
   // Copies between host and device (cudaMemcpy*, peer copies count as device-to-device; host-to-host is not
-  // counted). pageable_copies and sync_copies are subsets of these.
+  // counted, except that a synchronous one is a sync copy). pageable_copies is a subset of h2d + d2h.
   uint64_t h2d = 0, h2d_bytes = 0;
   uint64_t d2h = 0, d2h_bytes = 0;
   uint64_t d2d = 0, d2d_bytes = 0;
