@@ -62,12 +62,12 @@ void adamw_8bit_block(const math::AdamWTensor<float, G, uint8_t>& t, int64_t blo
 }  // namespace
 
 template <class P, class G, class M>
-void adamw_step(const math::AdamWTensor<P, G, M>* tensors, int64_t count, const math::AdamWCoefficients<double>& c,
+void adamw_step(const math::AdamWTensor<P, G, M>* tensors, int64_t count, const math::AdamWHyper& h, int64_t step,
                 math::StepGuards guards) {
   if (skipped(guards)) return;
-  const auto cf = c.to<math::opmath_t<P>>();
   for (int64_t k = 0; k < count; ++k) {
     const auto& t = tensors[k];
+    const auto cf = math::adamw_coefficients(h, math::step_of(t, step)).template to<math::opmath_t<P>>();
     if constexpr (std::is_same_v<M, uint8_t>) {
       const int64_t blocks = (t.n + math::kQuantBlock - 1) / math::kQuantBlock;
 #pragma omp parallel for schedule(static) if (t.n > kParallelThreshold / 4)
@@ -75,6 +75,7 @@ void adamw_step(const math::AdamWTensor<P, G, M>* tensors, int64_t count, const 
     } else {
       adamw_dense(t, cf, guards.grad_scale_inv);
     }
+    if (t.step != nullptr) ++*t.step;
   }
 }
 
@@ -83,11 +84,12 @@ void sgd_step(const math::SgdTensor<P, G>* tensors, int64_t count, const math::S
               math::StepGuards guards) {
   using F = math::opmath_t<P>;
   if (skipped(guards)) return;
-  const auto cf = c.to<F>();
   const bool scaled = guards.grad_scale_inv != nullptr;
   const F scale = scaled ? F(*guards.grad_scale_inv) : F(1);
   for (int64_t k = 0; k < count; ++k) {
     const auto& t = tensors[k];
+    auto cf = c.to<F>();
+    if (t.step != nullptr) cf.first_step = cf.first_step || *t.step == 0;
 #pragma omp parallel for schedule(static) if (t.n > kParallelThreshold)
     for (int64_t i = 0; i < t.n; ++i) {
       F g = math::load(t.grad[i]);
@@ -96,6 +98,7 @@ void sgd_step(const math::SgdTensor<P, G>* tensors, int64_t count, const math::S
       t.param[i] = math::sgd_update(cf, F(t.param[i]), g, buf);
       if (t.momentum_buffer != nullptr) t.momentum_buffer[i] = buf;
     }
+    if (t.step != nullptr) ++*t.step;
   }
 }
 
@@ -117,9 +120,16 @@ void unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const f
   if (found) *found_inf = 1.0f;
 }
 
+void grad_scaler_update(const math::ScalerUpdate& u, const float* const* found_inf, int64_t count, float* scale,
+                        float* inv, int32_t* trackers) {
+  float found = 0.0f;
+  for (int64_t k = 0; k < count; ++k) found += *found_inf[k];
+  math::grad_scaler_update(u, found, scale, inv, trackers);
+}
+
 #define MPT_INSTANTIATE_ADAMW(P, G, M)                                                                   \
-  template void adamw_step<P, G, M>(const math::AdamWTensor<P, G, M>*, int64_t,                           \
-                                    const math::AdamWCoefficients<double>&, math::StepGuards);
+  template void adamw_step<P, G, M>(const math::AdamWTensor<P, G, M>*, int64_t, const math::AdamWHyper&, int64_t, \
+                                    math::StepGuards);
 #define MPT_INSTANTIATE_FLOAT_PARAMS(G) \
   MPT_INSTANTIATE_ADAMW(float, G, float)  \
   MPT_INSTANTIATE_ADAMW(float, G, bf16)   \

@@ -44,11 +44,12 @@ MPT_DEVICE MPT_INLINE bool step_skipped(const math::StepGuards& guards) {
 
 template <class G, class M>
 __global__ void __launch_bounds__(kThreads)
-    adamw_dense_kernel(const TensorTable<math::AdamWTensor<float, G, M>> table, const math::AdamWCoefficients<float> c,
-                       const math::StepGuards guards) {
+    adamw_dense_kernel(const TensorTable<math::AdamWTensor<float, G, M>> table, const math::AdamWHyper h,
+                       const int64_t step, const math::StepGuards guards) {
   if (step_skipped(guards)) return;
   const int s = table_slot(table);
   const math::AdamWTensor<float, G, M> t = table.tensors[s];
+  const auto c = math::adamw_coefficients(h, math::step_of(t, step)).template to<float>();
   const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
   const float* scale = guards.grad_scale_inv;
   float g[kIlp], m[kIlp], v[kIlp], p[kIlp];
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
 template <class G>
 __global__ void __launch_bounds__(kThreads)
     adamw_8bit_kernel(const TensorTable<math::AdamWTensor<float, G, uint8_t>> table, const DynamicMaps maps,
-                      const math::AdamWCoefficients<float> c, const math::StepGuards guards) {
+                      const math::AdamWHyper h, const int64_t step, const math::StepGuards guards) {
   static_assert(kThreads == math::kQuantBlock, "one thread per lane of an absmax block");
   __shared__ float code_m[256], code_v[256];
   __shared__ float scratch[math::kBlockReduceScratch];
@@ -91,6 +92,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const int s = table_slot(table);
   const math::AdamWTensor<float, G, uint8_t> t = table.tensors[s];
+  const auto c = math::adamw_coefficients(h, math::step_of(t, step)).template to<float>();
   const int64_t first_block = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kQuantBlocksPerChunk;
   for (int qb = 0; qb < kQuantBlocksPerChunk; ++qb) {
     const int64_t block = first_block + qb;
@@ -119,11 +121,13 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class G>
 __global__ void __launch_bounds__(kThreads)
-    sgd_kernel(const TensorTable<math::SgdTensor<float, G>> table, const math::SgdCoefficients<float> c,
+    sgd_kernel(const TensorTable<math::SgdTensor<float, G>> table, const math::SgdCoefficients<float> call,
                const math::StepGuards guards) {
   if (step_skipped(guards)) return;
   const int s = table_slot(table);
   const math::SgdTensor<float, G> t = table.tensors[s];
+  math::SgdCoefficients<float> c = call;
+  if (t.step != nullptr) c.first_step = c.first_step || *t.step == 0;
   const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
   const float* scale = guards.grad_scale_inv;
   float g[kIlp], p[kIlp], buf[kIlp];
@@ -146,6 +150,53 @@ __global__ void __launch_bounds__(kThreads)
       if (t.momentum_buffer != nullptr) t.momentum_buffer[i] = buf[k];
     }
   }
+}
+
+// The step counts of one call's tensors, advanced after the step kernels (which read them) unless skipped.
+struct StepList {
+  static constexpr int kMax = kTableBytes / sizeof(int64_t*);
+  int64_t* steps[kMax];
+  int32_t count;
+};
+
+__global__ void __launch_bounds__(kThreads) advance_steps_kernel(const StepList list, const math::StepGuards guards) {
+  if (step_skipped(guards)) return;
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < list.count) ++*list.steps[i];
+}
+
+template <class T>
+cudaError_t advance_steps(const T* tensors, int64_t count, math::StepGuards guards, cudaStream_t stream) {
+  StepList list;
+  list.count = 0;
+  for (int64_t k = 0; k <= count; ++k) {
+    if (k < count && tensors[k].step != nullptr) list.steps[list.count++] = tensors[k].step;
+    if (list.count > 0 && (list.count == StepList::kMax || k == count)) {
+      const unsigned blocks = static_cast<unsigned>((list.count + kThreads - 1) / kThreads);
+      if (const cudaError_t e = launch(advance_steps_kernel, LaunchConfig{dim3(blocks), dim3(kThreads), 0, stream},
+                                       list, guards);
+          e != cudaSuccess) {
+        return e;
+      }
+      list.count = 0;
+    }
+  }
+  return cudaSuccess;
+}
+
+struct FoundList {
+  const float* found[kMaxFoundInf];
+  int32_t count;
+};
+
+__global__ void grad_scaler_update_kernel(const math::ScalerUpdate u, const FoundList list, float* scale, float* inv,
+                                          int32_t* trackers) {
+  float found = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxFoundInf; ++k) {  // constant indices: the list stays in the parameter space
+    if (k < list.count) found += *list.found[k];
+  }
+  math::grad_scaler_update(u, found, scale, inv, trackers);
 }
 
 template <class G>
@@ -218,25 +269,26 @@ LaunchConfig config_for(int64_t blocks, cudaStream_t stream) {
 }  // namespace
 
 template <class G, class M>
-cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t count,
-                       const math::AdamWCoefficients<double>& c, math::StepGuards guards, cudaStream_t stream) {
+cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t count, const math::AdamWHyper& h,
+                       int64_t step, math::StepGuards guards, cudaStream_t stream) {
   if (count < 0 || (count > 0 && tensors == nullptr)) return cudaErrorInvalidValue;
-  const auto cf = c.to<float>();
+  cudaError_t e;
   if constexpr (std::is_same_v<M, uint8_t>) {
     DynamicMaps maps;
     for (int i = 0; i < 256; ++i) {
       maps.m[i] = math::kDynamicMapSigned[i];
       maps.v[i] = math::kDynamicMapUnsigned[i];
     }
-    return launch_tables(tensors, count, int64_t{kQuantBlocksPerChunk} * math::kQuantBlock,
-                         [&](const auto& table, int64_t blocks) {
-                           return launch(adamw_8bit_kernel<G>, config_for(blocks, stream), table, maps, cf, guards);
-                         });
+    e = launch_tables(tensors, count, int64_t{kQuantBlocksPerChunk} * math::kQuantBlock,
+                      [&](const auto& table, int64_t blocks) {
+                        return launch(adamw_8bit_kernel<G>, config_for(blocks, stream), table, maps, h, step, guards);
+                      });
   } else {
-    return launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
-      return launch(adamw_dense_kernel<G, M>, config_for(blocks, stream), table, cf, guards);
+    e = launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
+      return launch(adamw_dense_kernel<G, M>, config_for(blocks, stream), table, h, step, guards);
     });
   }
+  return e != cudaSuccess ? e : advance_steps(tensors, count, guards, stream);
 }
 
 template <class G>
@@ -244,9 +296,10 @@ cudaError_t sgd_step(const math::SgdTensor<float, G>* tensors, int64_t count, co
                      math::StepGuards guards, cudaStream_t stream) {
   if (count < 0 || (count > 0 && tensors == nullptr)) return cudaErrorInvalidValue;
   const auto cf = c.to<float>();
-  return launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
+  const cudaError_t e = launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
     return launch(sgd_kernel<G>, config_for(blocks, stream), table, cf, guards);
   });
+  return e != cudaSuccess ? e : advance_steps(tensors, count, guards, stream);
 }
 
 template <class G>
@@ -269,14 +322,25 @@ cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, 
   return cudaSuccess;
 }
 
+cudaError_t grad_scaler_update(const math::ScalerUpdate& u, const float* const* found_inf, int64_t count,
+                               float* scale, float* inv, int32_t* trackers, cudaStream_t stream) {
+  if (count < 0 || count > kMaxFoundInf || (count > 0 && found_inf == nullptr) || scale == nullptr ||
+      inv == nullptr || trackers == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  FoundList list{};
+  list.count = static_cast<int32_t>(count);
+  for (int64_t k = 0; k < count; ++k) list.found[k] = found_inf[k];
+  return launch(grad_scaler_update_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, u, list, scale, inv, trackers);
+}
+
 #define MPT_INSTANTIATE(G)                                                                                        \
   template cudaError_t adamw_step<G, float>(const math::AdamWTensor<float, G, float>*, int64_t,                   \
-                                            const math::AdamWCoefficients<double>&, math::StepGuards, cudaStream_t); \
+                                            const math::AdamWHyper&, int64_t, math::StepGuards, cudaStream_t);      \
   template cudaError_t adamw_step<G, bf16>(const math::AdamWTensor<float, G, bf16>*, int64_t,                     \
-                                           const math::AdamWCoefficients<double>&, math::StepGuards, cudaStream_t);  \
+                                           const math::AdamWHyper&, int64_t, math::StepGuards, cudaStream_t);       \
   template cudaError_t adamw_step<G, uint8_t>(const math::AdamWTensor<float, G, uint8_t>*, int64_t,               \
-                                              const math::AdamWCoefficients<double>&, math::StepGuards,             \
-                                              cudaStream_t);                                                        \
+                                              const math::AdamWHyper&, int64_t, math::StepGuards, cudaStream_t);    \
   template cudaError_t sgd_step<G>(const math::SgdTensor<float, G>*, int64_t, const math::SgdCoefficients<double>&, \
                                    math::StepGuards, cudaStream_t);                                                 \
   template cudaError_t unscale_check<G>(G* const*, const int64_t*, int64_t, const float*, float*, cudaStream_t);

@@ -16,10 +16,12 @@ namespace mpt::kernels::cuda {
 // launches. `guards` point to device memory. Asynchronous on `stream`; returns cudaErrorInvalidValue for bad
 // arguments (null arrays, n < 0, more than 2^31 - 1 blocks for one tensor), else the first launch error.
 
+// Tensor k takes step math::step_of(tensors[k], step), its coefficients computed on the device from h; tensors
+// with a step count get it advanced by a second launch unless the guards skip the step (nothing is read back).
 // P = float; G in {float, bf16, f16}; M in {float, bf16, uint8_t} (uint8_t: bitsandbytes 8-bit states).
 template <class G, class M>
-cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t count,
-                       const math::AdamWCoefficients<double>& c, math::StepGuards guards, cudaStream_t stream);
+cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t count, const math::AdamWHyper& h,
+                       int64_t step, math::StepGuards guards, cudaStream_t stream);
 
 // G in {float, bf16, f16}.
 template <class G>
@@ -30,5 +32,11 @@ cudaError_t sgd_step(const math::SgdTensor<float, G>* tensors, int64_t count, co
 template <class G>
 cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const float* inv_scale,
                           float* found_inf, cudaStream_t stream);
+
+// math::grad_scaler_update on the device (one thread) from the sum of up to kMaxFoundInf found_inf flags
+// (device pointers, summed in order); cudaErrorInvalidValue for more.
+inline constexpr int kMaxFoundInf = 8;
+cudaError_t grad_scaler_update(const math::ScalerUpdate& u, const float* const* found_inf, int64_t count,
+                               float* scale, float* inv, int32_t* trackers, cudaStream_t stream);
 
 }  // namespace mpt::kernels::cuda

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/opmath.h"
+#include "kernels/math/optim.h"
 #include "kernels/math/random.h"
 #include "kernels/math/reduce.h"
 
@@ -133,6 +134,10 @@ __global__ void sqrt_of_sum_kernel(const float* partials, int64_t count, float* 
   *out = math::rng_detail::sqrt_rn(total);
 }
 
+__global__ void clip_coefficient_kernel(const float* total, float max_norm, float* coef) {
+  *coef = math::clip_coefficient(*total, max_norm);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads) check_finite_kernel(const T* x, int64_t n, uint8_t* flag) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -173,6 +178,11 @@ cudaError_t sum_squares(const T* x, int64_t n, float* result, float* workspace, 
 cudaError_t sqrt_of_sum(const float* partials, int64_t count, float* out, cudaStream_t stream) {
   if (count < 0 || out == nullptr || (count > 0 && partials == nullptr)) return cudaErrorInvalidValue;
   return launch(sqrt_of_sum_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, partials, count, out);
+}
+
+cudaError_t clip_coefficient(const float* total, float max_norm, float* coef, cudaStream_t stream) {
+  if (total == nullptr || coef == nullptr) return cudaErrorInvalidValue;
+  return launch(clip_coefficient_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, total, max_norm, coef);
 }
 
 template <class T>

@@ -37,6 +37,9 @@ cudaError_t sum_squares(const T* x, int64_t n, float* result, float* workspace, 
 // *out = sqrt(partials[0] + partials[1] + ...), added in index order from 0 by one thread.
 cudaError_t sqrt_of_sum(const float* partials, int64_t count, float* out, cudaStream_t stream);
 
+// *coef = math::clip_coefficient(*total, max_norm) (one thread).
+cudaError_t clip_coefficient(const float* total, float max_norm, float* coef, cudaStream_t stream);
+
 // *flag = 0 when any of x[0, n) is Inf or NaN (flag is left alone otherwise: set it to 1 first).
 template <class T>
 cudaError_t check_finite(const T* x, int64_t n, uint8_t* flag, cudaStream_t stream);

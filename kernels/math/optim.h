@@ -24,6 +24,7 @@ template <class F>
 MPT_HD MPT_INLINE F mul(F a, F b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<F, float>) return __fmul_rn(a, b);
+  if constexpr (std::is_same_v<F, double>) return __dmul_rn(a, b);
 #endif
   return a * b;
 }
@@ -31,6 +32,7 @@ template <class F>
 MPT_HD MPT_INLINE F add(F a, F b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<F, float>) return __fadd_rn(a, b);
+  if constexpr (std::is_same_v<F, double>) return __dadd_rn(a, b);
 #endif
   return a + b;
 }
@@ -38,6 +40,7 @@ template <class F>
 MPT_HD MPT_INLINE F sub(F a, F b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<F, float>) return __fsub_rn(a, b);
+  if constexpr (std::is_same_v<F, double>) return __dsub_rn(a, b);
 #endif
   return a - b;
 }
@@ -45,6 +48,7 @@ template <class F>
 MPT_HD MPT_INLINE F div(F a, F b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<F, float>) return __fdiv_rn(a, b);
+  if constexpr (std::is_same_v<F, double>) return __ddiv_rn(a, b);
 #endif
   return a / b;
 }
@@ -52,6 +56,7 @@ template <class F>
 MPT_HD MPT_INLINE F sqrt_rn(F a) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<F, float>) return __fsqrt_rn(a);
+  if constexpr (std::is_same_v<F, double>) return __dsqrt_rn(a);
 #endif
   return std::sqrt(a);
 }
@@ -87,6 +92,10 @@ struct AdamWTensor {
   float* exp_avg_absmax;
   float* exp_avg_sq_absmax;
   int64_t n;
+  // Optional: the parameter's step count on the same device (steps taken before this one). The kernel then uses
+  // *step + 1 instead of the call's host step and advances *step unless the guards skip the step, so a step
+  // skipped on the device (found_inf) does not count, without the host reading anything.
+  int64_t* step = nullptr;
 };
 
 // One parameter of an SGD step; momentum_buffer is null when momentum == 0.
@@ -96,6 +105,7 @@ struct SgdTensor {
   const G* grad;
   P* momentum_buffer;
   int64_t n;
+  int64_t* step = nullptr;  // optional, as AdamWTensor::step: *step == 0 also makes this the first step
 };
 
 // What the GradScaler hands a step (device pointers on CUDA, so nothing syncs with the host): when
@@ -108,8 +118,13 @@ struct StepGuards {
 
 // ---- AdamW (torch.optim.AdamW, amsgrad=False, maximize=False) ----
 
-// The per-step scalars, computed once on the host in double (adamw_coefficients) and narrowed to the math
-// type F (float, or double for the CPU reference path) by the launcher.
+// The hyperparameters of one AdamW call (the group's, in double).
+struct AdamWHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+};
+
+// The per-step scalars, computed in double from the hyperparameters and the step (adamw_coefficients) and
+// narrowed to the math type F (float, or double for the CPU reference path).
 template <class F>
 struct AdamWCoefficients {
   F beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
@@ -118,18 +133,43 @@ struct AdamWCoefficients {
   F bias_correction2_sqrt;  // sqrt(1 - beta2^step)
 
   template <class G>
-  AdamWCoefficients<G> to() const {
+  MPT_HD AdamWCoefficients<G> to() const {
     return {G(beta1), G(one_minus_beta1), G(beta2), G(one_minus_beta2), G(eps), G(decay), G(step_size),
             G(bias_correction2_sqrt)};
   }
 };
 
+// b^n for n >= 0 by binary exponentiation: a fixed sequence of correctly rounded double products, so the CPU
+// and a GPU (which computes the coefficients per tensor from a device-resident step) get the same bits, where
+// std::pow and CUDA's pow may differ in the last place. Within a few ulp of the exact power.
+MPT_HD MPT_INLINE double pow_steps(double b, int64_t n) {
+  using optim_detail::mul;
+  double r = 1.0;
+  while (n > 0) {
+    if (n & 1) r = mul(r, b);
+    b = mul(b, b);
+    n >>= 1;
+  }
+  return r;
+}
+
 // step counts from 1 (the value of PyTorch's state["step"] after its increment).
+MPT_HD MPT_INLINE AdamWCoefficients<double> adamw_coefficients(const AdamWHyper& h, int64_t step) {
+  using namespace optim_detail;
+  const double bc1 = sub(1.0, pow_steps(h.beta1, step));
+  const double bc2 = sub(1.0, pow_steps(h.beta2, step));
+  return {h.beta1, sub(1.0, h.beta1), h.beta2, sub(1.0, h.beta2), h.eps, sub(1.0, mul(h.lr, h.weight_decay)),
+          div(h.lr, bc1), sqrt_rn(bc2)};
+}
 inline AdamWCoefficients<double> adamw_coefficients(double lr, double beta1, double beta2, double eps,
                                                     double weight_decay, int64_t step) {
-  const double bc1 = 1 - std::pow(beta1, static_cast<double>(step));
-  const double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
-  return {beta1, 1 - beta1, beta2, 1 - beta2, eps, 1 - lr * weight_decay, lr / bc1, std::sqrt(bc2)};
+  return adamw_coefficients(AdamWHyper{lr, beta1, beta2, eps, weight_decay}, step);
+}
+
+// The step a tensor takes: its own count + 1 when it carries one, else the call's.
+template <class T>
+MPT_HD MPT_INLINE int64_t step_of(const T& t, int64_t call_step) {
+  return t.step != nullptr ? *t.step + 1 : call_step;
 }
 
 // m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g   (PyTorch's fused/foreach order)
@@ -158,7 +198,7 @@ struct SgdCoefficients {
   bool first_step;  // the momentum buffer is initialised to the gradient (PyTorch: buffer is None)
 
   template <class G>
-  SgdCoefficients<G> to() const {
+  MPT_HD SgdCoefficients<G> to() const {
     return {G(lr), G(momentum), G(one_minus_dampening), G(weight_decay), nesterov, first_step};
   }
 };
@@ -185,6 +225,63 @@ template <class F>
 MPT_HD MPT_INLINE F unscale_value(F v, F inv_scale, bool& found) {
   if (!optim_detail::is_finite(v)) found = true;
   return optim_detail::mul(v, inv_scale);
+}
+
+// ---- the GradScaler's scale update (torch's _amp_update_scale_, with hysteresis and a floor) ----
+
+struct ScalerUpdate {
+  double growth_factor, backoff_factor;
+  double min_scale;         // 0: no floor
+  int32_t growth_interval;  // finite updates in a row before the scale grows
+  int32_t hysteresis;       // overflowing updates per backoff
+};
+
+// The scaler's device-resident state, updated in place: scale and its inverse (f32), and
+// trackers = {growth tracker, overflows left before the next backoff, backoffs that ended at the floor}.
+// found: the sum of the step's found_inf flags. Scales are products in double narrowed to f32 and the inverse is
+// float(1 / double(scale)), as torch computes them; the floor is 2^-24 (the smallest f16 subnormal) or min_scale.
+MPT_HD MPT_INLINE bool scale_at_floor(float s, double min_scale) {
+  return s < 0x1p-24f || (min_scale > 0.0 && s <= static_cast<float>(min_scale));
+}
+MPT_HD MPT_INLINE void grad_scaler_update(const ScalerUpdate& u, float found, float* scale, float* inv,
+                                          int32_t* trackers) {
+  using optim_detail::div;
+  using optim_detail::mul;
+  if (found != 0.0f) {
+    trackers[0] = 0;
+    if (--trackers[1] <= 0) {
+      trackers[1] = u.hysteresis;
+      float s = static_cast<float>(mul(static_cast<double>(*scale), u.backoff_factor));
+      if (u.min_scale > 0.0 && s < static_cast<float>(u.min_scale)) s = static_cast<float>(u.min_scale);
+      *scale = s;
+      *inv = static_cast<float>(div(1.0, static_cast<double>(s)));
+      if (scale_at_floor(s, u.min_scale)) ++trackers[2];
+    }
+    return;
+  }
+  const int32_t t = trackers[0] + 1;
+  if (t != u.growth_interval) {  // equality, like torch: a tracker already past a lowered interval keeps counting
+    trackers[0] = t;
+    return;
+  }
+  const float s = static_cast<float>(mul(static_cast<double>(*scale), u.growth_factor));
+  if (optim_detail::is_finite(s)) {
+    *scale = s;
+    *inv = static_cast<float>(div(1.0, static_cast<double>(s)));
+  }
+  trackers[0] = 0;
+  trackers[1] = u.hysteresis;
+}
+
+// ---- gradient clipping (torch.nn.utils.clip_grad_norm_) ----
+
+// clamp(max_norm / (total + 1e-6), max = 1) in F (f32 from an f32 norm, as torch's tensor math): an infinite norm
+// gives 0, a NaN norm NaN (the clamp keeps it).
+template <class F>
+MPT_HD MPT_INLINE F clip_coefficient(F total, F max_norm) {
+  using namespace optim_detail;
+  const F c = div(max_norm, add(total, F(1e-6)));
+  return c > F(1) ? F(1) : c;
 }
 
 // ---- bitsandbytes blockwise 8-bit states (Adam8bit: kOptimizerStatic8bit2StateBlockwise) ----

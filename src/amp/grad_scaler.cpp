@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/math/optim.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/optim.h"
 
@@ -16,7 +17,7 @@ namespace mpt::amp {
 
 namespace {
 
-constexpr float kCollapseScale = 0x1p-24f;  // the smallest f16 subnormal
+namespace km = kernels::math;
 
 void check_growth_factor(double v) {
   MPT_CHECK(std::isfinite(v) && v > 1.0, "[GradScaler] growth_factor must be > 1, got {}", v);
@@ -56,12 +57,16 @@ struct DeviceGrads {
 
 }  // namespace
 
+StepResult::operator bool() const {
+  if (known_) return stepped_;
+  return found_.item<float>() == 0.0f;  // the host read (waits for the device on CUDA)
+}
+
 GradScaler::GradScaler(Device device, const GradScalerOptions& options) : GradScaler(options, device) {}
 
 GradScaler::GradScaler(const GradScalerOptions& o, Device device)
     : device_(device),
       enabled_(o.enabled),
-      scale_(static_cast<float>(o.init_scale)),
       growth_factor_(o.growth_factor),
       backoff_factor_(o.backoff_factor),
       growth_interval_(o.growth_interval),
@@ -72,24 +77,36 @@ GradScaler::GradScaler(const GradScalerOptions& o, Device device)
   check_growth_interval(o.growth_interval);
   check_hysteresis(o.hysteresis);
   check_min_scale(o.min_scale);
-  MPT_CHECK(std::isfinite(scale_) && scale_ > 0.0f, "[GradScaler] init_scale must be finite and > 0 in f32, got {}",
+  const auto scale = static_cast<float>(o.init_scale);
+  MPT_CHECK(std::isfinite(scale) && scale > 0.0f, "[GradScaler] init_scale must be finite and > 0 in f32, got {}",
             o.init_scale);
-  MPT_CHECK(scale_ >= static_cast<float>(o.min_scale), "[GradScaler] init_scale {} is below min_scale {}",
+  MPT_CHECK(scale >= static_cast<float>(o.min_scale), "[GradScaler] init_scale {} is below min_scale {}",
             o.init_scale, o.min_scale);
-  hysteresis_left_ = static_cast<int32_t>(o.hysteresis);
-  if (enabled_) set_scale(scale_);
+  if (!enabled_) return;
+  scale_t_ = Tensor::empty({}, DType::F32, device_);
+  inv_t_ = Tensor::empty({}, DType::F32, device_);
+  set_scale(scale);
+  trackers_t_ = Tensor::from_vector(std::vector<int32_t>{0, static_cast<int32_t>(o.hysteresis), 0}, {3}, device_);
 }
 
 void GradScaler::set_scale(float s) {
-  scale_ = s;
-  const float inv = static_cast<float>(1.0 / static_cast<double>(s));  // torch: reciprocal in f64, then narrowed
-  if (!scale_t_.defined()) {
-    scale_t_ = Tensor::full({}, s, DType::F32, device_);
-    inv_t_ = Tensor::full({}, inv, DType::F32, device_);
-  } else {
-    scale_t_.fill_(s);
-    inv_t_.fill_(inv);
+  scale_t_.fill_(s);
+  inv_t_.fill_(static_cast<float>(1.0 / static_cast<double>(s)));  // torch: reciprocal in f64, then narrowed
+}
+
+GradScaler::HostState GradScaler::read() const {
+  const float scale = scale_t_.item<float>();
+  const std::vector<int32_t> t = trackers_t_.to_vector<int32_t>();
+  const HostState h{scale, t[0], t[1], t[2]};
+  if (h.collapses > 0 && !warned_) {
+    warned_ = true;
+    std::fprintf(stderr,
+                 "[GradScaler] warning: the loss scale collapsed to %g (min_scale %g): gradients overflow at every "
+                 "scale, so every step is being skipped. Look for inf/NaN in the forward pass or the loss, lower the "
+                 "learning rate, or train in BF16. (Printed once; see GradScaler::collapse_count().)\n",
+                 static_cast<double>(h.scale), min_scale_);
   }
+  return h;
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
@@ -146,22 +163,19 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     found.push_back(std::move(f));
   }
   st.found_inf = std::move(found);
-  st.found_read = false;
+  st.reduced = false;
   st.stage = OptStage::Unscaled;
 }
 
-float GradScaler::found_sum(OptState& st) const {
-  if (!st.found_read) {
+const std::vector<Tensor>& GradScaler::found_inf(OptState& st) const {
+  if (!st.reduced) {
     if (found_inf_reduction_) found_inf_reduction_(st.found_inf);
-    float sum = 0.0f;
-    for (const Tensor& f : st.found_inf) sum += f.item<float>();  // the host sync (one per device)
-    st.found_sum = sum;
-    st.found_read = true;
+    st.reduced = true;
   }
-  return st.found_sum;
+  return st.found_inf;
 }
 
-bool GradScaler::step(optim::Optimizer& optimizer) {
+StepResult GradScaler::step(optim::Optimizer& optimizer) {
   if (!enabled_) {
     optimizer.step();
     return true;
@@ -171,61 +185,37 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   if (st.stage == OptStage::Ready) unscale_(optimizer);
   MPT_CHECK(!st.found_inf.empty(), "[GradScaler] No inf checks were recorded for this optimizer (it has no "
             "gradient: did backward reach its parameters?).");
-  // The gradients are already unscaled: the optimizer gets no GradScaling.
-  const bool take = found_sum(st) == 0.0f;
-  if (take) optimizer.step();
+  const std::vector<Tensor>& found = found_inf(st);
   st.stage = OptStage::Stepped;
-  return take;
+  // The gradients are already unscaled: the optimizer gets found_inf only, and its kernels skip on the device.
+  if (found.size() == 1) {
+    optimizer.step(ops::GradScaling{{}, found[0]});
+    return StepResult(found[0]);
+  }
+  float sum = 0.0f;  // gradients on several devices: one host read per device
+  for (const Tensor& f : found) sum += f.item<float>();
+  if (sum == 0.0f) optimizer.step();
+  return sum == 0.0f;
 }
 
-bool GradScaler::at_floor(float s) const {
-  return s < kCollapseScale || (min_scale_ > 0.0 && s <= static_cast<float>(min_scale_));
-}
-
-bool GradScaler::scale_collapsed() const { return enabled_ && at_floor(scale_); }
+bool GradScaler::scale_collapsed() const { return enabled_ && km::scale_at_floor(read().scale, min_scale_); }
 
 void GradScaler::update() {
   if (!enabled_) return;
-  float found = 0.0f;
-  bool any = false;
+  std::vector<Tensor> flags;  // every optimizer's found_inf, on the scaler's device
   for (auto& [opt, st] : states_) {
     if (st.found_inf.empty()) continue;
-    any = true;
-    found += found_sum(st);
+    for (const Tensor& f : found_inf(st)) flags.push_back(f.device() == device_ ? f : f.to(device_));
   }
-  MPT_CHECK(any, "[GradScaler] No inf checks were recorded prior to update().");
-  if (found != 0.0f) {
-    tracker_ = 0;
-    if (--hysteresis_left_ <= 0) {
-      hysteresis_left_ = static_cast<int32_t>(hysteresis_);
-      float s = static_cast<float>(scale_ * backoff_factor_);
-      if (min_scale_ > 0.0 && s < static_cast<float>(min_scale_)) s = static_cast<float>(min_scale_);
-      set_scale(s);
-      if (at_floor(s)) {
-        ++collapse_count_;
-        if (!warned_) {
-          warned_ = true;
-          std::fprintf(stderr,
-                       "[GradScaler] warning: the loss scale collapsed to %g (min_scale %g): gradients overflow at "
-                       "every scale, so every step is being skipped. Look for inf/NaN in the forward pass or the "
-                       "loss, lower the learning rate, or train in BF16. (Printed once; see "
-                       "GradScaler::collapse_count().)\n",
-                       static_cast<double>(s), min_scale_);
-        }
-      }
-    }
-  } else {
-    const int32_t t = tracker_ + 1;
-    if (t == growth_interval_) {  // equality, like torch: a tracker already past a lowered interval keeps counting
-      const float s = static_cast<float>(scale_ * growth_factor_);
-      if (std::isfinite(s)) set_scale(s);
-      tracker_ = 0;
-      hysteresis_left_ = static_cast<int32_t>(hysteresis_);
-    } else {
-      tracker_ = t;
-    }
+  MPT_CHECK(!flags.empty(), "[GradScaler] No inf checks were recorded prior to update().");
+  while (flags.size() > 8) {  // the update kernel sums up to 8 flags; fold the rest on the device first
+    flags[flags.size() - 2] = ops::add(flags[flags.size() - 2], flags.back());
+    flags.pop_back();
   }
+  ops::amp_update_scale_(scale_t_, inv_t_, trackers_t_, flags,
+                         {growth_factor_, backoff_factor_, min_scale_, growth_interval_, hysteresis_});
   states_.clear();
+  if (device_.is_cpu()) read();  // the collapse warning at once where reading costs nothing
 }
 
 void GradScaler::update(double new_scale) {
@@ -238,7 +228,12 @@ void GradScaler::update(double new_scale) {
   states_.clear();
 }
 
-double GradScaler::get_scale() const { return enabled_ ? static_cast<double>(scale_) : 1.0; }
+double GradScaler::get_scale() const { return enabled_ ? static_cast<double>(read().scale) : 1.0; }
+int32_t GradScaler::growth_tracker() const { return enabled_ ? read().tracker : 0; }
+int32_t GradScaler::hysteresis_tracker() const {
+  return enabled_ ? read().hysteresis_left : static_cast<int32_t>(hysteresis_);
+}
+int64_t GradScaler::collapse_count() const { return enabled_ ? read().collapses : 0; }
 
 void GradScaler::set_growth_factor(double v) {
   check_growth_factor(v);
@@ -255,7 +250,11 @@ void GradScaler::set_growth_interval(int64_t v) {
 void GradScaler::set_hysteresis(int64_t v) {
   check_hysteresis(v);
   hysteresis_ = v;
-  if (hysteresis_left_ > v) hysteresis_left_ = static_cast<int32_t>(v);
+  if (!enabled_) return;
+  const HostState h = read();  // a rare host read-modify-write of the count
+  if (h.hysteresis_left > v) {
+    trackers_t_.copy_(Tensor::from_vector(std::vector<int32_t>{h.tracker, static_cast<int32_t>(v), h.collapses}, {3}));
+  }
 }
 void GradScaler::set_min_scale(double v) {
   check_min_scale(v);
@@ -265,9 +264,10 @@ void GradScaler::set_min_scale(double v) {
 nn::StateDict GradScaler::state_dict() const {
   if (!enabled_) return {};
   nn::StateDict d;
-  d["scale"] = Tensor::full({}, scale_, DType::F32);
-  d["growth_tracker"] = Tensor::full({}, tracker_, DType::I32);
-  d["hysteresis_tracker"] = Tensor::full({}, hysteresis_left_, DType::I32);
+  const HostState h = read();
+  d["scale"] = Tensor::full({}, h.scale, DType::F32);
+  d["growth_tracker"] = Tensor::full({}, h.tracker, DType::I32);
+  d["hysteresis_tracker"] = Tensor::full({}, h.hysteresis_left, DType::I32);
   d["growth_factor"] = Tensor::full({}, growth_factor_, DType::F64);
   d["backoff_factor"] = Tensor::full({}, backoff_factor_, DType::F64);
   d["min_scale"] = Tensor::full({}, min_scale_, DType::F64);
@@ -312,8 +312,8 @@ void GradScaler::load_state_dict(const nn::StateDict& dict) {
   growth_interval_ = interval;
   hysteresis_ = hysteresis;
   min_scale_ = min_scale;
-  tracker_ = tracker;
-  hysteresis_left_ = hyst_left;
+  const int32_t collapses = read().collapses;  // not part of the state dict: kept
+  trackers_t_.copy_(Tensor::from_vector(std::vector<int32_t>{tracker, hyst_left, collapses}, {3}));
   set_scale(scale);
 }
 

@@ -2,13 +2,17 @@
 // call, then the CPU kernel or the CUDA launcher over the whole list.
 #include "mpt/ops/optim.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/optim.h"
+#include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/optim.h"
+#include "kernels/cuda/reduction.h"
 #endif
 
 namespace mpt::ops {
@@ -114,9 +118,29 @@ void check_state(const AdamWState& st, const Tensor& param, MomentStorage storag
   }
 }
 
+// The slots' step counts: all defined (0-d i64 on dev) or none; a null pointer per slot when none.
+template <class Slot>
+std::vector<int64_t*> step_counts(std::span<const Slot> slots, Device dev, const char* op) {
+  const bool with = slots[0].step.defined();
+  std::vector<int64_t*> out;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Tensor& t = slots[i].step;
+    MPT_CHECK(t.defined() == with, "[{}] slot {}: give every slot a step count or none (slot 0 {})", op, i,
+              with ? "has one" : "has none");
+    if (with) {
+      MPT_CHECK(t.dtype() == DType::I64 && t.numel() == 1 && t.device() == dev,
+                "[{}] slot {}: step must be an i64 tensor with one element on {}, got {}", op, i, dev.str(),
+                t.meta_str());
+    }
+    out.push_back(with ? static_cast<int64_t*>(t.data_ptr()) : nullptr);
+  }
+  return out;
+}
+
 template <class P, class G, class M>
 void run_adamw(std::span<const AdamWSlot> slots, const std::vector<Tensor>& grads, Device dev,
-               const km::AdamWCoefficients<double>& c, km::StepGuards guards) {
+               const km::AdamWHyper& h, int64_t step, km::StepGuards guards) {
+  const std::vector<int64_t*> steps = step_counts(slots, dev, "adamw_step");
   std::vector<km::AdamWTensor<P, G, M>> ts;
   ts.reserve(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -124,12 +148,12 @@ void run_adamw(std::span<const AdamWSlot> slots, const std::vector<Tensor>& grad
     const bool q = std::is_same_v<M, uint8_t>;
     ts.push_back({s.param.data<P>(), grads[i].data<G>(), s.state.exp_avg.data<M>(), s.state.exp_avg_sq.data<M>(),
                   q ? s.state.exp_avg_absmax.data<float>() : nullptr,
-                  q ? s.state.exp_avg_sq_absmax.data<float>() : nullptr, s.param.numel()});
+                  q ? s.state.exp_avg_sq_absmax.data<float>() : nullptr, s.param.numel(), steps[i]});
   }
   if (dev.is_cpu()) {
-    kernels::cpu::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), c, guards);
+    kernels::cpu::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), h, step, guards);
   } else if constexpr (std::is_same_v<P, float>) {
-    MPT_CUDA_KERNEL(kernels::cuda::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), c, guards,
+    MPT_CUDA_KERNEL(kernels::cuda::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), h, step, guards,
                                               static_cast<cudaStream_t>(detail::stream_of(dev))));
   }
 }
@@ -192,17 +216,18 @@ void adamw_step(std::span<const AdamWSlot> slots, const AdamWParams& hp, const G
     grads.push_back(slots[i].grad.contiguous());
   }
   const km::StepGuards guards = guards_of(scaling, types.dev, op);
-  const auto c = km::adamw_coefficients(hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.step);
+  const km::AdamWHyper h{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay};
+  const int64_t st = hp.step;
   if (types.param == DType::F64) {
     MPT_CHECK(types.grad == DType::F64, "[{}] f64 parameters need f64 gradients, got {}", op, types.grad);
-    return run_adamw<double, double, double>(slots, grads, types.dev, c, guards);
+    return run_adamw<double, double, double>(slots, grads, types.dev, h, st, guards);
   }
   visit_grad(types.grad, op, [&](auto tag) {
     using G = decltype(tag);
     switch (storage) {
-      case MomentStorage::F32: return run_adamw<float, G, float>(slots, grads, types.dev, c, guards);
-      case MomentStorage::BF16: return run_adamw<float, G, bf16>(slots, grads, types.dev, c, guards);
-      case MomentStorage::Int8: return run_adamw<float, G, uint8_t>(slots, grads, types.dev, c, guards);
+      case MomentStorage::F32: return run_adamw<float, G, float>(slots, grads, types.dev, h, st, guards);
+      case MomentStorage::BF16: return run_adamw<float, G, bf16>(slots, grads, types.dev, h, st, guards);
+      case MomentStorage::Int8: return run_adamw<float, G, uint8_t>(slots, grads, types.dev, h, st, guards);
     }
   });
 }
@@ -231,6 +256,7 @@ void sgd_step(std::span<const SgdSlot> slots, const SgdParams& hp, const GradSca
   const km::StepGuards guards = guards_of(scaling, types.dev, op);
   const km::SgdCoefficients<double> c{hp.lr, hp.momentum, 1 - hp.dampening, hp.weight_decay, hp.nesterov,
                                       hp.first_step};
+  const std::vector<int64_t*> steps = step_counts(slots, types.dev, op);
   auto run = [&](auto ptag, auto gtag) {
     using P = decltype(ptag);
     using G = decltype(gtag);
@@ -238,7 +264,7 @@ void sgd_step(std::span<const SgdSlot> slots, const SgdParams& hp, const GradSca
     ts.reserve(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
       ts.push_back({slots[i].param.data<P>(), grads[i].data<G>(),
-                    with_buffer ? slots[i].momentum_buffer.data<P>() : nullptr, slots[i].param.numel()});
+                    with_buffer ? slots[i].momentum_buffer.data<P>() : nullptr, slots[i].param.numel(), steps[i]});
     }
     if (types.dev.is_cpu()) {
       kernels::cpu::sgd_step(ts.data(), static_cast<int64_t>(ts.size()), c, guards);
@@ -282,6 +308,84 @@ void non_finite_check_and_unscale_(std::span<const Tensor> grads, const Tensor& 
                                                    found, static_cast<cudaStream_t>(detail::stream_of(dev))));
     }
   });
+}
+
+void amp_update_scale_(const Tensor& scale, const Tensor& inv, const Tensor& trackers,
+                       std::span<const Tensor> found_infs, const ScaleUpdateParams& p) {
+  constexpr const char* op = "amp_update_scale_";
+  MPT_CHECK(scale.defined() && inv.defined() && trackers.defined(), "[{}] scale, inv and trackers must be defined", op);
+  const Device dev = scale.device();
+  check_scalar(scale, dev, "scale", op);
+  check_scalar(inv, dev, "inv", op);
+  MPT_CHECK(trackers.dtype() == DType::I32 && trackers.numel() == 3 && trackers.device() == dev &&
+                trackers.is_contiguous(),
+            "[{}] trackers must be a contiguous i32 tensor of 3 elements on {}, got {}", op, dev.str(),
+            trackers.meta_str());
+  MPT_CHECK(!found_infs.empty() && found_infs.size() <= 8, "[{}] expected 1 to 8 found_inf flags, got {}", op,
+            found_infs.size());
+  std::vector<const float*> found;
+  for (const Tensor& f : found_infs) {
+    check_scalar(f, dev, "found_inf", op);
+    found.push_back(static_cast<const float*>(f.data_ptr()));
+  }
+  const km::ScalerUpdate u{p.growth_factor, p.backoff_factor, p.min_scale, static_cast<int32_t>(p.growth_interval),
+                           static_cast<int32_t>(p.hysteresis)};
+  auto* s = static_cast<float*>(scale.data_ptr());
+  auto* i = static_cast<float*>(inv.data_ptr());
+  auto* t = static_cast<int32_t*>(trackers.data_ptr());
+  if (dev.is_cpu()) {
+    kernels::cpu::grad_scaler_update(u, found.data(), static_cast<int64_t>(found.size()), s, i, t);
+    return;
+  }
+  MPT_CUDA_KERNEL(kernels::cuda::grad_scaler_update(u, found.data(), static_cast<int64_t>(found.size()), s, i, t,
+                                                    static_cast<cudaStream_t>(detail::stream_of(dev))));
+}
+
+Tensor clip_coefficient(const Tensor& total, double max_norm) {
+  constexpr const char* op = "clip_coefficient";
+  MPT_CHECK(total.defined() && total.numel() == 1 && (total.dtype() == DType::F32 || total.dtype() == DType::F64),
+            "[{}] the norm must be an f32 or f64 tensor with one element, got {}", op,
+            total.defined() ? total.meta_str() : std::string("undefined"));
+  MPT_CHECK(max_norm >= 0, "[{}] max_norm must be >= 0, got {}", op, max_norm);
+  const Device dev = total.device();
+  if (dev.is_cpu()) {
+    const Tensor t = total.contiguous();
+    if (t.dtype() == DType::F64) return Tensor::full({}, km::clip_coefficient(*t.data<double>(), max_norm), DType::F64);
+    return Tensor::full({}, km::clip_coefficient(*t.data<float>(), static_cast<float>(max_norm)), DType::F32);
+  }
+  MPT_CHECK(total.dtype() == DType::F32, "[{}] f64 is CPU-only, got {}", op, total.meta_str());
+  Tensor coef = Tensor::empty({}, DType::F32, dev);
+  MPT_CUDA_KERNEL(kernels::cuda::clip_coefficient(static_cast<const float*>(total.contiguous().data_ptr()),
+                                                  static_cast<float>(max_norm), coef.data<float>(),
+                                                  static_cast<cudaStream_t>(detail::stream_of(dev))));
+  return coef;
+}
+
+void mul_(std::span<const Tensor> tensors, const Tensor& factor) {
+  constexpr const char* op = "mul_";
+  MPT_CHECK(factor.defined(), "[{}] the factor is undefined", op);
+  if (tensors.empty()) return;
+  if (factor.dtype() == DType::F64) {  // the CPU reference path
+    const double f = factor.item<double>();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      check_in_place(tensors[i], Device::cpu(), "tensor", static_cast<int64_t>(i), op);
+      MPT_CHECK(tensors[i].dtype() == DType::F64, "[{}] an f64 factor scales f64 tensors, got {}", op,
+                tensors[i].meta_str());
+      if (f != 1.0) Tensor(tensors[i]).copy_(scale(tensors[i], f));
+    }
+    return;
+  }
+  // The fused unscale kernel multiplies by a device scalar and keeps the bits for 1; its inf flag is not needed.
+  // One launch per gradient dtype.
+  const Tensor unused = Tensor::zeros({}, DType::F32, factor.device());
+  std::vector<std::pair<DType, std::vector<Tensor>>> by_dtype;
+  for (const Tensor& t : tensors) {
+    MPT_CHECK(t.defined(), "[{}] an undefined tensor", op);
+    auto it = std::find_if(by_dtype.begin(), by_dtype.end(), [&](const auto& b) { return b.first == t.dtype(); });
+    if (it == by_dtype.end()) it = by_dtype.insert(by_dtype.end(), {t.dtype(), {}});
+    it->second.push_back(t);
+  }
+  for (const auto& [dtype, list] : by_dtype) non_finite_check_and_unscale_(list, unused, factor);
 }
 
 Tensor dynamic_quantization_map(bool is_signed) {

@@ -24,7 +24,6 @@ std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
 struct AdamWKey {
   Device device;
   DType param, grad;
-  int64_t step;
   bool operator==(const AdamWKey&) const = default;
 };
 
@@ -84,7 +83,7 @@ std::map<std::string, Tensor> AdamW::init_state(const Tensor& param, const Param
 void AdamW::step_group(const ParamGroup& group, std::span<Ready> ready, const ops::GradScaling& scaling) {
   detail::Batches<AdamWKey> batches;
   for (size_t i = 0; i < ready.size(); ++i) {
-    batches.add({ready[i].param.device(), ready[i].param.dtype(), ready[i].grad.dtype(), ready[i].state->step}, i);
+    batches.add({ready[i].param.device(), ready[i].param.dtype(), ready[i].grad.dtype()}, i);
   }
   const bool int8 = moments_ == ops::MomentStorage::Int8;
   for (size_t b = 0; b < batches.size(); ++b) {
@@ -93,14 +92,14 @@ void AdamW::step_group(const ParamGroup& group, std::span<Ready> ready, const op
       const std::map<std::string, Tensor>& t = ready[i].state->tensors;
       slots.push_back({ready[i].param, ready[i].grad,
                        {t.at("exp_avg"), t.at("exp_avg_sq"), int8 ? t.at("exp_avg_absmax") : Tensor{},
-                        int8 ? t.at("exp_avg_sq_absmax") : Tensor{}}});
+                        int8 ? t.at("exp_avg_sq_absmax") : Tensor{}},
+                       ready[i].state->step});
     }
     const ops::AdamWParams hp{.lr = *group.lr,
                               .beta1 = group.options.at("beta1"),
                               .beta2 = group.options.at("beta2"),
                               .eps = group.options.at("eps"),
-                              .weight_decay = *group.weight_decay,
-                              .step = batches.key(b).step + 1};
+                              .weight_decay = *group.weight_decay};  // the step: each slot's own count
     ops::adamw_step(slots, hp, scaling);
   }
 }

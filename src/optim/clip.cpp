@@ -5,6 +5,7 @@
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/elementwise.h"
+#include "mpt/ops/optim.h"
 #include "mpt/ops/reduction.h"
 
 namespace mpt::optim {
@@ -45,9 +46,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   std::vector<Tensor> grads = defined_grads(params, max_norm);
   if (grads.empty()) return Tensor::zeros({});
   Tensor total = ops::global_l2_norm(grads);
-  const double coef = max_norm / (total.item<double>() + 1e-6);
-  if (coef >= 1) return total;  // NaN falls through and scales (torch's clamp keeps NaN)
-  for (Tensor& g : grads) g.copy_(ops::scale(g, coef));
+  ops::mul_(grads, ops::clip_coefficient(total, max_norm));  // on the device; a coefficient of 1 keeps the bits
   return total;
 }
 

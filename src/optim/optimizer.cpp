@@ -13,7 +13,6 @@ namespace mpt::optim {
 namespace {
 
 Tensor f64_scalar(double v) { return Tensor::full({}, v, DType::F64); }
-Tensor i64_scalar(int64_t v) { return Tensor::full({}, static_cast<double>(v), DType::I64); }
 
 // The 0-d tensor dict[key], checked; its value as T.
 template <class T>
@@ -132,7 +131,6 @@ void Optimizer::step(const ops::GradScaling& scaling) {
       ready_index[g].push_back(i);
     }
   }
-  if (scaling.found_inf.defined() && scaling.found_inf.item<float>() != 0.0f) return;
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (ready_index[g].empty()) continue;
     const ParamGroup& group = groups_[g];
@@ -140,14 +138,11 @@ void Optimizer::step(const ops::GradScaling& scaling) {
     for (size_t i : ready_index[g]) {
       const Tensor& p = group.params[i];
       std::optional<ParamState>& st = states_[g][i];
-      if (!st) st = ParamState{0, init_state(p, group)};
+      if (!st) st = ParamState{Tensor::zeros({}, DType::I64, p.device()), init_state(p, group)};
       ready.push_back({p, p.grad(), &*st});
     }
     step_group(group, ready, scaling);
-    for (Ready& r : ready) {
-      ++r.state->step;
-      amp::invalidate_compute_copies(r.param);  // its FP16/BF16 compute copy is stale now
-    }
+    for (Ready& r : ready) amp::invalidate_compute_copies(r.param);  // its FP16/BF16 compute copy is stale now
   }
 }
 
@@ -182,7 +177,7 @@ nn::StateDict Optimizer::state_dict() const {
       const auto& st = states_[g][i];
       if (!st) continue;
       const std::string key = key_of(g, i);
-      dict[key + ".step"] = i64_scalar(st->step);
+      dict[key + ".step"] = st->step.clone();  // a snapshot, on the parameter's device
       for (const auto& [name, t] : st->tensors) dict[key + "." + name] = t.detach();
     }
   }
@@ -235,7 +230,7 @@ void Optimizer::load_state_dict(const nn::StateDict& dict) {
       const auto step = scalar_entry<int64_t>(dict, key + ".step", DType::I64, op);
       MPT_CHECK(step >= 0, "[{}.load_state_dict] key '{}.step': expected a count >= 0, got {}", op, key, step);
       used.insert(key + ".step");
-      states[g][i] = ParamState{step, {}};
+      states[g][i] = ParamState{Tensor::full({}, static_cast<double>(step), DType::I64, p.device()), {}};
       for (const StateSpec& s : spec) {
         const auto it = dict.find(key + "." + s.name);
         if (it != dict.end()) states[g][i]->tensors.emplace(s.name, it->second);  // copied below

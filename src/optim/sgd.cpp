@@ -23,7 +23,7 @@ std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
 struct SgdKey {
   Device device;
   DType param, grad;
-  bool first_step;
+  bool new_buffer;
   bool operator==(const SgdKey&) const = default;
 };
 
@@ -60,26 +60,28 @@ void SGD::step_group(const ParamGroup& group, std::span<Ready> ready, const ops:
   detail::Batches<SgdKey> batches;
   for (size_t i = 0; i < ready.size(); ++i) {
     Ready& r = ready[i];
-    bool first = false;
+    bool created = false;
     if (momentum != 0 && !r.state->tensors.count("momentum_buffer")) {
-      // Zeros, not empty: the step kernel loads the buffer before the first step selects the gradient.
+      // Zeros, not empty: the step kernel loads the buffer before the first step selects the gradient (torch:
+      // buf = clone(g)). That happens for a new buffer and at a count of 0 (a first step skipped on the device).
       r.state->tensors.emplace("momentum_buffer", Tensor::zeros(r.param.shape(), r.param.dtype(), r.param.device()));
-      first = true;  // torch: buf = clone(g)
+      created = true;
     }
-    batches.add({r.param.device(), r.param.dtype(), r.grad.dtype(), first}, i);
+    batches.add({r.param.device(), r.param.dtype(), r.grad.dtype(), created}, i);
   }
   for (size_t b = 0; b < batches.size(); ++b) {
     std::vector<ops::SgdSlot> slots;
     for (size_t i : batches.members(b)) {
       const auto buf = ready[i].state->tensors.find("momentum_buffer");
-      slots.push_back({ready[i].param, ready[i].grad, buf == ready[i].state->tensors.end() ? Tensor{} : buf->second});
+      slots.push_back({ready[i].param, ready[i].grad, buf == ready[i].state->tensors.end() ? Tensor{} : buf->second,
+                       ready[i].state->step});
     }
     const ops::SgdParams hp{.lr = *group.lr,
                             .momentum = momentum,
                             .dampening = group.options.at("dampening"),
                             .weight_decay = *group.weight_decay,
                             .nesterov = group.options.at("nesterov") != 0,
-                            .first_step = batches.key(b).first_step};
+                            .first_step = batches.key(b).new_buffer};  // or a slot's count of 0
     ops::sgd_step(slots, hp, scaling);
   }
 }

@@ -65,14 +65,16 @@ struct AdamWList {
   }
 };
 
+const km::AdamWHyper kHyper{1e-2, 0.9, 0.999, 1e-8, 0.1};
+
 template <class G, class M>
 void check_adamw(const std::vector<int64_t>& sizes, int misalign, km::StepGuards guards = {}) {
   AdamWList<G, M> cpu(sizes, 7), emu(sizes, 7);
   for (int64_t step = 1; step <= 3; ++step) {
-    const auto c = km::adamw_coefficients(1e-2, 0.9, 0.999, 1e-8, 0.1, step);
     const auto tc = cpu.tensors(misalign), te = emu.tensors(misalign);
-    mpt::kernels::cpu::adamw_step(tc.data(), int64_t(tc.size()), c, guards);
-    ASSERT_EQ(mpt::kernels::cuda::adamw_step(te.data(), int64_t(te.size()), c, guards, nullptr), cudaSuccess);
+    mpt::kernels::cpu::adamw_step(tc.data(), int64_t(tc.size()), kHyper, step, guards);
+    ASSERT_EQ(mpt::kernels::cuda::adamw_step(te.data(), int64_t(te.size()), kHyper, step, guards, nullptr),
+              cudaSuccess);
     ASSERT_TRUE(cpu == emu) << "step " << step << " misalign " << misalign << " tensors " << sizes.size();
   }
 }
@@ -105,10 +107,34 @@ TEST(OptimEmu, AdamWGuards) {
   // A set found_inf leaves everything untouched on the device too.
   AdamWList<float, uint8_t> before({300}, 3), after({300}, 3);
   const auto t = after.tensors(0);
-  ASSERT_EQ(mpt::kernels::cuda::adamw_step(t.data(), 1, km::adamw_coefficients(1e-2, 0.9, 0.999, 1e-8, 0.1, 1),
-                                           {nullptr, &set}, nullptr),
-            cudaSuccess);
+  ASSERT_EQ(mpt::kernels::cuda::adamw_step(t.data(), 1, kHyper, 1, {nullptr, &set}, nullptr), cudaSuccess);
   EXPECT_TRUE(before == after);
+}
+
+// Device-resident step counts (the tensors' own, torch's capturable state_steps): each tensor takes its count + 1
+// and the counts advance after the step, except when found_inf skips it; the same bits as the host step per tensor.
+TEST(OptimEmu, AdamWStepCountsLiveWithTheTensors) {
+  const std::vector<int64_t> sizes{5, 2049, 300};
+  AdamWList<float, float> cpu(sizes, 5), emu(sizes, 5), ref(sizes, 5);
+  std::vector<int64_t> cpu_steps{0, 4, 9}, emu_steps = cpu_steps;
+  const float clear = 0.0f, set = 1.0f;
+  for (int round = 0; round < 3; ++round) {
+    const float* found = round == 1 ? &set : &clear;
+    auto tc = cpu.tensors(0), te = emu.tensors(0);
+    for (size_t k = 0; k < sizes.size(); ++k) tc[k].step = &cpu_steps[k], te[k].step = &emu_steps[k];
+    mpt::kernels::cpu::adamw_step(tc.data(), int64_t(tc.size()), kHyper, 1, {nullptr, found});
+    ASSERT_EQ(mpt::kernels::cuda::adamw_step(te.data(), int64_t(te.size()), kHyper, 1, {nullptr, found}, nullptr),
+              cudaSuccess);
+    EXPECT_TRUE(cpu == emu) << "round " << round;
+    EXPECT_EQ(cpu_steps, emu_steps) << "round " << round;
+    if (round == 1) continue;  // skipped: nothing moved, no count advanced
+    auto tr = ref.tensors(0);
+    for (size_t k = 0; k < sizes.size(); ++k) {  // the reference: one call per tensor with its host step
+      mpt::kernels::cpu::adamw_step(&tr[k], 1, kHyper, cpu_steps[k], {});
+    }
+    EXPECT_TRUE(cpu == ref) << "round " << round;
+  }
+  EXPECT_EQ(cpu_steps, (std::vector<int64_t>{2, 6, 11}));
 }
 
 TEST(OptimEmu, AdamW8bitNonFiniteGradientsMatchCpu) {
@@ -117,10 +143,10 @@ TEST(OptimEmu, AdamW8bitNonFiniteGradientsMatchCpu) {
     l->g[0][5] = std::numeric_limits<float>::quiet_NaN();
     l->g[0][599] = -std::numeric_limits<float>::infinity();
   }
-  const auto c = km::adamw_coefficients(1e-3, 0.9, 0.999, 1e-8, 0.0, 1);
+  const km::AdamWHyper h{1e-3, 0.9, 0.999, 1e-8, 0.0};
   const auto tc = cpu.tensors(0), te = emu.tensors(0);
-  mpt::kernels::cpu::adamw_step(tc.data(), 1, c, {});
-  ASSERT_EQ(mpt::kernels::cuda::adamw_step(te.data(), 1, c, {}, nullptr), cudaSuccess);
+  mpt::kernels::cpu::adamw_step(tc.data(), 1, h, 1, {});
+  ASSERT_EQ(mpt::kernels::cuda::adamw_step(te.data(), 1, h, 1, {}, nullptr), cudaSuccess);
   EXPECT_TRUE(cpu == emu);
 }
 
@@ -184,10 +210,10 @@ TEST(OptimEmu, UnscaleMatchesCpuBitForBit) {
 TEST(OptimEmu, RejectsInvalidArguments) {
   float x = 0;
   const km::AdamWTensor<float, float, float> bad{&x, &x, &x, &x, nullptr, nullptr, -1};
-  const auto c = km::adamw_coefficients(1e-3, 0.9, 0.999, 1e-8, 0.0, 1);
-  EXPECT_EQ(mpt::kernels::cuda::adamw_step(&bad, 1, c, {}, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ((mpt::kernels::cuda::adamw_step<float, float>(nullptr, 2, c, {}, nullptr)), cudaErrorInvalidValue);
-  EXPECT_EQ((mpt::kernels::cuda::adamw_step<float, float>(nullptr, 0, c, {}, nullptr)), cudaSuccess);
+  const km::AdamWHyper h{1e-3, 0.9, 0.999, 1e-8, 0.0};
+  EXPECT_EQ(mpt::kernels::cuda::adamw_step(&bad, 1, h, 1, {}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ((mpt::kernels::cuda::adamw_step<float, float>(nullptr, 2, h, 1, {}, nullptr)), cudaErrorInvalidValue);
+  EXPECT_EQ((mpt::kernels::cuda::adamw_step<float, float>(nullptr, 0, h, 1, {}, nullptr)), cudaSuccess);
   float* grads[1] = {&x};
   const int64_t n[1] = {1};
   EXPECT_EQ(mpt::kernels::cuda::unscale_check<float>(grads, n, 1, nullptr, &x, nullptr), cudaErrorInvalidValue);

@@ -102,15 +102,15 @@ TEST(AdamW, ParameterWithoutGradientIsSkippedAndKeepsItsStepCount) {
       opt.step();
       EXPECT_TRUE(same_bits(b, before));
       EXPECT_TRUE(same_bits(opt.state(0, 1)->tensors.at("exp_avg"), m_before));
-      EXPECT_EQ(opt.state(0, 1)->step, 1);
+      EXPECT_EQ(opt.state(0, 1)->steps(), 1);
       continue;
     }
     set_grad(b, gb, DType::F64);
     rb.update(gb, cfg);
     opt.step();
   }
-  EXPECT_EQ(opt.state(0, 0)->step, 3);
-  EXPECT_EQ(opt.state(0, 1)->step, 2);
+  EXPECT_EQ(opt.state(0, 0)->steps(), 3);
+  EXPECT_EQ(opt.state(0, 1)->steps(), 2);
   expect_close(a, ra.p, 1e-13, 1.0, "a");
   expect_close(b, rb.p, 1e-13, 1.0, "b");
 }
@@ -175,14 +175,18 @@ TEST(AdamW, GradScalingUnscalesAndFoundInfSkipsTheStep) {
   set_grad(p, g, DType::F32);
   set_grad(q, g4, DType::F32);
   const Tensor inv = Tensor::full({1}, 0.25), found = Tensor::full({1}, 1.0), none = Tensor::zeros({1});
-  // found_inf: nothing changes, no state is created, no count advances.
+  // found_inf: the kernels skip on the device: nothing changes and the count does not advance. The state exists
+  // (created at the first attempted step, as torch's fused optimizers do) with count 0 and zero moments.
   opt_q.step({.grad_scale_inv = inv, .found_inf = found});
   EXPECT_EQ(q.to_vector<double>(), p0);
-  EXPECT_EQ(opt_q.state(0, 0), nullptr);
+  ASSERT_NE(opt_q.state(0, 0), nullptr);
+  EXPECT_EQ(opt_q.state(0, 0)->steps(), 0);
+  EXPECT_EQ(opt_q.state(0, 0)->tensors.at("exp_avg").to_vector<double>(), std::vector<double>(8, 0.0));
+  EXPECT_EQ(opt_q.state(0, 0)->tensors.at("exp_avg_sq").to_vector<double>(), std::vector<double>(8, 0.0));
   opt_p.step();
   opt_q.step({.grad_scale_inv = inv, .found_inf = none});
   EXPECT_TRUE(same_bits(p, q));  // 4 g * 0.25 == g exactly
-  EXPECT_EQ(opt_q.state(0, 0)->step, 1);
+  EXPECT_EQ(opt_q.state(0, 0)->steps(), 1);
 }
 
 TEST(AdamW, InvalidHyperparametersThrowWithTheirValues) {

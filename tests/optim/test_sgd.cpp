@@ -67,7 +67,7 @@ void run_against_reference(const SgdConfig& c, DType dtype, double rel) {
     if (c.momentum != 0) {
       expect_close(opt.state(0, 0)->tensors.at("momentum_buffer"), ra.buf, rel, 1.0, "momentum buffer of a");
     }
-    EXPECT_EQ(opt.state(0, 0)->step, s + 1);
+    EXPECT_EQ(opt.state(0, 0)->steps(), s + 1);
   }
 }
 

@@ -33,15 +33,32 @@ struct GradScalerOptions {
 // Per optimizer, between two update() calls: READY -> (unscale_) UNSCALED -> (step) STEPPED.
 enum class OptStage : uint8_t { Ready, Unscaled, Stepped };
 
+// What GradScaler::step returns: whether the optimizer stepped. The skip itself happens on the device; only
+// converting this to bool reads found_inf on the host (on CUDA: waits for the device). Ignore it to keep the step
+// free of host round trips.
+class StepResult {
+ public:
+  StepResult(bool stepped) : known_(true), stepped_(stepped) {}  // NOLINT: implicit, like the bool it was
+  explicit StepResult(Tensor found_inf) : found_(std::move(found_inf)) {}
+  operator bool() const;  // NOLINT: implicit, so `if (scaler.step(opt))` and vector<bool> keep working
+
+ private:
+  Tensor found_;
+  bool known_ = false;
+  bool stepped_ = true;
+};
+
 // torch.amp.GradScaler. Usage per iteration:
 //   scaler.scale(loss).backward();
 //   scaler.unscale_(opt);                      // optional: clip or inspect the true gradients here
 //   scaler.step(opt);                          // skipped when a gradient holds an inf or NaN
 //   scaler.update();
-// The scale (f32) and the trackers (i32) are host values, exactly what torch keeps in its tensors; the scale and
-// its inverse are mirrored into 0-d f32 tensors on the scaler's device, rewritten only when the scale changes.
-// unscale_ runs on the gradients' devices without a host sync; step reads found_inf on the host (one sync per
-// device, as torch's step does), and update() uses those host values (no further sync).
+// The scale, its inverse (f32) and the trackers (i32) live in tensors on the scaler's device, as torch keeps them.
+// unscale_, step and update() run there without a host round trip: the optimizer's kernels skip a step whose
+// found_inf is set (and do not count it), and update() is one kernel (torch's _amp_update_scale_). Reading the
+// state on the host (get_scale, the trackers, scale_collapsed, collapse_count, state_dict, a StepResult as bool)
+// waits for the device. Exception: an optimizer whose gradients span several devices is stepped or skipped by a
+// host read of found_inf.
 class GradScaler {
  public:
   GradScaler() : GradScaler(GradScalerOptions{}) {}
@@ -58,9 +75,10 @@ class GradScaler {
   // (checked before the multiply). Throws if already called for this optimizer since the last update() or after
   // step(), or for an f16 gradient (master weights: the optimizer's parameters hold f32 gradients).
   void unscale_(optim::Optimizer& optimizer);
-  // unscale_ unless already done; then optimizer.step() unless an inf/NaN was found. Returns whether it stepped.
-  // Throws if called twice for one optimizer before update(), or when the optimizer has no gradient at all.
-  bool step(optim::Optimizer& optimizer);
+  // unscale_ unless already done; then optimizer.step() with found_inf, which skips the step on the device when an
+  // inf/NaN was found. Returns whether it stepped (lazily: see StepResult). Throws if called twice for one
+  // optimizer before update(), or when the optimizer has no gradient at all.
+  StepResult step(optim::Optimizer& optimizer);
   // Sums found_inf over every optimizer unscaled since the last update: non-zero backs the scale off
   // (scale = float(scale * backoff), growth tracker 0; see hysteresis and min_scale); zero increments the growth
   // tracker and, when tracker + 1 == growth_interval, sets scale = float(scale * growth) unless that is inf and
@@ -77,8 +95,8 @@ class GradScaler {
   }
 
   double get_scale() const;  // 1 when disabled
-  int32_t growth_tracker() const { return enabled_ ? tracker_ : 0; }
-  int32_t hysteresis_tracker() const { return hysteresis_left_; }  // overflows left before the next backoff
+  int32_t growth_tracker() const;
+  int32_t hysteresis_tracker() const;  // overflows left before the next backoff
   OptStage stage(const optim::Optimizer& optimizer) const;
   const Tensor& scale_tensor() const { return scale_t_; }  // 0-d f32 on device()
   Device device() const { return device_; }
@@ -100,8 +118,9 @@ class GradScaler {
   // The scale is at its floor: below 2^-24 (the smallest f16 subnormal; 0 included) or, with min_scale > 0, at
   // most min_scale. Every overflow then leaves the scale where it is and every such step is skipped.
   bool scale_collapsed() const;
-  // Updates whose backoff ended at the floor, since construction. The first one prints a warning on stderr.
-  int64_t collapse_count() const { return collapse_count_; }
+  // Updates whose backoff ended at the floor, since construction. The first one prints a warning on stderr (on
+  // the CPU at that update; on CUDA at the next host read of the scaler's state).
+  int64_t collapse_count() const;
 
   // "scale" (0-d f32), "growth_tracker", "hysteresis_tracker" (0-d i32), "growth_factor", "backoff_factor",
   // "min_scale" (0-d f64), "growth_interval", "hysteresis" (0-d i64). Empty when disabled (like torch).
@@ -115,28 +134,29 @@ class GradScaler {
   struct OptState {
     OptStage stage = OptStage::Ready;
     std::vector<Tensor> found_inf;  // one 0-d f32 per device holding gradients
-    bool found_read = false;        // found_sum holds the host sum of found_inf
-    float found_sum = 0.0f;
+    bool reduced = false;           // the found_inf reduction hook has run over found_inf
   };
-  float found_sum(OptState& st) const;
+  // The host's view of the device state (one read; prints the collapse warning once).
+  struct HostState {
+    float scale;
+    int32_t tracker, hysteresis_left, collapses;
+  };
+  HostState read() const;
+  const std::vector<Tensor>& found_inf(OptState& st) const;  // after the reduction hook
   void set_scale(float s);
-  bool at_floor(float s) const;
 
   Device device_;
   bool enabled_;
-  float scale_;
-  int32_t tracker_ = 0;
-  int32_t hysteresis_left_;
   double growth_factor_;
   double backoff_factor_;
   int64_t growth_interval_;
   int64_t hysteresis_;
   double min_scale_;
-  int64_t collapse_count_ = 0;
-  bool warned_ = false;
+  mutable bool warned_ = false;
   std::function<void(std::vector<Tensor>&)> found_inf_reduction_;
-  Tensor scale_t_;  // 0-d f32 mirrors of scale_ and float(1 / double(scale_)) on device_
-  Tensor inv_t_;
+  Tensor scale_t_;     // 0-d f32 on device_
+  Tensor inv_t_;       // 0-d f32: float(1 / double(scale))
+  Tensor trackers_t_;  // i32 [3]: growth tracker, overflows left before a backoff, backoffs that hit the floor
   std::map<const optim::Optimizer*, OptState> states_;
 };
 

@@ -34,7 +34,7 @@ struct AdamWParams {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
-  int64_t step = 1;  // the step being taken, counting from 1 (bias corrections 1 - beta^step)
+  int64_t step = 1;  // the step being taken, counting from 1 (bias corrections 1 - beta^step); see AdamWSlot::step
 };
 
 // One parameter: its F32 master (F64 on the CPU reference path), its gradient (F32, BF16 or F16, converted on
@@ -44,6 +44,10 @@ struct AdamWSlot {
   Tensor param;
   Tensor grad;
   AdamWState state;
+  // Optional (all slots or none): a 0-d i64 on the parameter's device counting the steps this parameter took.
+  // The step then reads it (step + 1; params.step is ignored) and advances it on the device, unless found_inf
+  // skips the step: the host never needs to know whether a step was skipped (torch's capturable/fused state_steps).
+  Tensor step;
 };
 
 // What a GradScaler hands a step; both optional, F32 with one element, on the parameters' device (nothing is
@@ -77,6 +81,7 @@ struct SgdSlot {
   Tensor param;
   Tensor grad;
   Tensor momentum_buffer;
+  Tensor step;  // optional, as AdamWSlot::step: a count of 0 also makes it the first step (as params.first_step)
 };
 
 // g += wd p; buf = first_step ? g : momentum buf + (1 - dampening) g; g = nesterov ? g + momentum buf : buf;
@@ -90,6 +95,24 @@ void sgd_step(std::span<const SgdSlot> slots, const SgdParams& params, const Gra
 // in place unless inv_scale == 1 (then the gradients keep their exact bits). found_inf and inv_scale: F32 with one
 // element on the gradients' device. Gradients must be contiguous.
 void non_finite_check_and_unscale_(std::span<const Tensor> grads, const Tensor& found_inf, const Tensor& inv_scale);
+
+// torch's _amp_update_scale_ with hysteresis and a floor (kernels/math/optim.h grad_scaler_update), on the
+// state's device without a host read: scale and inv (f32, one element), trackers (i32 [3]: growth tracker,
+// overflows left before a backoff, backoffs that ended at the floor), updated in place from the sum of found_infs
+// (f32, one element each, on the same device; at most 8).
+struct ScaleUpdateParams {
+  double growth_factor = 2.0, backoff_factor = 0.5, min_scale = 0.0;
+  int64_t growth_interval = 2000, hysteresis = 1;
+};
+void amp_update_scale_(const Tensor& scale, const Tensor& inv, const Tensor& trackers,
+                       std::span<const Tensor> found_infs, const ScaleUpdateParams& params);
+
+// Gradient clipping's coefficient on the tensors' device, without a host read: min(max_norm / (total + 1e-6), 1)
+// in f32 as torch computes it from an f32 norm (NaN stays NaN); f64 for an f64 total (the CPU reference path).
+Tensor clip_coefficient(const Tensor& total_norm, double max_norm);
+// Every tensor (contiguous, one device and dtype) multiplied in place by the 0-d `factor` on their device (f32;
+// f64 for f64 tensors), one multi-tensor launch; a factor of exactly 1 keeps their bits.
+void mul_(std::span<const Tensor> tensors, const Tensor& factor);
 
 // The bitsandbytes dynamic quantization map (256 sorted F32 values on the CPU): signed for m, unsigned for v.
 Tensor dynamic_quantization_map(bool is_signed);

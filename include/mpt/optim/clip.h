@@ -9,15 +9,16 @@
 namespace mpt::optim {
 
 // total = ops::global_l2_norm of every defined gradient of `params` (parameters without one are ignored);
-// coef = min(max_norm / (total + 1e-6), 1), computed in double on the host (one read of the norm); when coef < 1
-// every gradient is multiplied by it in place, otherwise the gradients keep their exact bits. Returns total
+// coef = min(max_norm / (total + 1e-6), 1) in f32 on the gradients' device (ops::clip_coefficient: nothing is read
+// back to the host); every gradient is multiplied by it in place (a coefficient of 1 keeps their bits). Returns total
 // (0-d, f32, or f64 for f64 gradients, on the gradients' device; a 0-d f32 zero on the CPU when there are none).
 // A non-finite total is not an error (torch's error_if_nonfinite=False): inf gives coef 0 (finite gradients
 // become zeros, infinite ones NaN) and NaN makes every gradient NaN, so check the returned norm and skip the step.
 // max_norm must be >= 0 (torch does not check).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 // The same over gradients sharded across processes (ZeRO): `combine` maps this process's sum of squares to the
-// global one (a SUM all-reduce); every process then scales its own gradients by the same coef.
+// global one (a SUM all-reduce); every process then scales its own gradients by the same coef (computed in double on
+// the host: this overload reads the local norm, one synchronisation).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        const std::function<double(double local_sum_of_squares)>& combine);
 

@@ -32,10 +32,13 @@ struct ParamGroup {
 // other trainable ones (decay 0). Frozen parameters (requires_grad false) are left out; names are kept.
 std::vector<ParamGroup> weight_decay_groups(const std::vector<nn::NamedParameter>& params, double weight_decay);
 
-// A parameter's state: its step count (steps taken) and named tensors ("exp_avg", "momentum_buffer", ...).
+// A parameter's state: its step count (steps taken: a 0-d i64 on the parameter's device, advanced by the step
+// kernels themselves so that a step skipped on the device does not count) and named tensors ("exp_avg",
+// "momentum_buffer", ...).
 struct ParamState {
-  int64_t step = 0;
+  Tensor step;
   std::map<std::string, Tensor> tensors;
+  int64_t steps() const { return step.item<int64_t>(); }  // on CUDA: waits for the device
 };
 
 class Optimizer {
@@ -46,8 +49,10 @@ class Optimizer {
 
   // One update of every parameter that requires grad and has a gradient; the others are skipped and their
   // state (step count included) is left alone. State is created at a parameter's first step.
-  // scaling (from a GradScaler): grad_scale_inv multiplies every gradient; when found_inf is defined it is read
-  // on the host (one sync) and a non-zero value skips the whole step (no state created, no count advanced).
+  // scaling (from a GradScaler): grad_scale_inv multiplies every gradient; when found_inf is defined and holds a
+  // non-zero value the kernels skip the step on the device (parameters, moments and step counts keep their bits;
+  // state is still created at a parameter's first attempted step, with count 0, as torch's fused optimizers do).
+  // Nothing is read back to the host.
   void step(const ops::GradScaling& scaling = {});
   // Clears every parameter's gradient: to undefined (the next backward allocates), or to zeros in place.
   void zero_grad(bool set_to_none = true);
@@ -96,7 +101,7 @@ class Optimizer {
     Tensor grad;
     ParamState* state;
   };
-  // Updates the ready parameters of one group; the base then advances their step counts.
+  // Updates the ready parameters of one group (the kernels advance their step counts).
   virtual void step_group(const ParamGroup& group, std::span<Ready> ready, const ops::GradScaling& scaling) = 0;
 
  private:
