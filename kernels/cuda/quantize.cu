@@ -32,7 +32,7 @@ cudaError_t zero_amax(float* amax, cudaStream_t stream) {
 }
 
 template <class T, bool kVec>
-__global__ void __launch_bounds__(kPackThreads) amax_kernel(const T* x, int64_t n, unsigned* out) {
+__global__ void __launch_bounds__(kPackThreads) amax_kernel(const T* x, int64_t n, unsigned* out, bool ignore_nan) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   unsigned m = 0;
@@ -41,15 +41,32 @@ __global__ void __launch_bounds__(kPackThreads) amax_kernel(const T* x, int64_t 
     for (int64_t i = tid; i < packs; i += stride) {
       const Pack8<T> a = load8(x + i * 8);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) m = UMaxOp{}(m, math::abs_bits(a.v[k]));
+      for (int k = 0; k < 8; ++k) m = UMaxOp{}(m, math::amax_bits(a.v[k], ignore_nan));
     }
     const int64_t tail = packs * 8 + tid;
-    if (tail < n) m = UMaxOp{}(m, math::abs_bits(x[tail]));
+    if (tail < n) m = UMaxOp{}(m, math::amax_bits(x[tail], ignore_nan));
   } else {
-    for (int64_t i = tid; i < n; i += stride) m = UMaxOp{}(m, math::abs_bits(x[i]));
+    for (int64_t i = tid; i < n; i += stride) m = UMaxOp{}(m, math::amax_bits(x[i], ignore_nan));
   }
   block_amax_to(m, out);
 }
+
+struct DelayedTable {
+  static constexpr int kMax = 3072 / sizeof(DelayedUpdateEntry);  // keeps the arguments under 4 KiB
+  DelayedUpdateEntry entries[kMax];
+  int32_t count;
+};
+
+// One thread per tensor: its history rolls in place (sequential over the history, as the CPU loop).
+__global__ void delayed_update_kernel(const DelayedTable table) {
+  const int k = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (k >= table.count) return;
+  const DelayedUpdateEntry e = table.entries[k];
+  math::delayed_scaling_update(e.update, e.history, *e.amax, e.scale, e.scale_inv);
+}
+
+// *into = max(*into, *amax) for non-negative, non-NaN amaxes (their bits order like integers).
+__global__ void fold_amax_kernel(const float* amax, float* into) { *into = fmaxf(*into, *amax); }
 
 __global__ void scale_kernel(const float* amax, float* scale, float* scale_inv, math::ScaleFromAmax f) {
   const float s = f(*amax);
@@ -66,6 +83,7 @@ struct QuantizeParams {
   float* scale_inv;  // optional
   unsigned* amax;    // optional, zeroed before the launch
   Fp8Saturation sat;
+  bool ignore_nan;   // the amax skips NaN elements
 };
 
 template <class Q, class T, bool kVec>
@@ -82,19 +100,19 @@ __global__ void __launch_bounds__(kPackThreads) quantize_kernel(QuantizeParams<Q
       Pack8<Q> b;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        m = UMaxOp{}(m, math::abs_bits(a.v[k]));
+        m = UMaxOp{}(m, math::amax_bits(a.v[k], p.ignore_nan));
         b.v[k] = math::quantize_value<Q>(a.v[k], s, p.sat);
       }
       store8(p.q + i * 8, b);
     }
     const int64_t tail = packs * 8 + tid;
     if (tail < p.n) {
-      m = UMaxOp{}(m, math::abs_bits(p.x[tail]));
+      m = UMaxOp{}(m, math::amax_bits(p.x[tail], p.ignore_nan));
       p.q[tail] = math::quantize_value<Q>(p.x[tail], s, p.sat);
     }
   } else {
     for (int64_t i = tid; i < p.n; i += stride) {
-      m = UMaxOp{}(m, math::abs_bits(p.x[i]));
+      m = UMaxOp{}(m, math::amax_bits(p.x[i], p.ignore_nan));
       p.q[i] = math::quantize_value<Q>(p.x[i], s, p.sat);
     }
   }
@@ -111,6 +129,7 @@ struct TransposeParams {
   float* scale_inv;  // optional
   unsigned* amax;    // optional, zeroed before the launch
   Fp8Saturation sat;
+  bool ignore_nan;
 };
 
 // One 32 x 32 tile per block: coalesced reads of x and writes of q along rows, the codes staged in shared
@@ -130,7 +149,7 @@ __global__ void __launch_bounds__(kTile * kTileRowsPerPass) quantize_transpose_k
     const int64_t r = r0 + k, c = c0 + tx;
     if (r < p.rows && c < p.cols) {
       const T v = p.x[r * p.cols + c];
-      m = UMaxOp{}(m, math::abs_bits(v));
+      m = UMaxOp{}(m, math::amax_bits(v, p.ignore_nan));
       const Q code = math::quantize_value<Q>(v, s, p.sat);
       p.q[r * p.cols + c] = code;
       tile[k][tx] = code.bits;
@@ -238,14 +257,32 @@ __global__ void __launch_bounds__(kPackThreads) dequantize_blockwise_kernel(cons
 }  // namespace
 
 template <class T>
-cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream) {
+cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool ignore_nan) {
   if (n < 0 || amax == nullptr || (n > 0 && x == nullptr)) return cudaErrorInvalidValue;
   cudaError_t e = zero_amax(amax, stream);
   if (e != cudaSuccess || n == 0) return e;
   const bool vec = pack8_aligned(x);
   const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
-  return vec ? launch(amax_kernel<T, true>, config, x, n, amax_bits_ptr(amax))
-             : launch(amax_kernel<T, false>, config, x, n, amax_bits_ptr(amax));
+  return vec ? launch(amax_kernel<T, true>, config, x, n, amax_bits_ptr(amax), ignore_nan)
+             : launch(amax_kernel<T, false>, config, x, n, amax_bits_ptr(amax), ignore_nan);
+}
+
+cudaError_t delayed_scaling_update(const DelayedUpdateEntry* entries, int64_t count, cudaStream_t stream) {
+  if (count < 0 || (count > 0 && entries == nullptr)) return cudaErrorInvalidValue;
+  DelayedTable table;
+  for (int64_t k0 = 0; k0 < count; k0 += DelayedTable::kMax) {
+    table.count = static_cast<int32_t>(count - k0 < DelayedTable::kMax ? count - k0 : DelayedTable::kMax);
+    for (int32_t k = 0; k < table.count; ++k) table.entries[k] = entries[k0 + k];
+    const unsigned blocks = static_cast<unsigned>((table.count + 63) / 64);
+    const cudaError_t e = launch(delayed_update_kernel, LaunchConfig{dim3(blocks), dim3(64), 0, stream}, table);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t fold_amax(const float* amax, float* into, cudaStream_t stream) {
+  if (amax == nullptr || into == nullptr) return cudaErrorInvalidValue;
+  return launch(fold_amax_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, amax, into);
 }
 
 cudaError_t scale_from_amax(const float* amax, float* scale, float* scale_inv, const math::ScaleFromAmax& f,
@@ -263,7 +300,7 @@ cudaError_t quantize(const T* x, Q* q, int64_t n, const QuantizeArgs& args, cuda
   }
   const bool vec = pack8_aligned(x) && pack8_aligned(q);
   const QuantizeParams<Q, T> p{x, q, n, args.scale, args.scale_inv, args.amax ? amax_bits_ptr(args.amax) : nullptr,
-                               args.sat};
+                               args.sat, args.amax_ignore_nan};
   const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
   return vec ? launch(quantize_kernel<Q, T, true>, config, p) : launch(quantize_kernel<Q, T, false>, config, p);
 }
@@ -284,7 +321,7 @@ cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const 
   const TransposeParams<Q, T> p{x,          q,         qt,
                                 dims.rows,  dims.cols, col_tiles,
                                 args.scale, args.scale_inv, args.amax ? amax_bits_ptr(args.amax) : nullptr,
-                                args.sat};
+                                args.sat,   args.amax_ignore_nan};
   // An empty matrix still runs one (idle) block, so scale_inv is written.
   const LaunchConfig config{dim3(static_cast<unsigned>(tiles > 0 ? tiles : 1)), dim3(kTile, kTileRowsPerPass), 0,
                             stream};
@@ -342,7 +379,7 @@ cudaError_t dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, c
   template cudaError_t dequantize_blockwise<T, Q>(const Q*, T*, const float*, const math::BlockScaleLayout&,       \
                                                   cudaStream_t);
 #define MPT_INSTANTIATE_T(T)                                               \
-  template cudaError_t amax<T>(const T*, int64_t, float*, cudaStream_t); \
+  template cudaError_t amax<T>(const T*, int64_t, float*, cudaStream_t, bool); \
   MPT_INSTANTIATE_QT(f8e4m3, T)                                            \
   MPT_INSTANTIATE_QT(f8e5m2, T)
 MPT_INSTANTIATE_T(float)

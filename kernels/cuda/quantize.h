@@ -24,7 +24,22 @@ cudaError_t convert(const Src* src, Dst* dst, int64_t n, Fp8Saturation sat, cuda
 // *amax = max |x| (the canonical NaN if any element is NaN; 0 for n == 0). Block reductions and an
 // atomicMax on the float's bits, which is order-independent: deterministic.
 template <class T>
-cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream);
+cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool ignore_nan = false);
+
+// One delayed-scaling update (math::delayed_scaling_update) per entry, all on the device: the history rolls in
+// place, the scale and its inverse are rewritten. Entries travel as kernel arguments (several launches for long
+// lists); every pointer is a device pointer.
+struct DelayedUpdateEntry {
+  float* history;
+  const float* amax;  // this step's (possibly all-reduced) amax; may point at history[0]
+  float* scale;
+  float* scale_inv;
+  math::DelayedUpdate update;
+};
+cudaError_t delayed_scaling_update(const DelayedUpdateEntry* entries, int64_t count, cudaStream_t stream);
+
+// *into = fmax(*into, *amax) (one thread): a cached FP8 weight's amax recorded into its meta's history.
+cudaError_t fold_amax(const float* amax, float* into, cudaStream_t stream);
 
 // *scale = f(*amax) and, when scale_inv is not null, *scale_inv = 1 / *scale (one thread).
 cudaError_t scale_from_amax(const float* amax, float* scale, float* scale_inv, const math::ScaleFromAmax& f,
@@ -35,6 +50,7 @@ struct QuantizeArgs {
   float* scale_inv = nullptr;                   // optional: receives 1 / *scale
   float* amax = nullptr;                        // optional: receives amax(x) of the input
   Fp8Saturation sat = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or Inf (E5M2)
+  bool amax_ignore_nan = false;                 // the amax skips NaN elements (TE's fmaxf reduction)
 };
 
 // q[i] = fp8(x[i] * scale) for i < n.

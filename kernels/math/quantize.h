@@ -31,6 +31,42 @@ MPT_HD MPT_INLINE float amax_from_bits(uint32_t bits) {
   return numerics_detail::bit_cast<float>(canonical_amax_bits(bits));
 }
 
+// TransformerEngine's amax (an fmaxf reduction) ignores NaN elements and keeps Inf: a NaN's bits count as 0.
+template <class T>
+MPT_HD MPT_INLINE uint32_t amax_bits(T x, bool ignore_nan) {
+  const uint32_t b = abs_bits(x);
+  return ignore_nan && b > kInfBits ? 0u : b;
+}
+
+// ---- delayed scaling: one tensor's update from its amax history (scaling-spec B1, TE's kernel_bulk)
+// h: the history [len] ([0] this step's amax, then past ones, newest last); buf: this step's (possibly all-reduced)
+// amax. An amax of 0 leaves everything untouched (the tensor was quantized nowhere this step). Otherwise the scale
+// comes from the history's max (algo_max) or this amax, before the history rolls. fmax drops NaN.
+struct DelayedUpdate {
+  int64_t len;
+  bool algo_max;
+  int margin;
+  float fp8_max;
+};
+MPT_HD MPT_INLINE void delayed_scaling_update(const DelayedUpdate& u, float* h, float buf, float* scale,
+                                              float* scale_inv) {
+  const float a = buf != 0.0f ? buf : h[0];
+  if (a == 0.0f) return;
+  float amax_max = a;
+  for (int64_t i = 1; i < u.len; ++i) amax_max = fmaxf(amax_max, h[i]);
+  for (int64_t i = 1; i + 1 < u.len; ++i) h[i] = h[i + 1];
+  if (u.len > 1) h[u.len - 1] = a;
+  h[0] = 0.0f;
+  const float amax = u.algo_max ? amax_max : a;
+  const uint32_t bits = numerics_detail::bit_cast<uint32_t>(amax);
+  if ((bits & kInfBits) == kInfBits || !(amax > 0.0f)) return;  // Inf or NaN or 0: the scale stays
+  const float factor = numerics_detail::bit_cast<float>(static_cast<uint32_t>(127 - u.margin) << 23);
+  float s = (u.fp8_max * factor) / amax;
+  if ((numerics_detail::bit_cast<uint32_t>(s) & kAbsMask) == kInfBits) s = 0x1.fffffep127f;
+  *scale = s;
+  *scale_inv = 1.0f / s;
+}
+
 // ---- scale from amax (TransformerEngine's compute_scale_from_amax, recipe_common.cuh)
 // s = (fp8_max * 2^-margin) / amax, one IEEE division. amax 0, Inf or NaN -> s = 1 (nothing to scale by);
 // an overflowing quotient (tiny amax) -> FLT_MAX; power_of_2 floors s to a power of two (keeps only the
@@ -39,8 +75,10 @@ struct ScaleFromAmax {
   float fp8_max = kE4M3Max;
   int margin = 0;  // 0..64
   bool power_of_2 = false;
+  float epsilon = 0.0f;  // TE's amax_epsilon: a smaller amax counts as epsilon
 
   MPT_HD MPT_INLINE float operator()(float amax) const {
+    if (amax < epsilon) amax = epsilon;
     const uint32_t a = numerics_detail::bit_cast<uint32_t>(amax);
     if (amax == 0.0f || (a & kInfBits) == kInfBits) return 1.0f;
     const float factor = numerics_detail::bit_cast<float>(static_cast<uint32_t>(127 - margin) << 23);

@@ -39,10 +39,9 @@ float amax_ignore_nan(const Tensor& x) {
   return m;
 }
 
-void Fp8TensorMeta::record_amax(float amax) {
-  if (!(amax > current_amax())) return;  // also for NaN
-  amax_history.slice(0, 0, 1).fill_(amax);
-}
+void Fp8TensorMeta::record_amax(const Tensor& amax) { ops::fold_amax_(amax_history.slice(0, 0, 1), amax); }
+
+void Fp8TensorMeta::record_amax(float amax) { record_amax(Tensor::full({}, amax, DType::F32, amax_history.device())); }
 
 float Fp8TensorMeta::current_amax() const { return amax_history.select(0, 0).item<float>(); }
 

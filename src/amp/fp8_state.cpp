@@ -4,29 +4,12 @@
 #include <utility>
 
 #include "mpt/amp/fp8.h"
+#include "mpt/ops/cast.h"
 
 namespace mpt::amp {
 namespace {
 
 Tensor host_snapshot(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
-
-// One meta's update from its (possibly reduced) amax `buf`: spec B1, TE kernel_bulk. h is the host history.
-// Returns false when the meta is left untouched (amax 0: the tensor was quantized nowhere this step).
-bool update_one(float* h, int64_t len, float buf, const DelayedScaling& r, float fp8_max_value, float& scale) {
-  const float a = buf != 0.0f ? buf : h[0];
-  if (a == 0.0f) return false;
-  float amax_max = a;  // over hist[1..L-1] and a, before the roll; fmax drops NaN
-  for (int64_t i = 1; i < len; ++i) amax_max = std::fmax(amax_max, h[i]);
-  for (int64_t i = 1; i + 1 < len; ++i) h[i] = h[i + 1];
-  if (len > 1) h[len - 1] = a;
-  h[0] = 0.0f;
-  const float amax = r.algo == AmaxAlgo::Max ? amax_max : a;
-  if (std::isfinite(amax) && amax > 0.0f) {
-    const float s = std::ldexp(fp8_max_value, -r.margin) / amax;
-    scale = std::isinf(s) ? FLT_MAX : s;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -87,28 +70,27 @@ void Fp8ScalingState::update() {
   if (r == nullptr) return;
   ++num_updates_;
   if (metas_.empty()) return;
-  std::vector<Tensor> amaxes;
+  std::vector<Tensor> amaxes;  // this step's amax per meta: the history's current slot, or the hook's result
   amaxes.reserve(metas_.size());
-  for (const auto& m : metas_) amaxes.push_back(m->amax_history.select(0, 0).clone());
+  for (const auto& m : metas_) amaxes.push_back(m->amax_history.slice(0, 0, 1));
   if (reduction_) {
+    for (Tensor& a : amaxes) a = a.reshape({}).clone();
     reduction_(amaxes);
     MPT_CHECK(amaxes.size() == metas_.size(), "[fp8] the amax reduction must leave {} amaxes, left {}",
               metas_.size(), amaxes.size());
   }
+  std::vector<ops::DelayedScalingSlot> slots;
+  slots.reserve(metas_.size());
   for (size_t j = 0; j < metas_.size(); ++j) {
     Fp8TensorMeta& m = *metas_[j];
     MPT_CHECK(amaxes[j].defined() && amaxes[j].numel() == 1 && amaxes[j].dtype() == DType::F32,
               "[fp8] the amax reduction must leave one f32 element per tensor, got {} for '{}'",
               amaxes[j].defined() ? amaxes[j].meta_str() : std::string("undefined"), m.name);
-    const float buf = amaxes[j].item<float>();
-    const bool on_host = m.amax_history.device().is_cpu();
-    Tensor hist = on_host ? m.amax_history : m.amax_history.to(Device::cpu());
-    float scale = m.scale.item<float>();
-    if (!update_one(hist.data<float>(), hist.numel(), buf, *r, fp8_max(m.dtype), scale)) continue;
-    if (!on_host) m.amax_history.copy_(hist);
-    m.scale.fill_(scale);
-    m.scale_inv.fill_(1.0f / scale);
+    const Tensor a = amaxes[j].device() == device_ ? amaxes[j].contiguous() : amaxes[j].to(device_);
+    slots.push_back({m.amax_history, a, m.scale, m.scale_inv, fp8_max(m.dtype)});
+    ++m.scale_version;
   }
+  ops::delayed_scaling_update_(slots, r->algo == AmaxAlgo::Max, r->margin);  // one kernel, no host read
 }
 
 std::map<std::string, Tensor> Fp8ScalingState::state_dict() const {
@@ -150,6 +132,7 @@ void Fp8ScalingState::load_state_dict(const std::map<std::string, Tensor>& dict,
     }
   }
   for (auto& [target, value] : copies) target.copy_(value);
+  for (const auto& m : metas_) ++m->scale_version;
 }
 
 void Fp8ScalingState::set_collect_telemetry(bool on) {

@@ -110,14 +110,13 @@ std::shared_ptr<const ops::Fp8Weight> fp8_weight_copy(const Tensor& master, cons
   auto it = c.fp8_entries.find(key);
   if (it != c.fp8_entries.end()) {
     const Fp8Entry& e = it->second;
-    // Delayed: the scale the codes were made with must still be the meta's (see the header: update() without an
-    // optimizer step in between leaves the copy cached while the scale moves).
+    // Delayed: the codes must have been made under the meta's current scale version (update() and load_state_dict
+    // bump it, on the host: no read of the device). Within a version the miss already recorded W's amax into the
+    // history slot, which only those calls reset, so a hit records nothing.
     const bool valid = e.copy && e.data == master.data_ptr() && e.meta == weight_meta &&
                        same_weight_quantization(e.recipe, recipe) && (!transpose || e.copy->has_transpose()) &&
-                       (!delayed || (weight_meta && std::bit_cast<uint32_t>(weight_meta->scale.item<float>()) ==
-                                                        std::bit_cast<uint32_t>(e.copy->scale)));
+                       (!delayed || (weight_meta && weight_meta->scale_version == e.copy->scale_version));
     if (valid) {
-      if (delayed) weight_meta->record_amax(e.copy->amax);  // what an uncached call records (a max: idempotent)
       ++c.stats.hits;
       ++c.stats.fp8_hits;
       return e.copy;

@@ -1,6 +1,10 @@
 // src/ops/cast.cpp: FP8 amax, quantize (given or current scale), cast + transpose, block quantize and dequantize: checks, dtype dispatch, CPU or CUDA kernels.
 #include "mpt/ops/cast.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "kernels/cpu/quantize.h"
 #include "kernels/math/quantize.h"
 #include "ops/dispatch.h"
@@ -57,10 +61,20 @@ Device check_quantize_args(const Tensor& x, DType fp8, const QuantizeOptions& o,
 
 template <class Q>
 kernels::math::ScaleFromAmax current_scaling(const QuantizeOptions& o) {
-  return {kernels::math::fp8_max<Q>(), o.margin, o.power_of_2};
+  return {kernels::math::fp8_max<Q>(), o.margin, o.power_of_2, o.amax_epsilon};
 }
 
 float* amax_ptr(const QuantizeOptions& o) { return o.amax.defined() ? o.amax.data<float>() : nullptr; }
+
+// The CPU's amax; ignore_nan: TE's (NaN elements skipped), by a scalar pass only when the fast one found a NaN.
+template <class T>
+float cpu_amax(const T* x, int64_t n, bool ignore_nan) {
+  const float a = kernels::cpu::amax(x, n);
+  if (!ignore_nan || !std::isnan(a)) return a;
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, kernels::math::amax_bits(x[i], true));
+  return kernels::math::amax_from_bits(m);
+}
 
 #if defined(MPT_WITH_CUDA)
 // The CUDA launches of quantize_per_tensor; returns the first failure.
@@ -72,13 +86,14 @@ cudaError_t quantize_per_tensor_cuda(const Tensor& x, const Tensor& q, const Ten
   if (!scale.defined()) {  // current scaling: an amax pass, then the scale, both on the device
     const Tensor amax = Tensor::empty({}, DType::F32, x.device());
     scale = Tensor::empty({}, DType::F32, x.device());
-    cudaError_t e = kernels::cuda::amax(x.data<T>(), x.numel(), amax.data<float>(), stream);
+    cudaError_t e = kernels::cuda::amax(x.data<T>(), x.numel(), amax.data<float>(), stream, o.amax_ignore_nan);
     if (e == cudaSuccess) {
       e = kernels::cuda::scale_from_amax(amax.data<float>(), scale.data<float>(), nullptr, current_scaling<Q>(o), stream);
     }
     if (e != cudaSuccess) return e;
   }
-  const kernels::cuda::QuantizeArgs args{scale.data<float>(), scale_inv.data<float>(), amax_ptr(o), o.saturation};
+  const kernels::cuda::QuantizeArgs args{scale.data<float>(), scale_inv.data<float>(), amax_ptr(o), o.saturation,
+                                         o.amax_ignore_nan};
   return qt.defined() ? kernels::cuda::quantize_transpose(x.data<T>(), q.data<Q>(), qt.data<Q>(), dims_of(x), args, stream)
                       : kernels::cuda::quantize(x.data<T>(), q.data<Q>(), x.numel(), args, stream);
 }
@@ -96,14 +111,19 @@ void quantize_per_tensor(const Tensor& x, const Tensor& q, const Tensor& qt, con
         return;
       }
       const float scale = o.scale.defined() ? o.scale.item<float>()
-                                            : current_scaling<Q>(o)(kernels::cpu::amax(x.data<T>(), x.numel()));
-      const kernels::cpu::QuantizeArgs args{scale, o.saturation, amax_ptr(o)};
+                                            : current_scaling<Q>(o)(cpu_amax(x.data<T>(), x.numel(), o.amax_ignore_nan));
+      float amax = 0.0f;
+      const kernels::cpu::QuantizeArgs args{scale, o.saturation, o.amax.defined() ? &amax : nullptr};
       if (qt.defined()) {
         kernels::cpu::quantize_transpose(x.data<T>(), q.data<Q>(), qt.data<Q>(), dims_of(x), args);
       } else {
         kernels::cpu::quantize(x.data<T>(), q.data<Q>(), x.numel(), args);
       }
       *scale_inv.data<float>() = kernels::math::reciprocal(scale);
+      if (o.amax.defined()) {
+        if (o.amax_ignore_nan && std::isnan(amax)) amax = cpu_amax(x.data<T>(), x.numel(), true);
+        *amax_ptr(o) = amax;
+      }
     });
   });
 }
@@ -126,6 +146,62 @@ const char* layout_name(ScaleLayout l) {
 }
 
 }  // namespace
+
+void fold_amax_(const Tensor& into, const Tensor& amax) {
+  constexpr const char* op = "fold_amax_";
+  MPT_CHECK(into.defined() && amax.defined(), "[{}] undefined tensor", op);
+  const Device dev = into.device();
+  check_scalar_f32(into, dev, "into", op);
+  check_scalar_f32(amax, dev, "amax", op);
+  if (dev.is_cpu()) {
+    float* h = into.data<float>();
+    *h = std::fmax(*h, *amax.data<float>());
+    return;
+  }
+  MPT_CUDA_KERNEL(kernels::cuda::fold_amax(amax.data<float>(), into.data<float>(),
+                                           static_cast<cudaStream_t>(detail::stream_of(dev))));
+}
+
+void delayed_scaling_update_(std::span<const DelayedScalingSlot> slots, bool algo_max, int margin) {
+  constexpr const char* op = "delayed_scaling_update_";
+  if (slots.empty()) return;
+  MPT_CHECK(margin >= 0 && margin <= 64, "[{}] margin must be in [0, 64], got {}", op, margin);
+  const Device dev = slots[0].history.device();
+  auto f32 = [&](const Tensor& t, const char* what, size_t i) {
+    MPT_CHECK(t.defined() && t.dtype() == DType::F32 && t.device() == dev && t.is_contiguous(),
+              "[{}] slot {}: {} must be a contiguous f32 tensor on {}, got {}", op, i, what, dev.str(),
+              t.defined() ? t.meta_str() : std::string("undefined"));
+    return t.data<float>();
+  };
+  const bool cpu = dev.is_cpu();
+#if defined(MPT_WITH_CUDA)
+  std::vector<kernels::cuda::DelayedUpdateEntry> entries;
+#endif
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const DelayedScalingSlot& s = slots[i];
+    float* h = f32(s.history, "history", i);
+    MPT_CHECK(s.history.numel() >= 1 && s.amax.numel() == 1 && s.scale.numel() == 1 && s.scale_inv.numel() == 1,
+              "[{}] slot {}: expected a non-empty history and one-element amax, scale, scale_inv", op, i);
+    const kernels::math::DelayedUpdate u{s.history.numel(), algo_max, margin, s.fp8_max};
+    float* amax = f32(s.amax, "amax", i);
+    float* scale = f32(s.scale, "scale", i);
+    float* scale_inv = f32(s.scale_inv, "scale_inv", i);
+    if (cpu) {
+      kernels::math::delayed_scaling_update(u, h, *amax, scale, scale_inv);
+      continue;
+    }
+#if defined(MPT_WITH_CUDA)
+    entries.push_back({h, amax, scale, scale_inv, u});
+#endif
+  }
+  if (cpu) return;
+#if defined(MPT_WITH_CUDA)
+  MPT_CUDA_KERNEL(kernels::cuda::delayed_scaling_update(entries.data(), static_cast<int64_t>(entries.size()),
+                                                        static_cast<cudaStream_t>(detail::stream_of(dev))));
+#else
+  MPT_CUDA_KERNEL(0);
+#endif
+}
 
 Tensor amax(const Tensor& x_in) {
   const Device dev = detail::check_same_device({&x_in}, "amax");

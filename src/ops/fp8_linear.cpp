@@ -36,43 +36,42 @@ Fp8Operand operand(const Quantized& q) {
 
 // One 2-d tensor quantized for the GEMMs that read it. rowwise: K along its columns, as stored (x and dy in the
 // GEMM that contracts their last dim, W in fprop). columnwise: its transpose (rows become K: x and dy in wgrad, W in
-// dgrad). Only the usages asked for are defined. scale: per tensor under current scaling, the scale computed (else
-// 0); amax: under delayed scaling, the amax recorded into the meta (else 0).
+// dgrad). Only the usages asked for are defined. amax: under delayed scaling, max |t| (NaN ignored) as recorded into
+// the meta (0-d f32 on t's device; what a cached weight copy records again), else undefined.
 struct Fp8Pair {
   Quantized rowwise, columnwise;
-  float scale = 0.0f, amax = 0.0f;
+  Tensor amax;
 };
 
-// Per-tensor scaling (delayed or current): one pass quantizes t and, if asked, its transpose with one scale.
+// Per-tensor scaling (delayed or current): one pass quantizes t and, if asked, its transpose with one scale. Every
+// scale and amax stays on t's device: delayed scaling reads the meta's scale and folds max |t| into its history
+// (TE's amax_history[0]) in the same pass; current scaling computes amax and scale in a first pass.
 Fp8Pair quantize_per_tensor(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
                             const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool columnwise) {
   const DType fmt = amp::fp8_dtype(recipe, role);
   const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);
   QuantizeOptions o;
-  float scale = 0.0f;
+  o.amax_ignore_nan = true;  // TE's amax skips NaN elements (scaling-spec B2, C5 and C6)
   if (delayed != nullptr) {
     o.scale = meta->scale;
     o.amax = Tensor::empty({}, DType::F32, t.device());
   } else {
-    // Not ops::quantize_fp8's own current scaling: that one has no epsilon and lets a NaN element make the amax
-    // NaN (scale 1), where TE ignores NaN elements (scaling-spec B2, C5 and C6).
     const auto& c = std::get<amp::CurrentScaling>(recipe);
-    scale = amp::compute_scale_from_amax(amp::amax_ignore_nan(t), amp::fp8_max(fmt), c.power_2_scale, c.amax_epsilon);
-    o.scale = Tensor::full({}, scale, DType::F32, t.device());
+    o.power_of_2 = c.power_2_scale;
+    o.amax_epsilon = c.amax_epsilon;
   }
   Quantized q, qt;
   if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
   else q = quantize_fp8(t, fmt, o);
-  float a = 0.0f;
-  if (delayed != nullptr) {
-    a = o.amax.item<float>();
-    if (std::isnan(a)) a = amp::amax_ignore_nan(t);  // TE's amax skips NaN elements
-    meta->record_amax(a);
+  if (delayed != nullptr) meta->record_amax(o.amax);
+  if (meta && meta->collect_telemetry) {  // a debugging aid: reads the device
+    const auto* c = std::get_if<amp::CurrentScaling>(&recipe);
+    const float scale = c ? amp::compute_scale_from_amax(amp::amax_ignore_nan(t), amp::fp8_max(fmt), c->power_2_scale,
+                                                         c->amax_epsilon)
+                          : meta->scale.item<float>();
+    meta->measure(t, q, scale);
   }
-  Fp8Pair p{q, qt, delayed != nullptr ? 0.0f : scale, a};
-  if (delayed != nullptr && meta->collect_telemetry) scale = meta->scale.item<float>();
-  if (meta) meta->measure(t, q, scale);
-  return p;
+  return {q, qt, delayed != nullptr ? o.amax : Tensor{}};
 }
 
 // Block scaling: weights 128x128 (the transposed codes share the tile scales), activations and gradients 1x128 with
@@ -231,13 +230,12 @@ Fp8Weight quantize_fp8_weight(const Tensor& weight, const amp::Fp8Recipe& recipe
   check_meta(weight_meta, "weight", Fp8Role::Weight, recipe, weight.device());
   Fp8Weight w;
   w.recipe_index = recipe.index();
-  // Delayed: the scale the codes are made with (the meta's now; it changes only in Fp8ScalingState::update() and
-  // load_state_dict, which amp::fp8_weight_copy compares against before reusing the copy).
-  if (std::holds_alternative<amp::DelayedScaling>(recipe)) w.scale = weight_meta->scale.item<float>();
+  // Delayed: the version of the meta's scale the codes are made with (it changes only in Fp8ScalingState::update()
+  // and load_state_dict, which bump it; amp::fp8_weight_copy compares it before reusing the copy).
+  if (weight_meta) w.scale_version = weight_meta->scale_version;
   const Fp8Pair p = quantize(weight, recipe, Fp8Role::Weight, weight_meta, true, transpose);
   w.rowwise = p.rowwise;
   w.columnwise = p.columnwise;
-  if (!std::holds_alternative<amp::DelayedScaling>(recipe)) w.scale = p.scale;
   w.amax = p.amax;
   return w;
 }

@@ -88,10 +88,14 @@ struct Fp8TensorMeta {
   Tensor amax_history;
   bool collect_telemetry = false;
   Fp8TensorStats stats{};
+  // Bumped whenever update() or load_state_dict may have changed the scale: an FP8 weight copy made under an older
+  // version is stale (compared on the host, without reading the device).
+  uint64_t scale_version = 0;
 
-  // amax_history[0] = fmax(amax_history[0], amax) (a NaN amax changes nothing). On a CUDA meta this waits for the
-  // device (a host read-modify-write of one element).
-  void record_amax(float amax);
+  // amax_history[0] = fmax(amax_history[0], amax) on the meta's device (amax: 0-d f32 there, NaN-free; a kernel, no
+  // host read).
+  void record_amax(const Tensor& amax);
+  void record_amax(float amax);  // the same from a host value (a NaN changes nothing)
   float current_amax() const;  // amax_history[0], as a host float
   // When collect_telemetry: stats = measure_quantization(x, q, scale), count + 1.
   void measure(const Tensor& x, const ops::Quantized& q, float scale);
@@ -134,8 +138,8 @@ class Fp8ScalingState {
   // once per optimizer step, after backward and before the next forward, skipped optimizer steps included (as TE
   // does): every micro-batch of a step then shares one set of scales. TE instead updates forward metas at the
   // outermost autocast exit and gradient metas at the end of backward, i.e. once per micro-batch. Current and block
-  // scaling keep no state across steps: a no-op (the hook is not called). On a CUDA state the histories travel to
-  // the host and back (one synchronisation per call).
+  // scaling keep no state across steps: a no-op (the hook is not called). On a CUDA state everything runs on the
+  // device (one launch per 54 metas, plus the hook's own work): no host round trip.
   void update();
   int64_t num_updates() const { return num_updates_; }
 

@@ -28,10 +28,10 @@ Tensor compute_copy(const Tensor& master, DType dtype);
 // optimizer step, Module::load_state_dict, Module::to). The copy holds no gradient: fp8_linear still takes the
 // master, so dW lands in its FP32 gradient as without the cache. It is also remade, as a miss, when the master's
 // storage, weight_meta or the recipe's weight parameters differ, when W^T is asked for and the copy lacks it, and
-// under delayed scaling when weight_meta's scale is no longer the one the copy was made with (Fp8ScalingState's
-// update() or load_state_dict without an optimizer step in between: a skipped step, a frozen weight). Delayed
-// scaling: making the copy records max |W| into weight_meta; every reuse records it again (a max, so the current
-// step's amax is the one an uncached call would record, also after an update() the copy outlived). Telemetry is
+// under delayed scaling after any Fp8ScalingState::update() or load_state_dict (weight_meta's scale_version moved:
+// the scale may have, and the host does not read the device to find out; a frozen weight is thus re-quantized once
+// per step, as TransformerEngine re-casts its weights every step). Delayed scaling: making the copy records max |W|
+// into weight_meta's history slot, which only those two calls reset, so reuses need not record it again. Telemetry is
 // measured when the copy is made. A master that is not an F32 leaf is quantized afresh, uncached (and uncounted).
 std::shared_ptr<const ops::Fp8Weight> fp8_weight_copy(const Tensor& master, const Fp8Recipe& recipe,
                                                       const std::shared_ptr<Fp8TensorMeta>& weight_meta,

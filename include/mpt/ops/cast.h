@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 
 #include "mpt/core/tensor.h"
@@ -37,6 +38,10 @@ struct QuantizeOptions {
   Tensor amax;
   int margin = 0;           // current scaling only, 0..64
   bool power_of_2 = false;  // current scaling only: round the scale down to a power of two
+  float amax_epsilon = 0;   // current scaling only: an amax below it counts as it (TE's amax_epsilon)
+  // TransformerEngine's amax semantics (an fmaxf reduction): NaN elements are ignored, Inf kept, for the current
+  // scale and the amax output.
+  bool amax_ignore_nan = false;
   Fp8Saturation saturation = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or +-Inf (E5M2)
 };
 
@@ -61,6 +66,18 @@ std::pair<Quantized, Quantized> quantize_fp8_transpose(const Tensor& x, DType fp
 // Block quantization with `layout` Block1x128 or Block128x128: per block s = fp8_max / amax(block) (amax 0 or
 // non-finite: s = 1), q = fp8(x * s) saturating, scale_inv[block] = 1 / s. data has x's shape.
 Quantized quantize_blockwise(const Tensor& x, DType fp8, ScaleLayout layout, const BlockQuantizeOptions& options = {});
+
+// into = fmax(into, amax) for one-element f32 tensors on one device (NaN in amax changes nothing), on the device.
+void fold_amax_(const Tensor& into, const Tensor& amax);
+
+// Delayed scaling's update (scaling-spec B1; kernels/math/quantize.h delayed_scaling_update) of many tensors on one
+// device, without a host round trip: each history (f32 [L]) rolls in place, its scale and scale_inv (f32, one
+// element) are rewritten from the history and `amax` (f32, one element: this step's, possibly all-reduced).
+struct DelayedScalingSlot {
+  Tensor history, amax, scale, scale_inv;
+  float fp8_max = 448.0f;
+};
+void delayed_scaling_update_(std::span<const DelayedScalingSlot> slots, bool algo_max, int margin);
 
 // float(code) * scale_inv, rounded once to `out` (f32, f16 or bf16); the result has q.data's shape.
 Tensor dequantize(const Quantized& q, DType out = DType::F32);

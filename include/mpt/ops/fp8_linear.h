@@ -17,8 +17,9 @@ struct Fp8Weight {
   Quantized columnwise;  // (K, M) codes of W^T (same scale; block: the byte transpose, tile scales transposed);
                          // data undefined when made without the transpose
   size_t recipe_index = 0;  // amp::Fp8Recipe::index() it was made under
-  float scale = 0.0f;       // per tensor: the scale used (delayed: the meta's at the time; current: computed); block 0
-  float amax = 0.0f;        // delayed: max |W| (NaN ignored) as recorded into the weight meta; otherwise 0
+  uint64_t scale_version = 0;  // delayed: the weight meta's scale_version when the codes were made
+  Tensor amax;                 // delayed: max |W| (NaN ignored) as recorded into the weight meta (0-d f32, on the
+                               // device); otherwise undefined
   bool has_transpose() const { return columnwise.data.defined(); }
 };
 
