@@ -31,8 +31,16 @@ struct BucketPlan {
   int64_t chunks;  // ceil(n / chunk), 0 when n == 0
 };
 
-// Chunks of at least 2048 positions, as many as keep chunks * vocab under 2^24 counters (64 MiB).
-BucketPlan embedding_bucket_plan(int64_t n, int64_t vocab);
+// Chunks of at least 2048 positions, as many as keep chunks * vocab under 2^24 counters (64 MiB). Inline: the
+// kernel harness links the emulated and the nvcc-built kernels into one program, and a function without CUDA types
+// in its signature would be defined twice.
+inline BucketPlan embedding_bucket_plan(int64_t n, int64_t vocab) {
+  constexpr int64_t kMinChunk = 2048, kMaxCounters = int64_t{1} << 24;
+  const int64_t max_chunks = vocab > 0 && kMaxCounters / vocab > 1 ? kMaxCounters / vocab : 1;
+  const int64_t spread = (n + max_chunks - 1) / max_chunks;
+  const int64_t chunk = spread > kMinChunk ? spread : kMinChunk;
+  return {n, vocab, chunk, (n + chunk - 1) / chunk};
+}
 
 // Positions grouped by token, the backward's summation order (the same as kernels/cpu/embedding.h's
 // EmbeddingBuckets, indexed by every row instead of the distinct tokens): the positions of token v are

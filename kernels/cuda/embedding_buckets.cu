@@ -8,8 +8,6 @@ namespace {
 constexpr int kThreads = 256;       // count, column and scatter kernels
 constexpr int kScanThreads = 1024;  // the single-block scan over the vocabulary
 constexpr int64_t kMaxBlocks = 65535 * 8;
-constexpr int64_t kMinChunk = 2048;
-constexpr int64_t kMaxCounters = int64_t{1} << 24;
 
 unsigned grid_for(int64_t units) {
   return static_cast<unsigned>(units < 1 ? 1 : units > kMaxBlocks ? kMaxBlocks : units);
@@ -123,13 +121,6 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(BucketArgs<I> a) {
 }
 
 }  // namespace
-
-BucketPlan embedding_bucket_plan(int64_t n, int64_t vocab) {
-  const int64_t max_chunks = vocab > 0 && kMaxCounters / vocab > 1 ? kMaxCounters / vocab : 1;
-  const int64_t spread = (n + max_chunks - 1) / max_chunks;
-  const int64_t chunk = spread > kMinChunk ? spread : kMinChunk;
-  return {n, vocab, chunk, (n + chunk - 1) / chunk};
-}
 
 template <class I>
 cudaError_t embedding_buckets(const BucketArgs<I>& a, cudaStream_t stream) {
