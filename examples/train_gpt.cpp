@@ -377,7 +377,7 @@ void run(const Options& o) {
     scaler.update();
     if (policy.fp8_state) policy.fp8_state->update();  // delayed scaling: next step's scales from the amax history
     schedule.step();
-    double loss_value = acc.loss;
+    double loss_value = acc.value();
     if (world > 1) {  // the global batch's loss (each rank's is its share's)
       mpt::Tensor l = mpt::Tensor::full({1}, loss_value, mpt::DType::F32);
       comm->all_reduce(l, mpt::dist::ReduceOp::Avg)->wait();

@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (threadIdx.x == 0) {
     *p.count = static_cast<float>(count);
     *p.bad_row = bad == kNone ? -1 : bad;
+    if (bad != kNone) p.errors.report(bad, static_cast<int64_t>(p.targets[bad]), p.vocab);
     if (p.reduction == math::CrossEntropyReduction::Sum) *p.loss = total;
     if (p.reduction == math::CrossEntropyReduction::Mean) *p.loss = total / static_cast<float>(count);
   }

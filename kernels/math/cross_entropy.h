@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/math/common.h"
+#include "kernels/math/device_errors.h"
 #include "kernels/math/exp.h"
 #include "kernels/math/opmath.h"
 
@@ -37,6 +38,7 @@ struct CrossEntropyReduceParams {
   opmath_t<T>* loss = nullptr;            // (1), written unless reduction is None
   opmath_t<T>* count = nullptr;           // (1): rows whose target is not ignore_index
   int64_t* bad_row = nullptr;             // (1)
+  DeviceErrorSink errors;                 // CUDA: an out-of-range target is also reported here (deferred error)
   int64_t rows = 0;
   int64_t vocab = 0;
   int64_t ignore_index = -100;

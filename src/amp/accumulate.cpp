@@ -22,7 +22,10 @@ AccumulateResult accumulate_gradients(int64_t k, const std::function<MicroBatchL
     Tensor normalised = ops::scale(mb.loss, 1.0 / divisor);
     if (o.scale_loss) normalised = o.scale_loss(normalised);
     normalised.backward();
-    r.loss += mb.loss.item<double>() / divisor;
+    Tensor part = mb.loss.detach();  // the logged loss stays on the device: no host read per micro-batch
+    if (part.dtype() != DType::F64) part = part.to(DType::F32);
+    part = ops::scale(part.reshape({}), 1.0 / divisor);
+    r.loss = r.loss.defined() ? ops::add(r.loss, part) : part;
     r.tokens += mb.tokens;
   }
   MPT_CHECK(!by_tokens || r.tokens == o.total_tokens,

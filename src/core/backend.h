@@ -24,6 +24,10 @@ MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache(int device);
 
+// Page-locked host memory (cudaMallocHost): device-to-host copies into it are asynchronous. nbytes > 0.
+void* host_alloc_pinned(size_t nbytes);
+void host_free_pinned(void* ptr) noexcept;
+
 // Asynchronous copy on `stream` (a stream of CUDA device `stream_device`); at least one side is CUDA.
 void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, int stream_device,
             void* stream);

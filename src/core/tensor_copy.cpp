@@ -334,7 +334,7 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype, Device
   const auto n = static_cast<int64_t>(std::max(count, 0.0));
   std::vector<double> values(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;
-  return from_vector(values, {n}, device).to(dtype);
+  return from_vector(values, {n}).to(device, dtype);  // converted on the host: one upload of the final dtype
 }
 
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {

@@ -3,6 +3,7 @@
 
 #include "autocast_gemm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mpt/autograd/checkpoint.h"
@@ -97,7 +98,13 @@ Tensor GPT::forward(const Tensor& ids) const {
             "[GPT] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
   const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
   MPT_CHECK(T <= config_.block_size, "[GPT] sequence length {} exceeds block_size {}", T, config_.block_size);
-  const Tensor pos = Tensor::arange(T, ids.dtype(), ids.device());
+  auto cached = std::find_if(positions_.begin(), positions_.end(), [&](const Tensor& p) {
+    return p.device() == ids.device() && p.dtype() == ids.dtype();
+  });
+  if (cached == positions_.end()) {
+    cached = positions_.insert(positions_.end(), Tensor::arange(config_.block_size, ids.dtype(), ids.device()));
+  }
+  const Tensor pos = cached->slice(0, 0, T);
   Tensor x = drop_->forward(ops::add(wte_->forward(ids), wpe_->forward(pos)));
   for (const auto& block : *h_) {
     if (checkpoint_blocks_) {

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/softmax.h"
+#include "core/device_errors.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/cross_entropy.h"
@@ -244,6 +245,7 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
       r.loss = options.reduction == LossReduction::None ? nullptr : out.loss.data<F>();
       r.count = out.saved.valid_count.data<F>();
       r.bad_row = bad_row.data<int64_t>();
+      if (!dev.is_cpu() && options.check_targets) r.errors = device_error_sink(dev, kernels::DeviceErrorOp::CrossEntropy);
       r.rows = rows;
       r.vocab = vocab;
       r.ignore_index = options.ignore_index;
@@ -257,8 +259,8 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
       }
     });
   });
-  if (dev.is_cpu() || options.check_targets) {
-    const int64_t bad = bad_row.item<int64_t>();  // on CUDA: copies to the host after the stream's work
+  if (dev.is_cpu()) {
+    const int64_t bad = bad_row.item<int64_t>();
     if (bad >= 0) throw_bad_target(targets, bad, vocab, options.ignore_index, op);
   }
   grad.record("SoftmaxCrossEntropyBackward", {&out.loss},

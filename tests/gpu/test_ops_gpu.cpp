@@ -9,6 +9,7 @@
 #include "device_test.h"
 #include "mpt/mpt.h"
 #include "op_test.h"
+#include "test_util.h"
 
 namespace mpt {
 namespace {
@@ -238,14 +239,21 @@ TEST(GpuOps, SoftmaxCrossEntropyGpt2VocabularyMatchesCpu) {
                "cross-entropy dlogits V=50257");
 }
 
-// CUDA does not read the targets back unless asked (check_targets): an out-of-range target gives a NaN loss there;
-// with the check (the default) both backends throw.
+// The CPU throws at once. CUDA reads nothing back: with check_targets (the default) the kernel reports the row as a
+// deferred device error, thrown at the next synchronisation (here: reading the loss), and cleared; without it the
+// row gives a NaN loss.
 TEST(GpuOps, CrossEntropyOutOfRangeTarget) {
   MPT_REQUIRE_GPU(8);
   const Tensor logits = random_tensor({3, 11}, DType::F32, 35);
   const Tensor targets = Tensor::from_vector(std::vector<int64_t>{1, 11, 2}, {3});
-  EXPECT_THROW(ops::softmax_cross_entropy(logits, targets), Error);
-  EXPECT_THROW(ops::softmax_cross_entropy(to_gpu(logits), to_gpu(targets)), Error);
+  EXPECT_MPT_ERROR(ops::softmax_cross_entropy(logits, targets), "target 11 at row 1 is out of range [0, 11)");
+  const Tensor gl = to_gpu(logits), gt = to_gpu(targets);
+  const auto deferred = ops::softmax_cross_entropy(gl, gt);  // no throw yet: nothing was read back
+  EXPECT_MPT_ERROR(deferred.loss.item<float>(), "[cross_entropy] target 11 at position 1 is out of range [0, 11)");
+  const Tensor good = Tensor::from_vector(std::vector<int64_t>{1, 10, 2}, {3});
+  EXPECT_NEAR(ops::softmax_cross_entropy(gl, to_gpu(good)).loss.item<float>(),
+              ops::softmax_cross_entropy(logits, good).loss.item<float>(), 1e-5)
+      << "the error was cleared";
   const auto unchecked = ops::softmax_cross_entropy(to_gpu(logits), to_gpu(targets),
                                                     {.reduction = ops::LossReduction::None, .check_targets = false});
   const std::vector<float> loss = unchecked.loss.to_vector<float>();

@@ -106,7 +106,7 @@ Trace train(Device device, const TrainRun& run) {
     scaler.unscale_(opt);
     if (step == 0)
       for (const auto& p : model.named_parameters()) tr.grads1[p.name] = to_cpu(p.tensor.grad()).clone();
-    tr.losses.push_back(acc.loss);
+    tr.losses.push_back(acc.value());
     tr.stepped.push_back(scaler.step(opt));
     scaler.update();
     tr.scales.push_back(scaler.get_scale());

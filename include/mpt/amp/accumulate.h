@@ -28,8 +28,12 @@ struct AccumulateOptions {
 };
 
 struct AccumulateResult {
-  double loss = 0;      // the batch loss (host value, for logging)
-  int64_t tokens = 0;   // sum of the micro-batches' token counts
+  // The batch loss (the normalised sum of the micro-batch losses, detached), 0-d f32 (f64 for f64 losses) on the
+  // losses' device. Nothing reads it back: value() does (on CUDA it waits for the device), or a ScalarReadback
+  // (mpt/core/readback.h) without stalling the stream.
+  Tensor loss;
+  int64_t tokens = 0;  // sum of the micro-batches' token counts
+  double value() const { return loss.item<double>(); }
 };
 
 // Runs micro_batch(i) for i = 0..k-1, each followed by backward of its normalised (and scaled) loss, so the

@@ -99,6 +99,8 @@ class GPT : public Module {
   std::shared_ptr<Dropout> drop_;
   std::shared_ptr<ModuleList<Block>> h_;
   std::shared_ptr<LayerNorm> ln_f_;
+  // Position ids 0..block_size-1 per (device, dtype), made once: a forward uploads nothing.
+  mutable std::vector<Tensor> positions_;
 };
 
 // What training a GPT needs in memory, estimated from its config before anything is allocated, so that a

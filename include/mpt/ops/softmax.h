@@ -20,9 +20,9 @@ enum class LossReduction { None, Mean, Sum };
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;                    // rows with this target have loss 0 and a zero gradient
   LossReduction reduction = LossReduction::Mean;  // Mean divides by the number of non-ignored rows
-  // CUDA only: after the forward, read back (one 8-byte copy that waits for the stream) whether a target
-  // was out of range, and throw. Without it such rows silently give a NaN loss and NaN gradients. The CPU
-  // always checks.
+  // CUDA only: an out-of-range target is reported by the kernel as a deferred device error, thrown at the host's
+  // next synchronisation with the device (src/core/device_errors.h; no read-back in the step). Without it such rows
+  // silently give a NaN loss and NaN gradients. The CPU always checks, at once.
   bool check_targets = true;
 };
 
@@ -39,7 +39,7 @@ struct CrossEntropyResult {
 
 // loss_r = logsumexp(logits_r) - logits_r[targets_r] for logits [..., V] (f32, f16, bf16; f64 on the CPU)
 // and targets [...] (i64 or i32) of the same leading shape, reduced per options. A target outside [0, V)
-// other than ignore_index is an mpt::Error (on CUDA: see CrossEntropyOptions::check_targets).
+// other than ignore_index is an mpt::Error (on CUDA: deferred to the next synchronisation, see check_targets).
 CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
                                          const CrossEntropyOptions& options = {});
 

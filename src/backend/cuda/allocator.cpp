@@ -124,6 +124,16 @@ void reset_peak_memory_stats(int device) {
   p.peak = p.current.load();
 }
 
+void* host_alloc_pinned(size_t nbytes) {
+  void* p = nullptr;
+  MPT_CUDA_CHECK(cudaMallocHost(&p, nbytes));
+  return p;
+}
+
+void host_free_pinned(void* ptr) noexcept {
+  if (ptr != nullptr) (void)cudaFreeHost(ptr);
+}
+
 void empty_cache(int device) {
   Pool& p = pool_for(device);
   DeviceGuard guard(device);

@@ -22,6 +22,8 @@ void free(void*, size_t, int, void*) { not_built(); }
 MemoryStats memory_stats(int) { not_built(); }
 void reset_peak_memory_stats(int) { not_built(); }
 void empty_cache(int) { not_built(); }
+void* host_alloc_pinned(size_t) { not_built(); }
+void host_free_pinned(void*) noexcept {}
 void memcpy(void*, Device, const void*, Device, size_t, int, void*) { not_built(); }
 void* legacy_stream() { not_built(); }
 void make_current(int) { not_built(); }

@@ -1,0 +1,163 @@
+// tests/gpu/test_step_counts_gpu.cpp: a GPT training step on the emulated device does no host round trip: after
+// warm-up, zero host<->device copies, synchronisations and driver allocations per step in every precision (the loss
+// and the loss scale reach the host through one asynchronous copy into pinned memory at logging steps).
+// Emulation only: the counters are the cudart double's (tests/support/cuda_emu/README.md).
+#if defined(MPT_CUDA_EMULATION)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_emu/counters.h"
+#include "device_test.h"
+#include "mpt/mpt.h"
+
+namespace mpt {
+namespace {
+
+namespace emu = cuda_emu;
+
+constexpr int64_t kB = 4, kT = 16, kVocab = 65, kAccum = 2;
+
+nn::GPTConfig config() {
+  nn::GPTConfig c;
+  c.vocab_size = kVocab;
+  c.block_size = kT;
+  c.n_layer = 3;  // the FP8 policy keeps the first and last blocks in BF16: h.1 runs FP8
+  c.n_head = 4;
+  c.n_embd = 64;
+  c.where.device = Device::cuda(0);
+  return c;
+}
+
+amp::Policy policy_for(const std::string& p) {
+  const Device dev = Device::cuda(0);
+  if (p == "bf16") return amp::Policy::bf16();
+  if (p == "fp16") return amp::Policy::fp16();
+  auto fp8 = [&](amp::Fp8Recipe r) { return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(r, dev)); };
+  if (p == "fp8-delayed") return fp8(amp::DelayedScaling{16, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid});
+  if (p == "fp8-current") return fp8(amp::CurrentScaling{});
+  if (p == "fp8-block") return fp8(amp::BlockScaling{});
+  return amp::Policy::fp32();
+}
+
+// What one step cost, from the counters.
+struct StepCost {
+  emu::Counters c;
+  uint64_t driver_allocations() const { return c.mallocs + c.frees + c.host_mallocs + c.host_frees; }
+  void print(const std::string& run, const char* what) const {
+    std::printf("%-12s %-8s %s\n", run.c_str(), what, emu::to_string(c).c_str());
+  }
+};
+
+class TrainLoop {
+ public:
+  explicit TrainLoop(const std::string& precision)
+      : model_(config()),
+        policy_(policy_for(precision)),
+        scaler_(amp::GradScalerOptions{.init_scale = 1024.0, .enabled = precision == "fp16"}, Device::cuda(0)),
+        opt_(optim::weight_decay_groups(model_.named_parameters(), 0.1), {.lr = 3e-3, .betas = {0.9, 0.95}}),
+        readback_(Device::cuda(0)) {
+    // The data of every step, on the device before the first one (a data loader's pinned, asynchronous upload
+    // is the data pipeline's business, not the step's).
+    std::mt19937_64 rng(7);
+    for (int s = 0; s < 8; ++s) {
+      std::vector<int64_t> tok(static_cast<size_t>(kB * (kT + 1)));
+      for (int64_t& t : tok) t = static_cast<int64_t>(rng() % kVocab);
+      const Tensor all = Tensor::from_vector(tok, {kB, kT + 1});
+      ids_.push_back(all.slice(1, 0, kT).contiguous().to(Device::cuda(0)));
+      targets_.push_back(all.slice(1, 1, kT + 1).contiguous().to(Device::cuda(0)));
+    }
+  }
+
+  // One optimizer step of kAccum micro-batches with clipping; a logging step requests the loss and the scale.
+  void step(int s, bool log) {
+    const Tensor& ids = ids_[static_cast<size_t>(s)];
+    const Tensor& targets = targets_[static_cast<size_t>(s)];
+    const int64_t b = kB / kAccum;
+    opt_.zero_grad();
+    const amp::AccumulateResult acc = amp::accumulate_gradients(
+        kAccum,
+        [&](int64_t i) {
+          amp::Autocast autocast(policy_);
+          return amp::MicroBatchLoss{model_.loss(ids.slice(0, i * b, (i + 1) * b), targets.slice(0, i * b, (i + 1) * b)),
+                                     b * kT};
+        },
+        {.scale_loss = [&](const Tensor& l) { return scaler_.scale(l); }});
+    scaler_.unscale_(opt_);
+    optim::clip_grad_norm_(model_.parameters(), 1.0);
+    scaler_.step(opt_);  // the result is not read: a skip happens on the device
+    scaler_.update();
+    if (policy_.fp8_state) policy_.fp8_state->update();
+    last_loss_ = acc.loss;
+    if (log) {
+      std::vector<Tensor> values{acc.loss};
+      if (scaler_.is_enabled()) values.push_back(scaler_.scale_tensor());
+      readback_.request(values);
+    }
+  }
+
+  const ScalarReadback& readback() const { return readback_; }
+  const Tensor& last_loss() const { return last_loss_; }
+  const amp::GradScaler& scaler() const { return scaler_; }
+
+ private:
+  nn::GPT model_;
+  amp::Policy policy_;
+  amp::GradScaler scaler_;
+  optim::AdamW opt_;
+  ScalarReadback readback_;
+  std::vector<Tensor> ids_, targets_;
+  Tensor last_loss_;
+};
+
+void check_precision(const std::string& precision) {
+  MPT_REQUIRE_GPU(8);  // never skips under emulation
+  TrainLoop loop(precision);
+  loop.step(0, true);  // warm-up: the pool grows, states and FP8 metas are created
+  loop.step(1, false);
+  emu::reset_counters();
+  loop.step(2, false);
+  const StepCost plain{emu::counters()};
+  emu::reset_counters();
+  loop.step(3, true);
+  const StepCost logged{emu::counters()};
+  plain.print(precision, "step");
+  logged.print(precision, "logging");
+  for (const StepCost* cost : {&plain, &logged}) {
+    const emu::Counters& c = cost->c;
+    const std::string what = precision + (cost == &plain ? " step" : " logging step") + ": " + emu::to_string(c);
+    EXPECT_EQ(c.h2d, 0u) << what;
+    EXPECT_EQ(c.syncs, 0u) << what;
+    EXPECT_EQ(c.pageable_copies, 0u) << what;
+    EXPECT_EQ(cost->driver_allocations(), 0u) << what << " (cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost)";
+    EXPECT_EQ(c.pool_grows, 0u) << what << " (the pool serves every allocation from memory it holds)";
+    EXPECT_GT(c.kernel_launches, 0u) << what;
+    EXPECT_GT(c.matmuls, 0u) << what;
+  }
+  EXPECT_EQ(plain.c.d2h, 0u) << precision;
+  EXPECT_EQ(logged.c.d2h, 1u) << precision << ": the loss and the scale, one pinned copy";
+  EXPECT_EQ(logged.c.d2h_bytes, loop.scaler().is_enabled() ? 8u : 4u) << precision;
+  // The values arrive without a wait (the emulated device runs eagerly) and are the step's.
+  const auto values = loop.readback().poll();
+  ASSERT_TRUE(values.has_value()) << precision;
+  EXPECT_EQ(static_cast<float>((*values)[0]), loop.last_loss().item<float>()) << precision;
+  EXPECT_TRUE(std::isfinite((*values)[0])) << precision;
+  if (loop.scaler().is_enabled()) {
+    EXPECT_EQ((*values)[1], loop.scaler().get_scale()) << precision;
+  }
+}
+
+TEST(GpuStepCounts, Fp32) { check_precision("fp32"); }
+TEST(GpuStepCounts, Bf16) { check_precision("bf16"); }
+TEST(GpuStepCounts, Fp16WithGradScaler) { check_precision("fp16"); }
+TEST(GpuStepCounts, Fp8Delayed) { check_precision("fp8-delayed"); }
+TEST(GpuStepCounts, Fp8Current) { check_precision("fp8-current"); }
+TEST(GpuStepCounts, Fp8Block) { check_precision("fp8-block"); }
+
+}  // namespace
+}  // namespace mpt
+#endif  // MPT_CUDA_EMULATION
