@@ -1,4 +1,4 @@
-// benchmarks/bench_train.cpp: full GPT-2 training steps (forward, backward, AdamW) in one precision: step time and its phases, tokens/s, peak memory; compare_pytorch.py runs PyTorch's twin beside it.
+// benchmarks/bench_train.cpp: full GPT-2 training steps (forward, backward, AdamW) in one precision on the CPU or a GPU: step time and its phases, tokens/s, peak memory; compare_pytorch.py runs PyTorch's twin beside it.
 #include <mpt/mpt.h>
 
 #include <unistd.h>
@@ -41,6 +41,11 @@ int64_t rss_peak() {
   return 0;
 }
 
+// Waits for the device's queued work, so that a phase's wall time covers its kernels (the CPU is synchronous).
+void sync(mpt::Device device) {
+  if (device.is_cuda()) mpt::Stream::current(device).synchronize();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,17 +59,20 @@ int main(int argc, char** argv) {
   config.n_embd = 384;
   int64_t batch = 16;
   int warmup = 2, steps = 5;
-  std::string precision = "bf16", json_path;
+  std::string precision = "bf16", json_path, device_name = "cpu";
   mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
   app.add_option("--warmup", warmup, "untimed steps first (primitive caches, pools, page faults)");
   app.add_option("--steps", steps, "timed steps (medians are reported)");
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
+  app.add_option("--device", device_name, "cpu, cuda or cuda:N (phases are timed with the device synchronized)");
   app.add_option("--json", json_path, "write the result as JSON to this file ('-': stdout, instead of the table)");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const mpt::Device device = mpt::Device::cpu();
+    const mpt::Device device = mpt::Device::parse(device_name);
+    mpt::check_device_available(device);
+    config.where.device = device;
     const int64_t rss_before = rss_now();
     mpt::nn::GPT model(config);
     const mpt::amp::Policy policy = mpt::amp::Policy::named(precision, config.n_layer, device);
@@ -73,20 +81,24 @@ int main(int argc, char** argv) {
                           {.lr = 3e-4, .betas = {0.9, 0.95}});
     std::vector<mpt::Tensor> params;
     for (const auto& p : model.named_parameters()) params.push_back(p.tensor);
-    const auto [x, y] = mpt::bench::random_tokens(config, batch);
+    const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
+    const mpt::Tensor x = x_cpu.to(device), y = y_cpu.to(device);
 
     std::vector<double> fwd, bwd, optim, total;
     double loss = 0;
     for (int s = 0; s < warmup + steps; ++s) {
       if (s == warmup) mpt::reset_peak_memory_stats(device);
+      sync(device);
       const auto t0 = Clock::now();
       mpt::Tensor l;
       {
         mpt::amp::Autocast autocast(policy);
         l = model.loss(x, y);
       }
+      sync(device);
       const auto t1 = Clock::now();
       scaler.scale(l).backward();
+      sync(device);
       const auto t2 = Clock::now();
       scaler.unscale_(opt);
       mpt::optim::clip_grad_norm_(params, 1.0);
@@ -106,6 +118,8 @@ int main(int argc, char** argv) {
     nlohmann::json j{{"framework", "mptrain"},
                      {"version", mpt::version()},
                      {"precision", precision},
+                     {"device", device.str()},
+                     {"device_name", device.is_cuda() ? mpt::cuda_status().devices.at(device.index()).name : "cpu"},
                      {"threads", mpt::cpu_features().omp_threads},
                      {"params", model.num_parameters()},
                      {"tokens_per_step", tokens},
@@ -122,11 +136,11 @@ int main(int argc, char** argv) {
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("GPT-2 %lld layers, %lld heads, %lld wide, T=%lld, batch %lld, %s: %.0f tok/s (step %.1f ms: forward "
+      std::printf("GPT-2 %lld layers, %lld heads, %lld wide, T=%lld, batch %lld, %s on %s: %.0f tok/s (step %.1f ms: forward "
                   "%.1f, backward %.1f, optimizer %.1f); peak RSS %.0f MiB, allocator peak %.0f MiB\n",
                   static_cast<long long>(config.n_layer), static_cast<long long>(config.n_head),
                   static_cast<long long>(config.n_embd), static_cast<long long>(config.block_size),
-                  static_cast<long long>(batch), precision.c_str(), tokens / median(total), median(total) * 1e3,
+                  static_cast<long long>(batch), precision.c_str(), device.str().c_str(), tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,
                   mem.peak_bytes / 1048576.0);
       if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
