@@ -10,8 +10,8 @@ namespace mpt::ops {
 
 namespace detail {
 
-// Column sums of dy [N, M] in FP32 (f64 for f64): the bias gradient. CUDA sums an FP32 copy of dy (the same
-// canonical order, so the same sums; a cuBLASLt BGRADB epilogue would save the copy).
+// Column sums of dy [N, M] in FP32 (f64 for f64): the bias gradient (with dW wanted too, linear takes it from dW's
+// GEMM instead: MatmulOptions::bias_grad). CUDA sums an FP32 copy of dy (the same canonical order, the same sums).
 Tensor bias_grad(const Tensor& dy) {
   if (dy.dtype() == DType::F64) return sum(dy, 0);
   if (!dy.device().is_cpu()) return sum(dy.to(DType::F32), 0);
@@ -56,11 +56,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
                 const Tensor dy = (g[0].dtype() == x_dtype ? g[0] : g[0].to(x_dtype)).contiguous();
                 std::vector<Tensor> d(3);
                 if (need_x) d[0] = matmul(dy, w);
-                if (need_w) d[1] = matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype});
-                if (need_b) {
-                  d[2] = detail::bias_grad(dy);
-                  if (b_dtype != DType::F32) d[2] = d[2].to(b_dtype);
-                }
+                // With both dW and db wanted, db comes out of dW's GEMM (cuBLASLt's BGRADA epilogue on CUDA).
+                Tensor db;
+                if (need_w && need_b && w_dtype != DType::F64) db = Tensor::empty({dy.size(1)}, w_dtype, dy.device());
+                if (need_w) d[1] = matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = db});
+                if (need_b && !db.defined()) db = detail::bias_grad(dy);
+                if (need_b) d[2] = db.dtype() == b_dtype ? db : db.to(b_dtype);
                 return d;
               });
   return y;

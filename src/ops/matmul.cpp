@@ -2,6 +2,8 @@
 // the CPU GEMM kernels (kernels/cpu/gemm.h).
 #include "mpt/ops/matmul.h"
 
+#include "mpt/core/determinism.h"
+
 #include <exception>
 #include <string>
 
@@ -205,6 +207,7 @@ void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
   p.alpha = opt.alpha, p.beta = beta;
   p.a_type = lt_type(a.dtype()), p.b_type = lt_type(b.dtype()), p.c_type = lt_type(c.dtype());
   p.allow_tf32 = false;  // the precision policy's TF32 flag goes here
+  p.deterministic = deterministic();
   Tensor sa, sb;
   if (fp8_in) {
     sa = lt_scales(opt.scale_a, checked_scale(opt.scale_a, a_in, m, k, "a", c.device()), m, k, native);
@@ -227,6 +230,16 @@ void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
   } else {
     MPT_CHECK(!opt.out_scale.defined() && !opt.out_amax.defined(),
               "[matmul] out_scale and out_amax apply to FP8 outputs only, the output is {}", c.meta_str());
+  }
+  Tensor bias;  // the forward bias in the type cuBLASLt reads (R2.1/R2.3: the output's; bf16 for FP8 -> f32)
+  if (opt.bias.defined()) {
+    const DType bias_type = fp8_in && c.dtype() == DType::F32 ? DType::BF16 : c.dtype();
+    bias = opt.bias.to(bias_type).contiguous();
+    p.epilogue = kcu::GemmEpilogue::Bias;
+    p.bias = bias.data_ptr();
+  } else if (opt.bias_grad.defined()) {
+    p.epilogue = kcu::GemmEpilogue::BGradA;  // row sums of op(a), written beside D
+    p.bias = opt.bias_grad.data_ptr();
   }
   const kcu::LtResult r =
       kcu::cublaslt_gemm(c.device().index(), p, a.data_ptr(), b.data_ptr(), c.data_ptr(), lt_workspace(stream), native);
@@ -264,9 +277,21 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 
-  // The bias is fused into the CPU's f32/f16/bf16 GEMMs. Elsewhere (f64; CUDA, until a cuBLASLt epilogue) the
-  // product goes to an f32 (f64) buffer, the bias is added there and the sum rounded once: the CPU's numerics.
-  if (opt.bias.defined() && (c.device().is_cuda() || a_in.dtype() == DType::F64)) {
+  if (opt.bias_grad.defined()) {
+    MPT_CHECK(opt.bias_grad.dtype() == c.dtype(), "[matmul] bias_grad must have the output's dtype {}, got {}",
+              c.dtype(), opt.bias_grad.meta_str());
+    if (!c.device().is_cuda()) {  // the CPU: the sums beside the GEMM (CUDA: the GEMM's epilogue)
+      MatmulOptions plain = opt;
+      plain.bias_grad = Tensor{};
+      gemm_into(a_in, b_in, c, beta, plain);
+      Tensor out = opt.bias_grad;
+      out.copy_(detail::bias_grad(opt.trans_a ? a_in.contiguous() : a_in.t().contiguous()));
+      return;
+    }
+  }
+  // The bias is fused into the CPU's f32/f16/bf16 GEMMs and into cuBLASLt's epilogue. f64 and FP8 outputs: the
+  // product goes to an f32 (f64) buffer, the bias is added there and the sum rounded once.
+  if (opt.bias.defined() && (a_in.dtype() == DType::F64 || is_fp8(c.dtype()))) {
     MatmulOptions plain = opt;
     plain.bias = Tensor{};
     const DType wide = c.dtype() == DType::F64 ? DType::F64 : DType::F32;
@@ -362,6 +387,14 @@ Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, 
     detail::visit_float(a.dtype(), op, [](auto) {});
     check_no_fp8_options(opt, op, a);
   }
+  if (opt.bias_grad.defined()) {
+    detail::check_same_device({&a, &opt.bias_grad}, op);
+    MPT_CHECK(a.dim() == 2 && b.dim() == 2 && !fp8_a && !opt.bias.defined() && opt.alpha == 1.0f &&
+                  opt.bias_grad.dim() == 1 && opt.bias_grad.size(0) == m && opt.bias_grad.is_contiguous(),
+              "[{}] bias_grad needs 2-d non-FP8 operands, alpha 1, no bias and a contiguous [{}] tensor (op(a)'s rows); "
+              "got a {}, b {}, alpha {}, bias_grad {}", op, m, a.meta_str(), b.meta_str(), opt.alpha,
+              opt.bias_grad.meta_str());
+  }
   if (opt.bias.defined()) {
     detail::check_same_device({&a, &opt.bias}, op);
     MPT_CHECK(opt.bias.dim() == 1 && opt.bias.size(0) == n && is_floating(opt.bias.dtype()) &&
@@ -381,6 +414,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
   const DType out = opt.out_dtype.value_or(default_out_dtype(a.dtype()));
   MPT_CHECK(out_dtype_allowed(a.dtype(), out), "[matmul] {} x {} cannot produce a {} output", a.meta_str(),
             b.meta_str(), out);
+  MPT_CHECK(!grad || !opt.bias_grad.defined(), "[matmul] bias_grad is not differentiable: call it without grad");
   MPT_CHECK(!grad || !is_fp8(a.dtype()), "[matmul] FP8 operands are codes, not differentiable tensors ({} x {}): an "
             "FP8 recipe quantizes and runs the backward GEMMs itself", a.meta_str(), b.meta_str());
   Tensor c = Tensor::empty(shape, out, a.device());

@@ -128,7 +128,8 @@ void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq) {
     ASSERT_TRUE(yg.device().is_cuda()) << s;
     const double wide = 1.3, fp8_u = testing::fp8_accumulation_roundoff();
     expect_gemm_close(yg, yc, ops::add(ops::matmul(abs64(x0), ops::scale(abs64(w0), wide), {.trans_b = true}),
-                                       abs64(b0)), k + 1, 0, "fp8_linear y " + s, fp8_u);
+                                       abs64(b0)), k + 1, testing::bias_read_roundoff(b0, xdt, true),
+                      "fp8_linear y " + s, fp8_u);
     yc.backward(dy);
     yg.backward(to_gpu(dy));
     const double wide_g = 1.45;

@@ -105,6 +105,14 @@ Tensor abs64(const Tensor& t) {
 
 double fp8_accumulation_roundoff() { return cuda_is_emulated() ? 0x1p-24 : 0x1p-17; }
 
+double bias_read_roundoff(const Tensor& bias, DType out, bool fp8_inputs) {
+  const DType read = fp8_inputs && out == DType::F32 ? DType::BF16 : out;
+  if (read == DType::F32 || read == DType::F64 || bias.dtype() == read) return 0;
+  double m = 0;
+  for (double v : to_cpu(bias.detach()).to_vector<double>()) m = std::max(m, std::fabs(v));
+  return unit_roundoff(read) * m;
+}
+
 void expect_gemm_close(const Tensor& got, const Tensor& want, const Tensor& mag, int64_t k, double extra_atol,
                        const std::string& what, double accum_u) {
   ASSERT_EQ(got.dtype(), want.dtype()) << what;

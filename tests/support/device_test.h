@@ -97,6 +97,11 @@ void expect_gemm_close(const Tensor& got, const Tensor& want, const Tensor& mag,
 // bound 2 k u |A||B| keeps an 8x margin and still fails a GEMM whose error grows faster than the accumulation's.
 double fp8_accumulation_roundoff();
 
+// The extra error of a bias that cuBLASLt's BIAS epilogue reads in a narrower type than the CPU's f32 (the output's
+// dtype, bf16 for FP8 GEMMs with an f32 output; torch's cuBLASLt addmm does the same): one rounding of each bias
+// element, <= u(read type) max |bias|. 0 when the bias is read in f32 (or on the CPU).
+double bias_read_roundoff(const Tensor& bias, DType out, bool fp8_inputs);
+
 }  // namespace mpt::testing
 
 // Skips the test (GTEST_SKIP, reported as skipped with the reason) unless cuda:0 is usable with compute capability

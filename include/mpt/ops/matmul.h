@@ -41,8 +41,14 @@ struct MatmulOptions {
   // Optional [n] bias (any float dtype, read as f32) added to every row in FP32 before the one rounding to the
   // output: C = op(a) op(b) + bias + beta C (FP8: after the dequantization scales). Needs alpha == 1, and is not
   // differentiable here (ops::linear records its gradient). CPU: in the GEMM's epilogue (oneDNN's bias argument, or
-  // the FP8 kernels' store); CUDA and f64: the product in f32 (f64), the bias added, one rounding.
+  // the FP8 kernels' store); CUDA: cuBLASLt's BIAS epilogue, the bias read in the output's dtype (bf16 for FP8
+  // inputs with an f32 output), as torch's cuBLASLt addmm does; f64 and FP8 outputs: the product in f32 (f64), the
+  // bias added, one rounding.
   Tensor bias{};
+  // Optional [m] output beside a 2-d, non-FP8 GEMM with alpha 1 and no bias: receives the row sums of op(a) (the
+  // bias gradient of a weight-gradient GEMM dW = dy^T x: db = column sums of dy), in c's dtype. CUDA: cuBLASLt's
+  // BGRADA epilogue (no pass of its own); CPU: summed in f32 (f64) beside the GEMM. Not recorded by autograd.
+  Tensor bias_grad{};
 };
 
 // a: (m, k) or (batch, m, k) (with trans_a: (k, m) or (batch, k, m)); b: (k, n) or (batch, k, n) (trans_b: (n, k)).
