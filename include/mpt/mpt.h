@@ -10,6 +10,7 @@
 #include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
+#include "mpt/core/determinism.h"
 #include "mpt/core/device.h"
 #include "mpt/core/dtype.h"
 #include "mpt/core/error.h"

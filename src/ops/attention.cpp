@@ -2,6 +2,8 @@
 // CUDA cuDNN's fused flash attention with the GEMM path as fallback (ops/attention_select.h chooses).
 #include "mpt/ops/attention.h"
 
+#include "mpt/core/determinism.h"
+
 #include <cmath>
 
 #include "kernels/cpu/attention.h"
@@ -145,7 +147,7 @@ std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const
   const int device = q.device().index();
   const CudaDeviceInfo& info = cuda_status().devices.at(device);
   detail::AttentionQuery query{q.dtype(), q.size(0), q.size(1), q.size(2), q.size(3), s.scale, info.major,
-                               info.minor, backward, {}};
+                               info.minor, backward, {}, deterministic()};
   cuda_backend::DeviceGuard guard(device);
   if (detail::cudnn_attention_rejection(query).empty())
     *handle = cudnn_handle(Stream::current(q.device()), &query.cudnn_unavailable);

@@ -39,6 +39,11 @@ std::string cudnn_attention_rejection(const AttentionQuery& q) {
 
 AttentionPath select_attention_path(AttentionMode mode, const AttentionQuery& q, const char* op) {
   if (mode == AttentionMode::Gemm) return AttentionPath::Gemm;
+  MPT_CHECK(!(q.deterministic && mode == AttentionMode::Cudnn),
+            "[{}] MPT_ATTENTION=cudnn, but deterministic mode is on (mpt::set_deterministic, MPT_DETERMINISTIC): "
+            "cuDNN's fused attention backward does not promise the same bits on every run; unset MPT_ATTENTION for "
+            "the GEMM path", op);
+  if (q.deterministic) return AttentionPath::Gemm;
   const std::string why = cudnn_attention_rejection(q);
   if (why.empty()) return AttentionPath::Cudnn;
   MPT_CHECK(mode != AttentionMode::Cudnn,

@@ -25,13 +25,15 @@ struct AttentionQuery {
   int sm_major = 0, sm_minor = 0;
   bool backward = false;
   std::string cudnn_unavailable;  // why no cuDNN handle could be made ("" when one exists or was not asked for)
+  bool deterministic = false;     // mpt::deterministic(): the GEMM path (cuDNN's backward order may vary)
 };
 
 // Why cuDNN cannot run the query, "" when it can: not f16/bf16, the static rules of
 // kernels/cuda/lib/attention_cudnn.h (head dim, compute capability), a build without CUDA, or cudnn_unavailable.
 std::string cudnn_attention_rejection(const AttentionQuery& q);
 
-// Gemm when MPT_ATTENTION=gemm, or (auto) when cuDNN rejects the query; Cudnn otherwise. MPT_ATTENTION=cudnn with a
+// Gemm when MPT_ATTENTION=gemm, or (auto) when cuDNN rejects the query or deterministic mode is on; Cudnn otherwise.
+// MPT_ATTENTION=cudnn in deterministic mode throws. MPT_ATTENTION=cudnn with a
 // rejection throws mpt::Error "[op] MPT_ATTENTION=cudnn, but cuDNN cannot run this attention: <why> (...)".
 AttentionPath select_attention_path(AttentionMode mode, const AttentionQuery& q, const char* op);
 

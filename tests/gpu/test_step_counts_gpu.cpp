@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "cublasLt.h"
 #include "cuda_emu/counters.h"
 #include "device_test.h"
+#include "test_util.h"
 #include "mpt/mpt.h"
 
 namespace mpt {
@@ -100,6 +102,13 @@ class TrainLoop {
     }
   }
 
+  // Parameters and optimizer state, on the CPU.
+  nn::StateDict state() const {
+    nn::StateDict out;
+    for (const auto& [k, t] : model_.state_dict()) out["model." + k] = t.to(Device::cpu());
+    for (const auto& [k, t] : opt_.state_dict()) out["opt." + k] = t.to(Device::cpu());
+    return out;
+  }
   const ScalarReadback& readback() const { return readback_; }
   const Tensor& last_loss() const { return last_loss_; }
   const amp::GradScaler& scaler() const { return scaler_; }
@@ -149,6 +158,39 @@ void check_precision(const std::string& precision) {
   if (loop.scaler().is_enabled()) {
     EXPECT_EQ((*values)[1], loop.scaler().get_scale()) << precision;
   }
+}
+
+// Deterministic mode (mpt/core/determinism.h): cuBLASLt is asked for algorithms without split-K (the double then
+// offers none of its workspace algorithms, which stand for split-K ones), attention takes the GEMM path, and two
+// runs of three steps from the same seed end with the same bits. (The emulated device is deterministic anyway: this
+// checks the wiring and the repeatability of everything around the GEMMs, not a GPU's scheduling.)
+TEST(GpuDeterminism, TwoRunsGiveTheSameBitsAndNoSplitKIsAsked) {
+  MPT_REQUIRE_GPU(8);
+  const emu::CublasLtSwitches saved = emu::cublaslt_switches();
+  emu::CublasLtSwitches offer_split_k = saved;
+  offer_split_k.algo_workspace_bytes = 1 << 20;
+  emu::set_cublaslt_switches(offer_split_k);
+  set_deterministic(true);
+  auto run = [](const std::string& precision) {
+    manual_seed(11);
+    TrainLoop loop(precision);
+    for (int s = 0; s < 3; ++s) loop.step(s, false);
+    return loop.state();
+  };
+  for (const std::string precision : {"bf16", "fp8-delayed"}) {
+    const nn::StateDict a = run(precision);
+    EXPECT_EQ(emu::cublaslt_last_reduction_mask(), static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE));
+    const nn::StateDict b = run(precision);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [k, t] : a) EXPECT_TRUE(testing::same_bits(t, b.at(k))) << precision << " " << k;
+  }
+  set_deterministic(false);
+  {
+    TrainLoop loop("fp32");  // new shapes for the plan cache: the heuristic is asked again, all schemes allowed
+    loop.step(0, false);
+  }
+  EXPECT_NE(emu::cublaslt_last_reduction_mask() & CUBLASLT_REDUCTION_SCHEME_MASK, 0u);
+  emu::set_cublaslt_switches(saved);
 }
 
 TEST(GpuStepCounts, Fp32) { check_precision("fp32"); }

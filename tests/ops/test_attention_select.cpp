@@ -92,4 +92,18 @@ TEST(AttentionSelect, ForcedCudnnExplainsARefusal) {
 #endif
 }
 
+// Deterministic mode: the GEMM path, whatever cuDNN could do (its fused backward's order may vary from run to run);
+// forcing cuDNN is refused with the reason.
+TEST(AttentionSelect, DeterministicModeTakesTheGemmPath) {
+  for (bool backward : {false, true}) {
+    AttentionQuery q = gpt(DType::BF16, 64, 9, 0, backward);
+    q.deterministic = true;
+    EXPECT_EQ(select_attention_path(AttentionMode::Auto, q, kOp), AttentionPath::Gemm);
+    EXPECT_EQ(select_attention_path(AttentionMode::Gemm, q, kOp), AttentionPath::Gemm);
+    const std::string why = error_of(AttentionMode::Cudnn, q);
+    EXPECT_NE(why.find("[causal_attention] MPT_ATTENTION=cudnn, but deterministic mode is on"), std::string::npos)
+        << why;
+  }
+}
+
 }  // namespace

@@ -272,6 +272,9 @@ LtResult build_plan(Plan& plan, cublasLtHandle_t handle, const LtGemmParams& p, 
   MPT_LT_TRY(set(pr, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]));
   MPT_LT_TRY(set(pr, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]));
   MPT_LT_TRY(set(pr, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[3]));
+  if (p.deterministic) {  // no split-K reduction of any kind
+    MPT_LT_TRY(set(pr, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE)));
+  }
 
   std::array<cublasLtMatmulHeuristicResult_t, 4> results{};
   int count = 0;
@@ -290,7 +293,7 @@ LtResult build_plan(Plan& plan, cublasLtHandle_t handle, const LtGemmParams& p, 
   return LtResult{LtCode::NoAlgorithm, CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic returned no algorithm"};
 }
 
-constexpr size_t kKeySize = 31;
+constexpr size_t kKeySize = 32;
 using PlanKey = std::array<int64_t, kKeySize>;
 
 struct KeyHash {
@@ -314,7 +317,7 @@ PlanKey plan_key(int device, const LtGemmParams& p, const LtProblem& lp, const u
                  static_cast<int64_t>(p.scale_a.mode), static_cast<int64_t>(p.scale_b.mode), present, align[0],
                  align[1], align[2], align[3], alignment(epilogue_uses_bias(p.epilogue) ? p.bias : nullptr, 0),
                  alignment(epilogue_uses_aux(p.epilogue) ? p.aux : nullptr, 0),
-                 static_cast<int64_t>(ws.bytes)};
+                 static_cast<int64_t>(ws.bytes), p.deterministic ? 1 : 0};
 }
 
 class PlanCache {

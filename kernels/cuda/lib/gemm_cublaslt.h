@@ -36,6 +36,10 @@ struct LtGemmParams {
   cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F, c_type = CUDA_R_32F;
   bool allow_tf32 = false;      // F32 only: TF32 tensor cores (10-bit mantissa inputs, FP32 accumulation)
   bool fp8_fast_accum = false;  // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic FP32 promotion)
+  // No split-K: the heuristic is asked with REDUCTION_SCHEME_MASK = NONE, so each output's dot product is one
+  // sequence whatever the workspace, and with the plan cache pinning the algorithm per problem repeated calls give
+  // the same bits (mpt::set_deterministic). Costs speed on problems with a long K and few output tiles.
+  bool deterministic = false;
 
   // Epilogue (gemm_layout.h has the row-major meaning). bias: length epilogue_bias_length, packed, read by the
   // Bias/Gelu*Bias epilogues and written by the BGrad ones. bias_type defaults to c_type, except BF16 for FP8

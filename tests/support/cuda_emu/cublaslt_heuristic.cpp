@@ -117,6 +117,12 @@ bool decode_algo(const cublasLtMatmulAlgo_t& a, AlgoInfo* info) {
   return true;
 }
 
+namespace {
+thread_local uint32_t t_reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
+}  // namespace
+
+uint32_t cublaslt_last_reduction_mask() { return t_reduction_mask; }
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
                                               cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
@@ -145,10 +151,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   std::copy(std::begin(pref.min_align), std::end(pref.min_align), align.abcd);
   if (Check c = validate(p, align); c.verdict != Verdict::Ok) return refuse(c.why, returnAlgoCount);
 
-  // Fastest first: an algorithm with workspace (when the switch asks for one and it fits), then one without.
+  // Fastest first: an algorithm with workspace (when the switch asks for one, it fits and the preference allows a
+  // split-K reduction scheme), then one without.
+  t_reduction_mask = pref.reduction_mask;
   std::vector<uint64_t> workspaces;
   const uint64_t want = cublaslt_switches().algo_workspace_bytes;
-  if (want > 0 && want <= pref.max_workspace) workspaces.push_back(want);
+  if (want > 0 && want <= pref.max_workspace && (pref.reduction_mask & CUBLASLT_REDUCTION_SCHEME_MASK) != 0)
+    workspaces.push_back(want);
   workspaces.push_back(0);
   const int count = std::min<int>(requestedAlgoCount, static_cast<int>(workspaces.size()));
   for (int i = 0; i < count; ++i) {

@@ -155,6 +155,14 @@ enum cublasLtEpilogue_t : int {
   CUBLASLT_EPILOGUE_BGRADB = 512,
 };
 
+enum cublasLtReductionScheme_t : int {
+  CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+  CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+  CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+  CUBLASLT_REDUCTION_SCHEME_MASK = 0x7,
+};
+
 // SEARCH_MODE uint32, MAX_WORKSPACE_BYTES uint64, REDUCTION_SCHEME_MASK uint32, MIN_ALIGNMENT_* uint32,
 // MAX_WAVES_COUNT float, IMPL_MASK uint64.
 enum cublasLtMatmulPreferenceAttributes_t : int {
@@ -263,10 +271,15 @@ CublasLtSwitches cublaslt_switches();
 void set_cublaslt_switches(const CublasLtSwitches& switches);
 // Why this thread's last cuBLASLt call failed or refused a problem ("" after a success): the rule, in words.
 const char* cublaslt_last_failure();
+// The REDUCTION_SCHEME_MASK of this thread's last cublasLtMatmulAlgoGetHeuristic call (every bit set when its
+// preference left the default: all schemes allowed). The double's algorithms with workspace stand for split-K ones: a mask
+// without any scheme (NONE) leaves only the algorithm without workspace.
+uint32_t cublaslt_last_reduction_mask();
 
 }  // namespace mpt::cuda_emu
 
 using enum mpt::cuda_emu::cublasStatus_t;
+using enum mpt::cuda_emu::cublasLtReductionScheme_t;
 using enum mpt::cuda_emu::cublasOperation_t;
 using enum mpt::cuda_emu::cublasComputeType_t;
 using enum mpt::cuda_emu::cublasLtMatmulMatrixScale_t;
