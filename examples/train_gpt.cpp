@@ -20,6 +20,7 @@
 #include "mpt/amp/fp8.h"
 #include "mpt/amp/grad_scaler.h"
 #include "mpt/amp/policy.h"
+#include "mpt/core/profile.h"
 #include "mpt/dist/data_parallel.h"
 #include "mpt/io/checkpoint.h"
 #include "mpt/nn/gpt.h"
@@ -348,6 +349,7 @@ void run(const Options& o) {
   int64_t window_steps = 0;
   for (int64_t step = start_step; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    const mpt::profile::Range step_range("step");
     opt.zero_grad();
     model.zero_grad();  // with ZeRO-1 the optimizer holds only this rank's parameters
     std::optional<mpt::dist::DataParallel::NoSync> no_sync;  // every micro-batch's backward but the last
@@ -488,6 +490,9 @@ int main(int argc, char** argv) {
   app.add_option("--keep", o.keep, "checkpoints kept in --save-dir (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "continue a run: a checkpoint directory, a --save-dir (its latest), or "
                  "'latest' (of --save-dir); options not given are taken from the checkpoint");
+  app.add_flag_callback("--nvtx", [] { mpt::profile::set_nvtx(true); },
+                        "NVTX ranges per step, phase and module for Nsight Systems (same as MPT_NVTX=1): "
+                        "nsys profile -t cuda,nvtx ./train_gpt --nvtx ...");
   app.add_option("--stop-after", o.stop_after, "stop (saving a checkpoint) after this many steps of this run, e.g. "
                  "to fit a job's time limit")->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);

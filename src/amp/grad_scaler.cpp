@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kernels/math/optim.h"
+#include "mpt/core/profile.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/optim.h"
 
@@ -127,6 +128,7 @@ OptStage GradScaler::stage(const optim::Optimizer& optimizer) const {
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!enabled_) return;
+  const profile::Range range("optimizer/unscale");
   OptState& st = states_[&optimizer];
   MPT_CHECK(st.stage != OptStage::Unscaled,
             "[GradScaler] unscale_() has already been called on this optimizer since the last update().");
@@ -202,6 +204,7 @@ bool GradScaler::scale_collapsed() const { return enabled_ && km::scale_at_floor
 
 void GradScaler::update() {
   if (!enabled_) return;
+  const profile::Range range("optimizer/scale_update");
   std::vector<Tensor> flags;  // every optimizer's found_inf, on the scaler's device
   for (auto& [opt, st] : states_) {
     if (st.found_inf.empty()) continue;

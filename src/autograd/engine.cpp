@@ -6,6 +6,7 @@
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
+#include "mpt/core/profile.h"
 #include "mpt/ops/elementwise.h"
 
 namespace mpt::autograd {
@@ -25,6 +26,7 @@ struct LaterFirst {
 }  // namespace
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  const profile::Range range("backward");
   MPT_CHECK(grads.empty() || grads.size() == roots.size(), "[backward] {} roots but {} gradients", roots.size(),
             grads.size());
   // Root edges and their seed gradients.

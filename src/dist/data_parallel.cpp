@@ -11,6 +11,7 @@
 #include "kernels/math/numerics.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
+#include "mpt/core/profile.h"
 #include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/optim/clip.h"
@@ -211,6 +212,7 @@ Tensor DataParallel::Bucket::part(size_t k, const Tensor& of) const {
 }
 
 void DataParallel::launch(Bucket& b) {
+  const profile::Range range("communication/bucket {}", bucket_of_[b.params.front()]);
   autograd::NoGradGuard no_grad;
   const size_t np = b.params.size();
   std::vector<float> meta(2 * np, 0.0f);  // [used | amax] per parameter
@@ -266,6 +268,7 @@ void DataParallel::launch(Bucket& b) {
 }
 
 void DataParallel::finish() {
+  const profile::Range range("communication/finish");
   autograd::NoGradGuard no_grad;
   const double t_finish = now_s();
   if (!step_started_) step_t0_ = t_finish;
@@ -349,6 +352,7 @@ std::vector<optim::ParamGroup> DataParallel::shard(std::vector<optim::ParamGroup
 
 void DataParallel::sync_parameters() {
   if (!options_.zero1) return;
+  const profile::Range range("communication/sync_parameters");
   autograd::NoGradGuard no_grad;
   const int me = comm_->rank();
   std::vector<std::unique_ptr<Work>> works;

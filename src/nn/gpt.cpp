@@ -8,6 +8,7 @@
 
 #include "mpt/autograd/checkpoint.h"
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/core/profile.h"
 #include "mpt/ops/activation.h"
 #include "mpt/ops/attention.h"
 #include "mpt/ops/elementwise.h"
@@ -28,6 +29,7 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
   MPT_CHECK(x.defined() && x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got {}",
             x.defined() ? x.meta_str() : "undefined");
+  const profile::Range range(path().empty() ? type_name() : path());  // "h.3.attn"
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const ops::QkvHeads h = ops::split_qkv_heads(c_attn_->forward(x), n_head_);  // [B, H, T, D] each
   const Tensor y = ops::causal_attention(h.q, h.k, h.v).out;
@@ -40,7 +42,10 @@ MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {
   drop_ = register_module("dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-Tensor MLP::forward(const Tensor& x) const { return drop_->forward(c_proj_->forward(ops::gelu(c_fc_->forward(x)))); }
+Tensor MLP::forward(const Tensor& x) const {
+  const profile::Range range(path().empty() ? type_name() : path());
+  return drop_->forward(c_proj_->forward(ops::gelu(c_fc_->forward(x))));
+}
 
 Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias, c.where));
@@ -56,6 +61,7 @@ Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.
 }  // namespace
 
 Tensor Block::forward(const Tensor& x) const {
+  const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
   auto [h, normed] = ln_2_->forward_residual(like(attn_->forward(ln_1_->forward(x)), x), x);  // h = x + attn(ln_1(x))
   return ops::add(h, like(mlp_->forward(normed), h));
 }
@@ -97,6 +103,7 @@ Tensor GPT::forward(const Tensor& ids) const {
   MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
             "[GPT] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
   const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
+  const profile::Range range("forward");  // the phase; module ranges nest inside, the loss follows it
   MPT_CHECK(T <= config_.block_size, "[GPT] sequence length {} exceeds block_size {}", T, config_.block_size);
   auto cached = std::find_if(positions_.begin(), positions_.end(), [&](const Tensor& p) {
     return p.device() == ids.device() && p.dtype() == ids.dtype();
@@ -117,12 +124,15 @@ Tensor GPT::forward(const Tensor& ids) const {
   x = ln_f_->forward(x);
   // The LM head, tied to wte; a policy addresses it as "lm_head".
   const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
+  const profile::Range head_range(head);
   return detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT")
       .reshape({B, T, config_.vocab_size});
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction) const {
-  return cross_entropy(forward(ids), targets, reduction);
+  const Tensor logits = forward(ids);
+  const profile::Range range("loss");
+  return cross_entropy(logits, targets, reduction);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::LossReduction reduction) {

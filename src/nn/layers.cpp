@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "mpt/core/profile.h"
 #include "mpt/ops/dropout.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
@@ -36,6 +37,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Placement w
 Tensor Linear::forward(const Tensor& x) const {
   MPT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "[Linear] expected an input [..., {}], got {}", in_,
             x.defined() ? x.meta_str() : "undefined");
+  const profile::Range range(path().empty() ? type_name() : path());  // "h.3.attn.c_attn"
   Shape out_shape = x.shape();
   out_shape.back() = out_;
   return detail::autocast_linear(x.reshape({-1, in_}), weight(), bias(), path(), "Linear").reshape(out_shape);
@@ -48,11 +50,13 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Modu
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {
+  const profile::Range range(path().empty() ? type_name() : path());
   check_input("LayerNorm", x, weight(), weight().numel());
   return ops::layer_norm(x, weight(), bias(), eps_).y;
 }
 
 std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) const {
+  const profile::Range range(path().empty() ? type_name() : path());
   check_input("LayerNorm", x, weight(), weight().numel());
   ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_);
   return {std::move(r.sum), std::move(r.y)};
@@ -63,7 +67,10 @@ Embedding::Embedding(int64_t num, int64_t dim, Placement where, Generator& gen) 
   weight_ = &register_parameter("weight", Tensor::normal({num, dim}, 0, 1, where.dtype, where.device, gen), false);
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return ops::embedding(ids, weight()); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  const profile::Range range(path().empty() ? type_name() : path());  // "wte", "wpe"
+  return ops::embedding(ids, weight());
+}
 
 Dropout::Dropout(double p, Generator* gen) : Module("Dropout"), p_(p), gen_(gen) {
   MPT_CHECK(p >= 0 && p <= 1, "[Dropout] p must be in [0, 1], got {}", p);

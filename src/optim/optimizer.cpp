@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/core/profile.h"
 
 namespace mpt::optim {
 
@@ -109,6 +110,7 @@ void Optimizer::check_group_shape(size_t g) const {
 }
 
 void Optimizer::step(const ops::GradScaling& scaling) {
+  const profile::Range range("optimizer");
   autograd::NoGradGuard no_grad;
   // Everything is checked before the first kernel runs, so a bad gradient leaves every parameter untouched.
   std::vector<std::vector<size_t>> ready_index(groups_.size());
