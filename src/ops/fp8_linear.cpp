@@ -1,4 +1,4 @@
-// src/ops/fp8_linear.cpp: the FP8 linear op: recipe-driven quantization of x, W and dy; FP8 fprop, dgrad, wgrad.
+// src/ops/fp8_linear.cpp: the FP8 linear op: FP8 fprop, dgrad and wgrad over operands quantized by ops/fp8_quantize.
 #include "mpt/ops/fp8_linear.h"
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/reduction.h"
 #include "ops/dispatch.h"
+#include "ops/fp8_quantize.h"
 
 namespace mpt::ops {
 namespace {
@@ -32,78 +33,6 @@ Fp8Operand operand(const Quantized& q) {
     case ScaleLayout::PerTensor: break;
   }
   return {q.data, Fp8Scaling::per_tensor(q.scale_inv)};
-}
-
-// One 2-d tensor quantized for the GEMMs that read it. rowwise: K along its columns, as stored (x and dy in the
-// GEMM that contracts their last dim, W in fprop). columnwise: its transpose (rows become K: x and dy in wgrad, W in
-// dgrad). Only the usages asked for are defined. amax: under delayed scaling, max |t| (NaN ignored) as recorded into
-// the meta (0-d f32 on t's device; what a cached weight copy records again), else undefined.
-struct Fp8Pair {
-  Quantized rowwise, columnwise;
-  Tensor amax;
-};
-
-// Per-tensor scaling (delayed or current): one pass quantizes t and, if asked, its transpose with one scale. Every
-// scale and amax stays on t's device: delayed scaling reads the meta's scale and folds max |t| into its history
-// (TE's amax_history[0]) in the same pass; current scaling computes amax and scale in a first pass.
-Fp8Pair quantize_per_tensor(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
-                            const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool columnwise) {
-  const DType fmt = amp::fp8_dtype(recipe, role);
-  const auto* delayed = std::get_if<amp::DelayedScaling>(&recipe);
-  QuantizeOptions o;
-  o.amax_ignore_nan = true;  // TE's amax skips NaN elements (scaling-spec B2, C5 and C6)
-  if (delayed != nullptr) {
-    o.scale = meta->scale;
-    o.amax = Tensor::empty({}, DType::F32, t.device());
-  } else {
-    const auto& c = std::get<amp::CurrentScaling>(recipe);
-    o.power_of_2 = c.power_2_scale;
-    o.amax_epsilon = c.amax_epsilon;
-  }
-  Quantized q, qt;
-  if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
-  else q = quantize_fp8(t, fmt, o);
-  if (delayed != nullptr) meta->record_amax(o.amax);
-  if (meta && meta->collect_telemetry) {  // a debugging aid: reads the device
-    const auto* c = std::get_if<amp::CurrentScaling>(&recipe);
-    const float scale = c ? amp::compute_scale_from_amax(amp::amax_ignore_nan(t), amp::fp8_max(fmt), c->power_2_scale,
-                                                         c->amax_epsilon)
-                          : meta->scale.item<float>();
-    meta->measure(t, q, scale);
-  }
-  return {q, qt, delayed != nullptr ? o.amax : Tensor{}};
-}
-
-// Block scaling: weights 128x128 (the transposed codes share the tile scales), activations and gradients 1x128 with
-// the columnwise copy quantized again from t along the other axis (scaling-spec B3).
-Fp8Pair quantize_block(const Tensor& t, const amp::BlockScaling& r, Fp8Role role,
-                       const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
-  const BlockQuantizeOptions o{r.power_2_scale};
-  const bool telemetry = meta && meta->collect_telemetry;
-  Fp8Pair p;
-  Quantized q;
-  if (role == Fp8Role::Weight) {
-    q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block128x128, o);
-    if (columnwise) p.columnwise = {q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128};
-  } else {
-    if (rowwise || telemetry) q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, o);
-    if (columnwise) {
-      BlockQuantizeOptions ot = o;
-      ot.transpose = true;  // t^T's codes without its transposed copy
-      p.columnwise = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, ot);
-    }
-  }
-  if (telemetry) meta->measure(t, q, 0.0f);
-  if (rowwise) p.rowwise = q;
-  return p;
-}
-
-Fp8Pair quantize(const Tensor& t, const amp::Fp8Recipe& recipe, Fp8Role role,
-                 const std::shared_ptr<amp::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
-  if (const auto* b = std::get_if<amp::BlockScaling>(&recipe)) {
-    return quantize_block(t, *b, role, meta, rowwise, columnwise);
-  }
-  return quantize_per_tensor(t, recipe, role, meta, columnwise);
 }
 
 // q with dimension `dim` of its codes padded with zeros to a multiple of `multiple` (a divisor of 128, so 1x128 and
@@ -146,29 +75,13 @@ Tensor gemm_tn(const Quantized& qa, const Quantized& qb, DType out, const Tensor
   return c.size(0) == qa.data.size(0) ? c : c.slice(0, 0, qa.data.size(0)).contiguous();
 }
 
-bool is_wide(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
-
-void check_meta(const std::shared_ptr<amp::Fp8TensorMeta>& meta, const char* slot, Fp8Role role,
-                const amp::Fp8Recipe& recipe, Device dev) {
-  const bool delayed = std::holds_alternative<amp::DelayedScaling>(recipe);
-  if (!meta) {
-    MPT_CHECK(!delayed, "[{}] delayed scaling needs metas.{} (amp::Fp8ScalingState::register_linear)", kOp, slot);
-    return;
-  }
-  MPT_CHECK(meta->role == role, "[{}] metas.{} is '{}', registered as {}", kOp, slot, meta->name,
-            amp::to_string(meta->role));
-  MPT_CHECK(meta->dtype == amp::fp8_dtype(recipe, role),
-            "[{}] metas.{} ('{}') is {} but the recipe quantizes it to {}: the scaling state was made for another "
-            "recipe", kOp, slot, meta->name, meta->dtype, amp::fp8_dtype(recipe, role));
-  MPT_CHECK(!delayed || meta->scale.device() == dev, "[{}] metas.{} ('{}') lives on {} but the operands on {}", kOp,
-            slot, meta->name, meta->scale.device().str(), dev.str());
-}
-
 void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& c, DType out) {
   const Device dev = detail::check_same_device({&x, &weight}, kOp);
-  MPT_CHECK(x.dim() >= 1 && is_wide(x.dtype()), "[{}] x must be f32, bf16 or f16 with at least one dim, got {}", kOp,
+  MPT_CHECK(x.dim() >= 1 && detail::is_wide_dtype(x.dtype()),
+            "[{}] x must be f32, bf16 or f16 with at least one dim, got {}", kOp,
             x.meta_str());
-  MPT_CHECK(weight.dim() == 2 && is_wide(weight.dtype()), "[{}] weight must be a 2-d (M, K) f32, bf16 or f16 tensor, "
+  MPT_CHECK(weight.dim() == 2 && detail::is_wide_dtype(weight.dtype()),
+            "[{}] weight must be a 2-d (M, K) f32, bf16 or f16 tensor, "
             "got {}", kOp, weight.meta_str());
   MPT_CHECK(weight.size(1) == x.size(-1), "[{}] x {} has K = {} but weight {} has K = {}", kOp, x.meta_str(),
             x.size(-1), weight.meta_str(), weight.size(1));
@@ -176,14 +89,14 @@ void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const
             weight.meta_str());
   if (bias.defined()) {
     detail::check_same_device({&x, &bias}, kOp);
-    MPT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0) && is_wide(bias.dtype()),
+    MPT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0) && detail::is_wide_dtype(bias.dtype()),
               "[{}] bias must be f32, bf16 or f16 of shape [{}] (weight {}), got {}", kOp, weight.size(0),
               weight.meta_str(), bias.meta_str());
   }
-  MPT_CHECK(is_wide(out), "[{}] out_dtype must be f32, bf16 or f16, got {}", kOp, out);
-  check_meta(c.metas.input, "input", Fp8Role::Input, c.recipe, dev);
-  check_meta(c.metas.weight, "weight", Fp8Role::Weight, c.recipe, dev);
-  check_meta(c.metas.grad_output, "grad_output", Fp8Role::GradOutput, c.recipe, dev);
+  MPT_CHECK(detail::is_wide_dtype(out), "[{}] out_dtype must be f32, bf16 or f16, got {}", kOp, out);
+  detail::check_fp8_meta(kOp, c.metas.input, "input", Fp8Role::Input, c.recipe, dev);
+  detail::check_fp8_meta(kOp, c.metas.weight, "weight", Fp8Role::Weight, c.recipe, dev);
+  detail::check_fp8_meta(kOp, c.metas.grad_output, "grad_output", Fp8Role::GradOutput, c.recipe, dev);
   if (const auto& w = c.weight_fp8) {
     MPT_CHECK(w->rowwise.data.defined() && w->rowwise.data.shape() == weight.shape(),
               "[{}] weight_fp8 holds codes of shape {} but weight is {}", kOp,
@@ -211,8 +124,10 @@ struct Saved {
 std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
   if (!dy_in.defined()) return {Tensor(), Tensor(), Tensor()};
   const Tensor dy = dy_in.reshape({-1, s.m});  // (N, M)
-  Fp8Pair q;
-  if (s.need_dx || s.need_dw) q = quantize(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta, s.need_dx, s.need_dw);
+  detail::Fp8Pair q;
+  if (s.need_dx || s.need_dw) {
+    q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta, s.need_dx, s.need_dw);
+  }
   Tensor dx, dw, db;
   if (s.need_dx) dx = gemm_tn(q.rowwise, s.wt, s.x_dtype).reshape(s.x_shape);  // (N, M) x (K, M)^T
   if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype);                  // (M, N) x (K, N)^T
@@ -221,24 +136,6 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
 }
 
 }  // namespace
-
-Fp8Weight quantize_fp8_weight(const Tensor& weight, const amp::Fp8Recipe& recipe,
-                              const std::shared_ptr<amp::Fp8TensorMeta>& weight_meta, bool transpose) {
-  MPT_CHECK(weight.defined() && weight.dim() == 2 && is_wide(weight.dtype()) && weight.numel() > 0,
-            "[quantize_fp8_weight] weight must be a non-empty 2-d f32, bf16 or f16 tensor, got {}",
-            weight.defined() ? weight.meta_str() : std::string("undefined"));
-  check_meta(weight_meta, "weight", Fp8Role::Weight, recipe, weight.device());
-  Fp8Weight w;
-  w.recipe_index = recipe.index();
-  // Delayed: the version of the meta's scale the codes are made with (it changes only in Fp8ScalingState::update()
-  // and load_state_dict, which bump it; amp::fp8_weight_copy compares it before reusing the copy).
-  if (weight_meta) w.scale_version = weight_meta->scale_version;
-  const Fp8Pair p = quantize(weight, recipe, Fp8Role::Weight, weight_meta, true, transpose);
-  w.rowwise = p.rowwise;
-  w.columnwise = p.columnwise;
-  w.amax = p.amax;
-  return w;
-}
 
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& config) {
   const detail::GradRecorder grad({&x, &weight, &bias});
@@ -251,15 +148,16 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   s.need_dx = grad && x.requires_grad();
   s.need_dw = grad && weight.requires_grad();
   s.need_db = grad && bias.defined() && bias.requires_grad();
-  const Fp8Pair xq = quantize(x2d, config.recipe, Fp8Role::Input, config.metas.input, true, s.need_dw);
-  Fp8Pair wq;
+  const detail::Fp8Pair xq =
+      detail::quantize_for_gemm(x2d, config.recipe, Fp8Role::Input, config.metas.input, true, s.need_dw);
+  detail::Fp8Pair wq;
   if (config.weight_fp8) {
     MPT_CHECK(!s.need_dx || config.weight_fp8->has_transpose(),
               "[{}] x requires grad but weight_fp8 was made without W^T's codes (quantize_fp8_weight transpose)", kOp);
     wq.rowwise = config.weight_fp8->rowwise;
     if (s.need_dx) wq.columnwise = config.weight_fp8->columnwise;
   } else {
-    wq = quantize(weight, config.recipe, Fp8Role::Weight, config.metas.weight, true, s.need_dx);
+    wq = detail::quantize_for_gemm(weight, config.recipe, Fp8Role::Weight, config.metas.weight, true, s.need_dx);
   }
 
   // (N, K) x (M, K)^T, the bias added in FP32 in the GEMM's epilogue before the one rounding to `out`.
