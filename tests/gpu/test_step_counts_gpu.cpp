@@ -24,22 +24,24 @@ namespace emu = cuda_emu;
 
 constexpr int64_t kB = 4, kT = 16, kVocab = 65, kAccum = 2;
 
-nn::GPTConfig config() {
+nn::GPTConfig config(int64_t n_layer) {
   nn::GPTConfig c;
   c.vocab_size = kVocab;
   c.block_size = kT;
-  c.n_layer = 3;  // the FP8 policy keeps the first and last blocks in BF16: h.1 runs FP8
+  c.n_layer = n_layer;  // 3: the FP8 policy keeps the first and last blocks in BF16, h.1 runs FP8
   c.n_head = 4;
   c.n_embd = 64;
   c.where.device = Device::cuda(0);
   return c;
 }
 
-amp::Policy policy_for(const std::string& p) {
+amp::Policy policy_for(const std::string& p, int64_t n_layer) {
   const Device dev = Device::cuda(0);
   if (p == "bf16") return amp::Policy::bf16();
   if (p == "fp16") return amp::Policy::fp16();
-  auto fp8 = [&](amp::Fp8Recipe r) { return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(r, dev)); };
+  auto fp8 = [&](amp::Fp8Recipe r) {
+    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(r, dev));
+  };
   if (p == "fp8-delayed") return fp8(amp::DelayedScaling{16, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid});
   if (p == "fp8-current") return fp8(amp::CurrentScaling{});
   if (p == "fp8-block") return fp8(amp::BlockScaling{});
@@ -57,9 +59,9 @@ struct StepCost {
 
 class TrainLoop {
  public:
-  explicit TrainLoop(const std::string& precision)
-      : model_(config()),
-        policy_(policy_for(precision)),
+  explicit TrainLoop(const std::string& precision, int64_t n_layer = 3)
+      : model_(config(n_layer)),
+        policy_(policy_for(precision, n_layer)),
         scaler_(amp::GradScalerOptions{.init_scale = 1024.0, .enabled = precision == "fp16"}, Device::cuda(0)),
         opt_(optim::weight_decay_groups(model_.named_parameters(), 0.1), {.lr = 3e-3, .betas = {0.9, 0.95}}),
         readback_(Device::cuda(0)) {
@@ -191,6 +193,33 @@ TEST(GpuDeterminism, TwoRunsGiveTheSameBitsAndNoSplitKIsAsked) {
   }
   EXPECT_NE(emu::cublaslt_last_reduction_mask() & CUBLASLT_REDUCTION_SCHEME_MASK, 0u);
   emu::set_cublaslt_switches(saved);
+}
+
+// What one more transformer block costs per step (2 micro-batches): the difference between 4 and 3 blocks (the FP8
+// policy runs the middle blocks in FP8, so the added block is an FP8 one there). Printed for docs/verification.md;
+// a block adds no host<->device copy or synchronisation.
+TEST(GpuStepCounts, PerBlock) {
+  MPT_REQUIRE_GPU(8);
+  for (const std::string precision : {"bf16", "fp8-delayed"}) {
+    emu::Counters c[2];
+    for (int64_t layers : {3, 4}) {
+      TrainLoop loop(precision, layers);
+      loop.step(0, false);
+      loop.step(1, false);
+      emu::reset_counters();
+      loop.step(2, false);
+      c[layers - 3] = emu::counters();
+    }
+    std::printf("%-12s per block per step: launches %llu, matmuls %llu, d2d %llu, pool allocations %llu\n",
+                precision.c_str(), static_cast<unsigned long long>(c[1].kernel_launches - c[0].kernel_launches),
+                static_cast<unsigned long long>(c[1].matmuls - c[0].matmuls),
+                static_cast<unsigned long long>(c[1].d2d - c[0].d2d),
+                static_cast<unsigned long long>(c[1].pool_allocs - c[0].pool_allocs));
+    // 2 micro-batches x (4 Linears x fprop, dgrad, wgrad + attention's GEMM path: S and P V forward, S again (only
+    // the logsumexp is saved), dV, dP, dQ and dK backward).
+    EXPECT_EQ(c[1].matmuls - c[0].matmuls, 38u) << precision;
+    EXPECT_EQ(c[1].h2d + c[1].d2h + c[1].syncs, 0u) << precision;
+  }
 }
 
 TEST(GpuStepCounts, Fp32) { check_precision("fp32"); }

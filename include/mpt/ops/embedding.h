@@ -8,9 +8,9 @@ namespace mpt::ops {
 // out[..., :] = table[ids[...], :]: ids (i32 or i64, any shape S) index rows of table [V, C]
 // (f32, f16, bf16; f64 on the CPU); out has shape S + [C] and table's dtype and device.
 // Out-of-range ids: on the CPU an mpt::Error naming the first bad position and id. On CUDA the ids are
-// not read back (that would synchronize every step): a row whose id is out of range is filled with NaN,
-// so the loss turns NaN (and a GradScaler skips the step); embedding_backward, which reads the ids on
-// the host anyway, then reports the bad id as an error.
+// not read back (that would synchronize every step): the kernel reports the bad id as a deferred device error,
+// thrown at the host's next synchronisation with the device (src/core/device_errors.h), and fills its row
+// with NaN.
 Tensor embedding(const Tensor& ids, const Tensor& table);
 
 // dtable[v, :] += sum over positions p with ids[p] == v of dout[p, :]: deterministic. Each row's
@@ -18,9 +18,9 @@ Tensor embedding(const Tensor& ids, const Tensor& table);
 // dtable once, on both backends (no atomics): bit-identical run to run, for any thread count, and on CPU
 // and CUDA. dout: shape ids.shape + [C], table's dtype. When `dtable` is given ([V, C], dout's dtype and
 // device, contiguous) the gradient is accumulated into it and it is returned; otherwise a new [vocab, C]
-// tensor (zeros where a token does not occur). The positions are grouped by token on the host:
-// ids may be on the CPU while dout is on CUDA (no device-to-host copy then); CUDA ids are copied to the
-// host first, which synchronizes.
+// tensor (zeros where a token does not occur). The positions are grouped by token where dout lives: on CUDA
+// by a stable counting sort on the device (no host round trip; CPU ids are uploaded first), and an out-of-range
+// id there is a deferred device error like the forward's.
 Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t vocab, Tensor dtable = {});
 
 }  // namespace mpt::ops
