@@ -372,25 +372,33 @@ void run(const Options& o) {
     hidden_sum += dp.last_step().hidden_fraction();
     wait_ms_sum += dp.last_step().finish_wait_s * 1e3;
     scaler.unscale_(opt);  // clipping sees the true gradients
-    const double norm = dp.clip_grad_norm_(o.clip).item<double>();
+    const mpt::Tensor norm_t = dp.clip_grad_norm_(o.clip);
     const double lr = schedule.current_lr();
-    if (!scaler.step(opt)) ++skipped;
+    // The skip happens on the device; reading whether it did waits for the device, so only with a loss scaler.
+    const mpt::amp::StepResult stepped = scaler.step(opt);
+    if (scaler.is_enabled() && !stepped) ++skipped;
     dp.sync_parameters();  // ZeRO-1: every rank's updated shard everywhere
     scaler.update();
     if (policy.fp8_state) policy.fp8_state->update();  // delayed scaling: next step's scales from the amax history
     schedule.step();
-    double loss_value = acc.value();
-    if (world > 1) {  // the global batch's loss (each rank's is its share's)
-      mpt::Tensor l = mpt::Tensor::full({1}, loss_value, mpt::DType::F32);
-      comm->all_reduce(l, mpt::dist::ReduceOp::Avg)->wait();
-      loss_value = l.to_vector<float>()[0];
+    // The loss and the norm stay on the device between logging steps: a step on a GPU does not wait for it.
+    const bool log_step = step % o.log_every == 0 || step + 1 == o.steps;
+    double loss_value = 0, norm = 0;
+    if (log_step) {
+      loss_value = acc.value();
+      norm = norm_t.item<double>();
+      if (world > 1) {  // the global batch's loss (each rank's is its share's); every rank logs at the same steps
+        mpt::Tensor l = mpt::Tensor::full({1}, loss_value, mpt::DType::F32);
+        comm->all_reduce(l, mpt::dist::ReduceOp::Avg)->wait();
+        loss_value = l.to_vector<float>()[0];
+      }
+      MPT_CHECK(std::isfinite(loss_value), "[train_gpt] the loss became {} at step {}", loss_value, step);
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     window_ms += ms;
     ++window_steps;
     total_ms += ms;
-    MPT_CHECK(std::isfinite(loss_value), "[train_gpt] the loss became {} at step {}", loss_value, step);
-    if (step % o.log_every == 0 || step + 1 == o.steps) {
+    if (log_step) {
       const double tps = tokens_per_step * static_cast<double>(window_steps) / window_ms * 1e3;
       fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s{}{}\n", step,
                  o.steps, loss_value, lr, norm, ms, tps,

@@ -16,6 +16,7 @@
 #include "mpt/core/error.h"
 #include "mpt/core/generator.h"
 #include "mpt/core/memory.h"
+#include "mpt/core/profile.h"
 #include "mpt/core/readback.h"
 #include "mpt/core/shape.h"
 #include "mpt/core/stream.h"
