@@ -38,6 +38,7 @@
 #include "mpt/ops/layernorm.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/matmul.h"
+#include "mpt/ops/mlp.h"
 #include "mpt/ops/optim.h"
 #include "mpt/ops/reduction.h"
 #include "mpt/ops/softmax.h"

@@ -7,6 +7,7 @@
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/fp8_linear.h"
 #include "mpt/ops/linear.h"
+#include "mpt/ops/mlp.h"
 
 namespace mpt::nn::detail {
 
@@ -48,6 +49,28 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
     w = amp::compute_copy(weight, dt);  // a master in another dtype: a recorded cast
   }
   return ops::linear(xc, w, bias);
+}
+
+Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::string_view path1, const Tensor& w2,
+                    const Tensor& b2, std::string_view path2) {
+  const amp::Policy* policy = amp::current_policy();
+  if (policy == nullptr) {
+    if (x.dtype() != w1.dtype() || w1.dtype() != w2.dtype() || x.device() != w1.device()) return {};
+    return ops::mlp(x, w1, b1, w2, b2);
+  }
+  const amp::Precision p = policy->at(path1);
+  if (p == amp::Precision::FP8 || policy->at(path2) != p || w1.dtype() != w2.dtype()) return {};
+  if (p == amp::Precision::FP32) return x.dtype() == w1.dtype() ? ops::mlp(x, w1, b1, w2, b2) : Tensor{};
+  const DType dt = amp::output_dtype(p);
+  if (w1.dtype() != DType::F32) return {};
+  const Tensor xc = x.dtype() == dt ? x : x.to(dt);
+  Tensor c1, c2;
+  {
+    autograd::NoGradGuard no_grad;
+    c1 = amp::compute_copy(w1, dt);
+    c2 = amp::compute_copy(w2, dt);
+  }
+  return ops::mlp(xc, w1, b1, w2, b2, {.compute_w1 = std::move(c1), .compute_w2 = std::move(c2)});
 }
 
 }  // namespace mpt::nn::detail

@@ -44,7 +44,18 @@ MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {
 
 Tensor MLP::forward(const Tensor& x) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  return drop_->forward(c_proj_->forward(ops::gelu(c_fc_->forward(x))));
+  // One fused op (the GELU in the GEMMs' epilogues) where both layers share a GEMM precision; FP8 runs them apart.
+  const Linear &fc = *c_fc_, &proj = *c_proj_;
+  if (x.defined() && x.dim() >= 1 && x.size(-1) == fc.in_features()) {
+    const Tensor y = detail::autocast_mlp(x.reshape({-1, fc.in_features()}), fc.weight(), fc.bias(), fc.path(),
+                                          proj.weight(), proj.bias(), proj.path());
+    if (y.defined()) {
+      Shape shape = x.shape();
+      shape.back() = proj.out_features();
+      return drop_->forward(y.reshape(shape));
+    }
+  }
+  return drop_->forward(proj.forward(ops::gelu(fc.forward(x))));
 }
 
 Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {

@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/gemm.h"
 #include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
@@ -241,6 +242,16 @@ void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     p.epilogue = kcu::GemmEpilogue::BGradA;  // row sums of op(a), written beside D
     p.bias = opt.bias_grad.data_ptr();
   }
+  if (opt.gelu_aux.defined()) {  // D = gelu(A B + bias), aux = the pre-activation
+    p.epilogue = bias.defined() ? kcu::GemmEpilogue::GeluAuxBias : kcu::GemmEpilogue::GeluAux;
+    p.aux = opt.gelu_aux.data_ptr();
+    p.aux_ld = n;
+  } else if (opt.dgelu_aux.defined()) {  // D = (A B) * gelu'(aux), bias = D's column sums
+    p.epilogue = opt.aux_bias_grad.defined() ? kcu::GemmEpilogue::DGeluBGrad : kcu::GemmEpilogue::DGelu;
+    p.aux = opt.dgelu_aux.data_ptr();
+    p.aux_ld = n;
+    if (opt.aux_bias_grad.defined()) p.bias = opt.aux_bias_grad.data_ptr();
+  }
   const kcu::LtResult r =
       kcu::cublaslt_gemm(c.device().index(), p, a.data_ptr(), b.data_ptr(), c.data_ptr(), lt_workspace(stream), native);
   MPT_CHECK(r.ok(), "[matmul] {} (a {}, b {}, c {})", kcu::describe(r, p), a_in.meta_str(), b_in.meta_str(),
@@ -277,6 +288,29 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 
+  if (opt.gelu_aux.defined() || opt.dgelu_aux.defined()) {
+    const Tensor& aux = opt.gelu_aux.defined() ? opt.gelu_aux : opt.dgelu_aux;
+    MPT_CHECK(aux.dtype() == c.dtype() && beta == 0.0f &&
+                  (!opt.aux_bias_grad.defined() || opt.aux_bias_grad.dtype() == c.dtype()),
+              "[matmul] the GELU aux ({}) and aux_bias_grad must have the output's dtype {}, with beta 0", aux.meta_str(),
+              c.dtype());
+    if (!c.device().is_cuda()) {  // the CPU: the GEMM, then the GELU kernels (CUDA: the GEMM's epilogue)
+      MatmulOptions plain = opt;
+      plain.gelu_aux = plain.dgelu_aux = plain.aux_bias_grad = Tensor{};
+      const bool forward = opt.gelu_aux.defined();
+      const bool direct = c.is_contiguous();  // the GELU kernels write c in place, else through a temporary
+      const Tensor out = direct ? c : Tensor::empty(c.shape(), c.dtype(), c.device());
+      gemm_into(a_in, b_in, forward ? opt.gelu_aux : out, 0.0f, plain);
+      detail::visit_float(c.dtype(), "matmul", [&](auto tag) {
+        using T = decltype(tag);
+        if (forward) kernels::cpu::gelu_forward(opt.gelu_aux.data<T>(), out.data<T>(), out.numel());
+        else kernels::cpu::gelu_backward(out.data<T>(), opt.dgelu_aux.data<T>(), out.data<T>(), out.numel(), false);
+      });
+      if (!direct) Tensor(c).copy_(out);
+      if (opt.aux_bias_grad.defined()) Tensor(opt.aux_bias_grad).copy_(detail::bias_grad(out));
+      return;
+    }
+  }
   if (opt.bias_grad.defined()) {
     MPT_CHECK(opt.bias_grad.dtype() == c.dtype(), "[matmul] bias_grad must have the output's dtype {}, got {}",
               c.dtype(), opt.bias_grad.meta_str());
@@ -395,6 +429,23 @@ Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, 
               "got a {}, b {}, alpha {}, bias_grad {}", op, m, a.meta_str(), b.meta_str(), opt.alpha,
               opt.bias_grad.meta_str());
   }
+  if (opt.gelu_aux.defined() || opt.dgelu_aux.defined() || opt.aux_bias_grad.defined()) {
+    const Tensor& aux = opt.gelu_aux.defined() ? opt.gelu_aux : opt.dgelu_aux;
+    MPT_CHECK(aux.defined() && opt.gelu_aux.defined() != opt.dgelu_aux.defined() && a.dim() == 2 && b.dim() == 2 &&
+                  !fp8_a && opt.alpha == 1.0f && !opt.bias_grad.defined() &&
+                  (!opt.aux_bias_grad.defined() || opt.dgelu_aux.defined()) &&
+                  (!opt.bias.defined() || opt.gelu_aux.defined()),
+              "[{}] gelu_aux (with an optional bias) or dgelu_aux (with an optional aux_bias_grad), one of them, on 2-d "
+              "non-FP8 operands with alpha 1 and no bias_grad", op);
+    detail::check_same_device({&a, &aux}, op);
+    MPT_CHECK(aux.dim() == 2 && aux.size(0) == m && aux.size(1) == n && aux.is_contiguous(),
+              "[{}] the GELU aux must be a contiguous [{}, {}] tensor, got {}", op, m, n, aux.meta_str());
+    if (opt.aux_bias_grad.defined()) {
+      detail::check_same_device({&a, &opt.aux_bias_grad}, op);
+      MPT_CHECK(opt.aux_bias_grad.dim() == 1 && opt.aux_bias_grad.size(0) == n && opt.aux_bias_grad.is_contiguous(),
+                "[{}] aux_bias_grad must be a contiguous [{}] tensor, got {}", op, n, opt.aux_bias_grad.meta_str());
+    }
+  }
   if (opt.bias.defined()) {
     detail::check_same_device({&a, &opt.bias}, op);
     MPT_CHECK(opt.bias.dim() == 1 && opt.bias.size(0) == n && is_floating(opt.bias.dtype()) &&
@@ -414,7 +465,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
   const DType out = opt.out_dtype.value_or(default_out_dtype(a.dtype()));
   MPT_CHECK(out_dtype_allowed(a.dtype(), out), "[matmul] {} x {} cannot produce a {} output", a.meta_str(),
             b.meta_str(), out);
-  MPT_CHECK(!grad || !opt.bias_grad.defined(), "[matmul] bias_grad is not differentiable: call it without grad");
+  MPT_CHECK(!grad || (!opt.bias_grad.defined() && !opt.gelu_aux.defined() && !opt.dgelu_aux.defined()),
+            "[matmul] bias_grad and the GELU epilogues are not differentiable: call them without grad (ops::mlp)");
   MPT_CHECK(!grad || !is_fp8(a.dtype()), "[matmul] FP8 operands are codes, not differentiable tensors ({} x {}): an "
             "FP8 recipe quantizes and runs the backward GEMMs itself", a.meta_str(), b.meta_str());
   Tensor c = Tensor::empty(shape, out, a.device());

@@ -139,6 +139,45 @@ TEST(GpuLinear, BiasEpilogueAndMasterGradientsMatchCpu) {
   }
 }
 
+// ops::mlp on CUDA runs its GELU in cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues, the CPU beside its GEMMs. f32:
+// within FP32's GEMM error of the CPU (normwise). bf16 with FP32 masters: each device against the f32 run, the GPU's
+// error at most twice the CPU's (the GPU rounds once fewer: the GELU sees the FP32 product), floor 1e-3.
+TEST(GpuMlp, GeluEpiloguesMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const int64_t n = 40, c = 32, h = 128;
+  struct Out {
+    std::vector<Tensor> t;  // y, dx, dW1, db1, dW2, db2 on the CPU
+  };
+  auto run = [&](DType dt, auto on) {
+    const Tensor x0 = random_tensor({n, c}, DType::F32, 31), dy0 = random_tensor({n, c}, DType::F32, 36);
+    Tensor x = on(x0.to(dt)).requires_grad_(true);
+    Tensor w1 = on(random_tensor({h, c}, DType::F32, 32, 0.3)).requires_grad_(true);
+    Tensor b1 = on(random_tensor({h}, DType::F32, 33)).requires_grad_(true);
+    Tensor w2 = on(random_tensor({c, h}, DType::F32, 34, 0.2)).requires_grad_(true);
+    Tensor b2 = on(random_tensor({c}, DType::F32, 35)).requires_grad_(true);
+    const bool low = dt != DType::F32;
+    const Tensor y = ops::mlp(x, w1, b1, w2, b2,
+                              {.compute_w1 = low ? w1.detach().to(dt) : Tensor{},
+                               .compute_w2 = low ? w2.detach().to(dt) : Tensor{}});
+    y.backward(on(dy0.to(dt)));
+    return Out{{to_cpu(y).to(DType::F32), to_cpu(x.grad()).to(DType::F32), to_cpu(w1.grad()), to_cpu(b1.grad()),
+                to_cpu(w2.grad()), to_cpu(b2.grad())}};
+  };
+  const auto cpu = [](const Tensor& t) { return t.clone(); };
+  const auto gpu = [](const Tensor& t) { return to_gpu(t); };
+  const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
+  const Out f32_cpu = run(DType::F32, cpu), f32_gpu = run(DType::F32, gpu);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_LE(testing::normwise_error(f32_gpu.t[i], f32_cpu.t[i]), 1e-5) << "f32 " << names[i];
+  }
+  const Out b_cpu = run(DType::BF16, cpu), b_gpu = run(DType::BF16, gpu);
+  for (size_t i = 0; i < 6; ++i) {
+    const double e_cpu = testing::normwise_error(b_cpu.t[i], f32_cpu.t[i]);
+    const double e_gpu = testing::normwise_error(b_gpu.t[i], f32_cpu.t[i]);
+    EXPECT_LE(e_gpu, std::max(1e-3, 2 * e_cpu)) << "bf16 " << names[i] << " (the CPU's error " << e_cpu << ")";
+  }
+}
+
 struct Fp8Operands {
   ops::Quantized a, b;  // a (m, k), b (n, k): the TN layout
 };
