@@ -14,9 +14,10 @@ struct LinearOptions {
 
 // x: [N, K]; weight: [M, K]; bias: [M] or undefined (any float dtype but FP8). Returns y [N, M] in x's dtype (f32,
 // f16, bf16 or f64), y = x W^T + b with products accumulated in FP32 and the bias added in FP32 before the one
-// rounding (on the CPU inside the oneDNN GEMM; on CUDA and in f64 added afterwards). Backward: dx = dy W (in x's
-// dtype), dW = dy^T x (weight's dtype) and db = the column sums of dy in FP32 (bias's dtype), each computed only
-// when that input requires grad (frozen weights cost no weight-gradient GEMM).
+// rounding (on the CPU inside the oneDNN GEMM; on CUDA in cuBLASLt's BIAS epilogue, the bias read in y's dtype; in
+// f64 added afterwards). Backward: dx = dy W (in x's dtype), dW = dy^T x (weight's dtype) and db = the column sums of
+// dy (from dW's GEMM when both are wanted: cuBLASLt's BGRADA on CUDA; in FP32 otherwise; bias's dtype), each computed
+// only when that input requires grad (frozen weights cost no weight-gradient GEMM).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const LinearOptions& opt = {});
 
 }  // namespace mpt::ops
