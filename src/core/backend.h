@@ -21,6 +21,11 @@ void* allocate(size_t nbytes, int device, void* stream);
 // Returns memory to the pool, ordered on `stream`. Throws mpt::Error on a CUDA error.
 void free(void* ptr, size_t nbytes, int device, void* stream);
 MemoryStats memory_stats(int device);
+// The host-side cache of freed legacy-stream blocks (allocator.cpp): on by default, off under emulation (where fresh
+// blocks let the cudart double catch reads of memory nothing wrote); MPT_CUDA_CACHING=0/1 overrides. Turning it off
+// returns the cached blocks to the pool.
+bool caching_enabled();
+void set_caching(bool on);
 void reset_peak_memory_stats(int device);
 void empty_cache(int device);
 

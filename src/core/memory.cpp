@@ -143,6 +143,11 @@ void reset_peak_memory_stats(Device device) {
   cuda_backend::reset_peak_memory_stats(device.index());
 }
 
+void set_cuda_memory_caching(bool on) {
+  if (cuda_status().usable) cuda_backend::set_caching(on);
+}
+bool cuda_memory_caching() { return cuda_status().usable && cuda_backend::caching_enabled(); }
+
 void empty_cache(Device device) {
   if (device.is_cpu()) return CpuAllocator::instance().empty_cache();
   check_device_available(device);

@@ -265,6 +265,35 @@ TEST(CudaMemory, NoGpuAllocationsAndCopiesThrow) {
 #endif
 }
 
+// The block cache (mpt/core/memory.h): a block freed on the default stream goes to the next allocation of its
+// rounded size there, without the pool; empty_cache gives the blocks back.
+TEST(CudaMemory, BlockCacheHandsFreedDefaultStreamBlocksBack) {
+  if (!mpt::cuda_status().usable) GTEST_SKIP() << "no usable GPU: " << mpt::cuda_status().reason;
+  const Device gpu = Device::cuda(0);
+  const bool was = mpt::cuda_memory_caching();
+  mpt::set_cuda_memory_caching(true);
+  mpt::empty_cache(gpu);
+  const mpt::Stream current = mpt::Stream::current(gpu);
+  auto first = Storage::allocate(1000, current);
+  void* p = first->data();
+  const mpt::MemoryStats before = mpt::memory_stats(gpu);
+  first.reset();
+  const mpt::MemoryStats freed = mpt::memory_stats(gpu);
+  EXPECT_EQ(freed.current_bytes, before.current_bytes - 1000);
+  EXPECT_EQ(freed.cached_bytes, before.cached_bytes + 1024) << "rounded to 512 bytes, held by the block cache";
+  auto second = Storage::allocate(1010, current);  // the same rounded size: the same block
+  EXPECT_EQ(second->data(), p);
+  EXPECT_EQ(mpt::memory_stats(gpu).reused, before.reused + 1);
+  EXPECT_EQ(mpt::memory_stats(gpu).allocations, before.allocations + 1);
+  auto other = Storage::allocate(5000, current);  // another size: a new block
+  EXPECT_NE(other->data(), p);
+  second.reset();
+  other.reset();
+  mpt::empty_cache(gpu);
+  EXPECT_EQ(mpt::memory_stats(gpu).cached_bytes, 0);
+  mpt::set_cuda_memory_caching(was);
+}
+
 TEST(CudaMemory, PoolReusesFreedBlockAndTracksStats) {
   if (!mpt::cuda_status().usable) GTEST_SKIP() << "no usable GPU: " << mpt::cuda_status().reason;
   const Device gpu = Device::cuda(0);

@@ -222,6 +222,33 @@ TEST(GpuStepCounts, PerBlock) {
   }
 }
 
+// With the CUDA block cache on (the default outside emulation, mpt/core/memory.h): after warm-up a step's tensors
+// are served from blocks freed on the default stream, so the allocator makes no pool call at all.
+TEST(GpuStepCounts, BlockCacheServesEveryAllocation) {
+  MPT_REQUIRE_GPU(8);
+  ASSERT_FALSE(cuda_memory_caching()) << "the emulation build starts with the cache off";
+  set_cuda_memory_caching(true);
+  for (const std::string precision : {"bf16", "fp8-block"}) {
+    TrainLoop loop(precision);
+    loop.step(0, true);
+    loop.step(1, false);
+    emu::reset_counters();
+    loop.step(2, true);
+    const emu::Counters c = emu::counters();
+    std::printf("%-12s cached   %s\n", precision.c_str(), emu::to_string(c).c_str());
+    EXPECT_EQ(c.pool_allocs + c.pool_frees + c.pool_grows, 0u) << precision << ": " << emu::to_string(c);
+    EXPECT_EQ(c.h2d + c.syncs, 0u) << precision;
+    EXPECT_EQ(c.d2h, 1u) << precision;
+  }
+  const MemoryStats before = memory_stats(Device::cuda(0));
+  EXPECT_GT(before.cached_bytes, 0);
+  set_cuda_memory_caching(false);  // the cached blocks go back to the pool
+  EXPECT_FALSE(cuda_memory_caching());
+  emu::reset_counters();
+  empty_cache(Device::cuda(0));
+  EXPECT_EQ(emu::counters().pool_frees, 0u) << "nothing was left in the block cache";
+}
+
 TEST(GpuStepCounts, Fp32) { check_precision("fp32"); }
 TEST(GpuStepCounts, Bf16) { check_precision("bf16"); }
 TEST(GpuStepCounts, Fp16WithGradScaler) { check_precision("fp16"); }

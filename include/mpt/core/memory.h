@@ -52,7 +52,7 @@ struct MemoryStats {
   int64_t current_bytes = 0;   // bytes requested by live allocations
   int64_t peak_bytes = 0;      // maximum of current_bytes since start or reset_peak_memory_stats
   int64_t reserved_bytes = 0;  // bytes held from the system: live blocks (rounded up) + cached blocks
-  int64_t cached_bytes = 0;    // bytes held by the pool for reuse
+  int64_t cached_bytes = 0;    // bytes held for reuse (CUDA: by the pool and by the block cache)
   int64_t allocations = 0;     // number of non-empty allocations
   int64_t reused = 0;          // allocations served from the pool without asking the system
 };
@@ -63,8 +63,16 @@ void reset_peak_memory_stats(Device device);
 // set, plus what mptrain's own pool caches. CUDA: the device's total memory minus mptrain's live allocations (other
 // processes' use is not seen). Approximate by nature: a bound to refuse the impossible, not a promise.
 int64_t available_memory(Device device);
-// Returns cached blocks to the system (CPU: free(); CUDA: synchronizes the device and trims the pool).
+// Returns cached blocks to the system (CPU: free(); CUDA: the block cache's to the pool, then synchronizes the device
+// and trims the pool).
 void empty_cache(Device device);
+
+// CUDA: freed blocks of a device's default stream are kept and handed to the next allocation of their size there,
+// without a driver call (a training step's sizes repeat: after warm-up it makes no cudaMallocFromPoolAsync at all).
+// On by default; off under the emulation build (fresh blocks let its cudart double catch reads of memory nothing
+// wrote); MPT_CUDA_CACHING=0/1 overrides. Turning it off returns the cached blocks to the pool. No-op without CUDA.
+void set_cuda_memory_caching(bool on);
+bool cuda_memory_caching();
 
 // When on, every new CPU allocation is filled with 0xFF bytes (NaN in every float dtype), so a test can
 // prove that an op wrote every element of its output. Off by default; MPT_POISON_ALLOCATIONS=1 turns it on.

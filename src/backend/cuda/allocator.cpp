@@ -1,6 +1,7 @@
-// src/backend/cuda/allocator.cpp: stream-ordered CUDA memory from one cudaMallocAsync pool per device.
-// The pool keeps freed memory (release threshold) so that a later allocation of the same size is
-// served without a driver call; the library counts current and peak bytes itself.
+// src/backend/cuda/allocator.cpp: stream-ordered CUDA memory from one cudaMallocAsync pool per device, with a
+// host-side cache of freed legacy-stream blocks in front of it. The pool keeps freed memory (release threshold);
+// the cache keeps the blocks themselves, so a training step's allocations (the same sizes every step) make no
+// driver call at all; the library counts current and peak bytes itself.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <cstring>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/check.h"
@@ -26,7 +29,24 @@ struct Pool {
   std::atomic<int64_t> peak{0};
   std::atomic<int64_t> allocations{0};
   std::atomic<int64_t> reused{0};
+  // Freed blocks of the device's legacy stream (every op's stream), by rounded size. Reusing one on that stream is
+  // safe without an event: the new owner's work is queued after the old owner's. Blocks of other streams go back to
+  // the pool (cudaFreeAsync) at once: their stream may be destroyed while a block waits here.
+  std::mutex cache_mutex;
+  std::unordered_map<size_t, std::vector<void*>> cache;
+  std::atomic<int64_t> cached{0};
 };
+
+// Sizes rounded so that a step's near-equal requests share blocks: 512 bytes below 1 MiB, 1 MiB above.
+size_t rounded(size_t n) {
+  const size_t unit = n < (size_t{1} << 20) ? 512 : (size_t{1} << 20);
+  return (n + unit - 1) / unit * unit;
+}
+
+std::atomic<int>& caching_flag() {  // -1: not read yet
+  static std::atomic<int> flag{-1};
+  return flag;
+}
 
 // MPT_CUDA_POOL_RELEASE_THRESHOLD_MB: memory the pool may keep cached past a synchronization
 // (default: unlimited, like PyTorch's caching allocator; empty_cache trims it).
@@ -67,21 +87,76 @@ uint64_t pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attr) {
   return value;
 }
 
+bool cacheable(void* stream) { return stream == static_cast<void*>(cudaStreamLegacy) && caching_enabled(); }
+
+void count_allocation(Pool& p, size_t nbytes) {
+  ++p.allocations;
+  const int64_t now = p.current += static_cast<int64_t>(nbytes);
+  int64_t peak = p.peak.load();
+  while (now > peak && !p.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+// Gives every cached block back to the pool (on the legacy stream, where they were freed).
+void release_cache(Pool& p) {
+  std::lock_guard lock(p.cache_mutex);
+  for (auto& [size, blocks] : p.cache) {
+    for (void* b : blocks) MPT_CUDA_CHECK(cudaFreeAsync(b, cudaStreamLegacy));
+    p.cached -= static_cast<int64_t>(size * blocks.size());
+  }
+  p.cache.clear();
+}
+
 }  // namespace
+
+bool caching_enabled() {
+  int v = caching_flag().load();
+  if (v < 0) {
+    const char* text = std::getenv("MPT_CUDA_CACHING");
+#if defined(MPT_CUDA_EMULATION)
+    v = text != nullptr && std::strcmp(text, "1") == 0;  // off: the double's uninitialised-read checks see fresh blocks
+#else
+    v = !(text != nullptr && std::strcmp(text, "0") == 0);
+#endif
+    caching_flag().store(v);
+  }
+  return v != 0;
+}
+
+void set_caching(bool on) {
+  caching_flag().store(on ? 1 : 0);
+  if (on) return;
+  const int count = mpt::cuda_status().device_count;
+  for (int d = 0; d < count; ++d) release_cache(pool_for(d));
+}
 
 void* allocate(size_t nbytes, int device, void* stream) {
   Pool& p = pool_for(device);
+  const size_t size = rounded(nbytes);
+  if (cacheable(stream)) {  // a block of this size freed on this stream: no driver call
+    std::lock_guard lock(p.cache_mutex);
+    auto it = p.cache.find(size);
+    if (it != p.cache.end() && !it->second.empty()) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      p.cached -= static_cast<int64_t>(size);
+      ++p.reused;
+      count_allocation(p, nbytes);
+      return ptr;
+    }
+  }
   DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream);
   const uint64_t reserved_before = pool_attribute(p.pool, cudaMemPoolAttrReservedMemCurrent);
   void* ptr = nullptr;
-  cudaError_t e = cudaMallocFromPoolAsync(&ptr, nbytes, p.pool, s);
+  cudaError_t e = cudaMallocFromPoolAsync(&ptr, size, p.pool, s);
   if (e == cudaErrorMemoryAllocation) {
-    // Memory freed on other streams may still be pending: wait for it, give it back, try once more.
+    // Memory cached here or freed on other streams may still be pending: give it back, wait, try once more.
     (void)cudaGetLastError();
+    release_cache(p);
     MPT_CUDA_CHECK(cudaDeviceSynchronize());
     MPT_CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
-    e = cudaMallocFromPoolAsync(&ptr, nbytes, p.pool, s);
+    e = cudaMallocFromPoolAsync(&ptr, size, p.pool, s);
   }
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
@@ -90,17 +165,20 @@ void* allocate(size_t nbytes, int device, void* stream) {
   }
   MPT_CUDA_CHECK(e);
   if (pool_attribute(p.pool, cudaMemPoolAttrReservedMemCurrent) <= reserved_before) ++p.reused;
-  ++p.allocations;
-  const int64_t now = p.current += static_cast<int64_t>(nbytes);
-  int64_t peak = p.peak.load();
-  while (now > peak && !p.peak.compare_exchange_weak(peak, now)) {
-  }
+  count_allocation(p, nbytes);
   return ptr;
 }
 
 void free(void* ptr, size_t nbytes, int device, void* stream) {
   Pool& p = pool_for(device);
   p.current -= static_cast<int64_t>(nbytes);
+  if (cacheable(stream)) {
+    const size_t size = rounded(nbytes);
+    std::lock_guard lock(p.cache_mutex);
+    p.cache[size].push_back(ptr);
+    p.cached += static_cast<int64_t>(size);
+    return;
+  }
   DeviceGuard guard(device);
   const cudaError_t e = cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream));
   if (e == cudaErrorCudartUnloading) return;  // process exit: the runtime already released everything
@@ -113,7 +191,8 @@ MemoryStats memory_stats(int device) {
   s.current_bytes = p.current.load();
   s.peak_bytes = p.peak.load();
   s.reserved_bytes = static_cast<int64_t>(pool_attribute(p.pool, cudaMemPoolAttrReservedMemCurrent));
-  s.cached_bytes = s.reserved_bytes - static_cast<int64_t>(pool_attribute(p.pool, cudaMemPoolAttrUsedMemCurrent));
+  s.cached_bytes = s.reserved_bytes - static_cast<int64_t>(pool_attribute(p.pool, cudaMemPoolAttrUsedMemCurrent)) +
+                   p.cached.load();
   s.allocations = p.allocations.load();
   s.reused = p.reused.load();
   return s;
@@ -137,6 +216,7 @@ void host_free_pinned(void* ptr) noexcept {
 void empty_cache(int device) {
   Pool& p = pool_for(device);
   DeviceGuard guard(device);
+  release_cache(p);
   MPT_CUDA_CHECK(cudaDeviceSynchronize());
   MPT_CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
 }

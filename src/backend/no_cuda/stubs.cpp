@@ -20,6 +20,8 @@ CudaStatus probe() {
 void* allocate(size_t, int, void*) { not_built(); }
 void free(void*, size_t, int, void*) { not_built(); }
 MemoryStats memory_stats(int) { not_built(); }
+bool caching_enabled() { return false; }
+void set_caching(bool) {}
 void reset_peak_memory_stats(int) { not_built(); }
 void empty_cache(int) { not_built(); }
 void* host_alloc_pinned(size_t) { not_built(); }
