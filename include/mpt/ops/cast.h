@@ -32,10 +32,10 @@ struct QuantizeOptions {
   // f32 with one element on x's device (FP8 recipes keep their scales on the device): q = fp8(x * scale).
   // Undefined: current scaling, scale = fp8_max * 2^-margin / amax(x), computed on the device in a first pass
   // (amax 0, Inf or NaN gives scale 1; a quotient that overflows gives FLT_MAX).
-  Tensor scale;
+  Tensor scale{};
   // Optional f32 with one element on x's device: receives amax(x) = max |x| of the input (NaN if x holds a
   // NaN), computed in the same pass as the quantization (TransformerEngine records it for delayed scaling).
-  Tensor amax;
+  Tensor amax{};
   int margin = 0;           // current scaling only, 0..64
   bool power_of_2 = false;  // current scaling only: round the scale down to a power of two
   float amax_epsilon = 0;   // current scaling only: an amax below it counts as it (TE's amax_epsilon)

@@ -47,7 +47,7 @@ struct AdamWSlot {
   // Optional (all slots or none): a 0-d i64 on the parameter's device counting the steps this parameter took.
   // The step then reads it (step + 1; params.step is ignored) and advances it on the device, unless found_inf
   // skips the step: the host never needs to know whether a step was skipped (torch's capturable/fused state_steps).
-  Tensor step;
+  Tensor step{};
 };
 
 // What a GradScaler hands a step; both optional, F32 with one element, on the parameters' device (nothing is
@@ -81,7 +81,7 @@ struct SgdSlot {
   Tensor param;
   Tensor grad;
   Tensor momentum_buffer;
-  Tensor step;  // optional, as AdamWSlot::step: a count of 0 also makes it the first step (as params.first_step)
+  Tensor step{};  // optional, as AdamWSlot::step: a count of 0 also makes it the first step (as params.first_step)
 };
 
 // g += wd p; buf = first_step ? g : momentum buf + (1 - dampening) g; g = nesterov ? g + momentum buf : buf;
