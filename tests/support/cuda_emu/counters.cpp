@@ -16,14 +16,12 @@ struct Field {
 #define MPT_EMU_FIELD(f) Field{#f, &Counters::f}
 constexpr Field kFields[] = {
     MPT_EMU_FIELD(kernel_launches), MPT_EMU_FIELD(kernel_launches_refused), MPT_EMU_FIELD(matmuls),
-    MPT_EMU_FIELD(collectives),     MPT_EMU_FIELD(h2d),                     MPT_EMU_FIELD(h2d_bytes),
-    MPT_EMU_FIELD(d2h),             MPT_EMU_FIELD(d2h_bytes),               MPT_EMU_FIELD(d2d),
-    MPT_EMU_FIELD(d2d_bytes),       MPT_EMU_FIELD(pageable_copies),         MPT_EMU_FIELD(sync_copies),
-    MPT_EMU_FIELD(memsets),         MPT_EMU_FIELD(stream_syncs),            MPT_EMU_FIELD(device_syncs),
-    MPT_EMU_FIELD(event_syncs),     MPT_EMU_FIELD(syncs),                   MPT_EMU_FIELD(event_records),
-    MPT_EMU_FIELD(stream_waits),    MPT_EMU_FIELD(mallocs),                 MPT_EMU_FIELD(frees),
-    MPT_EMU_FIELD(host_mallocs),    MPT_EMU_FIELD(host_frees),              MPT_EMU_FIELD(pool_allocs),
-    MPT_EMU_FIELD(pool_frees),      MPT_EMU_FIELD(pool_grows)};
+    MPT_EMU_FIELD(collectives), MPT_EMU_FIELD(graph_launches), MPT_EMU_FIELD(h2d), MPT_EMU_FIELD(h2d_bytes),
+    MPT_EMU_FIELD(d2h), MPT_EMU_FIELD(d2h_bytes), MPT_EMU_FIELD(d2d), MPT_EMU_FIELD(d2d_bytes),
+    MPT_EMU_FIELD(pageable_copies), MPT_EMU_FIELD(sync_copies), MPT_EMU_FIELD(memsets), MPT_EMU_FIELD(stream_syncs),
+    MPT_EMU_FIELD(device_syncs), MPT_EMU_FIELD(event_syncs), MPT_EMU_FIELD(syncs), MPT_EMU_FIELD(event_records),
+    MPT_EMU_FIELD(stream_waits), MPT_EMU_FIELD(mallocs), MPT_EMU_FIELD(frees), MPT_EMU_FIELD(host_mallocs),
+    MPT_EMU_FIELD(host_frees), MPT_EMU_FIELD(pool_allocs), MPT_EMU_FIELD(pool_frees), MPT_EMU_FIELD(pool_grows)};
 #undef MPT_EMU_FIELD
 static_assert(sizeof(Counters) == std::size(kFields) * sizeof(uint64_t), "a field of Counters is missing from kFields");
 

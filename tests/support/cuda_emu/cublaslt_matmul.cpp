@@ -166,13 +166,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (reads_c && C != D && overlaps(D, d_bytes, C, c_bytes))
     throw MisuseError(std::string(kApi) + ": C and D overlap without being the same matrix (in place needs C == D)");
 
-  const cudaError_t err = run_on_stream(stream, kApi, acc, [&] {
+  // By value: a capturing stream keeps the work for replay (counted when it runs, not when it is recorded).
+  const cudaError_t err = run_on_stream(stream, kApi, acc, [p, args, workspace, need_ws] {
     if (need_ws > 0) std::memset(workspace, 0xA5, need_ws);  // scratch: nothing may rely on its contents
     compute_matmul(p, args);
+    detail::count(&Counters::matmuls);
   });
   if (err != cudaSuccess)
     return fail(CUBLAS_STATUS_EXECUTION_FAILED, std::string(kApi) + ": the stream reported " + cudaGetErrorName(err));
-  detail::count(&Counters::matmuls);
   set_failure("");
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -80,6 +80,21 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, 
   const bool pageable = dst_dev != src_dev && !pinned(s, dst_dev ? src : dst);
   // The call returns after the copy completed: synchronous calls, and copies into pageable host memory (R8.3).
   const bool host_waits = synchronous || (kind == cudaMemcpyDeviceToHost && pageable);
+  if (st->capture && pageable)
+    return refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
+                             std::string(api) + ": a copy to or from pageable host memory cannot be captured; use "
+                                                "pinned memory (cudaMallocHost)");
+  if (synchronous) {
+    if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
+                                                std::string(api) + " synchronises with a capturing stream");
+        e != cudaSuccess)
+      return e;
+    if (const cudaError_t e = refuse_unsafe(s, api); e != cudaSuccess) return e;
+  }
+  cudaError_t status = cudaSuccess;
+  if (captured(
+          s, *st, api, [=](cudaStream_t t) { return cudaMemcpyAsync(dst, src, bytes, kind, t); }, &status))
+    return status;
   wait_all(lock, st->waits, api);
   const OpId op = issue(s, *st);
   const Access acc[2] = {Access{dst_dev ? dst : nullptr, bytes, true, "dst"},
@@ -89,13 +104,24 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, 
   return cudaSuccess;
 }
 
-cudaError_t fill(void* dst, int value, size_t bytes, cudaStream_t stream, const char* api) {
+cudaError_t fill(void* dst, int value, size_t bytes, cudaStream_t stream, const char* api, bool synchronous) {
   State& s = state();
   std::unique_lock lock(s.mutex);
   if (s.sticky != cudaSuccess) return fail(s.sticky);
   if (bytes == 0) return cudaSuccess;
   StreamState* st = resolve(s, stream);
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (synchronous) {
+    if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
+                                                std::string(api) + " synchronises with a capturing stream");
+        e != cudaSuccess)
+      return e;
+    if (const cudaError_t e = refuse_unsafe(s, api); e != cudaSuccess) return e;
+  }
+  cudaError_t status = cudaSuccess;
+  if (captured(
+          s, *st, api, [=](cudaStream_t t) { return cudaMemsetAsync(dst, value, bytes, t); }, &status))
+    return status;
   wait_all(lock, st->waits, api);
   const OpId op = issue(s, *st);
   const Access acc{dst, bytes, true, "devPtr"};
@@ -126,6 +152,18 @@ cudaError_t peer_copy(void* dst, int dst_device, const void* src, int src_device
     throw MisuseError(std::string("[cuda_emu] ") + api + ": dst must be memory of cuda:" + std::to_string(dst_device) +
                       " and src memory of cuda:" + std::to_string(src_device));
   }
+  if (synchronous) {
+    if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
+                                                std::string(api) + " synchronises with a capturing stream");
+        e != cudaSuccess)
+      return e;
+    if (const cudaError_t e = refuse_unsafe(s, api); e != cudaSuccess) return e;
+  }
+  cudaError_t status = cudaSuccess;
+  const auto replay = [=](cudaStream_t t) {
+    return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, t);
+  };
+  if (captured(s, *st, api, replay, &status)) return status;
   wait_all(lock, st->waits, api);
   const OpId op = issue(s, *st);
   const Access acc[2] = {Access{dst, bytes, true, "dst"}, Access{src, bytes, false, "src"}};
@@ -155,12 +193,12 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
 
 // The double synchronises the device after a cudaMemset (a real one need not); that is not counted as a sync.
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
-  const cudaError_t e = fill(dst, value, bytes, nullptr, "cudaMemset");
+  const cudaError_t e = fill(dst, value, bytes, nullptr, "cudaMemset", true);
   if (e == cudaSuccess) return synchronize_device("cudaMemset");
   return e;
 }
 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
-  return fill(dst, value, bytes, stream, "cudaMemsetAsync");
+  return fill(dst, value, bytes, stream, "cudaMemsetAsync", false);
 }
 }  // namespace mpt::cuda_emu

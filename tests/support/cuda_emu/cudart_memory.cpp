@@ -15,6 +15,13 @@ using namespace detail;
 
 namespace {
 
+// Graph memory nodes are not emulated: stream-ordered allocation on a capturing stream is refused.
+cudaError_t refuse_graph_memory(State& s, StreamState* st, const char* api) {
+  return refuse_in_capture(s, st, cudaErrorNotSupported,
+                           std::string(api) + " on a capturing stream: graph memory nodes are not emulated; allocate "
+                                              "before the capture and reuse that memory in it");
+}
+
 struct Pool {
   int device = 0;
   uint64_t release_threshold = 0;  // cudart's default: give memory back at the next synchronisation
@@ -138,6 +145,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     *ptr = nullptr;
     return cudaSuccess;
   }
+  if (const cudaError_t e = refuse_unsafe(s, "cudaMalloc"); e != cudaSuccess) return e;
   return allocate(ptr, bytes, current_device(), "cudaMalloc", nullptr, nullptr);
 }
 
@@ -186,6 +194,7 @@ cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t stream) {
   if (s.sticky != cudaSuccess) return fail(s.sticky);
   StreamState* st = resolve(s, stream);
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = refuse_graph_memory(s, st, "cudaMallocAsync"); e != cudaSuccess) return e;
   return allocate(ptr, std::max<size_t>(bytes, 1), st->device, "cudaMallocAsync", st, nullptr);
 }
 
@@ -198,6 +207,7 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t bytes, cudaMemPool_t pool
   StreamState* st = resolve(s, stream);
   if (!known_pool(p) || st == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (p->device != st->device) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = refuse_graph_memory(s, st, "cudaMallocFromPoolAsync"); e != cudaSuccess) return e;
   return allocate(ptr, std::max<size_t>(bytes, 1), st->device, "cudaMallocFromPoolAsync", st, p);
 }
 
@@ -208,6 +218,7 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   if (ptr == nullptr) return cudaSuccess;
   StreamState* st = resolve(s, stream);
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = refuse_graph_memory(s, st, "cudaFreeAsync"); e != cudaSuccess) return e;
   Allocation& a = owned(s, ptr, "cudaFreeAsync");
   wait_all(lock, st->waits, "cudaFreeAsync");
   const OpId op = issue(s, *st);

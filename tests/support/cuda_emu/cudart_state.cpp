@@ -275,6 +275,12 @@ cudaError_t run_checked(cudaStream_t stream, const char* api, std::span<const Ac
 
 cudaError_t run_on_stream(cudaStream_t stream, const char* api, std::span<const Access> accesses,
                           const std::function<void()>& work) {
+  cudaError_t status = cudaSuccess;
+  if (capturing_anywhere()) {
+    const Replay replay = [name = std::string(api), acc = std::vector<Access>(accesses.begin(), accesses.end()),
+                           work](cudaStream_t t) { return run_on_stream(t, name.c_str(), acc, work); };
+    if (captured(stream, api, replay, &status)) return status;
+  }
   return run_checked(stream, api, accesses, work, true);
 }
 
@@ -289,6 +295,9 @@ std::shared_ptr<Pending> enqueue_pending(cudaStream_t stream, const char* api, s
     *status = cudaErrorInvalidResourceHandle;
     return nullptr;
   }
+  *status = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
+                              std::string(api) + " on a capturing stream: capturing NCCL work is not emulated");
+  if (*status != cudaSuccess) return nullptr;
   const OpId op = issue(s, *st);
   check_and_record(s, *st, op, api, accesses);
   auto p = std::make_shared<PendingImpl>(api);
@@ -353,6 +362,16 @@ cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
   accesses.reserve(pointers.size());
   for (size_t i = 0; i < pointers.size(); ++i)
     accesses.push_back(Access{pointers[i].ptr, 0, pointers[i].write, i < 8 ? kNames[i] : "a pointer argument"});
+  cudaError_t status = cudaSuccess;
+  if (body.clone != nullptr && capturing_anywhere()) {
+    // The node keeps a copy of the converted argument values; a replay launches it again with every check.
+    const Replay replay = [grid, block, shared_bytes, ptrs = std::vector<KernelPointer>(pointers.begin(), pointers.end()),
+                           signature, fn = body.fn, clone = body.clone,
+                           args = body.clone(body.ctx)](cudaStream_t t) {
+      return launch_on_stream(grid, block, shared_bytes, t, ptrs, signature, KernelBody{fn, args.get(), clone});
+    };
+    if (captured(stream, std::string("the kernel ") + signature, replay, &status)) return status;
+  }
   const std::string api = std::string("the kernel ") + signature;
   cudaError_t launch_status = cudaSuccess;
   // A kernel's pointer may be optional or read only in part: what device code really reads unwritten is caught

@@ -3,11 +3,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_emu/counters.h"
@@ -26,6 +28,25 @@ struct OpId {
 };
 
 class PendingImpl;
+struct StreamState;
+
+// One recorded operation of a capture: replay re-issues it, with every check, on the graph's launch stream.
+struct GraphOp {
+  std::string what;
+  std::function<cudaError_t(cudaStream_t)> replay;
+};
+
+// A capture sequence, shared by its origin stream and the streams that joined it through an event.
+struct Capture {
+  uint64_t id = 0;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id thread;  // the host thread that began it (ThreadLocal mode)
+  StreamState* origin = nullptr;
+  bool active = true;
+  cudaError_t invalidated = cudaSuccess;  // the error that invalidated it
+  std::vector<GraphOp> ops;               // in issue order: a valid serial schedule of the graph
+  std::vector<StreamState*> members;      // origin first
+};
 
 struct StreamState {
   uint32_t id = 0;
@@ -36,6 +57,9 @@ struct StreamState {
   uint64_t seq = 0;  // operations issued so far
   Clock clock;       // what this stream's next operation is ordered after
   std::vector<std::shared_ptr<PendingImpl>> waits;  // incomplete operations its next work must wait for
+  std::shared_ptr<Capture> capture;  // while capturing: its work is recorded, not run
+  uint64_t capture_ops = 0;          // operations recorded from this stream (event records excluded)
+  bool capture_unjoined = false;     // a joined stream with work the origin has not waited for
   std::string name() const;
   Clock full() const;  // clock plus its own operations
 };
@@ -48,6 +72,10 @@ struct EventState {
   Clock snapshot;
   std::vector<std::shared_ptr<PendingImpl>> waits;
   double time_ms = 0;
+  // Recorded on a capturing stream (an event node: the event itself is untouched until replay).
+  std::weak_ptr<Capture> captured_in;
+  StreamState* captured_on = nullptr;
+  uint64_t captured_ops = 0;  // captured_on's capture_ops at the record
 };
 
 struct Allocation {
@@ -130,6 +158,26 @@ void* map_device_memory(size_t bytes, size_t* mapped);
 void track_device_memory(Allocation* a);  // lets the fault handler find it
 void retire_device_memory(Allocation& a);  // poison, protect forever, keep in quarantine
 void install_fault_handler();
+
+// Stream capture (cudart_graph.cpp); all under State::mutex.
+using Replay = std::function<cudaError_t(cudaStream_t)>;
+// When st captures, records the operation and sets *status (the capture's error once invalidated); when st is the
+// legacy stream and a blocking stream of its device captures, refuses it (implicit synchronisation with a capturing
+// stream: cudaErrorStreamCaptureImplicit, invalidating that capture). Returns false when the caller runs it.
+// counts_as_work = false for event records (they do not make a joined stream unjoined).
+bool captured(State& s, StreamState& st, std::string what, Replay replay, cudaError_t* status,
+              bool counts_as_work = true);
+// Whether any capture is active (cheap, without the lock): lets hot paths skip building a replay.
+bool capturing_anywhere();
+// The same for callers without the lock (kernel launches, library work).
+bool captured(cudaStream_t stream, std::string what, Replay replay, cudaError_t* status);
+// A call that may not run while st captures (synchronisation, a query, stream-ordered allocation, NCCL): when st
+// captures or is the legacy stream of a device with a capturing blocking stream, invalidates that capture and
+// returns fail(code, or Implicit for the legacy stream) with `why` as capture_failure(); otherwise cudaSuccess.
+cudaError_t refuse_in_capture(State& s, StreamState* st, cudaError_t code, const std::string& why);
+// A potentially unsafe call (cudaMalloc, synchronous copies and memsets, cudaDeviceSynchronize on a device without a
+// capturing stream): refused while a Global capture runs anywhere or a ThreadLocal one on this thread.
+cudaError_t refuse_unsafe(State& s, const char* api);
 
 cudaError_t fail(cudaError_t e);  // records e as this thread's last error and returns it
 cudaError_t sticky_or(State& s, cudaError_t e);

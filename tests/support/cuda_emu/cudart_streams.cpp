@@ -1,5 +1,6 @@
 // tests/support/cuda_emu/cudart_streams.cpp: the cudart double's device, stream and event API (eager execution, ordering tracked by clocks).
 #include <chrono>
+#include <string>
 
 #include "cudart_state.h"
 
@@ -79,6 +80,12 @@ cudaError_t detail::synchronize_device(const char* who) {
   std::unique_lock lock(s.mutex);
   if (s.sticky != cudaSuccess) return fail(s.sticky);
   const int d = current_device();
+  for (const auto& st : s.streams) {
+    if (st->device != d || st->destroyed || !st->capture) continue;
+    return refuse_in_capture(s, st.get(), cudaErrorStreamCaptureUnsupported,
+                             std::string(who) + " synchronises with a capturing stream");
+  }
+  if (const cudaError_t e = refuse_unsafe(s, who); e != cudaSuccess) return e;
   for (size_t i = 0; i < s.streams.size(); ++i) {
     StreamState& st = *s.streams[i];
     if (st.device != d || st.destroyed) continue;
@@ -135,6 +142,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (s.sticky != cudaSuccess) return fail(s.sticky);
   StreamState* st = resolve(s, stream);
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
+                                              "cudaStreamSynchronize of a capturing stream");
+      e != cudaSuccess)
+    return e;
   wait_all(lock, st->waits, "cudaStreamSynchronize");
   host_synchronized_with(*st);
   count(&Counters::stream_syncs);
@@ -147,6 +158,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (s.sticky != cudaSuccess) return fail(s.sticky);
   StreamState* st = resolve(s, stream);
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e =
+          refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported, "cudaStreamQuery of a capturing stream");
+      e != cudaSuccess)
+    return e;
   prune(st->waits);
   if (!st->waits.empty()) return cudaErrorNotReady;  // not an error: the last-error slot is left alone
   host_synchronized_with(*st);
@@ -161,6 +176,22 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   EventState* ev = resolve_event(s, event);
   if (st == nullptr || ev == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (flags != 0) return fail(cudaErrorInvalidValue);
+  // A wait on an event recorded in an active capture joins that capture (fork); an origin waiting on a joined
+  // stream's last recorded work joins it back.
+  std::shared_ptr<Capture> from = ev->captured_in.lock();
+  if (from && !from->active) from.reset();
+  if (from && !st->capture) {
+    st->capture = from;
+    st->capture_ops = 0;
+    st->capture_unjoined = false;
+    from->members.push_back(st);
+  }
+  if (from && from == st->capture && ev->captured_on != st && ev->captured_ops == ev->captured_on->capture_ops)
+    ev->captured_on->capture_unjoined = false;
+  cudaError_t status = cudaSuccess;
+  if (captured(
+          s, *st, "cudaStreamWaitEvent", [event](cudaStream_t t) { return cudaStreamWaitEvent(t, event, 0); }, &status))
+    return status;
   count(&Counters::stream_waits);
   if (!ev->recorded) return cudaSuccess;  // an event never recorded is complete: the wait is a no-op (R8.2)
   merge(st->clock, ev->snapshot);
@@ -202,6 +233,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   EventState* ev = resolve_event(s, event);
   if (st == nullptr || ev == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (st->device != ev->device) return fail(cudaErrorInvalidResourceHandle);
+  if (st->capture) {  // an event node: the event itself changes when the graph runs
+    ev->captured_in = st->capture;
+    ev->captured_on = st;
+    ev->captured_ops = st->capture_ops;
+  }
+  cudaError_t status = cudaSuccess;
+  const auto replay = [event](cudaStream_t t) { return cudaEventRecord(event, t); };
+  if (captured(s, *st, "cudaEventRecord", replay, &status, /*counts_as_work=*/false)) return status;
   // The snapshot is the stream's work so far; waits issued before a re-record keep the old one (R8.2, E8.2).
   merge(st->clock, host_clock());
   ev->snapshot = st->full();

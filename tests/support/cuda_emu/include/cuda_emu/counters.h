@@ -15,6 +15,9 @@ struct Counters {
   uint64_t kernel_launches_refused = 0;  // cudaErrorInvalidConfiguration / InvalidValue for the launch shape
   uint64_t matmuls = 0;                  // cublasLtMatmul calls that ran on their stream
   uint64_t collectives = 0;              // NCCL collectives issued, one per rank's call
+  // cudaGraphLaunch calls that ran. A replayed graph's operations count in their own fields when replayed (a kernel
+  // node is a kernel launch, a memcpy node a copy, ...); nothing counts while a stream only records (capture).
+  uint64_t graph_launches = 0;
 
   // Copies between host and device (cudaMemcpy*, peer copies count as device-to-device; host-to-host is not
   // counted, except that a synchronous one is a sync copy). pageable_copies is a subset of h2d + d2h.

@@ -80,6 +80,10 @@ int device_count();
 int compute_capability(int device);  // 90 for sm_90
 void set_compute_capability(int device, int cc);
 
+// Why the calling thread's last refused call during a stream capture was refused, beyond its error code ("" when
+// none was): e.g. cudaMallocAsync on a capturing stream (graph memory nodes are not emulated: cudaErrorNotSupported).
+std::string capture_failure();
+
 // Test controls.
 void inject_sticky_error(cudaError_t error);  // every later call returns it, like a real device after a fault
 void clear_sticky_error();                    // tests only: no real device recovers without a process restart

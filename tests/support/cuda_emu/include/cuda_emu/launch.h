@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <tuple>
@@ -28,9 +29,11 @@ inline constexpr unsigned kMaxGridDimYZ = 65535;
 inline constexpr size_t kMaxSharedBytes = 227 * 1024;
 
 // One call of body(ctx) per CUDA thread; body reads the built-ins of cuda_emu/device.h.
+// clone copies ctx to the heap (the bound argument values) when a capturing stream records the launch for replay.
 struct KernelBody {
   void (*fn)(void* ctx);
   void* ctx;
+  std::shared_ptr<void> (*clone)(const void* ctx) = nullptr;
 };
 
 // Checks the configuration like a GPU launch would: an invalid one returns cudaErrorInvalidConfiguration
@@ -85,6 +88,9 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
     const Bound& b = *static_cast<const Bound*>(ctx);
     std::apply(b.kernel, b.args);
   };
+  const auto clone = [](const void* ctx) -> std::shared_ptr<void> {
+    return std::make_shared<Bound>(*static_cast<const Bound*>(ctx));
+  };
   std::array<KernelPointer, (std::is_pointer_v<Params> + ... + 0)> pointers{};
   std::apply(
       [&pointers](const Params&... p) {
@@ -99,7 +105,7 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
             ...);
       },
       bound.args);
-  return launch_on_stream(grid, block, shared_bytes, stream, pointers, __PRETTY_FUNCTION__, KernelBody{thunk, &bound});
+  return launch_on_stream(grid, block, shared_bytes, stream, pointers, __PRETTY_FUNCTION__, KernelBody{thunk, &bound, clone});
 }
 
 }  // namespace mpt::cuda_emu

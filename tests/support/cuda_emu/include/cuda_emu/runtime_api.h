@@ -13,6 +13,24 @@ struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 struct CUmemPoolHandle_st;
 using cudaMemPool_t = CUmemPoolHandle_st*;
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
+struct CUgraphNode_st;
+using cudaGraphNode_t = CUgraphNode_st*;
+struct cudaGraphEdgeData;  // opaque here: the double reports no dependencies
+
+enum cudaStreamCaptureMode : int {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus : int {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
 
 enum cudaMemcpyKind : int {
   cudaMemcpyHostToHost = 0,
@@ -133,9 +151,42 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
+// Stream capture and graphs (cudart_graph.cpp): work issued to a capturing stream is recorded, and cudaGraphLaunch
+// replays it on the launch stream.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status, unsigned long long* id = nullptr,
+                                     cudaGraph_t* graph = nullptr, const cudaGraphNode_t** dependencies = nullptr,
+                                     const cudaGraphEdgeData** edge_data = nullptr, size_t* num_dependencies = nullptr);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+
 }  // namespace mpt::cuda_emu
 
 using mpt::cuda_emu::CUevent_st;
+using mpt::cuda_emu::cudaGraph_t;
+using mpt::cuda_emu::cudaGraphDestroy;
+using mpt::cuda_emu::cudaGraphEdgeData;
+using mpt::cuda_emu::cudaGraphExec_t;
+using mpt::cuda_emu::cudaGraphExecDestroy;
+using mpt::cuda_emu::cudaGraphInstantiate;
+using mpt::cuda_emu::cudaGraphLaunch;
+using mpt::cuda_emu::cudaGraphNode_t;
+using mpt::cuda_emu::cudaStreamBeginCapture;
+using mpt::cuda_emu::cudaStreamCaptureMode;
+using mpt::cuda_emu::cudaStreamCaptureModeGlobal;
+using mpt::cuda_emu::cudaStreamCaptureModeRelaxed;
+using mpt::cuda_emu::cudaStreamCaptureModeThreadLocal;
+using mpt::cuda_emu::cudaStreamCaptureStatus;
+using mpt::cuda_emu::cudaStreamCaptureStatusActive;
+using mpt::cuda_emu::cudaStreamCaptureStatusInvalidated;
+using mpt::cuda_emu::cudaStreamCaptureStatusNone;
+using mpt::cuda_emu::cudaStreamEndCapture;
+using mpt::cuda_emu::cudaStreamGetCaptureInfo;
+using mpt::cuda_emu::cudaStreamIsCapturing;
 using mpt::cuda_emu::cudaDeviceProp;
 using mpt::cuda_emu::cudaEvent_t;
 using mpt::cuda_emu::cudaFuncAttribute;

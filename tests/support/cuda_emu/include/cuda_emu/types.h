@@ -43,10 +43,16 @@ enum cudaError : int {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorStreamCaptureWrongThread = 908,
 };
 using cudaError_t = cudaError;
 
@@ -116,6 +122,7 @@ using mpt::cuda_emu::cudaError;
 using mpt::cuda_emu::cudaError_t;
 using mpt::cuda_emu::cudaErrorCudartUnloading;
 using mpt::cuda_emu::cudaErrorIllegalAddress;
+using mpt::cuda_emu::cudaErrorIllegalState;
 using mpt::cuda_emu::cudaErrorInitializationError;
 using mpt::cuda_emu::cudaErrorInsufficientDriver;
 using mpt::cuda_emu::cudaErrorInvalidConfiguration;
@@ -129,6 +136,11 @@ using mpt::cuda_emu::cudaErrorMemoryAllocation;
 using mpt::cuda_emu::cudaErrorNoDevice;
 using mpt::cuda_emu::cudaErrorNotReady;
 using mpt::cuda_emu::cudaErrorNotSupported;
+using mpt::cuda_emu::cudaErrorStreamCaptureImplicit;
+using mpt::cuda_emu::cudaErrorStreamCaptureInvalidated;
+using mpt::cuda_emu::cudaErrorStreamCaptureUnjoined;
+using mpt::cuda_emu::cudaErrorStreamCaptureUnsupported;
+using mpt::cuda_emu::cudaErrorStreamCaptureWrongThread;
 using mpt::cuda_emu::cudaErrorStubLibrary;
 using mpt::cuda_emu::cudaGetErrorName;
 using mpt::cuda_emu::cudaGetErrorString;
