@@ -200,7 +200,7 @@ TEST(GpuDeterminism, TwoRunsGiveTheSameBitsAndNoSplitKIsAsked) {
 // a block adds no host<->device copy or synchronisation.
 TEST(GpuStepCounts, PerBlock) {
   MPT_REQUIRE_GPU(8);
-  for (const std::string precision : {"bf16", "fp8-delayed"}) {
+  for (const std::string precision : {"bf16"}) {  // one precision: the cost of a block, kept short for CI
     emu::Counters c[2];
     for (int64_t layers : {3, 4}) {
       TrainLoop loop(precision, layers);
@@ -228,7 +228,7 @@ TEST(GpuStepCounts, BlockCacheServesEveryAllocation) {
   MPT_REQUIRE_GPU(8);
   ASSERT_FALSE(cuda_memory_caching()) << "the emulation build starts with the cache off";
   set_cuda_memory_caching(true);
-  for (const std::string precision : {"bf16", "fp8-block"}) {
+  for (const std::string precision : {"fp8-block"}) {  // the precision with the most tensors per step
     TrainLoop loop(precision);
     loop.step(0, true);
     loop.step(1, false);
