@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda_emu/device_work.h"
+#include "cudart_test_util.h"
 
 namespace {
 
@@ -36,27 +37,10 @@ TEST(CudartDevices, DescribesSeveralSm90Devices) {
 namespace {
 
 // A kernel in the emulated runtime: y[i] = x[i] + 1, launched on `s`.
-__global__ void add_one(const float* x, float* y, int n) {
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < n) y[i] = x[i] + 1.0f;
-}
-
-cudaError_t launch_add_one(const float* x, float* y, int n, cudaStream_t s) {
-  return mpt::cuda_emu::launch(add_one, dim3((n + 63) / 64), dim3(64), 0, s, x, y, n);
-}
-
-float* device_floats(const std::vector<float>& host) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(float)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  return static_cast<float*>(p);
-}
-
-std::vector<float> to_host(const float* d, size_t n) {
-  std::vector<float> h(n);
-  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using mpt::cuda_emu::testing::add_one;
+using mpt::cuda_emu::testing::device_floats;
+using mpt::cuda_emu::testing::launch_add_one;
+using mpt::cuda_emu::testing::to_host;
 
 // Every test starts on cuda:0 (the current device is per host thread and a failed test may leave another).
 class CudartDouble : public ::testing::Test {

@@ -10,32 +10,16 @@
 #include "cublaslt_test_util.h"
 #include "cuda_emu/counters.h"
 #include "cuda_emu/device_work.h"
+#include "cudart_test_util.h"
 
 namespace {
 
 using mpt::cuda_emu::MisuseError;
 
-__global__ void add_one(const float* x, float* y, int n) {
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < n) y[i] = x[i] + 1.0f;
-}
-
-cudaError_t launch_add_one(const float* x, float* y, int n, cudaStream_t s) {
-  return mpt::cuda_emu::launch(add_one, dim3((n + 63) / 64), dim3(64), 0, s, x, y, n);
-}
-
-float* device_floats(const std::vector<float>& host) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(float)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  return static_cast<float*>(p);
-}
-
-std::vector<float> to_host(const float* d, size_t n) {
-  std::vector<float> h(n);
-  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using mpt::cuda_emu::testing::add_one;
+using mpt::cuda_emu::testing::device_floats;
+using mpt::cuda_emu::testing::launch_add_one;
+using mpt::cuda_emu::testing::to_host;
 
 class Capture : public ::testing::Test {
  protected:
@@ -233,7 +217,9 @@ TEST_F(Capture, ForkedStreamsMustJoinBack) {
     EXPECT_EQ(status, cudaStreamCaptureStatusActive);
     ASSERT_EQ(launch_add_one(y, z, 3, side), cudaSuccess);
     ASSERT_EQ(cudaEventRecord(join, side), cudaSuccess);
-    if (joins) ASSERT_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);
+    if (joins) {
+      ASSERT_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);
+    }
     cudaGraph_t graph = nullptr;
     if (!joins) {
       EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureUnjoined);

@@ -85,11 +85,7 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, 
                              std::string(api) + ": a copy to or from pageable host memory cannot be captured; use "
                                                 "pinned memory (cudaMallocHost)");
   if (synchronous) {
-    if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
-                                                std::string(api) + " synchronises with a capturing stream");
-        e != cudaSuccess)
-      return e;
-    if (const cudaError_t e = refuse_unsafe(s, api); e != cudaSuccess) return e;
+    if (const cudaError_t e = refuse_synchronous(s, st, api); e != cudaSuccess) return e;
   }
   cudaError_t status = cudaSuccess;
   if (captured(
@@ -112,11 +108,7 @@ cudaError_t fill(void* dst, int value, size_t bytes, cudaStream_t stream, const 
   StreamState* st = resolve(s, stream);
   if (st == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (synchronous) {
-    if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
-                                                std::string(api) + " synchronises with a capturing stream");
-        e != cudaSuccess)
-      return e;
-    if (const cudaError_t e = refuse_unsafe(s, api); e != cudaSuccess) return e;
+    if (const cudaError_t e = refuse_synchronous(s, st, api); e != cudaSuccess) return e;
   }
   cudaError_t status = cudaSuccess;
   if (captured(
@@ -153,11 +145,7 @@ cudaError_t peer_copy(void* dst, int dst_device, const void* src, int src_device
                       " and src memory of cuda:" + std::to_string(src_device));
   }
   if (synchronous) {
-    if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
-                                                std::string(api) + " synchronises with a capturing stream");
-        e != cudaSuccess)
-      return e;
-    if (const cudaError_t e = refuse_unsafe(s, api); e != cudaSuccess) return e;
+    if (const cudaError_t e = refuse_synchronous(s, st, api); e != cudaSuccess) return e;
   }
   cudaError_t status = cudaSuccess;
   const auto replay = [=](cudaStream_t t) {

@@ -134,6 +134,15 @@ cudaError_t refuse_unsafe(State& s, const char* api) {
   return refused ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 
+cudaError_t refuse_synchronous(State& s, StreamState* st, const char* api) {
+  if (const cudaError_t e = refuse_in_capture(s, st, cudaErrorStreamCaptureUnsupported,
+                                              std::string(api) + " synchronises with a capturing stream");
+      e != cudaSuccess) {
+    return e;
+  }
+  return refuse_unsafe(s, api);
+}
+
 }  // namespace detail
 
 std::string capture_failure() { return t_capture_failure; }

@@ -178,6 +178,8 @@ cudaError_t refuse_in_capture(State& s, StreamState* st, cudaError_t code, const
 // A potentially unsafe call (cudaMalloc, synchronous copies and memsets, cudaDeviceSynchronize on a device without a
 // capturing stream): refused while a Global capture runs anywhere or a ThreadLocal one on this thread.
 cudaError_t refuse_unsafe(State& s, const char* api);
+// A synchronous call (cudaMemcpy, cudaMemset, cudaMemcpyPeer) issued to st: refuse_in_capture, then refuse_unsafe.
+cudaError_t refuse_synchronous(State& s, StreamState* st, const char* api);
 
 cudaError_t fail(cudaError_t e);  // records e as this thread's last error and returns it
 cudaError_t sticky_or(State& s, cudaError_t e);
