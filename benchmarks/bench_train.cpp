@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -46,6 +47,69 @@ void sync(mpt::Device device) {
   if (device.is_cuda()) mpt::Stream::current(device).synchronize();
 }
 
+// --profile: every profile::Range of one step (modules, phases, autograd nodes), the device synchronized at each
+// boundary so that a range's time covers its kernels. Exclusive time per name, layer indices folded ("h.*.mlp").
+class RangeTimer {
+ public:
+  explicit RangeTimer(mpt::Device device) : device_(device) {
+    mpt::profile::set_range_observer([this](std::string_view name, bool push) { on_range(name, push); });
+  }
+  ~RangeTimer() { mpt::profile::set_range_observer(nullptr); }
+  RangeTimer(const RangeTimer&) = delete;
+  RangeTimer& operator=(const RangeTimer&) = delete;
+
+  struct Total {
+    double exclusive_s = 0, inclusive_s = 0;
+    int64_t count = 0;
+  };
+  // Names by exclusive time, largest first.
+  std::vector<std::pair<std::string, Total>> sorted() const {
+    std::vector<std::pair<std::string, Total>> v(totals_.begin(), totals_.end());
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.exclusive_s > b.second.exclusive_s; });
+    return v;
+  }
+
+ private:
+  static std::string folded(std::string_view name) {
+    std::string out;
+    for (size_t i = 0; i < name.size(); ++i) {
+      if (name[i] >= '0' && name[i] <= '9' && i > 0 && name[i - 1] == '.') {
+        while (i + 1 < name.size() && name[i + 1] >= '0' && name[i + 1] <= '9') ++i;
+        out += '*';
+      } else {
+        out += name[i];
+      }
+    }
+    return out;
+  }
+  void on_range(std::string_view name, bool push) noexcept {
+    try {
+      sync(device_);
+      const auto now = Clock::now();
+      if (push) {
+        open_.push_back({folded(name), now, 0});
+        return;
+      }
+      if (open_.empty()) return;
+      const Open o = open_.back();
+      open_.pop_back();
+      const double inclusive = std::chrono::duration<double>(now - o.start).count();
+      Total& t = totals_[o.name];
+      t.inclusive_s += inclusive, t.exclusive_s += inclusive - o.children_s, ++t.count;
+      if (!open_.empty()) open_.back().children_s += inclusive;
+    } catch (...) {  // an observer must not throw; a failed sync shows in the step itself
+    }
+  }
+  struct Open {
+    std::string name;
+    Clock::time_point start;
+    double children_s;
+  };
+  mpt::Device device_;
+  std::vector<Open> open_;
+  std::map<std::string, Total> totals_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,6 +123,7 @@ int main(int argc, char** argv) {
   config.n_embd = 384;
   int64_t batch = 16;
   int warmup = 2, steps = 5;
+  int profile_rows = 0;
   std::string precision = "bf16", json_path, device_name = "cpu";
   mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
@@ -66,6 +131,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps (medians are reported)");
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
   app.add_option("--device", device_name, "cpu, cuda or cuda:N (phases are timed with the device synchronized)");
+  app.add_option("--profile", profile_rows,
+                 "after the timed steps, one step with every range timed (device synchronized at each): the N "
+                 "largest by exclusive time");
   app.add_option("--json", json_path, "write the result as JSON to this file ('-': stdout, instead of the table)");
   CLI11_PARSE(app, argc, argv);
 
@@ -84,34 +152,69 @@ int main(int argc, char** argv) {
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
     const mpt::Tensor x = x_cpu.to(device), y = y_cpu.to(device);
 
-    std::vector<double> fwd, bwd, optim, total;
-    double loss = 0;
-    for (int s = 0; s < warmup + steps; ++s) {
-      if (s == warmup) mpt::reset_peak_memory_stats(device);
-      sync(device);
-      const auto t0 = Clock::now();
+    // One training step; `phases` synchronizes the device after forward and backward (for their times).
+    auto train_step = [&](bool phases, Clock::time_point* t1, Clock::time_point* t2) {
       mpt::Tensor l;
       {
         mpt::amp::Autocast autocast(policy);
         l = model.loss(x, y);
       }
-      sync(device);
-      const auto t1 = Clock::now();
+      if (phases) sync(device), *t1 = Clock::now();
       scaler.scale(l).backward();
-      sync(device);
-      const auto t2 = Clock::now();
+      if (phases) sync(device), *t2 = Clock::now();
       scaler.unscale_(opt);
       mpt::optim::clip_grad_norm_(params, 1.0);
       scaler.step(opt);
       scaler.update();
       if (policy.fp8_state) policy.fp8_state->update();
       opt.zero_grad();
-      loss = l.item<double>();
+      return l;
+    };
+    std::vector<double> fwd, bwd, optim, total;
+    double loss = 0;
+    for (int s = 0; s < warmup + steps; ++s) {
+      if (s == warmup) mpt::reset_peak_memory_stats(device);
+      sync(device);
+      const auto t0 = Clock::now();
+      Clock::time_point t1, t2;
+      loss = train_step(true, &t1, &t2).item<double>();
       if (s < warmup) continue;
       fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
       bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
       optim.push_back(seconds_since(t2));
       total.push_back(seconds_since(t0));
+    }
+    // Free-running: the steps back to back with no synchronization between them (the host may run ahead of the
+    // device), then one. `host` is when the host had queued them all: near `free` means the host is the bottleneck.
+    double free_s = 0, host_s = 0;
+    if (device.is_cuda() && steps > 0) {
+      sync(device);
+      const auto t0 = Clock::now();
+      for (int s = 0; s < steps; ++s) train_step(false, nullptr, nullptr);
+      host_s = seconds_since(t0) / steps;
+      sync(device);
+      free_s = seconds_since(t0) / steps;
+    }
+    nlohmann::json profile = nlohmann::json::array();
+    if (profile_rows > 0) {
+      std::vector<std::pair<std::string, RangeTimer::Total>> rows;
+      {
+        RangeTimer timer(device);
+        mpt::profile::set_nvtx(true);
+        sync(device);
+        train_step(false, nullptr, nullptr);
+        mpt::profile::set_nvtx(false);
+        rows = timer.sorted();
+      }
+      for (const auto& [name, t] : rows)
+        profile.push_back({{"range", name}, {"count", t.count}, {"exclusive_s", t.exclusive_s},
+                           {"inclusive_s", t.inclusive_s}});
+      if (json_path != "-") {
+        std::printf("%-36s %6s %12s %12s\n", "range (one step, synchronized)", "count", "exclusive ms", "inclusive ms");
+        for (size_t i = 0; i < rows.size() && i < static_cast<size_t>(profile_rows); ++i)
+          std::printf("%-36s %6lld %12.3f %12.3f\n", rows[i].first.c_str(), static_cast<long long>(rows[i].second.count),
+                      rows[i].second.exclusive_s * 1e3, rows[i].second.inclusive_s * 1e3);
+      }
     }
     const double tokens = static_cast<double>(batch * config.block_size);
     const mpt::MemoryStats mem = mpt::memory_stats(device);
@@ -128,11 +231,14 @@ int main(int argc, char** argv) {
                      {"backward_s", median(bwd)},
                      {"optimizer_s", median(optim)},
                      {"tokens_per_s", tokens / median(total)},
+                     {"free_running_step_s", free_s},
+                     {"host_enqueue_step_s", host_s},
                      {"final_loss", loss},
                      {"rss_peak_bytes", rss_peak()},
                      {"rss_growth_bytes", rss_peak() - rss_before},
                      {"allocator_peak_bytes", mem.peak_bytes},
                      {"allocator_reserved_bytes", mem.reserved_bytes}};
+    if (profile_rows > 0) j["profile"] = profile;
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
     } else {
@@ -143,6 +249,9 @@ int main(int argc, char** argv) {
                   static_cast<long long>(batch), precision.c_str(), device.str().c_str(), tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,
                   mem.peak_bytes / 1048576.0);
+      if (free_s > 0)
+        std::printf("free-running (no synchronization between steps): %.1f ms per step, the host done queueing after "
+                    "%.1f ms\n", free_s * 1e3, host_s * 1e3);
       if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     }
   } catch (const std::exception& e) {

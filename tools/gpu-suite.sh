@@ -18,6 +18,9 @@ Stages (each runs when what it needs is there; a failure is recorded and the lat
   kernels  benchmarks/bench_kernels (the host CPU's kernels and GEMMs next to its peaks: it has no device option)
   gemm     cuBLAS BF16 and FP8 GEMM TFLOP/s through torch (compare_pytorch.py --gemm-only): a square 8192 GEMM and
            GPT-2's own shapes
+  profile  bench_train --device cuda --profile on GPT-2 124M in bf16 and fp8-delayed: where one step's time goes (each
+           module, phase and autograd node, the device synchronized at every range), and the free-running step
+           against the time the host needs to queue it (host-bound or device-bound)
   train    compare_pytorch.py --device cuda: GPT-2 124M (12 layers, 768 wide, 12 heads, vocab 50257, T 1024) on
            cuda:0, mptrain's bench_train --device cuda in bf16, fp8-delayed, fp8-current, fp8-block against PyTorch
            bf16 autocast (and torch.compile, full mode), torchao / TransformerEngine FP8 where importable: tokens/s,
@@ -31,7 +34,7 @@ Options:
                        CUDA's own (cudart, cuBLAS(Lt), cuDNN, NCCL) are searched for on the machine when ldd misses them
   --python PY          the Python with torch (env MPT_PYTHON; default python3)
   --quick              fit a 15-minute device lease: one repetition of short runs, no torch.compile, shorter timeouts
-  --stages LIST        comma-separated subset of env,build,tests,kernels,gemm,train (env and build always run)
+  --stages LIST        comma-separated subset of env,build,tests,kernels,gemm,profile,train (env and build always run)
   --batch N            sequences per training step (default 8)
   --peak-tflops T      dense BF16 peak for MFU instead of the table by GPU name (H100/H200 989, A100 312); FP8
                        peak is 2x on sm_89 and later unless --peak-fp8-tflops
@@ -51,7 +54,7 @@ build_dir=${MPT_BUILD_DIR:-}
 lib_dir=${MPT_LIB_DIR:-}
 py=${MPT_PYTHON:-python3}
 quick=0 force=0 batch=8 peak="" peak_fp8=""
-stages=env,build,tests,kernels,gemm,train
+stages=env,build,tests,kernels,gemm,profile,train
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift ;;
@@ -70,7 +73,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 for s in ${stages//,/ }; do
-  case $s in env|build|tests|kernels|gemm|train) ;; *) echo "gpu-suite: unknown stage '$s' in --stages" >&2; exit 2 ;; esac
+  case $s in env|build|tests|kernels|gemm|profile|train) ;; *) echo "gpu-suite: unknown stage '$s' in --stages" >&2; exit 2 ;; esac
 done
 wanted() { [[ ",$stages," == *",$1,"* ]]; }
 # Paths given on the command line are relative to where the script was started.
@@ -140,7 +143,7 @@ test_bins=(test_gpu test_core test_optim test_kernels test_nn test_amp test_ops)
 need=()
 wanted tests && need+=("${test_bins[@]}")
 wanted kernels && need+=(bench_kernels)
-wanted train && need+=(bench_train)
+{ wanted train || wanted profile; } && need+=(bench_train)
 declare -A bin=()
 begin build
 build_ok=0
@@ -305,6 +308,26 @@ if wanted gemm; then
     else record gemm failed "compare_pytorch --gemm-only $(compare_why $rc "$out/logs/gemm.log" "$limit")"; fi
   fi
 fi
+if wanted profile; then
+  begin profile
+  if [ $run_gpu = 0 ]; then
+    record profile skipped "$no_gpu_reason"
+  elif ! have bench_train; then
+    record profile failed "not run: bench_train missing (see build)"
+  else
+    failures=() done_=()
+    for p in bf16 fp8-delayed; do
+      limit=$((quick ? 150 : 600))
+      rc=0
+      run_logged "$out/logs/profile.log" "$limit" "${bin[bench_train]}" --device cuda --precision $p --layers 12 \
+        --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch "$batch" --warmup 2 --steps "$((quick ? 3 : 10))" \
+        --profile 40 --json "$out/raw/profile-$p.json" || rc=$?
+      if [ $rc = 0 ]; then done_+=("$p"); else failures+=("$p $(why $rc "$limit" "$out/logs/profile.log")"); fi
+    done
+    if [ ${#failures[@]} = 0 ]; then record profile ok "${done_[*]}: logs/profile.log, raw/profile-*.json"
+    else record profile failed "$(printf '%s; ' "${failures[@]}")"; fi
+  fi
+fi
 if wanted train; then
   begin train
   if [ $run_gpu = 0 ]; then
@@ -370,6 +393,7 @@ for path in sorted(glob.glob(os.path.join(raw, "tests", "*.json"))):
         "skipped": [c["classname"] + "." + c["name"] for c in cases if c.get("result") == "SKIPPED"],
         "failed": [c["classname"] + "." + c["name"] for c in cases if c.get("failures")]}
 suite.update(tests=tests or None, kernels=load(os.path.join(raw, "bench_kernels.json")),
+             profile={p: load(os.path.join(raw, "profile-%s.json" % p)) for p in ("bf16", "fp8-delayed")},
              gemm=load(os.path.join(raw, "gemm.json")), train=load(os.path.join(raw, "train.json")))
 with open(os.path.join(out, "gpu-suite.json"), "w") as f:
     json.dump(suite, f, indent=2)

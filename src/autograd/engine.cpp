@@ -90,7 +90,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     bool any = false;
     for (const Tensor& g : inputs) any = any || g.defined();
     // A node no gradient reached passes "none" on (its inputs' counts still drop, so their nodes can run).
-    std::vector<Tensor> out = any ? node->run(std::move(inputs)) : std::vector<Tensor>(node->next_edges().size());
+    std::vector<Tensor> out;
+    {
+      const profile::Range node_range(node->name());  // "LinearBackward": per node, for Nsight and bench_train --profile
+      out = any ? node->run(std::move(inputs)) : std::vector<Tensor>(node->next_edges().size());
+    }
     auto* acc = dynamic_cast<AccumulateGrad*>(node);
     // A leaf's node runs once all paths into it have delivered: its gradient is final for this pass, so the hooks
     // fire now (the data-parallel layer starts communicating a bucket while backward continues).

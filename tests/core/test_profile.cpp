@@ -11,17 +11,27 @@
 #include "mpt/dist/communicator.h"
 #include "mpt/dist/data_parallel.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/layers.h"
+#include "mpt/ops/reduction.h"
 #include "mpt/optim/adamw.h"
 
 namespace mpt {
 namespace {
 
+// Whether a range is an autograd node's ("LinearBackward", "AccumulateGrad", "Checkpoint"): the engine opens one per
+// node it runs.
+bool is_node_range(std::string_view name) {
+  return name.ends_with("Backward") || name == "AccumulateGrad" || name == "Checkpoint";
+}
+
 // Records every range event and renders the ranges as a tree: "a(b,c),d". Checks that each pop closes the innermost
-// open range.
+// open range. The autograd nodes' ranges are left out unless `with_nodes`.
 class Recorder {
  public:
-  Recorder() {
-    profile::set_range_observer([this](std::string_view name, bool push) { events_.emplace_back(name, push); });
+  explicit Recorder(bool with_nodes = false) {
+    profile::set_range_observer([this, with_nodes](std::string_view name, bool push) {
+      if (with_nodes || !is_node_range(name)) events_.emplace_back(name, push);
+    });
   }
   ~Recorder() {
     profile::set_range_observer(nullptr);
@@ -106,6 +116,18 @@ TEST(Profile, TrainingStepRangesNestByModuleAndPhase) {
     opt.step();
   }
   EXPECT_EQ(rec.tree(), "step(forward(wte,wpe," + kBlock0 + "," + kBlock1 + ",ln_f,lm_head),loss,backward,optimizer)");
+}
+
+// Inside backward each autograd node has its range, named like PyTorch's (Nsight Systems shows which op's gradient a
+// kernel belongs to): the sum's node, the Linear's (its input flattened to 2-D, then the GEMMs), then its weight's and
+// bias's gradient accumulation.
+TEST(Profile, BackwardNodesHaveRanges) {
+  nn::Linear linear(3, 2);
+  const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Recorder rec(/*with_nodes=*/true);
+  profile::set_nvtx(true);
+  ops::sum(linear.forward(x)).backward();
+  EXPECT_EQ(rec.tree(), "Linear,backward(SumBackward,ReshapeBackward,LinearBackward,AccumulateGrad,AccumulateGrad)");
 }
 
 TEST(Profile, RecomputedBlocksRunInsideBackward) {
