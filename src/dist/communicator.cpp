@@ -28,9 +28,10 @@ Communicator::Communicator() : timeout_(std::chrono::seconds(300)) {
 
 namespace detail {
 
-void check_tensor(const Tensor& t, const char* op, const char* what, bool allow_fp8) {
+void check_tensor(const Tensor& t, const char* op, const char* what, bool allow_fp8, bool cpu_only) {
   MPT_CHECK(t.defined(), "[dist.{}] {} is undefined", op, what);
-  MPT_CHECK(t.device().is_cpu(), "[dist.{}] {} is on {}: the MPI communicator takes CPU tensors", op, what, t.device());
+  MPT_CHECK(!cpu_only || t.device().is_cpu(), "[dist.{}] {} is on {}: the MPI communicator takes CPU tensors", op, what,
+            t.device());
   MPT_CHECK(t.is_contiguous(), "[dist.{}] {} {} is not contiguous", op, what, t.meta_str());
   const bool fp8 = t.dtype() == DType::F8E4M3 || t.dtype() == DType::F8E5M2;
   MPT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16 || (allow_fp8 && fp8),
@@ -64,52 +65,66 @@ void check_sizes(const Tensor& small, const Tensor& large, int size, const char*
 
 namespace {
 
-// Size 1: every collective is (at most) a copy, complete when it returns.
+// Size 1: every collective is (at most) a copy, complete when it returns (on the device's stream for device
+// tensors). Tensors on any device: a one-process job on a GPU (train_gpt without mpirun) goes through here.
+void check_any(const Tensor& t, const char* op, const char* what, bool allow_fp8 = false) {
+  detail::check_tensor(t, op, what, allow_fp8, /*cpu_only=*/false);
+}
+
+// out = in, both with the same element count (the collective's own checks ran first).
+void copy_whole(const Tensor& in, Tensor& out, const char* op) {
+  MPT_CHECK(in.device() == out.device(), "[dist.{}] input {} and output {} are on different devices", op,
+            in.meta_str(), out.meta_str());
+  if (in.shares_storage(out) || in.numel() == 0) return;
+  Tensor flat = out.view({-1});
+  flat.copy_(in.view({-1}));
+}
+
 class SingleProcess final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "single"; }
   std::unique_ptr<Work> all_reduce(Tensor& t, ReduceOp) override {
-    detail::check_tensor(t, "all_reduce", "the tensor");
+    check_any(t, "all_reduce", "the tensor");
     return std::make_unique<detail::DoneWork>();
   }
   std::unique_ptr<Work> broadcast(Tensor& t, int root) override {
-    detail::check_tensor(t, "broadcast", "the tensor");
+    check_any(t, "broadcast", "the tensor");
     MPT_CHECK(root == 0, "[dist.broadcast] root {} of a single-process job", root);
     return std::make_unique<detail::DoneWork>();
   }
   std::unique_ptr<Work> all_gather(const Tensor& in, Tensor& out) override {
-    detail::check_tensor(in, "all_gather", "the input");
-    detail::check_tensor(out, "all_gather", "the output");
+    check_any(in, "all_gather", "the input");
+    check_any(out, "all_gather", "the output");
     detail::check_sizes(in, out, 1, "all_gather");
-    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    copy_whole(in, out, "all_gather");
     return std::make_unique<detail::DoneWork>();
   }
   std::unique_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, ReduceOp) override {
-    detail::check_tensor(in, "reduce_scatter", "the input");
-    detail::check_tensor(out, "reduce_scatter", "the output");
+    check_any(in, "reduce_scatter", "the input");
+    check_any(out, "reduce_scatter", "the output");
     detail::check_sizes(out, in, 1, "reduce_scatter");
-    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    copy_whole(in, out, "reduce_scatter");
     return std::make_unique<detail::DoneWork>();
   }
   std::unique_ptr<Work> all_gather_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts) override {
-    detail::check_tensor(in, "all_gather_v", "the input");
-    detail::check_tensor(out, "all_gather_v", "the output");
+    check_any(in, "all_gather_v", "the input");
+    check_any(out, "all_gather_v", "the output");
     detail::check_counts(in, out, counts, 0, 1, "all_gather_v");
-    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    copy_whole(in, out, "all_gather_v");
     return std::make_unique<detail::DoneWork>();
   }
   std::unique_ptr<Work> reduce_scatter_v(const Tensor& in, Tensor& out, std::span<const int64_t> counts,
                                          ReduceOp) override {
-    detail::check_tensor(in, "reduce_scatter_v", "the input");
-    detail::check_tensor(out, "reduce_scatter_v", "the output");
+    check_any(in, "reduce_scatter_v", "the input");
+    check_any(out, "reduce_scatter_v", "the output");
     detail::check_counts(out, in, counts, 0, 1, "reduce_scatter_v");
-    if (!in.shares_storage(out) && in.nbytes() > 0) std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    copy_whole(in, out, "reduce_scatter_v");
     return std::make_unique<detail::DoneWork>();
   }
   std::unique_ptr<Work> all_reduce_on_wire(Tensor& t, ReduceOp) override {
-    detail::check_tensor(t, "all_reduce_on_wire", "the tensor", true);
+    check_any(t, "all_reduce_on_wire", "the tensor", true);
     return std::make_unique<detail::DoneWork>();
   }
   void barrier() override {}

@@ -9,7 +9,8 @@
 namespace mpt::dist::detail {
 
 // A contiguous CPU tensor of f32, f16 or bf16 (and FP8 with allow_fp8).
-void check_tensor(const Tensor& t, const char* op, const char* what, bool allow_fp8 = false);
+// `cpu_only`: the MPI communicator's rule; the single-process one takes tensors on any device.
+void check_tensor(const Tensor& t, const char* op, const char* what, bool allow_fp8 = false, bool cpu_only = true);
 // counts: size entries, each >= 0; small.numel() == counts[rank], large.numel() == sum(counts), same dtype.
 void check_counts(const Tensor& small, const Tensor& large, std::span<const int64_t> counts, int rank, int size,
                   const char* op);

@@ -123,5 +123,41 @@ TEST(GpuDataParallel, NcclCompressedGradientsStayWithinTheirBudgets) {
   EXPECT_GT(fp8, 0.0) << "FP8 codes cannot carry these gradients exactly";
 }
 
+// One process on a GPU (train_gpt without mpirun): DataParallel over the single-process communicator, which takes
+// device tensors (it refused them once, so train_gpt failed on every GPU). Its collectives change nothing, so the
+// parameters after SGD steps have the bits of plain training on the device; ZeRO-1's one shard is every parameter.
+TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
+  MPT_REQUIRE_GPU(8);
+  const Device d = Device::cuda(0);
+  for (const bool zero1 : {false, true}) {
+    nn::GPT plain(tiny(5, d)), wrapped(tiny(5, d));
+    dist::DataParallel dp(wrapped, dist::single_process(), {.bucket_bytes = 16 << 10, .zero1 = zero1});
+    optim::SGD plain_opt(optim::weight_decay_groups(plain.named_parameters(), 0.0), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD opt(dp.shard(optim::weight_decay_groups(wrapped.named_parameters(), 0.0)), {.lr = 0.1, .momentum = 0.9});
+    for (int s = 0; s < 2; ++s) {
+      const auto [x, y] = global_batch(1, s);
+      plain.loss(x.to(d), y.to(d)).backward();
+      plain_opt.step();
+      plain_opt.zero_grad();
+      wrapped.loss(x.to(d), y.to(d)).backward();
+      dp.finish();
+      opt.step();
+      dp.sync_parameters();
+      opt.zero_grad();
+    }
+    const auto a = wrapped.named_parameters(), b = plain.named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(testing::same_bits(to_cpu(a[i].tensor), to_cpu(b[i].tensor))) << a[i].name << " zero1 " << zero1;
+  }
+  // The gathers copy on the device.
+  auto comm = dist::single_process();
+  Tensor in = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}).to(d), out = Tensor::zeros({3}, DType::F32, d);
+  comm->all_gather(in, out)->wait();
+  EXPECT_EQ(to_cpu(out).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  Tensor cpu_out = Tensor::zeros({3}, DType::F32, Device::cpu());
+  EXPECT_THROW(comm->all_gather(in, cpu_out), Error);
+}
+
 }  // namespace
 }  // namespace mpt
