@@ -48,10 +48,11 @@ void sync(mpt::Device device) {
 }
 
 // --profile: every profile::Range of one step (modules, phases, autograd nodes), the device synchronized at each
-// boundary so that a range's time covers its kernels. Exclusive time per name, layer indices folded ("h.*.mlp").
+// boundary so that a range's time covers its kernels (--profile-host: not synchronized, the host's own time to queue
+// the work). Exclusive time per name, layer indices folded ("h.*.mlp").
 class RangeTimer {
  public:
-  explicit RangeTimer(mpt::Device device) : device_(device) {
+  RangeTimer(mpt::Device device, bool synchronize) : device_(device), synchronize_(synchronize) {
     mpt::profile::set_range_observer([this](std::string_view name, bool push) { on_range(name, push); });
   }
   ~RangeTimer() { mpt::profile::set_range_observer(nullptr); }
@@ -84,7 +85,7 @@ class RangeTimer {
   }
   void on_range(std::string_view name, bool push) noexcept {
     try {
-      sync(device_);
+      if (synchronize_) sync(device_);
       const auto now = Clock::now();
       if (push) {
         open_.push_back({folded(name), now, 0});
@@ -106,6 +107,7 @@ class RangeTimer {
     double children_s;
   };
   mpt::Device device_;
+  bool synchronize_;
   std::vector<Open> open_;
   std::map<std::string, Total> totals_;
 };
@@ -124,6 +126,7 @@ int main(int argc, char** argv) {
   int64_t batch = 16;
   int warmup = 2, steps = 5;
   int profile_rows = 0;
+  bool profile_host = false, dispatch = false;
   std::string precision = "bf16", json_path, device_name = "cpu";
   mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
@@ -134,6 +137,10 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile_rows,
                  "after the timed steps, one step with every range timed (device synchronized at each): the N "
                  "largest by exclusive time");
+  app.add_flag("--dispatch", dispatch,
+               "first, the host's cost per call of a device allocation, a small elementwise op and a small matmul");
+  app.add_flag("--profile-host", profile_host,
+               "--profile without synchronizing: each range's host time to queue its work (launch overhead)");
   app.add_option("--json", json_path, "write the result as JSON to this file ('-': stdout, instead of the table)");
   CLI11_PARSE(app, argc, argv);
 
@@ -142,6 +149,26 @@ int main(int argc, char** argv) {
     mpt::check_device_available(device);
     config.where.device = device;
     const int64_t rss_before = rss_now();
+    if (dispatch && device.is_cuda()) {
+      // Host microseconds per call, the device left to run behind (medians of 5 rounds of 2000 calls).
+      auto per_call_us = [&](auto&& call) {
+        std::vector<double> rounds;
+        for (int r = 0; r < 5; ++r) {
+          sync(device);
+          const auto t0 = Clock::now();
+          for (int i = 0; i < 2000; ++i) call();
+          rounds.push_back(seconds_since(t0) / 2000 * 1e6);
+          sync(device);
+        }
+        return median(rounds);
+      };
+      const mpt::Tensor a = mpt::Tensor::ones({1024}, mpt::DType::F32, device);
+      const mpt::Tensor m = mpt::Tensor::ones({64, 64}, mpt::DType::BF16, device);
+      std::printf("host per call: empty(1 MiB) %.2f us, add(1024 f32) %.2f us, matmul(64x64x64 bf16) %.2f us\n",
+                  per_call_us([&] { (void)mpt::Tensor::empty({1 << 18}, mpt::DType::F32, device); }),
+                  per_call_us([&] { (void)mpt::ops::add(a, a); }),
+                  per_call_us([&] { (void)mpt::ops::matmul(m, m); }));
+    }
     mpt::nn::GPT model(config);
     const mpt::amp::Policy policy = mpt::amp::Policy::named(precision, config.n_layer, device);
     mpt::amp::GradScaler scaler(mpt::amp::GradScalerOptions{.enabled = precision == "fp16"}, device);
@@ -199,7 +226,7 @@ int main(int argc, char** argv) {
     if (profile_rows > 0) {
       std::vector<std::pair<std::string, RangeTimer::Total>> rows;
       {
-        RangeTimer timer(device);
+        RangeTimer timer(device, !profile_host);
         mpt::profile::set_nvtx(true);
         sync(device);
         train_step(false, nullptr, nullptr);
@@ -210,7 +237,8 @@ int main(int argc, char** argv) {
         profile.push_back({{"range", name}, {"count", t.count}, {"exclusive_s", t.exclusive_s},
                            {"inclusive_s", t.inclusive_s}});
       if (json_path != "-") {
-        std::printf("%-36s %6s %12s %12s\n", "range (one step, synchronized)", "count", "exclusive ms", "inclusive ms");
+        std::printf("%-36s %6s %12s %12s\n", profile_host ? "range (one step, host time)" : "range (one step, synchronized)",
+                    "count", "exclusive ms", "inclusive ms");
         for (size_t i = 0; i < rows.size() && i < static_cast<size_t>(profile_rows); ++i)
           std::printf("%-36s %6lld %12.3f %12.3f\n", rows[i].first.c_str(), static_cast<long long>(rows[i].second.count),
                       rows[i].second.exclusive_s * 1e3, rows[i].second.inclusive_s * 1e3);

@@ -33,6 +33,8 @@ MODELS = {  # layers, heads, width, vocab, sequence, batch
     "tiny": dict(layers=2, heads=4, embd=128, vocab=65, seq=256, batch=16),
     "small": dict(layers=6, heads=6, embd=384, vocab=65, seq=256, batch=16),
     "gpt2": dict(layers=12, heads=12, embd=768, vocab=50257, seq=256, batch=4),
+    # GPT-2 with the vocabulary padded to a multiple of 64 (nanoGPT's and llm.c's 50304): aligned logits rows
+    "gpt2-padded": dict(layers=12, heads=12, embd=768, vocab=50304, seq=256, batch=4),
 }
 
 

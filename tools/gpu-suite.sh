@@ -53,7 +53,7 @@ out=./gpu-suite-results
 build_dir=${MPT_BUILD_DIR:-}
 lib_dir=${MPT_LIB_DIR:-}
 py=${MPT_PYTHON:-python3}
-quick=0 force=0 batch=8 peak="" peak_fp8=""
+quick=0 force=0 batch=8 peak="" peak_fp8="" models=gpt2,gpt2-padded compile=0
 stages=env,build,tests,kernels,gemm,profile,train
 while [ $# -gt 0 ]; do
   case $1 in
@@ -64,6 +64,8 @@ while [ $# -gt 0 ]; do
     --quick) quick=1 ;;
     --stages) stages=env,build,$2; shift ;;
     --batch) batch=$2; shift ;;
+    --models) models=$2; shift ;;
+    --compile) compile=1 ;;
     --peak-tflops) peak=$2; shift ;;
     --peak-fp8-tflops) peak_fp8=$2; shift ;;
     --force) force=1 ;;
@@ -205,6 +207,25 @@ else
       [ -n "$dirs" ] && export LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
       unresolved=$(missing_libs)
     fi
+    # cuDNN's fused attention needs 9.16 or newer (older ones make mptrain take the slower GEMM path): when the one
+    # found is older, a newer one elsewhere (the nvidia-cudnn wheel beside torch) goes first.
+    cudnn_version() { "$py" -c 'import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).cudnnGetVersion())' "$1" 2>/dev/null || echo 0; }
+    if [ -n "${bin[test_gpu]:-${bin[bench_train]:-}}" ]; then
+      found=$(ldd "${bin[test_gpu]:-${bin[bench_train]}}" 2>/dev/null | awk '/libcudnn.so/ {print $3}' | head -n 1)
+      best=$found best_v=$([ -n "$found" ] && cudnn_version "$found" || echo 0)
+      site=$("$py" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
+      # shellcheck disable=SC2086 # $site is a list of folders
+      for cand in $({ find $site /usr/local /opt -name 'libcudnn.so.9' 2>/dev/null || true; } | sort -u); do
+        v=$(cudnn_version "$cand")
+        if [ "$v" -gt "$best_v" ]; then best=$cand best_v=$v; fi
+      done
+      echo "cuDNN: $found ($(cudnn_version "${found:-none}")) linked; newest found $best ($best_v)" >>"$log"
+      if [ -n "$best" ] && [ "$best" != "$found" ]; then
+        export LD_LIBRARY_PATH="$(dirname "$best")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        detail="$detail; cuDNN $best_v from $(dirname "$best") (the one found first was $(cudnn_version "$found"))"
+      fi
+      [ "$best_v" -lt 91600 ] && detail="$detail; cuDNN $best_v: fused attention needs 9.16 or newer (GEMM attention)"
+    fi
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >>"$log"
     [ ${#missing[@]} -gt 0 ] && { build_ok=0; detail="$detail; binaries missing: ${missing[*]}"; }
     [ -n "$unresolved" ] && { build_ok=0; detail="$detail; shared libraries not found (carry them, --lib-dir): $(
@@ -335,9 +356,10 @@ if wanted train; then
   else
     if [ $quick = 1 ]; then runs=(--reps 1 --warmup 2 --steps 5 --timeout 180); limit=420
     else runs=(--reps 3 --warmup 3 --steps 10 --timeout 600 --compile); limit=3000; fi
+    [ $quick = 1 ] && [ $compile = 1 ] && runs+=(--compile) && limit=900
     rc=0
     run_logged "$out/logs/train.log" "$limit" "${compare[@]}" --bench "${bin[bench_train]:-bench_train-missing}" \
-      "${runs[@]}" --json "$out/raw/train.json" --markdown "$out/raw/train.md" || rc=$?
+      --models "$models" "${runs[@]}" --json "$out/raw/train.json" --markdown "$out/raw/train.md" || rc=$?
     if [ $rc = 0 ]; then record train ok "GPT-2 124M, T 1024, batch $batch: raw/train.json, raw/train.md"
     else record train failed "compare_pytorch $(compare_why $rc "$out/logs/train.log" "$limit")"; fi
   fi
