@@ -183,54 +183,7 @@ Tensor lt_scales(const Fp8Scaling& s, const Tensor& checked, int64_t rows, int64
   return out;
 }
 
-// cuBLASLt's fast kernels want every row of a 16-bit or FP32 operand to start on 16 bytes. A leading dimension that
-// is not a multiple of 16 bytes (GPT-2's vocabulary of 50257 as the logits' width) sends the GEMM to kernels several
-// times slower (H200: the lm_head forward 6.7 ms against 1.0 ms at 50304, its backward GEMMs likewise), so a large
-// such matrix goes through a copy with padded rows: one pass over it, a fraction of what the GEMM loses.
-constexpr int64_t kStageMinBytes = int64_t{1} << 20;
-
-bool misaligned_rows(const Tensor& t) {
-  if (t.dim() != 2 || t.numel() == 0 || t.nbytes() < kStageMinBytes || is_fp8(t.dtype())) return false;
-  const auto e = static_cast<int64_t>(dtype_size(t.dtype()));
-  if (t.stride(1) == 1 && t.size(0) > 1) return t.stride(0) * e % 16 != 0;
-  if (t.stride(0) == 1 && t.size(1) > 1) return t.stride(1) * e % 16 != 0;  // a transposed view
-  return false;
-}
-
-// An empty matrix of `t`'s shape and dtype whose stored rows are padded to 16 bytes (as a view of the padded buffer).
-Tensor padded_like(const Tensor& t) {
-  const bool transposed = t.stride(1) != 1;
-  const int64_t rows = transposed ? t.size(1) : t.size(0), cols = transposed ? t.size(0) : t.size(1);
-  const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t.dtype()));
-  const Tensor stored = Tensor::empty({rows, (cols + per16 - 1) / per16 * per16}, t.dtype(), t.device()).slice(1, 0, cols);
-  return transposed ? stored.transpose(0, 1) : stored;
-}
-
-// `t` itself, or a copy with aligned rows when it is large and misaligned.
-Tensor aligned_operand(const Tensor& t) {
-  if (!misaligned_rows(t)) return t;
-  Tensor out = padded_like(t);
-  out.copy_(t);
-  return out;
-}
-
 // c = alpha op(a) op(b) + beta c on a CUDA device through cuBLASLt (kernels/cuda/lib/gemm_cublaslt.h).
-void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt);
-
-// The same, with large misaligned operands and output staged through padded copies (GELU epilogues excepted: their
-// aux matrix shares the output's width, a multiple of 16 bytes in every MLP).
-void gemm_cuda_aligned(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
-  const bool aux = opt.gelu_aux.defined() || opt.dgelu_aux.defined();
-  if (aux || c.dim() != 2) return gemm_cuda(a_in, b_in, c, beta, opt);
-  const Tensor a = aligned_operand(a_in), b = aligned_operand(b_in);
-  if (!misaligned_rows(c)) return gemm_cuda(a, b, c, beta, opt);
-  Tensor staged = padded_like(c);
-  if (beta != 0.0f) staged.copy_(c);
-  gemm_cuda(a, b, staged, beta, opt);
-  Tensor dst = c;
-  dst.copy_(staged);
-}
-
 void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
   const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a_in.size(-2) : a_in.size(-1);
   if (k == 0) {  // no products: C = beta C (beta == 0 never reads C)
@@ -383,7 +336,7 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 #if defined(MPT_WITH_CUDA)
-  if (c.device().is_cuda()) return gemm_cuda_aligned(a_in, b_in, c, beta, opt);
+  if (c.device().is_cuda()) return gemm_cuda(a_in, b_in, c, beta, opt);
 #endif
   const Layout la = layout_of(a_in, opt.trans_a), lb = layout_of(b_in, opt.trans_b);
   kc::GemmParams p;
