@@ -19,6 +19,20 @@ void accumulate_into(Tensor& slot, const Tensor& g) {
   slot = slot.defined() ? ops::add(slot, g) : g;
 }
 
+thread_local bool t_retaining = false;
+
+// Sets t_retaining for one backward and restores the outer value (a checkpointed block's backward runs inside one).
+class RetainScope {
+ public:
+  explicit RetainScope(bool retain) : outer_(t_retaining) { t_retaining = retain; }
+  ~RetainScope() { t_retaining = outer_; }
+  RetainScope(const RetainScope&) = delete;
+  RetainScope& operator=(const RetainScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
@@ -82,6 +96,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     if (dependencies[node] == 0) ready.push(node);
 
   NoGradGuard no_grad;  // backward functions do not record (no double backward)
+  const RetainScope retain(retain_graph || t_retaining);
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
@@ -111,5 +126,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     alive.erase(node);  // frees the node now if no tensor holds it any more
   }
 }
+
+bool retaining_graph() noexcept { return t_retaining; }
 
 }  // namespace mpt::autograd

@@ -4,6 +4,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/softmax.h"
 #include "core/device_errors.h"
+#include "mpt/autograd/engine.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/cross_entropy.h"
@@ -263,8 +264,16 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
     const int64_t bad = bad_row.item<int64_t>();
     if (bad >= 0) throw_bad_target(targets, bad, vocab, options.ignore_index, op);
   }
+  // The fused classifier, llm.c style: the gradient is written over the logits when nothing else holds them (GPT's
+  // loss: the LM head's output is read only here) and this graph will not run again, saving a [rows, V] buffer
+  // (GPT-2 at 8 x 1024 tokens: 0.8 GB in BF16). A caller who kept the logits, or a view of them, gets a fresh
+  // buffer, as in PyTorch's gradient stealing. The loss and lse come from one pass over the logits, the gradient
+  // from a second, in place: the upstream gradient (loss scale, accumulation) is known only then.
   grad.record("SoftmaxCrossEntropyBackward", {&out.loss},
               [logits = logits.detach(), targets, saved = out.saved, options](const std::vector<Tensor>& g) {
+                const bool sole = logits.is_contiguous() && logits.storage().use_count() == 1 &&
+                                  !autograd::retaining_graph();
+                if (sole) return std::vector<Tensor>{softmax_cross_entropy_backward_in_place(g[0], logits, targets, saved, options)};
                 return std::vector<Tensor>{softmax_cross_entropy_backward(g[0], logits, targets, saved, options)};
               });
   return out;

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/mpt.h"
 #include "op_test.h"
@@ -124,6 +126,45 @@ TEST(OpGradients, SoftmaxCrossEntropyWithIgnoredRows) {
               [targets, opt](const std::vector<Tensor>& t) { return ops::softmax_cross_entropy(t[0], targets, opt).loss; },
               {f64({4, 7}, 19)});
   }
+}
+
+// The fused classifier: when the logits are held only by the cross-entropy node, its gradient is written over them
+// (no [rows, V] allocation in backward); a caller who kept the logits, and a retained graph, get a fresh buffer. The
+// gradients are the same bits every way. Logits come from x * 2 so that they are not a leaf.
+TEST(OpGradients, CrossEntropyGradientOverwritesLogitsNobodyElseHolds) {
+  const int64_t rows = 64, vocab = 1000;
+  const Tensor x0 = random_tensor({rows, vocab}, DType::F32, 41);
+  std::vector<int64_t> t(static_cast<size_t>(rows));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int64_t>(i * 37 % vocab);
+  const Tensor targets = Tensor::from_vector(t, {rows});
+  const int64_t buffer = rows * vocab * 4;
+  // Backward's allocator growth beyond what was in use when it started, and x's gradient.
+  auto run = [&](bool keep_logits, bool retain) {
+    Tensor x = x0.clone().requires_grad_(true);
+    Tensor logits = ops::scale(x, 2.0);
+    const Tensor loss = ops::softmax_cross_entropy(logits, targets).loss;
+    if (!keep_logits) logits = Tensor{};
+    const int64_t before = memory_stats(Device::cpu()).current_bytes;
+    reset_peak_memory_stats(Device::cpu());
+    autograd::backward({loss}, {}, retain);
+    const int64_t growth = memory_stats(Device::cpu()).peak_bytes - before;
+    Tensor again;
+    if (retain) {  // the retained graph runs again: its logits were not overwritten
+      const Tensor first = x.grad().clone();
+      autograd::backward({loss}, {}, false);
+      again = ops::add(x.grad(), ops::scale(first, -2.0));  // x.grad = 2 * first: zero
+    }
+    return std::tuple{growth, x.grad().clone(), again};
+  };
+  const auto [in_place, g_in_place, unused1] = run(false, false);
+  const auto [kept, g_kept, unused2] = run(true, false);
+  const auto [retained, g_retained, twice] = run(false, true);
+  EXPECT_TRUE(testing::same_bits(g_in_place.to_vector<float>(), g_kept.to_vector<float>()));
+  EXPECT_TRUE(testing::same_bits(g_retained.to_vector<float>(), ops::scale(g_kept, 2.0).to_vector<float>()));
+  for (float v : twice.to_vector<float>()) ASSERT_EQ(v, 0.0f);
+  // Kept logits or a retained graph: one more [rows, V] buffer at the peak than writing over the logits.
+  EXPECT_GE(kept - in_place, buffer) << "in place " << in_place << " B, kept " << kept << " B";
+  EXPECT_GE(retained - in_place, buffer) << "in place " << in_place << " B, retained " << retained << " B";
 }
 
 TEST(OpGradients, EmbeddingWithRepeatedIds) {

@@ -14,4 +14,8 @@ namespace mpt::autograd {
 // backward through a freed node throws. Grad mode is off while backward functions run.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {}, bool retain_graph = false);
 
+// True while backward(..., retain_graph = true) runs nodes on this thread: a node may then run again, so it must not
+// overwrite what it saved (the cross-entropy node writes its gradient over the logits only when this is false).
+bool retaining_graph() noexcept;
+
 }  // namespace mpt::autograd
