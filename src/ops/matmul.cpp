@@ -4,6 +4,7 @@
 
 #include "mpt/core/determinism.h"
 
+#include <algorithm>
 #include <exception>
 #include <string>
 
@@ -183,6 +184,60 @@ Tensor lt_scales(const Fp8Scaling& s, const Tensor& checked, int64_t rows, int64
   return out;
 }
 
+// GEMM dimensions that are not multiples of 8 (GPT-2's vocabulary of 50257 as the LM head's n, then as k and m in its
+// gradients) send cuBLASLt to kernels several times slower: on an H200 the LM head's forward took 6.7 ms at 50257
+// and 1.0 ms at 50304, for mptrain and PyTorch eager alike (torch.compile pads them: inductor's pad_mm). Large such
+// GEMMs run here on zero-padded copies, each dimension rounded up to a multiple of 64 (nanoGPT's and llm.c's
+// padded vocabulary): a pass over the padded operands and the output, a fraction of what the GEMM loses.
+constexpr int64_t kPadMinBytes = int64_t{1} << 24;  // the largest operand or output: 16 MiB
+int64_t padded_dim(int64_t d) { return d % 8 == 0 ? d : (d + 63) / 64 * 64; }
+
+// A zero-padded copy of the stored matrix t ([rows, cols] as stored) with `rows_p` x `cols_p`.
+Tensor padded_copy(const Tensor& t, int64_t rows_p, int64_t cols_p) {
+  Tensor out = Tensor::empty({rows_p, cols_p}, t.dtype(), t.device());
+  const int64_t rows = t.size(0), cols = t.size(1);
+  if (cols_p > cols) out.slice(1, cols, cols_p).zero_();
+  if (rows_p > rows) out.slice(0, rows, rows_p).zero_();
+  out.slice(0, 0, rows).slice(1, 0, cols).copy_(t);
+  return out;
+}
+
+void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt);
+
+// gemm_cuda, with a large 2-d 16-bit or FP32 GEMM whose m, n or k is not a multiple of 8 run on padded copies (the
+// GELU epilogues excepted: the MLP's widths are multiples of 8).
+void gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float beta, const MatmulOptions& opt) {
+  const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a.size(-2) : a.size(-1);
+  const int64_t mp = padded_dim(m), np = padded_dim(n), kp = padded_dim(k);
+  const bool odd = mp != m || np != n || kp != k;
+  const int64_t largest = std::max({a.nbytes(), b.nbytes(), c.nbytes()});
+  if (!odd || largest < kPadMinBytes || c.dim() != 2 || a.dim() != 2 || b.dim() != 2 || is_fp8(a.dtype()) ||
+      is_fp8(c.dtype()) || opt.gelu_aux.defined() || opt.dgelu_aux.defined() || k == 0) {
+    return gemm_cuda(a, b, c, beta, opt);
+  }
+  // The stored matrices: a is [m, k] ([k, m] with trans_a), b is [k, n] ([n, k] with trans_b).
+  const Tensor ap = opt.trans_a ? padded_copy(a, kp, mp) : padded_copy(a, mp, kp);
+  const Tensor bp = opt.trans_b ? padded_copy(b, np, kp) : padded_copy(b, kp, np);
+  const bool pad_c = mp != m || np != n;
+  Tensor cp = c;
+  if (pad_c) {
+    cp = Tensor::empty({mp, np}, c.dtype(), c.device());
+    if (beta != 0.0f) cp.slice(0, 0, m).slice(1, 0, n).copy_(c);
+  }
+  MatmulOptions o = opt;
+  if (opt.bias.defined() && np != n) o.bias = padded_copy(opt.bias.contiguous().view({1, n}), 1, np).view({np});
+  if (opt.bias_grad.defined() && mp != m) o.bias_grad = Tensor::empty({mp}, opt.bias_grad.dtype(), c.device());
+  gemm_cuda(ap, bp, cp, beta, o);
+  if (pad_c) {
+    Tensor dst = c;
+    dst.copy_(cp.slice(0, 0, m).slice(1, 0, n));
+  }
+  if (o.bias_grad.defined() && mp != m) {
+    Tensor dst = opt.bias_grad;
+    dst.copy_(o.bias_grad.slice(0, 0, m));
+  }
+}
+
 // c = alpha op(a) op(b) + beta c on a CUDA device through cuBLASLt (kernels/cuda/lib/gemm_cublaslt.h).
 void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
   const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a_in.size(-2) : a_in.size(-1);
@@ -336,7 +391,7 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 #if defined(MPT_WITH_CUDA)
-  if (c.device().is_cuda()) return gemm_cuda(a_in, b_in, c, beta, opt);
+  if (c.device().is_cuda()) return gemm_cuda_padded(a_in, b_in, c, beta, opt);
 #endif
   const Layout la = layout_of(a_in, opt.trans_a), lb = layout_of(b_in, opt.trans_b);
   kc::GemmParams p;

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "device_test.h"
+#if defined(MPT_CUDA_EMULATION)
+#include "cuda_emu/counters.h"
+#endif
 #include "mpt/mpt.h"
 #include "op_test.h"
 #include "test_util.h"
@@ -136,6 +139,46 @@ TEST(GpuLinear, BiasEpilogueAndMasterGradientsMatchCpu) {
     expect_gemm_close(got[1], want[1], ops::matmul(abs64(dy), abs64(wc)), 45, 0, n + " dx");
     expect_gemm_close(got[2], want[2], ops::matmul(abs64(dy), abs64(x), {.trans_a = true}), 40, 0, n + " dW");
     expect_gemm_close(got[3], want[3], ops::sum(abs64(dy), 0), 40, 0, n + " db");
+  }
+}
+
+// A Linear whose width is not a multiple of 8 (GPT-2's 50257-token LM head; here 8197 x 1024, over the 16 MiB
+// threshold): its CUDA GEMMs run on zero-padded copies (n, then k and m of the gradients rounded up to 64), with the
+// CPU's results, forward, dx, dW and the bias gradient. Under emulation the copies show as extra launches against
+// an aligned width.
+TEST(GpuLinear, OddWidthsRunOnPaddedCopiesAndMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const int64_t n = 8197, k = 1024, rows = 16;
+    const Tensor x = random_tensor({rows, k}, dt, 31), w = random_tensor({n, k}, dt, 32);
+    const Tensor bias = random_tensor({n}, dt, 33), dy = random_tensor({rows, n}, dt, 34);
+    auto run = [&](auto on) {
+      const Tensor xi = on(x).requires_grad_(true), wi = on(w).requires_grad_(true), bi = on(bias).requires_grad_(true);
+      const Tensor y = ops::linear(xi, wi, bi);
+      y.backward(on(dy));
+      return std::vector<Tensor>{to_cpu(y), to_cpu(xi.grad()), to_cpu(wi.grad()), to_cpu(bi.grad())};
+    };
+    const auto want = run([](const Tensor& t) { return t.clone(); });
+    const auto got = run([](const Tensor& t) { return to_gpu(t); });
+    const std::string name = name_of(dt) + " width " + std::to_string(n);
+    const Tensor mag_y = ops::add(ops::matmul(abs64(x), abs64(w), {.trans_b = true}), abs64(bias));
+    expect_gemm_close(got[0], want[0], mag_y, k + 1, testing::bias_read_roundoff(bias, dt, false), name + " y");
+    expect_gemm_close(got[1], want[1], ops::matmul(abs64(dy), abs64(w)), n, 0, name + " dx");
+    expect_gemm_close(got[2], want[2], ops::matmul(abs64(dy), abs64(x), {.trans_a = true}), rows, 0, name + " dW");
+    expect_gemm_close(got[3], want[3], ops::sum(abs64(dy), 0), rows, 0, name + " db");
+#if defined(MPT_CUDA_EMULATION)
+    // The same step at the aligned width 8256: the odd one adds the zero fills and copies of the padding.
+    auto launches = [&](int64_t width) {
+      const Tensor xa = to_gpu(x).requires_grad_(true);
+      const Tensor wa = to_gpu(random_tensor({width, k}, dt, 35)).requires_grad_(true);
+      const Tensor ba = to_gpu(random_tensor({width}, dt, 36)).requires_grad_(true);
+      const Tensor dya = to_gpu(random_tensor({rows, width}, dt, 37));
+      cuda_emu::reset_counters();
+      ops::linear(xa, wa, ba).backward(dya);
+      return cuda_emu::counters().kernel_launches;
+    };
+    EXPECT_GE(launches(n), launches(8256) + 6) << name;
+#endif
   }
 }
 
