@@ -5,6 +5,7 @@
 #include "mpt/core/determinism.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/cpu/attention.h"
 #include "mpt/ops/matmul.h"
@@ -151,7 +152,15 @@ std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const
   cuda_backend::DeviceGuard guard(device);
   if (detail::cudnn_attention_rejection(query).empty())
     *handle = cudnn_handle(Stream::current(q.device()), &query.cudnn_unavailable);
-  if (detail::select_attention_path(mode, query, op) == detail::AttentionPath::Gemm) return nullptr;
+  if (detail::select_attention_path(mode, query, op) == detail::AttentionPath::Gemm) {
+    // Once per process: an old cuDNN costs a lot of speed without any error to say so.
+    if (const std::string note = detail::old_cudnn_note(mode, query, static_cast<int64_t>(cudnnGetVersion()));
+        !note.empty()) {
+      static std::once_flag noted;
+      std::call_once(noted, [&] { std::fprintf(stderr, "%s\n", note.c_str()); });
+    }
+    return nullptr;
+  }
   const auto pass = backward ? kcu::AttentionPass::Backward : kcu::AttentionPass::Forward;
   try {
     return kcu::cudnn_attention_plan(device, *handle, cudnn_problem(q, s), pass);

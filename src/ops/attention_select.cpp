@@ -54,4 +54,16 @@ AttentionPath select_attention_path(AttentionMode mode, const AttentionQuery& q,
   return AttentionPath::Gemm;
 }
 
+std::string old_cudnn_note(AttentionMode mode, const AttentionQuery& q, int64_t cudnn_version) {
+  if (mode != AttentionMode::Auto || q.deterministic || (q.dtype != DType::F16 && q.dtype != DType::BF16) ||
+      cudnn_version <= 0 || cudnn_version >= 91600 || q.sm_major < 8) {
+    return "";
+  }
+  return fmt::format("[causal_attention] cuDNN {}.{} is older than 9.16, which fused attention needs: attention runs "
+                     "on the GEMM path (GPT-2 124M's step took 1.5x longer on an H200). Put a newer libcudnn.so.9 "
+                     "first on LD_LIBRARY_PATH (the nvidia-cudnn-cu13 wheel has one), or set MPT_ATTENTION=gemm to "
+                     "choose that path without this note.",
+                     cudnn_version / 10000, cudnn_version % 10000 / 100);
+}
+
 }  // namespace mpt::ops::detail

@@ -37,4 +37,8 @@ std::string cudnn_attention_rejection(const AttentionQuery& q);
 // rejection throws mpt::Error "[op] MPT_ATTENTION=cudnn, but cuDNN cannot run this attention: <why> (...)".
 AttentionPath select_attention_path(AttentionMode mode, const AttentionQuery& q, const char* op);
 
+// The note printed once per process when auto mode leaves an f16/bf16 attention on the GEMM path only because the
+// cuDNN loaded (cudnnGetVersion(), e.g. 91400) is older than the 9.16 fused attention needs; "" otherwise.
+std::string old_cudnn_note(AttentionMode mode, const AttentionQuery& q, int64_t cudnn_version);
+
 }  // namespace mpt::ops::detail

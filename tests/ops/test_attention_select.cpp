@@ -106,4 +106,23 @@ TEST(AttentionSelect, DeterministicModeTakesTheGemmPath) {
   }
 }
 
+
+// Auto mode with a cuDNN too old for fused attention (the H200 image's system cuDNN 9.14) names the version, the cost
+// and the fix, once per process (attention.cpp); nothing when cuDNN is new enough, the user chose the path, the dtype
+// or the GPU rule cuDNN out anyway, or deterministic mode picks the GEMM path.
+TEST(AttentionSelect, TooOldCudnnIsNotedInAutoModeOnly) {
+  const std::string note = old_cudnn_note(AttentionMode::Auto, gpt(), 91400);
+  EXPECT_NE(note.find("cuDNN 9.14 is older than 9.16"), std::string::npos) << note;
+  EXPECT_NE(note.find("LD_LIBRARY_PATH"), std::string::npos) << note;
+  EXPECT_NE(note.find("MPT_ATTENTION=gemm"), std::string::npos) << note;
+  EXPECT_EQ(old_cudnn_note(AttentionMode::Auto, gpt(), 91600), "");
+  EXPECT_EQ(old_cudnn_note(AttentionMode::Auto, gpt(), 91900), "");
+  EXPECT_EQ(old_cudnn_note(AttentionMode::Gemm, gpt(), 91400), "");
+  EXPECT_EQ(old_cudnn_note(AttentionMode::Auto, gpt(DType::F32), 91400), "");
+  EXPECT_EQ(old_cudnn_note(AttentionMode::Auto, gpt(DType::BF16, 64, 7, 5), 91400), "");
+  AttentionQuery deterministic = gpt();
+  deterministic.deterministic = true;
+  EXPECT_EQ(old_cudnn_note(AttentionMode::Auto, deterministic, 91400), "");
+}
+
 }  // namespace
