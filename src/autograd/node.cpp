@@ -39,8 +39,12 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   MPT_CHECK(g.shape() == handle_.shape(), "[backward] gradient {} does not match its leaf {}", g.meta_str(),
             handle_.meta_str());
   if (!leaf_->grad.defined()) {
-    // A fresh tensor: the incoming gradient may be a buffer the graph still shares (a view, or another leaf's).
-    leaf_->grad = g.dtype() == handle_.dtype() ? g.clone() : g.to(handle_.dtype());
+    // The incoming gradient becomes the leaf's as it is when nothing else holds its storage and it fills that
+    // storage exactly (PyTorch's stealing: a GPT step copied all of its gradients here); otherwise a copy, since it
+    // may be a buffer the graph still shares (a view, a gradient passed through to another input, a saved tensor).
+    const bool sole = g.dtype() == handle_.dtype() && g.is_contiguous() && g.offset() == 0 && g.storage() != nullptr &&
+                      g.storage().use_count() == 1 && g.storage()->nbytes() == g.nbytes();
+    leaf_->grad = sole ? g : g.dtype() == handle_.dtype() ? g.clone() : g.to(handle_.dtype());
   } else {
     ops::add_(leaf_->grad, g.dtype() == leaf_->grad.dtype() ? g : g.to(leaf_->grad.dtype()));
   }

@@ -8,6 +8,7 @@
 #include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
+#include "mpt/core/memory.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/reduction.h"
 #include "test_util.h"
@@ -77,6 +78,30 @@ TEST(AutogradEngine, ATensorUsedTwiceGetsTheSumOfBothPaths) {
   const Tensor z = add(y, mul(x, leaf({10.0f, 10.0f})));  // + 10
   sum(z).backward();
   EXPECT_EQ(values(x.grad()), (std::vector<float>{14.0f, 4.0f}));
+}
+
+// A leaf's first gradient is taken over without a copy when nothing else holds it (PyTorch's stealing), and copied
+// when something does: here the gradient an add passes through to both of its leaves. The leaves then own separate
+// buffers (writing into one leaves the other alone), and the stolen one costs no allocation.
+TEST(AutogradEngine, ALeafTakesOverAGradientNothingElseHolds) {
+  const int64_t n = 1 << 16;  // 256 KiB of f32
+  const Tensor w0 = Tensor::full({n}, 1.5, DType::F32);
+  // y = 2 w: ScaleBackward makes a fresh dw that only the engine holds.
+  Tensor w = w0.clone().requires_grad_(true);
+  const Tensor loss = ops::sum(ops::scale(w, 2.0));
+  const int64_t before = memory_stats(Device::cpu()).allocations;
+  loss.backward();
+  const int64_t allocations = memory_stats(Device::cpu()).allocations - before;
+  for (float v : w.grad().to_vector<float>()) ASSERT_EQ(v, 2.0f);
+  // The seed (the loss's 1), the sum's gradient (n copies of it) and dw, which becomes w.grad: a copy would be a fourth.
+  EXPECT_EQ(allocations, 3);
+  // a + b hands one dy to both leaves: the first to run copies it, the second takes it over.
+  Tensor a = w0.clone().requires_grad_(true), b = w0.clone().requires_grad_(true);
+  ops::sum(ops::add(a, b)).backward();
+  EXPECT_FALSE(a.grad().shares_storage(b.grad()));
+  ops::add_(a.grad(), Tensor::ones({n}, DType::F32));
+  for (float v : b.grad().to_vector<float>()) ASSERT_EQ(v, 1.0f);
+  for (float v : a.grad().to_vector<float>()) ASSERT_EQ(v, 2.0f);
 }
 
 TEST(AutogradEngine, DeepChainsRunWithoutRecursion) {
