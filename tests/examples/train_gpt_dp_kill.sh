@@ -15,9 +15,15 @@ for _ in $(seq 600); do  # until a few steps are logged (at most 60 s)
   [[ $(grep -c '"loss"' "$work/log.jsonl" 2>/dev/null || true) -ge 5 ]] && break
   sleep 0.1
 done
+# The train_gpt process of rank 1 among this job's own processes (mpiexec's children): other mpirun tests running
+# at the same time start the same binary (a CI run once found none of ours and another job's processes instead).
 victim=""
-for p in $(pgrep -f "$train_gpt" || true); do  # the train_gpt process of rank 1
-  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$p; fi
+for _ in $(seq 50); do
+  for p in $(pgrep -P "$job" || true); do
+    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$p; fi
+  done
+  [[ -n $victim ]] && break
+  sleep 0.1
 done
 [[ -n $victim ]] || { echo "no rank-1 process found"; kill -9 "$job"; exit 1; }
 start=$(date +%s.%N)
