@@ -19,6 +19,7 @@
 #include "mpt/core/profile.h"
 #include "mpt/core/readback.h"
 #include "mpt/core/shape.h"
+#include "mpt/core/cuda_graph.h"
 #include "mpt/core/stream.h"
 #include "mpt/core/tensor.h"
 #include "mpt/core/version.h"

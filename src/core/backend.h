@@ -29,6 +29,21 @@ void set_caching(bool on);
 void reset_peak_memory_stats(int device);
 void empty_cache(int device);
 
+// A private block pool for one stream (CUDA graph capture, src/core/cuda_graph.cpp): while it exists, the stream's
+// frees keep their blocks for that stream's own later allocations, which are served from them first (no driver
+// call). During a capture of the stream an allocation no kept block fits is an error naming the size: a captured
+// step must find every block its warm-up run made. private_pool_end gives the kept blocks back to the pool; blocks
+// still in use go back when they are freed.
+void private_pool_begin(int device, void* stream);
+void private_pool_end(int device, void* stream);
+
+// CUDA graph capture (global mode) and replay on a stream of `device`.
+bool stream_capturing(void* stream);
+void capture_begin(int device, void* stream);
+void* capture_end(int device, void* stream);  // the instantiated graph (cudaGraphExec_t); throws on a failed capture
+void graph_launch(int device, void* exec, void* stream);
+void graph_destroy(void* exec) noexcept;
+
 // Page-locked host memory (cudaMallocHost): device-to-host copies into it are asynchronous. nbytes > 0.
 void* host_alloc_pinned(size_t nbytes);
 void host_free_pinned(void* ptr) noexcept;

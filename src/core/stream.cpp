@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "mpt/core/error.h"
@@ -15,7 +16,20 @@ double now_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
+// The StreamGuards of this thread, innermost last: (CUDA device index, stream handle).
+thread_local std::vector<std::pair<int, std::shared_ptr<void>>> t_guarded;
+
 }  // namespace
+
+StreamGuard::StreamGuard(const Stream& stream) {
+  if (!stream.device().is_cuda()) return;
+  t_guarded.emplace_back(stream.device().index(), stream.shared_native());
+  active_ = true;
+}
+
+StreamGuard::~StreamGuard() {
+  if (active_) t_guarded.pop_back();
+}
 
 Stream::Stream(Device device) : device_(device) {
   if (device.is_cpu()) return;
@@ -30,6 +44,8 @@ Stream Stream::current(Device device) {
   // cudaStreamLegacy is the legacy stream of the calling thread's current device: make `device` current, so that
   // work issued on this stream (kernels, copies) runs on it, from any thread.
   cuda_backend::make_current(device.index());
+  for (auto it = t_guarded.rbegin(); it != t_guarded.rend(); ++it)
+    if (it->first == device.index()) return Stream(device, it->second);
   // Aliasing an empty owner: a non-owning handle without a control block.
   return Stream(device, std::shared_ptr<void>(std::shared_ptr<void>(), cuda_backend::legacy_stream()));
 }

@@ -1,6 +1,8 @@
 // src/ops/dropout.cpp: dropout forward and backward: the mask is replayed from (seed, offset), never stored.
 #include "mpt/ops/dropout.h"
 
+#include "mpt/core/cuda_graph.h"
+
 #include <cmath>
 
 #include "kernels/cpu/elementwise.h"
@@ -52,6 +54,9 @@ Tensor dropout(const Tensor& x_in, float p, Generator& gen, DropoutState* state)
   } else if (p == 1.0f) {
     y = Tensor::zeros(x.shape(), x.dtype(), dev);
   } else {
+    MPT_CHECK(!dev.is_cuda() || CudaGraph::capturing(dev) == nullptr,
+              "[{}] p = {} while a CUDA graph captures the step: the Philox offsets are drawn on the host, so every "
+              "replay would reuse the captured masks (set dropout to 0 for graph capture)", op, p);
     s.offset = gen.reserve(x.numel());
     y = Tensor::empty(x.shape(), x.dtype(), dev);
     run_dropout(x, y, DropoutArgs{s.seed, s.offset, p, false}, op);

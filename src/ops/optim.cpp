@@ -216,7 +216,9 @@ void adamw_step(std::span<const AdamWSlot> slots, const AdamWParams& hp, const G
     grads.push_back(slots[i].grad.contiguous());
   }
   const km::StepGuards guards = guards_of(scaling, types.dev, op);
-  const km::AdamWHyper h{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay};
+  MPT_CHECK(hp.lr_wd_device == nullptr || types.dev.is_cuda(), "[{}] lr_wd_device is for CUDA parameters, these are "
+            "on {}", op, types.dev);
+  const km::AdamWHyper h{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.lr_wd_device};
   const int64_t st = hp.step;
   if (types.param == DType::F64) {
     MPT_CHECK(types.grad == DType::F64, "[{}] f64 parameters need f64 gradients, got {}", op, types.grad);

@@ -1,6 +1,8 @@
 // src/optim/adamw.cpp: AdamW over the fused ops::adamw_step kernel.
 #include "mpt/optim/adamw.h"
 
+#include "mpt/core/cuda_graph.h"
+
 #include <cmath>
 
 #include "kernels/math/optim.h"
@@ -95,11 +97,21 @@ void AdamW::step_group(const ParamGroup& group, std::span<Ready> ready, const op
                         int8 ? t.at("exp_avg_sq_absmax") : Tensor{}},
                        ready[i].state->step});
     }
-    const ops::AdamWParams hp{.lr = *group.lr,
-                              .beta1 = group.options.at("beta1"),
-                              .beta2 = group.options.at("beta2"),
-                              .eps = group.options.at("eps"),
-                              .weight_decay = *group.weight_decay};  // the step: each slot's own count
+    ops::AdamWParams hp{.lr = *group.lr,
+                        .beta1 = group.options.at("beta1"),
+                        .beta2 = group.options.at("beta2"),
+                        .eps = group.options.at("eps"),
+                        .weight_decay = *group.weight_decay};  // the step: each slot's own count
+    // A captured step reads the group's learning rate and weight decay on the device, refreshed (and checked)
+    // before every replay, so schedules keep working.
+    if (CudaGraph* graph = CudaGraph::capturing(batches.key(b).device)) {
+      const size_t gi = static_cast<size_t>(&group - param_groups().data());
+      hp.lr_wd_device = graph->replay_scalars(2, [this, gi](double* v) {
+        const ParamGroup& g = param_groups().at(gi);
+        check_hyperparameters(g, gi);
+        v[0] = *g.lr, v[1] = *g.weight_decay;
+      });
+    }
     ops::adamw_step(slots, hp, scaling);
   }
 }

@@ -1,6 +1,8 @@
 // src/optim/sgd.cpp: SGD over the fused ops::sgd_step kernel.
 #include "mpt/optim/sgd.h"
 
+#include "mpt/core/cuda_graph.h"
+
 #include <cmath>
 
 #include "optim/batches.h"
@@ -82,6 +84,17 @@ void SGD::step_group(const ParamGroup& group, std::span<Ready> ready, const ops:
                             .weight_decay = *group.weight_decay,
                             .nesterov = group.options.at("nesterov") != 0,
                             .first_step = batches.key(b).new_buffer};  // or a slot's count of 0
+    // SGD's coefficients are host values baked into a captured step: a replay refuses hyperparameters changed since.
+    if (CudaGraph* graph = CudaGraph::capturing(batches.key(b).device)) {
+      const size_t gi = static_cast<size_t>(&group - param_groups().data());
+      graph->before_replay([this, gi, lr = hp.lr, wd = hp.weight_decay] {
+        const ParamGroup& g = param_groups().at(gi);
+        MPT_CHECK(*g.lr == lr && *g.weight_decay == wd,
+                  "[SGD] group {}: the captured CUDA graph step uses lr {} and weight_decay {}, now {} and {}: SGD's "
+                  "coefficients are fixed at capture (capture again, or use AdamW, whose graph reads them each replay)",
+                  gi, lr, wd, *g.lr, *g.weight_decay);
+      });
+    }
     ops::sgd_step(slots, hp, scaling);
   }
 }

@@ -13,6 +13,7 @@
 #include "mpt/core/error.h"
 #include "mpt/core/memory.h"
 #include "mpt/core/stream.h"
+#include "mpt/core/tensor.h"
 
 using mpt::Device;
 
@@ -213,6 +214,33 @@ TEST(Event, ElapsedNeedsTimingAndRecording) {
   a.record(s);
   untimed.record(s);
   EXPECT_TRUE(contains(error_message([&] { a.elapsed_ms(untimed); }), "timing=true"));
+}
+
+// StreamGuard makes a stream the device's current one on this thread (ops and allocations use it), nests, leaves
+// other threads alone, and restores the previous one; on the CPU it does nothing.
+TEST(Stream, GpuStreamGuardSetsTheCurrentStream) {
+  SKIP_IF_NO_GPU();
+  const Device gpu = Device::cuda(0);
+  const void* legacy = mpt::Stream::current(gpu).native();
+  mpt::Stream a(gpu), b(gpu);
+  {
+    const mpt::StreamGuard ga(a);
+    EXPECT_EQ(mpt::Stream::current(gpu).native(), a.native());
+    {
+      const mpt::StreamGuard gb(b);
+      EXPECT_EQ(mpt::Stream::current(gpu).native(), b.native());
+      const void* other_thread = nullptr;
+      std::thread([&] { other_thread = mpt::Stream::current(gpu).native(); }).join();
+      EXPECT_EQ(other_thread, legacy);
+      const mpt::Tensor t = mpt::Tensor::ones({4}, mpt::DType::F32, gpu);  // allocated and filled on b
+      EXPECT_EQ(t.storage()->stream(), b.native());
+      EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, 1.0f));
+    }
+    EXPECT_EQ(mpt::Stream::current(gpu).native(), a.native());
+  }
+  EXPECT_EQ(mpt::Stream::current(gpu).native(), legacy);
+  const mpt::StreamGuard cpu_guard(mpt::Stream(Device::cpu()));
+  EXPECT_EQ(mpt::Stream::current(gpu).native(), legacy);
 }
 
 TEST(Stream, GpuStreamsAndEventsOrderWork) {

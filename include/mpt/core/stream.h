@@ -15,8 +15,9 @@ namespace mpt {
 class Stream {
  public:
   explicit Stream(Device device);
-  // The device's current stream (non-owning; CUDA: the legacy default stream, cudaStreamLegacy, of `device`, which
-  // this makes the calling thread's current CUDA device).
+  // The device's current stream on this thread: the innermost StreamGuard's for `device`, else (non-owning) the
+  // legacy default stream, cudaStreamLegacy, of `device`. Either way `device` becomes the calling thread's current
+  // CUDA device.
   static Stream current(Device device);
   ~Stream() = default;
   Stream(Stream&& other) noexcept = default;
@@ -32,8 +33,24 @@ class Stream {
 
  private:
   Stream(Device device, std::shared_ptr<void> handle) : device_(device), handle_(std::move(handle)) {}
+  friend class StreamGuard;
   Device device_;
   std::shared_ptr<void> handle_;
+};
+
+// Makes `stream` the current stream of its device on this thread for the guard's lifetime (torch.cuda.stream): the
+// ops issued meanwhile run on it; the previous current stream comes back at the end. It orders nothing by itself:
+// work on the two streams is ordered only by events (Event::record / wait), as CudaGraph does around its stream.
+// Memory allocated on the guarded stream is freed on it too. Guards nest; a guard for a CPU stream does nothing.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  bool active_ = false;
 };
 
 // A CUDA event, or on the CPU a wall-clock timestamp taken at record().

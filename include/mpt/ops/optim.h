@@ -35,6 +35,9 @@ struct AdamWParams {
   double eps = 1e-8;
   double weight_decay = 1e-2;
   int64_t step = 1;  // the step being taken, counting from 1 (bias corrections 1 - beta^step); see AdamWSlot::step
+  // CUDA: {lr, weight_decay} read from this device memory instead of the two fields above (a captured step: the
+  // graph refreshes it before each replay; mpt/core/cuda_graph.h).
+  const double* lr_wd_device = nullptr;
 };
 
 // One parameter: its F32 master (F64 on the CPU reference path), its gradient (F32, BF16 or F16, converted on

@@ -35,6 +35,9 @@ struct Pool {
   std::mutex cache_mutex;
   std::unordered_map<size_t, std::vector<void*>> cache;
   std::atomic<int64_t> cached{0};
+  // Private pools (CUDA graphs): per stream, its freed blocks by rounded size, reused on that stream only. Under
+  // cache_mutex.
+  std::unordered_map<void*, std::unordered_map<size_t, std::vector<void*>>> private_pools;
 };
 
 // Sizes rounded so that a step's near-equal requests share blocks: 512 bytes below 1 MiB, 1 MiB above.
@@ -133,6 +136,24 @@ void set_caching(bool on) {
 void* allocate(size_t nbytes, int device, void* stream) {
   Pool& p = pool_for(device);
   const size_t size = rounded(nbytes);
+  {
+    std::lock_guard lock(p.cache_mutex);
+    if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end()) {
+      auto it = pp->second.find(size);
+      if (it != pp->second.end() && !it->second.empty()) {
+        void* ptr = it->second.back();
+        it->second.pop_back();
+        ++p.reused;
+        count_allocation(p, nbytes);
+        return ptr;
+      }
+      MPT_CHECK(!stream_capturing(stream),
+                "[cuda_graph] the captured step allocated {} bytes on cuda:{} that its warm-up runs did not leave "
+                "for reuse: run CudaGraph::warmup(step) twice before capture (the second run keeps the first one's "
+                "outputs alive while it makes its own, as replays do), and allocate the same sizes in every run "
+                "(a capture cannot ask the driver for memory)", nbytes, device);
+    }
+  }
   if (cacheable(stream)) {  // a block of this size freed on this stream: no driver call
     std::lock_guard lock(p.cache_mutex);
     auto it = p.cache.find(size);
@@ -172,6 +193,13 @@ void* allocate(size_t nbytes, int device, void* stream) {
 void free(void* ptr, size_t nbytes, int device, void* stream) {
   Pool& p = pool_for(device);
   p.current -= static_cast<int64_t>(nbytes);
+  {
+    std::lock_guard lock(p.cache_mutex);
+    if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end()) {
+      pp->second[rounded(nbytes)].push_back(ptr);
+      return;
+    }
+  }
   if (cacheable(stream)) {
     const size_t size = rounded(nbytes);
     std::lock_guard lock(p.cache_mutex);
@@ -183,6 +211,28 @@ void free(void* ptr, size_t nbytes, int device, void* stream) {
   const cudaError_t e = cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream));
   if (e == cudaErrorCudartUnloading) return;  // process exit: the runtime already released everything
   MPT_CUDA_CHECK(e);
+}
+
+void private_pool_begin(int device, void* stream) {
+  Pool& p = pool_for(device);
+  std::lock_guard lock(p.cache_mutex);
+  MPT_CHECK(p.private_pools.emplace(stream, std::unordered_map<size_t, std::vector<void*>>{}).second,
+            "[cuda_graph] the stream already has a private pool on cuda:{}", device);
+}
+
+void private_pool_end(int device, void* stream) {
+  Pool& p = pool_for(device);
+  std::unordered_map<size_t, std::vector<void*>> blocks;
+  {
+    std::lock_guard lock(p.cache_mutex);
+    auto pp = p.private_pools.find(stream);
+    if (pp == p.private_pools.end()) return;
+    blocks = std::move(pp->second);
+    p.private_pools.erase(pp);
+  }
+  DeviceGuard guard(device);
+  for (auto& [size, list] : blocks)
+    for (void* b : list) MPT_CUDA_CHECK(cudaFreeAsync(b, static_cast<cudaStream_t>(stream)));
 }
 
 MemoryStats memory_stats(int device) {

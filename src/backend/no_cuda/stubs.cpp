@@ -24,6 +24,13 @@ bool caching_enabled() { return false; }
 void set_caching(bool) {}
 void reset_peak_memory_stats(int) { not_built(); }
 void empty_cache(int) { not_built(); }
+void private_pool_begin(int, void*) { not_built(); }
+void private_pool_end(int, void*) {}
+bool stream_capturing(void*) { return false; }
+void capture_begin(int, void*) { not_built(); }
+void* capture_end(int, void*) { not_built(); }
+void graph_launch(int, void*, void*) { not_built(); }
+void graph_destroy(void*) noexcept {}
 void* host_alloc_pinned(size_t) { not_built(); }
 void host_free_pinned(void*) noexcept {}
 void memcpy(void*, Device, const void*, Device, size_t, int, void*) { not_built(); }

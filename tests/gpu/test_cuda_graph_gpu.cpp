@@ -1,0 +1,174 @@
+// tests/gpu/test_cuda_graph_gpu.cpp: a whole training step captured into a CUDA graph (mpt::CudaGraph) and replayed gives the bits of the same steps run eagerly, LR schedule included; what a graph refuses (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+#include "test_util.h"
+#if defined(MPT_CUDA_EMULATION)
+#include "cuda_emu/counters.h"
+#endif
+
+namespace mpt {
+namespace {
+
+using testing::to_cpu;
+
+constexpr int64_t kB = 2, kT = 8, kVocab = 64;
+
+nn::GPTConfig config(double dropout = 0) {
+  nn::GPTConfig c;
+  c.vocab_size = kVocab, c.block_size = kT, c.n_layer = 3, c.n_head = 2, c.n_embd = 32, c.dropout = dropout;
+  c.where.device = Device::cuda(0);
+  return c;
+}
+
+amp::Policy policy_for(const std::string& p) {  // "fp16" or "fp8-delayed"
+  if (p == "fp16") return amp::Policy::fp16();
+  return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(amp::DelayedScaling{}, Device::cuda(0)));
+}
+
+// Step s's tokens, on the CPU.
+std::pair<Tensor, Tensor> batch(int s) {
+  std::vector<int64_t> ids(static_cast<size_t>(kB * (kT + 1)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7 + static_cast<size_t>(s) * 13) % kVocab);
+  const Tensor all = Tensor::from_vector(ids, {kB, kT + 1});
+  return {all.slice(1, 0, kT).contiguous(), all.slice(1, 1, kT + 1).contiguous()};
+}
+
+double lr_at(int s) { return 1e-3 * (1.0 + s) / 3.0; }  // a schedule: the graph must see each step's value
+
+// A model, its optimizer and scaler, and one training step on given inputs (forward, backward, clip, AdamW).
+struct Trainer {
+  explicit Trainer(const std::string& precision)
+      : model(config()),
+        policy(policy_for(precision)),
+        scaler(amp::GradScalerOptions{.init_scale = 1024.0, .enabled = precision == "fp16"}, Device::cuda(0)),
+        opt(optim::weight_decay_groups(model.named_parameters(), 0.1), {.lr = lr_at(0), .betas = {0.9, 0.95}}) {
+    for (const auto& p : model.named_parameters()) params.push_back(p.tensor);
+  }
+  void set_lr(double lr) {
+    for (auto& g : opt.param_groups()) g.lr = lr;
+  }
+  void step(const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    {
+      amp::Autocast autocast(policy);
+      loss = model.loss(x, y);
+    }
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt);
+    optim::clip_grad_norm_(params, 1.0);
+    scaler.step(opt);
+    scaler.update();
+    if (policy.fp8_state) policy.fp8_state->update();
+  }
+  nn::GPT model;
+  amp::Policy policy;
+  amp::GradScaler scaler;
+  optim::AdamW opt;
+  std::vector<Tensor> params;
+  Tensor loss;
+};
+
+// Two warm-up steps, the capture, then three replays with a new batch and learning rate each: every replayed loss
+// and, at the end, every parameter and optimizer state has the bits of the same five steps run eagerly on the
+// default stream.
+TEST(GpuCudaGraph, ReplayedStepsHaveTheBitsOfEagerSteps) {
+  MPT_REQUIRE_GPU(8);
+  const Device dev = Device::cuda(0);
+  // fp16 (FP32 masters and autocast's weight casts, as bf16; the GradScaler's device state), fp8-delayed (amax
+  // histories and scales updated on the device; h.1 runs FP8). Two precisions: an emulated step takes about a second.
+  for (const std::string precision : {"fp16", "fp8-delayed"}) {
+    Trainer eager(precision), graphed(precision);
+    Tensor x = Tensor::empty({kB, kT}, DType::I64, dev), y = Tensor::empty({kB, kT}, DType::I64, dev);  // static
+    CudaGraph graph(dev);
+    const std::function<void()> step = [&] { graphed.step(x, y); };
+    for (int s = 0; s < 5; ++s) {
+      const auto [xs, ys] = batch(s);
+      x.copy_(xs);
+      y.copy_(ys);
+      graphed.set_lr(lr_at(s));
+      eager.set_lr(lr_at(s));
+      if (s < 2) {  // the warm-ups are real steps
+        graph.warmup(step);
+        eager.step(xs.to(dev), ys.to(dev));
+        continue;
+      }
+      if (s == 2) graph.capture(step);  // records only
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::reset_counters();
+#endif
+      graph.replay();
+#if defined(MPT_CUDA_EMULATION)
+      const cuda_emu::Counters c = cuda_emu::counters();
+      EXPECT_EQ(c.graph_launches, 1u) << precision;
+      EXPECT_EQ(c.syncs, 0u) << precision << ": a replay never waits for the device";
+      EXPECT_EQ(c.pool_allocs + c.mallocs, 0u) << precision << ": a replay allocates nothing";
+#endif
+      eager.step(xs.to(dev), ys.to(dev));
+      EXPECT_TRUE(testing::same_bits(to_cpu(graphed.loss), to_cpu(eager.loss))) << precision << " loss at step " << s;
+    }
+    const nn::StateDict g = graphed.model.state_dict(), e = eager.model.state_dict();
+    for (const auto& [name, t] : e) EXPECT_TRUE(testing::same_bits(to_cpu(g.at(name)), to_cpu(t))) << precision << " " << name;
+    const nn::StateDict go = graphed.opt.state_dict(), eo = eager.opt.state_dict();
+    ASSERT_EQ(go.size(), eo.size());
+    for (const auto& [name, t] : eo) EXPECT_TRUE(testing::same_bits(to_cpu(go.at(name)), to_cpu(t))) << precision << " " << name;
+    if (precision == "fp16") {
+      EXPECT_EQ(graphed.scaler.get_scale(), eager.scaler.get_scale());
+    }
+  }
+}
+
+// What a capture refuses, each with an error naming the reason: dropout (host-drawn Philox offsets), a step that
+// allocates a size its warm-up did not, an SGD learning rate changed after the capture, replay before capture.
+TEST(GpuCudaGraph, RefusesWhatAReplayCouldNotRepeat) {
+  MPT_REQUIRE_GPU(8);
+  const Device dev = Device::cuda(0);
+  const auto [x0, y0] = batch(0);
+  const Tensor x = x0.to(dev), y = y0.to(dev);
+  {
+    nn::GPT model(config(0.1));
+    CudaGraph graph(dev);
+    const std::function<void()> step = [&] { model.loss(x, y).backward(); };
+    graph.warmup(step);
+    graph.warmup(step);
+    EXPECT_MPT_ERROR(graph.capture(step), "while a CUDA graph captures the step");
+    EXPECT_FALSE(graph.captured());
+    EXPECT_MPT_ERROR(graph.replay(), "replay() before capture()");
+  }
+  {
+    int64_t n = 1000;
+    CudaGraph graph(dev);
+    const std::function<void()> step = [&] { (void)Tensor::empty({n += 4096}, DType::F32, dev); };
+    graph.warmup(step);
+    graph.warmup(step);
+    EXPECT_MPT_ERROR(graph.capture(step), "that its warm-up runs did not leave for reuse");
+  }
+  {
+    nn::GPT model(config());
+    std::vector<Tensor> params;
+    for (const auto& p : model.named_parameters()) params.push_back(p.tensor);
+    optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
+    CudaGraph graph(dev);
+    const std::function<void()> step = [&] {
+      opt.zero_grad();
+      model.loss(x, y).backward();
+      opt.step();
+    };
+    graph.warmup(step);
+    graph.warmup(step);
+    graph.capture(step);
+    graph.replay();  // unchanged: fine
+    opt.param_groups()[0].lr = 0.05;
+    EXPECT_MPT_ERROR(graph.replay(), "coefficients are fixed at capture");
+  }
+  EXPECT_MPT_ERROR(CudaGraph(Device::cpu()), "CUDA graphs need a CUDA device");
+}
+
+}  // namespace
+}  // namespace mpt
