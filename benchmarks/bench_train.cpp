@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <nlohmann/json.hpp>
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
   int64_t batch = 16;
   int warmup = 2, steps = 5;
   int profile_rows = 0;
-  bool profile_host = false, dispatch = false;
+  bool profile_host = false, dispatch = false, cuda_graph = false;
   std::string precision = "bf16", json_path, device_name = "cpu";
   mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
@@ -137,6 +138,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile_rows,
                  "after the timed steps, one step with every range timed (device synchronized at each): the N "
                  "largest by exclusive time");
+  app.add_flag("--cuda-graph", cuda_graph,
+               "also time the step captured into a CUDA graph and replayed (mpt::CudaGraph; two warm-up steps first)");
   app.add_flag("--dispatch", dispatch,
                "first, the host's cost per call of a device allocation, a small elementwise op and a small matmul");
   app.add_flag("--profile-host", profile_host,
@@ -222,6 +225,24 @@ int main(int argc, char** argv) {
       sync(device);
       free_s = seconds_since(t0) / steps;
     }
+    // The same step captured into a CUDA graph and replayed back to back (the inputs are static already).
+    double graph_s = 0, graph_host_s = 0;
+    if (cuda_graph && device.is_cuda() && steps > 0) {
+      mpt::CudaGraph graph(device);
+      mpt::Tensor graph_loss;
+      const std::function<void()> step = [&] { graph_loss = train_step(false, nullptr, nullptr); };
+      graph.warmup(step);
+      graph.warmup(step);
+      graph.capture(step);
+      graph.replay();
+      sync(device);
+      const auto t0 = Clock::now();
+      for (int s = 0; s < steps; ++s) graph.replay();
+      graph_host_s = seconds_since(t0) / steps;
+      sync(device);
+      graph_s = seconds_since(t0) / steps;
+      loss = graph_loss.item<double>();
+    }
     nlohmann::json profile = nlohmann::json::array();
     if (profile_rows > 0) {
       std::vector<std::pair<std::string, RangeTimer::Total>> rows;
@@ -261,6 +282,8 @@ int main(int argc, char** argv) {
                      {"tokens_per_s", tokens / median(total)},
                      {"free_running_step_s", free_s},
                      {"host_enqueue_step_s", host_s},
+                     {"cuda_graph_step_s", graph_s},
+                     {"cuda_graph_host_step_s", graph_host_s},
                      {"final_loss", loss},
                      {"rss_peak_bytes", rss_peak()},
                      {"rss_growth_bytes", rss_peak() - rss_before},
@@ -280,6 +303,9 @@ int main(int argc, char** argv) {
       if (free_s > 0)
         std::printf("free-running (no synchronization between steps): %.1f ms per step, the host done queueing after "
                     "%.1f ms\n", free_s * 1e3, host_s * 1e3);
+      if (graph_s > 0)
+        std::printf("CUDA graph replays: %.1f ms per step (%.0f tok/s), the host done launching after %.3f ms\n",
+                    graph_s * 1e3, tokens / graph_s, graph_host_s * 1e3);
       if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     }
   } catch (const std::exception& e) {

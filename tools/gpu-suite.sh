@@ -18,9 +18,10 @@ Stages (each runs when what it needs is there; a failure is recorded and the lat
   kernels  benchmarks/bench_kernels (the host CPU's kernels and GEMMs next to its peaks: it has no device option)
   gemm     cuBLAS BF16 and FP8 GEMM TFLOP/s through torch (compare_pytorch.py --gemm-only): a square 8192 GEMM and
            GPT-2's own shapes
-  profile  bench_train --device cuda --profile on GPT-2 124M in bf16 and fp8-delayed: where one step's time goes (each
-           module, phase and autograd node, the device synchronized at every range), and the free-running step
-           against the time the host needs to queue it (host-bound or device-bound)
+  profile  bench_train --device cuda --profile --cuda-graph on GPT-2 124M in bf16 and fp8-delayed: where one step's
+           time goes (each module, phase and autograd node, the device synchronized at every range), the
+           free-running step against the time the host needs to queue it (host-bound or device-bound), and the step
+           replayed as a CUDA graph; then bench_train's small default shape eager against graph replays
   train    compare_pytorch.py --device cuda: GPT-2 124M (12 layers, 768 wide, 12 heads, vocab 50257, T 1024) on
            cuda:0, mptrain's bench_train --device cuda in bf16, fp8-delayed, fp8-current, fp8-block against PyTorch
            bf16 autocast (and torch.compile, full mode), torchao / TransformerEngine FP8 where importable: tokens/s,
@@ -342,9 +343,14 @@ if wanted profile; then
       rc=0
       run_logged "$out/logs/profile.log" "$limit" "${bin[bench_train]}" --device cuda --precision $p --layers 12 \
         --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch "$batch" --warmup 2 --steps "$((quick ? 3 : 10))" \
-        --profile 40 --json "$out/raw/profile-$p.json" || rc=$?
+        --profile 40 --cuda-graph --json "$out/raw/profile-$p.json" || rc=$?
       if [ $rc = 0 ]; then done_+=("$p"); else failures+=("$p $(why $rc "$limit" "$out/logs/profile.log")"); fi
     done
+    # bench_train's default shape, small enough to be host-bound: eager against CUDA graph replays.
+    rc=0
+    run_logged "$out/logs/profile.log" 150 "${bin[bench_train]}" --device cuda --precision bf16 --steps 20 \
+      --cuda-graph --json "$out/raw/profile-small-graph.json" || rc=$?
+    if [ $rc = 0 ]; then done_+=("small-graph"); else failures+=("small-graph $(why $rc 150 "$out/logs/profile.log")"); fi
     if [ ${#failures[@]} = 0 ]; then record profile ok "${done_[*]}: logs/profile.log, raw/profile-*.json"
     else record profile failed "$(printf '%s; ' "${failures[@]}")"; fi
   fi
@@ -415,7 +421,7 @@ for path in sorted(glob.glob(os.path.join(raw, "tests", "*.json"))):
         "skipped": [c["classname"] + "." + c["name"] for c in cases if c.get("result") == "SKIPPED"],
         "failed": [c["classname"] + "." + c["name"] for c in cases if c.get("failures")]}
 suite.update(tests=tests or None, kernels=load(os.path.join(raw, "bench_kernels.json")),
-             profile={p: load(os.path.join(raw, "profile-%s.json" % p)) for p in ("bf16", "fp8-delayed")},
+             profile={p: load(os.path.join(raw, "profile-%s.json" % p)) for p in ("bf16", "fp8-delayed", "small-graph")},
              gemm=load(os.path.join(raw, "gemm.json")), train=load(os.path.join(raw, "train.json")))
 with open(os.path.join(out, "gpu-suite.json"), "w") as f:
     json.dump(suite, f, indent=2)
