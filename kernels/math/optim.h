@@ -121,6 +121,8 @@ struct StepGuards {
 // The hyperparameters of one AdamW call (the group's, in double).
 struct AdamWHyper {
   double lr, beta1, beta2, eps, weight_decay;
+  // When set, {lr, weight_decay} are read here instead (device memory a captured CUDA graph refreshes each replay).
+  const double* lr_wd = nullptr;
 };
 
 // The per-step scalars, computed in double from the hyperparameters and the step (adamw_coefficients) and
@@ -158,8 +160,9 @@ MPT_HD MPT_INLINE AdamWCoefficients<double> adamw_coefficients(const AdamWHyper&
   using namespace optim_detail;
   const double bc1 = sub(1.0, pow_steps(h.beta1, step));
   const double bc2 = sub(1.0, pow_steps(h.beta2, step));
-  return {h.beta1, sub(1.0, h.beta1), h.beta2, sub(1.0, h.beta2), h.eps, sub(1.0, mul(h.lr, h.weight_decay)),
-          div(h.lr, bc1), sqrt_rn(bc2)};
+  const double lr = h.lr_wd != nullptr ? h.lr_wd[0] : h.lr, wd = h.lr_wd != nullptr ? h.lr_wd[1] : h.weight_decay;
+  return {h.beta1, sub(1.0, h.beta1), h.beta2, sub(1.0, h.beta2), h.eps, sub(1.0, mul(lr, wd)), div(lr, bc1),
+          sqrt_rn(bc2)};
 }
 inline AdamWCoefficients<double> adamw_coefficients(double lr, double beta1, double beta2, double eps,
                                                     double weight_decay, int64_t step) {
