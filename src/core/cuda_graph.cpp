@@ -118,12 +118,12 @@ const double* CudaGraph::replay_scalars(int count, std::function<void(double* ho
             "[cuda_graph] a captured step may read {} host values per replay; {} more were asked for after {}",
             kMaxReplayScalars, count, scalars_used_);
   double* host = static_cast<double*>(pinned_.get()) + scalars_used_;
-  const double* dev = scalars_.data<double>() + scalars_used_;
+  double* dev = scalars_.data<double>() + scalars_used_;
   scalars_used_ += count;
   refresh(host);
   // Recorded in the graph: every replay copies what the host wrote just before it.
-  cuda_backend::memcpy(const_cast<double*>(dev), device_, host, Device::cpu(), sizeof(double) * static_cast<size_t>(count),
-                       device_.index(), stream_.native());
+  cuda_backend::memcpy(dev, device_, host, Device::cpu(), sizeof(double) * static_cast<size_t>(count), device_.index(),
+                       stream_.native());
   before_replay_.push_back([host, refresh = std::move(refresh)] { refresh(host); });
   return dev;
 }

@@ -273,8 +273,9 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
               [logits = logits.detach(), targets, saved = out.saved, options](const std::vector<Tensor>& g) {
                 const bool sole = logits.is_contiguous() && logits.storage().use_count() == 1 &&
                                   !autograd::retaining_graph();
-                if (sole) return std::vector<Tensor>{softmax_cross_entropy_backward_in_place(g[0], logits, targets, saved, options)};
-                return std::vector<Tensor>{softmax_cross_entropy_backward(g[0], logits, targets, saved, options)};
+                return std::vector<Tensor>{
+                    sole ? softmax_cross_entropy_backward_in_place(g[0], logits, targets, saved, options)
+                         : softmax_cross_entropy_backward(g[0], logits, targets, saved, options)};
               });
   return out;
 }

@@ -93,7 +93,8 @@ TEST(AutogradEngine, ALeafTakesOverAGradientNothingElseHolds) {
   loss.backward();
   const int64_t allocations = memory_stats(Device::cpu()).allocations - before;
   for (float v : w.grad().to_vector<float>()) ASSERT_EQ(v, 2.0f);
-  // The seed (the loss's 1), the sum's gradient (n copies of it) and dw, which becomes w.grad: a copy would be a fourth.
+  // The seed (the loss's 1), the sum's gradient (n copies of it) and dw, which becomes w.grad: a copy would be a
+  // fourth.
   EXPECT_EQ(allocations, 3);
   // a + b hands one dy to both leaves: the first to run copies it, the second takes it over.
   Tensor a = w0.clone().requires_grad_(true), b = w0.clone().requires_grad_(true);

@@ -114,10 +114,14 @@ TEST(GpuCudaGraph, ReplayedStepsHaveTheBitsOfEagerSteps) {
       EXPECT_TRUE(testing::same_bits(to_cpu(graphed.loss), to_cpu(eager.loss))) << precision << " loss at step " << s;
     }
     const nn::StateDict g = graphed.model.state_dict(), e = eager.model.state_dict();
-    for (const auto& [name, t] : e) EXPECT_TRUE(testing::same_bits(to_cpu(g.at(name)), to_cpu(t))) << precision << " " << name;
+    for (const auto& [name, t] : e) {
+      EXPECT_TRUE(testing::same_bits(to_cpu(g.at(name)), to_cpu(t))) << precision << " " << name;
+    }
     const nn::StateDict go = graphed.opt.state_dict(), eo = eager.opt.state_dict();
     ASSERT_EQ(go.size(), eo.size());
-    for (const auto& [name, t] : eo) EXPECT_TRUE(testing::same_bits(to_cpu(go.at(name)), to_cpu(t))) << precision << " " << name;
+    for (const auto& [name, t] : eo) {
+      EXPECT_TRUE(testing::same_bits(to_cpu(go.at(name)), to_cpu(t))) << precision << " " << name;
+    }
     if (precision == "fp16") {
       EXPECT_EQ(graphed.scaler.get_scale(), eager.scaler.get_scale());
     }

@@ -38,6 +38,7 @@ struct Pool {
   // Private pools (CUDA graphs): per stream, its freed blocks by rounded size, reused on that stream only. Under
   // cache_mutex.
   std::unordered_map<void*, std::unordered_map<size_t, std::vector<void*>>> private_pools;
+  std::atomic<int> private_count{0};  // private_pools.size(): without any, allocations skip the lock
 };
 
 // Sizes rounded so that a step's near-equal requests share blocks: 512 bytes below 1 MiB, 1 MiB above.
@@ -136,7 +137,7 @@ void set_caching(bool on) {
 void* allocate(size_t nbytes, int device, void* stream) {
   Pool& p = pool_for(device);
   const size_t size = rounded(nbytes);
-  {
+  if (p.private_count.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(p.cache_mutex);
     if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end()) {
       auto it = pp->second.find(size);
@@ -193,7 +194,7 @@ void* allocate(size_t nbytes, int device, void* stream) {
 void free(void* ptr, size_t nbytes, int device, void* stream) {
   Pool& p = pool_for(device);
   p.current -= static_cast<int64_t>(nbytes);
-  {
+  if (p.private_count.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(p.cache_mutex);
     if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end()) {
       pp->second[rounded(nbytes)].push_back(ptr);
@@ -218,6 +219,7 @@ void private_pool_begin(int device, void* stream) {
   std::lock_guard lock(p.cache_mutex);
   MPT_CHECK(p.private_pools.emplace(stream, std::unordered_map<size_t, std::vector<void*>>{}).second,
             "[cuda_graph] the stream already has a private pool on cuda:{}", device);
+  ++p.private_count;
 }
 
 void private_pool_end(int device, void* stream) {
@@ -229,6 +231,7 @@ void private_pool_end(int device, void* stream) {
     if (pp == p.private_pools.end()) return;
     blocks = std::move(pp->second);
     p.private_pools.erase(pp);
+    --p.private_count;
   }
   DeviceGuard guard(device);
   for (auto& [size, list] : blocks)
