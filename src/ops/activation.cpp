@@ -11,21 +11,43 @@ namespace mpt::ops {
 
 using detail::visit_float;
 
-Tensor gelu(const Tensor& x_in) {
-  const detail::GradRecorder grad({&x_in});
-  const Device dev = detail::check_same_device({&x_in}, "gelu");
-  detail::check_f64_on_cpu(x_in, "gelu");
-  const Tensor x = x_in.contiguous();
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
+namespace detail {
+
+void gelu_into(const Tensor& x, const Tensor& y) {
+  const Device dev = x.device();
   visit_float(x.dtype(), "gelu", [&](auto tag) {
     using T = decltype(tag);
     if (dev.is_cpu()) {
       kernels::cpu::gelu_forward(x.data<T>(), y.data<T>(), x.numel());
     } else if constexpr (!std::is_same_v<T, double>) {
       MPT_CUDA_KERNEL(kernels::cuda::gelu_forward(x.data<T>(), y.data<T>(), x.numel(),
-                                                  static_cast<cudaStream_t>(detail::stream_of(dev))));
+                                                  static_cast<cudaStream_t>(stream_of(dev))));
     }
   });
+}
+
+void gelu_backward_into(const Tensor& dy, const Tensor& x, const Tensor& dx, bool accumulate) {
+  const Device dev = x.device();
+  visit_float(x.dtype(), "gelu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    if (dev.is_cpu()) {
+      kernels::cpu::gelu_backward(dy.data<T>(), x.data<T>(), dx.data<T>(), x.numel(), accumulate);
+    } else if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::gelu_backward(dy.data<T>(), x.data<T>(), dx.data<T>(), x.numel(), accumulate,
+                                                   static_cast<cudaStream_t>(stream_of(dev))));
+    }
+  });
+}
+
+}  // namespace detail
+
+Tensor gelu(const Tensor& x_in) {
+  const detail::GradRecorder grad({&x_in});
+  const Device dev = detail::check_same_device({&x_in}, "gelu");
+  detail::check_f64_on_cpu(x_in, "gelu");
+  const Tensor x = x_in.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
+  detail::gelu_into(x, y);
   grad.record("GeluBackward", {&y}, [x = x.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{gelu_backward(g[0], x)};
   });
@@ -47,16 +69,7 @@ Tensor gelu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor dx) {
   } else {
     dx = Tensor::empty(x_in.shape(), x_in.dtype(), dev);
   }
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
-  visit_float(x.dtype(), "gelu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    if (dev.is_cpu()) {
-      kernels::cpu::gelu_backward(dy.data<T>(), x.data<T>(), dx.data<T>(), x.numel(), accumulate);
-    } else if constexpr (!std::is_same_v<T, double>) {
-      MPT_CUDA_KERNEL(kernels::cuda::gelu_backward(dy.data<T>(), x.data<T>(), dx.data<T>(), x.numel(), accumulate,
-                                                   static_cast<cudaStream_t>(detail::stream_of(dev))));
-    }
-  });
+  detail::gelu_backward_into(dy_in.contiguous(), x_in.contiguous(), dx, accumulate);
   return dx;
 }
 

@@ -67,6 +67,12 @@ class GradRecorder {
 // (src/ops/linear.cpp).
 Tensor bias_grad(const Tensor& dy);
 
+// The GELU kernels on outputs the caller gives (src/ops/activation.cpp; contiguous tensors of one shape, dtype and
+// device): y = gelu(x); dx = dy * gelu'(x), added into dx when `accumulate` (dx may be dy: elementwise, in place).
+// ops::gelu and gelu_backward run them, and so do the GEMMs whose GELU epilogue cuBLASLt refuses (ops/matmul.cpp).
+void gelu_into(const Tensor& x, const Tensor& y);
+void gelu_backward_into(const Tensor& dy, const Tensor& x, const Tensor& dx, bool accumulate);
+
 }  // namespace mpt::ops::detail
 
 // MPT_CUDA_KERNEL(expr): runs a kernels::cuda launcher and checks its status; in a build without CUDA it is

@@ -8,14 +8,15 @@
 #include <exception>
 #include <string>
 
-#include "kernels/cpu/activation.h"
 #include "kernels/cpu/gemm.h"
 #include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 
 #if defined(MPT_WITH_CUDA)
+#include <array>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "backend/cuda/check.h"
 #include "kernels/cuda/gemm_scales.h"
@@ -202,11 +203,11 @@ Tensor padded_copy(const Tensor& t, int64_t rows_p, int64_t cols_p) {
   return out;
 }
 
-void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt);
+bool gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt);
 
 // gemm_cuda, with a large 2-d 16-bit or FP32 GEMM whose m, n or k is not a multiple of 8 run on padded copies (the
 // GELU epilogues excepted: the MLP's widths are multiples of 8).
-void gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float beta, const MatmulOptions& opt) {
+bool gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float beta, const MatmulOptions& opt) {
   const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a.size(-2) : a.size(-1);
   const int64_t mp = padded_dim(m), np = padded_dim(n), kp = padded_dim(k);
   const bool odd = mp != m || np != n || kp != k;
@@ -227,7 +228,7 @@ void gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float b
   MatmulOptions o = opt;
   if (opt.bias.defined() && np != n) o.bias = padded_copy(opt.bias.contiguous().view({1, n}), 1, np).view({np});
   if (opt.bias_grad.defined() && mp != m) o.bias_grad = Tensor::empty({mp}, opt.bias_grad.dtype(), c.device());
-  gemm_cuda(ap, bp, cp, beta, o);
+  gemm_cuda(ap, bp, cp, beta, o);  // no GELU epilogue here: never refused
   if (pad_c) {
     Tensor dst = c;
     dst.copy_(cp.slice(0, 0, m).slice(1, 0, n));
@@ -236,16 +237,41 @@ void gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float b
     Tensor dst = opt.bias_grad;
     dst.copy_(o.bias_grad.slice(0, 0, m));
   }
+  return true;
 }
 
-// c = alpha op(a) op(b) + beta c on a CUDA device through cuBLASLt (kernels/cuda/lib/gemm_cublaslt.h).
-void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
+// GELU epilogues cuBLASLt refused (no algorithm), per device, epilogue, operand and output types, scale modes and
+// deterministic mode: the FP8 ones are outside its documented tables (block-scaled FP8 with GELU, and FP8 DGELU on
+// some GPUs). A refused kind is not asked again (nor are its block scales converted): those GEMMs run plain, with the
+// GELU kernels after them (gemm_then_gelu). Shapes are not part of the key: a refusal for one shape sends every GEMM
+// of that kind to the kernels, correct and only less fused.
+using EpilogueKind = std::array<int, 9>;
+EpilogueKind gelu_kind(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulOptions& opt) {
+  return {c.device().index(), opt.gelu_aux.defined() ? 1 : 2, opt.bias.defined() || opt.aux_bias_grad.defined(),
+          static_cast<int>(a.dtype()), static_cast<int>(b.dtype()), static_cast<int>(c.dtype()),
+          is_fp8(a.dtype()) ? static_cast<int>(opt.scale_a.kind) : -1,
+          is_fp8(b.dtype()) ? static_cast<int>(opt.scale_b.kind) : -1, deterministic() ? 1 : 0};
+}
+bool gelu_epilogue_refused(const EpilogueKind& kind, bool remember) {
+  static std::mutex mutex;
+  static auto* refused = new std::set<EpilogueKind>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (remember) refused->insert(kind);
+  return refused->count(kind) != 0;
+}
+
+// c = alpha op(a) op(b) + beta c on a CUDA device through cuBLASLt (kernels/cuda/lib/gemm_cublaslt.h). Returns false,
+// with nothing computed, when the GEMM asks for a GELU epilogue that cuBLASLt refuses; any other failure throws.
+bool gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
   const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a_in.size(-2) : a_in.size(-1);
+  const bool gelu = opt.gelu_aux.defined() || opt.dgelu_aux.defined();
+  const EpilogueKind kind = gelu ? gelu_kind(a_in, b_in, c, opt) : EpilogueKind{};
+  if (gelu && (k == 0 || gelu_epilogue_refused(kind, false))) return false;  // the GEMM and the GELU kernels
   if (k == 0) {  // no products: C = beta C (beta == 0 never reads C)
     Tensor dst = c;
     if (beta == 0.0f) dst.zero_();
     else dst.copy_(scale(c, beta));
-    return;
+    return true;
   }
   const bool fp8_in = is_fp8(a_in.dtype());
   // FP8 needs A stored m x k and B stored n x k (TN): other layouts go through transposed copies.
@@ -309,10 +335,30 @@ void gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
   }
   const kcu::LtResult r =
       kcu::cublaslt_gemm(c.device().index(), p, a.data_ptr(), b.data_ptr(), c.data_ptr(), lt_workspace(stream), native);
+  if (gelu && r.code == kcu::LtCode::NoAlgorithm) return !gelu_epilogue_refused(kind, true);
   MPT_CHECK(r.ok(), "[matmul] {} (a {}, b {}, c {})", kcu::describe(r, p), a_in.meta_str(), b_in.meta_str(),
             c.meta_str());
+  return true;
 }
 #endif
+
+void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt);
+
+// The GELU epilogues as a plain GEMM and the GELU kernels after it (the CPU; CUDA where cuBLASLt refuses the epilogue):
+// forward, the GEMM (with its bias) into gelu_aux, then c = gelu(gelu_aux); backward, the GEMM into c, then
+// c *= gelu'(dgelu_aux) in place and aux_bias_grad = c's column sums (in FP32, then rounded to c's dtype).
+void gemm_then_gelu(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulOptions& opt) {
+  MatmulOptions plain = opt;
+  plain.gelu_aux = plain.dgelu_aux = plain.aux_bias_grad = Tensor{};
+  const bool forward = opt.gelu_aux.defined();
+  const bool direct = c.is_contiguous();  // the GELU kernels write c in place, else through a temporary
+  const Tensor out = direct ? c : Tensor::empty(c.shape(), c.dtype(), c.device());
+  gemm_into(a, b, forward ? opt.gelu_aux : out, 0.0f, plain);
+  if (forward) detail::gelu_into(opt.gelu_aux, out);
+  else detail::gelu_backward_into(out, opt.dgelu_aux, out, false);
+  if (!direct) Tensor(c).copy_(out);
+  if (opt.aux_bias_grad.defined()) Tensor(opt.aux_bias_grad).copy_(detail::bias_grad(out));
+}
 
 // c = alpha op(a) op(b) + beta c for validated shapes and dtypes; c has the result's shape.
 void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float beta, const MatmulOptions& opt) {
@@ -349,22 +395,10 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
                   (!opt.aux_bias_grad.defined() || opt.aux_bias_grad.dtype() == c.dtype()),
               "[matmul] the GELU aux ({}) and aux_bias_grad must have the output's dtype {}, with beta 0", aux.meta_str(),
               c.dtype());
-    if (!c.device().is_cuda()) {  // the CPU: the GEMM, then the GELU kernels (CUDA: the GEMM's epilogue)
-      MatmulOptions plain = opt;
-      plain.gelu_aux = plain.dgelu_aux = plain.aux_bias_grad = Tensor{};
-      const bool forward = opt.gelu_aux.defined();
-      const bool direct = c.is_contiguous();  // the GELU kernels write c in place, else through a temporary
-      const Tensor out = direct ? c : Tensor::empty(c.shape(), c.dtype(), c.device());
-      gemm_into(a_in, b_in, forward ? opt.gelu_aux : out, 0.0f, plain);
-      detail::visit_float(c.dtype(), "matmul", [&](auto tag) {
-        using T = decltype(tag);
-        if (forward) kernels::cpu::gelu_forward(opt.gelu_aux.data<T>(), out.data<T>(), out.numel());
-        else kernels::cpu::gelu_backward(out.data<T>(), opt.dgelu_aux.data<T>(), out.data<T>(), out.numel(), false);
-      });
-      if (!direct) Tensor(c).copy_(out);
-      if (opt.aux_bias_grad.defined()) Tensor(opt.aux_bias_grad).copy_(detail::bias_grad(out));
-      return;
-    }
+#if defined(MPT_WITH_CUDA)
+    if (c.device().is_cuda() && gemm_cuda(a_in, b_in, c, beta, opt)) return;  // cuBLASLt's epilogue
+#endif
+    return gemm_then_gelu(a_in, b_in, c, opt);
   }
   if (opt.bias_grad.defined()) {
     MPT_CHECK(opt.bias_grad.dtype() == c.dtype(), "[matmul] bias_grad must have the output's dtype {}, got {}",
@@ -391,7 +425,10 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 #if defined(MPT_WITH_CUDA)
-  if (c.device().is_cuda()) return gemm_cuda_padded(a_in, b_in, c, beta, opt);
+  if (c.device().is_cuda()) {
+    gemm_cuda_padded(a_in, b_in, c, beta, opt);
+    return;
+  }
 #endif
   const Layout la = layout_of(a_in, opt.trans_a), lb = layout_of(b_in, opt.trans_b);
   kc::GemmParams p;
@@ -487,11 +524,11 @@ Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, 
   if (opt.gelu_aux.defined() || opt.dgelu_aux.defined() || opt.aux_bias_grad.defined()) {
     const Tensor& aux = opt.gelu_aux.defined() ? opt.gelu_aux : opt.dgelu_aux;
     MPT_CHECK(aux.defined() && opt.gelu_aux.defined() != opt.dgelu_aux.defined() && a.dim() == 2 && b.dim() == 2 &&
-                  !fp8_a && opt.alpha == 1.0f && !opt.bias_grad.defined() &&
+                  !is_fp8(aux.dtype()) && opt.alpha == 1.0f && !opt.bias_grad.defined() &&
                   (!opt.aux_bias_grad.defined() || opt.dgelu_aux.defined()) &&
                   (!opt.bias.defined() || opt.gelu_aux.defined()),
               "[{}] gelu_aux (with an optional bias) or dgelu_aux (with an optional aux_bias_grad), one of them, on 2-d "
-              "non-FP8 operands with alpha 1 and no bias_grad", op);
+              "operands with a non-FP8 output, alpha 1 and no bias_grad", op);
     detail::check_same_device({&a, &aux}, op);
     MPT_CHECK(aux.dim() == 2 && aux.size(0) == m && aux.size(1) == n && aux.is_contiguous(),
               "[{}] the GELU aux must be a contiguous [{}, {}] tensor, got {}", op, m, n, aux.meta_str());

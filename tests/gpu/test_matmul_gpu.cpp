@@ -306,6 +306,86 @@ TEST(GpuMatmul, Fp8BlockScaledMatchesCpu) {
   }
 }
 
+// FP8 operands with the MLP's GELU epilogues (ops::fp8_mlp's GEMMs). Per-tensor scaling runs cuBLASLt's
+// GELU_AUX_BIAS and DGELU_BGRAD (the emulated device takes them; one matmul, no kernel of ours); block scaling, which the
+// emulated cuBLASLt refuses with a GELU epilogue, as real cuBLASLt may, runs the GEMM plain with the GELU kernels after
+// it, and the refusal is remembered. Bounds, elementwise, with m = |A||B| and u the bf16 output's unit roundoff:
+//   pre (the aux): a GEMM with a bias, as check_fp8;
+//   h = gelu(pre): the CPU applies the GELU to pre rounded to bf16, CUDA to the FP32 sum (or f64 under emulation),
+//     and |gelu'| <= 1.13, so |dh| <= 1.13 (2 k u_acc m + u |pre|) + 2 u |h| + 1e-6 (the tanh approximations);
+//   dgelu: out = (A B^T) * gelu'(aux) with the same aux on both sides: |d out| <= 1.13 (2 k u_acc m + u |A B^T|) +
+//     2 u |out|; the bias gradient (its column sums, bf16) within the sum of those bounds plus 2 u |db|.
+void expect_within(const Tensor& got, const Tensor& want, const std::vector<double>& bound, const std::string& what) {
+  const std::vector<double> g = to_cpu(got).to_vector<double>(), w = to_cpu(want).to_vector<double>();
+  ASSERT_EQ(g.size(), bound.size()) << what;
+  double worst = 0;
+  size_t wi = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double d = std::fabs(g[i] - w[i]), r = d == 0 ? 0 : d / bound[i];
+    if (!(r <= worst)) worst = r, wi = i;
+  }
+  EXPECT_LE(worst, 1.0) << what << ": element " << wi << " got " << g[wi] << ", CPU " << w[wi] << ", bound "
+                        << bound[wi];
+}
+
+TEST(GpuMatmul, Fp8GeluEpiloguesMatchCpu) {
+  MPT_REQUIRE_GPU(9);
+  const int64_t m = 48, n = 256, k = 160;
+  const double u = 0x1p-8, ua = testing::fp8_accumulation_roundoff(), g1 = 1.13;
+  for (bool block : {false, true}) {
+    const std::string name = block ? "block" : "per tensor";
+    const Fp8Operands q = quantize_pair(m, n, k, DType::F8E4M3, DType::F8E4M3, block);
+    const Tensor bias = random_tensor({n}, DType::BF16, 40);
+    const Tensor mag = ops::matmul(abs64(ops::dequantize(q.a, DType::F32)), abs64(ops::dequantize(q.b, DType::F32)),
+                                   {.trans_b = true});
+    auto opts = [&](bool gpu) {
+      return ops::MatmulOptions{.trans_b = true, .out_dtype = DType::BF16, .scale_a = scaling_of(q.a, gpu),
+                                .scale_b = scaling_of(q.b, gpu)};
+    };
+    // Forward: h = gelu(A B^T + bias), pre = A B^T + bias.
+    Tensor pre_c = Tensor::empty({m, n}, DType::BF16), pre_g = to_gpu(pre_c);
+    ops::MatmulOptions oc = opts(false), og = opts(true);
+    oc.bias = bias, og.bias = to_gpu(bias);
+    oc.gelu_aux = pre_c, og.gelu_aux = pre_g;
+    const Tensor h_c = ops::matmul(q.a.data, q.b.data, oc);
+    const Tensor ag = to_gpu(q.a.data), bg = to_gpu(q.b.data);
+#if defined(MPT_CUDA_EMULATION)
+    cuda_emu::reset_counters();
+#endif
+    const Tensor h_g = ops::matmul(ag, bg, og);
+#if defined(MPT_CUDA_EMULATION)
+    if (!block) {
+      EXPECT_EQ(cuda_emu::counters().matmuls, 1u) << name;
+      EXPECT_EQ(cuda_emu::counters().kernel_launches, 0u) << name << ": the GELU is in the GEMM";
+    }
+#endif
+    expect_gemm_close(pre_g, pre_c, ops::add(mag, abs64(bias)), k + 1, 0, name + " pre", ua);
+    const std::vector<double> mv = mag.to_vector<double>(), pv = pre_c.to_vector<double>(), hv = h_c.to_vector<double>();
+    std::vector<double> bound(mv.size());
+    for (size_t i = 0; i < mv.size(); ++i)
+      bound[i] = g1 * (2 * (k + 1) * ua * mv[i] + u * std::fabs(pv[i])) + 2 * u * std::fabs(hv[i]) + 1e-6;
+    expect_within(h_g, h_c, bound, name + " gelu(pre)");
+
+    // Backward: out = (A B^T) * gelu'(pre), db = its column sums; the aux is the CPU's pre on both sides.
+    const Tensor prod = ops::matmul(q.a.data, q.b.data, opts(false));
+    Tensor db_c = Tensor::empty({n}, DType::BF16), db_g = to_gpu(db_c);
+    ops::MatmulOptions bc = opts(false), bg_opt = opts(true);
+    bc.dgelu_aux = pre_c, bg_opt.dgelu_aux = to_gpu(pre_c);
+    bc.aux_bias_grad = db_c, bg_opt.aux_bias_grad = db_g;
+    const Tensor d_c = ops::matmul(q.a.data, q.b.data, bc);
+    const Tensor d_g = ops::matmul(ag, bg, bg_opt);
+    const std::vector<double> prv = prod.to_vector<double>(), dv = d_c.to_vector<double>(), dbv = db_c.to_vector<double>();
+    std::vector<double> db_bound(static_cast<size_t>(n), 0.0);
+    for (size_t i = 0; i < mv.size(); ++i) {
+      bound[i] = g1 * (2 * k * ua * mv[i] + u * std::fabs(prv[i])) + 2 * u * std::fabs(dv[i]) + 1e-6;
+      db_bound[i % static_cast<size_t>(n)] += bound[i];
+    }
+    expect_within(d_g, d_c, bound, name + " dgelu");
+    for (size_t j = 0; j < db_bound.size(); ++j) db_bound[j] += 2 * u * std::fabs(dbv[j]) + 1e-6;
+    expect_within(db_g, db_c, db_bound, name + " dgelu bias gradient");
+  }
+}
+
 // An FP8 problem cuBLASLt cannot run (m = 130) is an mpt::Error that names the constraint, not a crash or garbage.
 TEST(GpuMatmul, UnsupportedFp8ShapeIsAnErrorOnCuda) {
   MPT_REQUIRE_GPU(9);

@@ -49,8 +49,10 @@ struct MatmulOptions {
   // bias gradient of a weight-gradient GEMM dW = dy^T x: db = column sums of dy), in c's dtype. CUDA: cuBLASLt's
   // BGRADA epilogue (no pass of its own); CPU: summed in f32 (f64) beside the GEMM. Not recorded by autograd.
   Tensor bias_grad{};
-  // The MLP's GELU fused into its GEMMs (ops::mlp; 2-d, non-FP8, alpha 1, beta 0, not recorded by autograd; CUDA:
-  // cuBLASLt's GELU_AUX(_BIAS) and DGELU(_BGRAD) epilogues, the CPU: the GEMM, then the GELU kernels). tanh GELU.
+  // The MLP's GELU fused into its GEMMs (ops::mlp, ops::fp8_mlp; 2-d, a non-FP8 output, alpha 1, beta 0, not
+  // recorded by autograd; FP8 operands too). CUDA: cuBLASLt's GELU_AUX(_BIAS) and DGELU(_BGRAD) epilogues; where
+  // cuBLASLt has no algorithm for one (FP8 block scaling, and FP8 DGELU on some GPUs: outside its documented tables)
+  // the GEMM runs plain with the GELU kernels after it, as on the CPU, and that kind is not asked again. tanh GELU.
   //  gelu_aux: [m, n], c's dtype, contiguous: receives the pre-activation op(a) op(b) + bias; c = gelu(it).
   //  dgelu_aux: [m, n] pre-activations (c's dtype, contiguous): c = (op(a) op(b)) * gelu'(dgelu_aux) (from the FP32
   //  product on CUDA; from the product rounded to c's dtype on the CPU), and aux_bias_grad, when given ([n], c's
