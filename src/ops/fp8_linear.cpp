@@ -1,4 +1,5 @@
-// src/ops/fp8_linear.cpp: the FP8 linear op: FP8 fprop, dgrad and wgrad over operands quantized by ops/fp8_quantize.
+// src/ops/fp8_linear.cpp: the FP8 linear op: FP8 fprop, dgrad and wgrad (ops/fp8_gemm) over operands quantized by
+// ops/fp8_quantize.
 #include "mpt/ops/fp8_linear.h"
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/reduction.h"
 #include "ops/dispatch.h"
+#include "ops/fp8_gemm.h"
 #include "ops/fp8_quantize.h"
 
 namespace mpt::ops {
@@ -19,93 +21,14 @@ namespace {
 
 constexpr const char* kOp = "fp8_linear";
 using amp::Fp8Role;
-
-// Codes and their scaling, as a GEMM operand reads them.
-struct Fp8Operand {
-  Tensor data;
-  Fp8Scaling scaling{};
-};
-
-Fp8Operand operand(const Quantized& q) {
-  switch (q.layout) {
-    case ScaleLayout::Block1x128: return {q.data, Fp8Scaling::block_1x128(q.scale_inv)};
-    case ScaleLayout::Block128x128: return {q.data, Fp8Scaling::block_128x128(q.scale_inv)};
-    case ScaleLayout::PerTensor: break;
-  }
-  return {q.data, Fp8Scaling::per_tensor(q.scale_inv)};
-}
-
-// q with dimension `dim` of its codes padded with zeros to a multiple of `multiple` (a divisor of 128, so 1x128 and
-// 128x128 block scales along that dim keep their count; padded rows of 1x128 scales get 1).
-Quantized pad_codes(const Quantized& q, int dim, int64_t multiple) {
-  const int64_t n = q.data.size(dim), padded = (n + multiple - 1) / multiple * multiple;
-  if (padded == n) return q;
-  Shape shape = q.data.shape();
-  shape[static_cast<size_t>(dim)] = padded;
-  Tensor data = Tensor::zeros(shape, q.data.dtype(), q.data.device());
-  data.slice(dim, 0, n).copy_(q.data);
-  Tensor scale = q.scale_inv;
-  if (q.layout == ScaleLayout::Block1x128 && dim == 0) {
-    scale = Tensor::ones({padded, q.scale_inv.size(1)}, DType::F32, q.data.device());
-    scale.slice(0, 0, n).copy_(q.scale_inv);
-  }
-  return {data, scale, q.layout};
-}
-
-// C = A B^T with both operands stored K-major (the TN layout), FP32 accumulation, rounded once to `out`.
-// On CUDA, cuBLASLt's FP8 rules (vendor-semantics R2.2, R4.3) constrain dimensions that follow the batch: K must be a
-// multiple of 16 (wgrad's K is the token count) and, under block scaling, A's rows (fprop's and dgrad's tokens) a
-// multiple of 4. Those are padded with zero codes, which add exactly nothing, and the padded rows of C are dropped.
-// (Found by the emulated cuBLASLt: an odd token count worked on the CPU and failed on CUDA.)
-Tensor gemm_tn(const Quantized& qa, const Quantized& qb, DType out, const Tensor& bias = {}) {
-  Quantized pa = qa, pb = qb;
-  if (qa.data.device().is_cuda()) {
-    if (qa.layout != ScaleLayout::PerTensor) pa = pad_codes(pa, 0, 4);
-    pa = pad_codes(pa, 1, 16);
-    pb = pad_codes(pb, 1, 16);
-  }
-  const Fp8Operand a = operand(pa), b = operand(pb);
-  MatmulOptions o;
-  o.trans_b = true;
-  o.scale_a = a.scaling;
-  o.scale_b = b.scaling;
-  o.out_dtype = out;
-  o.bias = bias;
-  const Tensor c = matmul(a.data, b.data, o);
-  return c.size(0) == qa.data.size(0) ? c : c.slice(0, 0, qa.data.size(0)).contiguous();
-}
+using detail::gemm_tn;
 
 void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& c, DType out) {
   const Device dev = detail::check_same_device({&x, &weight}, kOp);
-  MPT_CHECK(x.dim() >= 1 && detail::is_wide_dtype(x.dtype()),
-            "[{}] x must be f32, bf16 or f16 with at least one dim, got {}", kOp,
-            x.meta_str());
-  MPT_CHECK(weight.dim() == 2 && detail::is_wide_dtype(weight.dtype()),
-            "[{}] weight must be a 2-d (M, K) f32, bf16 or f16 tensor, "
-            "got {}", kOp, weight.meta_str());
-  MPT_CHECK(weight.size(1) == x.size(-1), "[{}] x {} has K = {} but weight {} has K = {}", kOp, x.meta_str(),
-            x.size(-1), weight.meta_str(), weight.size(1));
-  MPT_CHECK(x.numel() > 0 && weight.numel() > 0, "[{}] empty operands: x {}, weight {}", kOp, x.meta_str(),
-            weight.meta_str());
-  if (bias.defined()) {
-    detail::check_same_device({&x, &bias}, kOp);
-    MPT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0) && detail::is_wide_dtype(bias.dtype()),
-              "[{}] bias must be f32, bf16 or f16 of shape [{}] (weight {}), got {}", kOp, weight.size(0),
-              weight.meta_str(), bias.meta_str());
-  }
+  MPT_CHECK(x.dim() >= 1 && detail::is_wide_dtype(x.dtype()) && x.numel() > 0,
+            "[{}] x must be f32, bf16 or f16 with at least one dim and no empty operands, got {}", kOp, x.meta_str());
+  detail::check_fp8_layer(kOp, {}, dev, x.size(-1), weight, bias, c.recipe, c.metas, c.weight_fp8);
   MPT_CHECK(detail::is_wide_dtype(out), "[{}] out_dtype must be f32, bf16 or f16, got {}", kOp, out);
-  detail::check_fp8_meta(kOp, c.metas.input, "input", Fp8Role::Input, c.recipe, dev);
-  detail::check_fp8_meta(kOp, c.metas.weight, "weight", Fp8Role::Weight, c.recipe, dev);
-  detail::check_fp8_meta(kOp, c.metas.grad_output, "grad_output", Fp8Role::GradOutput, c.recipe, dev);
-  if (const auto& w = c.weight_fp8) {
-    MPT_CHECK(w->rowwise.data.defined() && w->rowwise.data.shape() == weight.shape(),
-              "[{}] weight_fp8 holds codes of shape {} but weight is {}", kOp,
-              w->rowwise.data.defined() ? w->rowwise.data.meta_str() : std::string("undefined"), weight.meta_str());
-    MPT_CHECK(w->recipe_index == c.recipe.index(), "[{}] weight_fp8 was quantized under recipe {}, the config's is {}",
-              kOp, w->recipe_index, c.recipe.index());
-    MPT_CHECK(w->rowwise.data.device() == dev, "[{}] weight_fp8 lives on {} but the operands on {}", kOp,
-              w->rowwise.data.device().str(), dev.str());
-  }
 }
 
 // What the backward keeps: FP8 codes only (see fp8_linear.h for the byte counts).
@@ -161,7 +84,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   }
 
   // (N, K) x (M, K)^T, the bias added in FP32 in the GEMM's epilogue before the one rounding to `out`.
-  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, out, bias.defined() ? bias.detach() : Tensor{});
+  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, out, {.bias = bias.defined() ? bias.detach() : Tensor{}});
   Shape y_shape = x.shape();
   y_shape.back() = m;
   y = y.reshape(y_shape);

@@ -87,15 +87,15 @@ void check_fp8_meta(const char* kOp, const std::shared_ptr<amp::Fp8TensorMeta>& 
                     const amp::Fp8Recipe& recipe, Device dev) {
   const bool delayed = std::holds_alternative<amp::DelayedScaling>(recipe);
   if (!meta) {
-    MPT_CHECK(!delayed, "[{}] delayed scaling needs metas.{} (amp::Fp8ScalingState::register_linear)", kOp, slot);
+    MPT_CHECK(!delayed, "[{}] delayed scaling needs {} (amp::Fp8ScalingState::register_linear)", kOp, slot);
     return;
   }
-  MPT_CHECK(meta->role == role, "[{}] metas.{} is '{}', registered as {}", kOp, slot, meta->name,
+  MPT_CHECK(meta->role == role, "[{}] {} is '{}', registered as {}", kOp, slot, meta->name,
             amp::to_string(meta->role));
   MPT_CHECK(meta->dtype == amp::fp8_dtype(recipe, role),
-            "[{}] metas.{} ('{}') is {} but the recipe quantizes it to {}: the scaling state was made for another "
+            "[{}] {} ('{}') is {} but the recipe quantizes it to {}: the scaling state was made for another "
             "recipe", kOp, slot, meta->name, meta->dtype, amp::fp8_dtype(recipe, role));
-  MPT_CHECK(!delayed || meta->scale.device() == dev, "[{}] metas.{} ('{}') lives on {} but the operands on {}", kOp,
+  MPT_CHECK(!delayed || meta->scale.device() == dev, "[{}] {} ('{}') lives on {} but the operands on {}", kOp,
             slot, meta->name, meta->scale.device().str(), dev.str());
 }
 
@@ -106,7 +106,7 @@ Fp8Weight quantize_fp8_weight(const Tensor& weight, const amp::Fp8Recipe& recipe
   MPT_CHECK(weight.defined() && weight.dim() == 2 && detail::is_wide_dtype(weight.dtype()) && weight.numel() > 0,
             "[quantize_fp8_weight] weight must be a non-empty 2-d f32, bf16 or f16 tensor, got {}",
             weight.defined() ? weight.meta_str() : std::string("undefined"));
-  detail::check_fp8_meta("quantize_fp8_weight", weight_meta, "weight", amp::Fp8Role::Weight, recipe,
+  detail::check_fp8_meta("quantize_fp8_weight", weight_meta, "metas.weight", amp::Fp8Role::Weight, recipe,
                          weight.device());
   Fp8Weight w;
   w.recipe_index = recipe.index();

@@ -28,7 +28,8 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const amp::Fp8Recipe& recipe, amp::Fp
 
 bool is_wide_dtype(DType t);  // f32, bf16 or f16: what FP8 quantization reads
 
-// A meta given for `slot` fits the recipe and role (delayed scaling needs one, on the operands' device).
+// A meta given for `slot` (its name in errors: "metas.input") fits the recipe and role (delayed scaling needs one, on
+// the operands' device).
 void check_fp8_meta(const char* op, const std::shared_ptr<amp::Fp8TensorMeta>& meta, const char* slot,
                     amp::Fp8Role role, const amp::Fp8Recipe& recipe, Device dev);
 
