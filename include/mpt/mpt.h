@@ -36,6 +36,7 @@
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
 #include "mpt/ops/fp8_linear.h"
+#include "mpt/ops/fp8_mlp.h"
 #include "mpt/ops/layernorm.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/matmul.h"

@@ -6,6 +6,7 @@
 #include "mpt/amp/policy.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/fp8_linear.h"
+#include "mpt/ops/fp8_mlp.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/mlp.h"
 
@@ -59,7 +60,25 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
     return ops::mlp(x, w1, b1, w2, b2);
   }
   const amp::Precision p = policy->at(path1);
-  if (p == amp::Precision::FP8 || policy->at(path2) != p || w1.dtype() != w2.dtype()) return {};
+  if (policy->at(path2) != p) return {};
+  if (p == amp::Precision::FP8) {
+    // Both layers in FP8: as autocast_linear runs each (the masters go in, the cached E4M3 copies are read, each
+    // layer's metas registered under its path), with the GELU in the first GEMM's epilogue and its derivative in the
+    // second's dgrad.
+    MPT_CHECK(policy->fp8_state != nullptr, "[MLP] '{}': the policy asks for FP8 but holds no Fp8ScalingState", path1);
+    const amp::Fp8Recipe& recipe = policy->fp8_state->recipe();
+    amp::Fp8LinearMetas m1 = policy->fp8_state->register_linear(std::string(path1));
+    amp::Fp8LinearMetas m2 = policy->fp8_state->register_linear(std::string(path2));
+    const bool grad = autograd::is_grad_enabled();
+    const bool need_w1t = grad && x.requires_grad();  // the backward's GEMMs read W^T's codes
+    const bool need_w2t = grad && (x.requires_grad() || w1.requires_grad() || (b1.defined() && b1.requires_grad()));
+    auto c1 = amp::fp8_weight_copy(w1, recipe, m1.weight, need_w1t);
+    auto c2 = amp::fp8_weight_copy(w2, recipe, m2.weight, need_w2t);
+    return ops::fp8_mlp(x, w1, b1, w2, b2,
+                        {.recipe = recipe, .metas1 = std::move(m1), .metas2 = std::move(m2),
+                         .out_dtype = amp::output_dtype(p), .weight1_fp8 = std::move(c1), .weight2_fp8 = std::move(c2)});
+  }
+  if (w1.dtype() != w2.dtype()) return {};
   if (p == amp::Precision::FP32) return x.dtype() == w1.dtype() ? ops::mlp(x, w1, b1, w2, b2) : Tensor{};
   const DType dt = amp::output_dtype(p);
   if (w1.dtype() != DType::F32) return {};

@@ -15,9 +15,10 @@ namespace mpt::nn::detail {
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
                        const char* layer);
 
-// The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one ops::mlp (the GELU in the GEMMs' epilogues) when both layers
-// run in one GEMM precision (no policy: x in the weights' dtype; FP32, BF16 or FP16 under Autocast, with the cached
-// compute copies of FP32 masters); undefined otherwise (FP8, mixed precisions, non-FP32 masters under a low policy):
+// The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
+// run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast
+// (with the cached compute copies of FP32 masters); ops::fp8_mlp under FP8 (each layer's metas registered under its
+// path, the cached FP8 weight copies). Undefined otherwise (mixed precisions, non-FP32 masters under a low policy):
 // the caller then runs the layers one by one.
 Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::string_view path1, const Tensor& w2,
                     const Tensor& b2, std::string_view path2);

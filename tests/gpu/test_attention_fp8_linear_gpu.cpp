@@ -149,5 +149,66 @@ void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq) {
   }
 }
 
+// ops::fp8_mlp on CUDA (the GELU in the FP8 GEMMs' epilogues; block scaling: the GEMMs plain with the GELU kernels,
+// the emulated cuBLASLt refusing GELU with block scales) against the CPU (the GEMMs, then the kernels). The hidden
+// activation and its gradient are quantized to FP8 between the GEMMs, so an element that lands on the other side of
+// an FP8 rounding boundary on one device (the GELU sees the FP32 sum on CUDA, the bf16-rounded one on the CPU) moves
+// by an FP8 step: no elementwise bound as tight as fp8_linear's. As GpuMlp.GeluEpiloguesMatchCpu does for bf16, each
+// device is compared with the unquantized f32 MLP (ops::mlp on the CPU, same weights) and the GPU's normwise error must
+// stay within twice the CPU's (floor 2^-6): a missing bias, GELU or GELU derivative, a transposed operand or stale
+// scales give errors of order 1. Two steps, so the delayed recipe's second step runs on updated scales.
+TEST(GpuFp8Mlp, RecipesMatchCpu) {
+  MPT_REQUIRE_GPU(9);
+  const int64_t n = 96, c = 160, h = 384;
+  const std::vector<Recipe> recipes = {
+      {"delayed hybrid", amp::DelayedScaling{4, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid}},
+      {"current", amp::CurrentScaling{}},
+      {"block", amp::BlockScaling{}}};
+  const Tensor w1 = random_tensor({h, c}, DType::F32, 51, 0.15), b1 = random_tensor({h}, DType::F32, 52);
+  const Tensor w2 = random_tensor({c, h}, DType::F32, 53, 0.1), b2 = random_tensor({c}, DType::F32, 54);
+  const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
+  for (const Recipe& r : recipes) {
+    amp::Fp8ScalingState sc(r.recipe, Device::cpu()), sg(r.recipe, Device::cuda(0));
+    const amp::Fp8LinearMetas c1 = sc.register_linear("fc"), c2 = sc.register_linear("proj");
+    const amp::Fp8LinearMetas g1 = sg.register_linear("fc"), g2 = sg.register_linear("proj");
+    for (int step = 0; step < 2; ++step) {
+      const std::string s = std::string(r.name) + " step " + std::to_string(step);
+      const Tensor x0 = random_tensor({n, c}, DType::BF16, 60 + static_cast<uint64_t>(step), 2.0);
+      const Tensor dy = random_tensor({n, c}, DType::BF16, 70 + static_cast<uint64_t>(step));
+      auto run = [&](auto on, const amp::Fp8LinearMetas& m1, const amp::Fp8LinearMetas& m2, bool fp8) {
+        Tensor x = on(fp8 ? x0 : x0.to(DType::F32)).requires_grad_();
+        Tensor p[4] = {on(w1).requires_grad_(), on(b1).requires_grad_(), on(w2).requires_grad_(),
+                       on(b2).requires_grad_()};
+        const Tensor y = fp8 ? ops::fp8_mlp(x, p[0], p[1], p[2], p[3],
+                                            {.recipe = r.recipe, .metas1 = m1, .metas2 = m2, .out_dtype = DType::BF16})
+                             : ops::mlp(x, p[0], p[1], p[2], p[3]);
+        y.backward(on(fp8 ? dy : dy.to(DType::F32)));
+        std::vector<Tensor> out{to_cpu(y).to(DType::F32), to_cpu(x.grad()).to(DType::F32)};
+        for (const Tensor& t : p) out.push_back(to_cpu(t.grad()));
+        return out;
+      };
+      const auto cpu = [](const Tensor& t) { return t.clone(); };
+      const auto gpu = [](const Tensor& t) { return to_gpu(t); };
+      const auto ref = run(cpu, c1, c2, false), want = run(cpu, c1, c2, true), got = run(gpu, g1, g2, true);
+      for (size_t i = 0; i < 6; ++i) {
+        const double e_cpu = normwise_error(want[i], ref[i]), e_gpu = normwise_error(got[i], ref[i]);
+        EXPECT_LE(e_gpu, std::max(0x1p-6, 2 * e_cpu)) << s << " " << names[i] << " (the CPU's error " << e_cpu << ")";
+        // FP8's own error (each gradient crosses up to three FP8 roundings of 2^-4, E5M2 2^-3, relative: dy, the
+        // weights, dpre), measured 0.12 at most: a sanity bound that the reference is the right computation.
+        EXPECT_LE(e_cpu, 0.25) << s << " " << names[i] << ": FP8's error against the f32 MLP";
+      }
+      sc.update();
+      sg.update();
+    }
+    // Every meta saw an amax on both devices, and they agree to FP8 precision (h and dpre differ slightly).
+    const auto dc = sc.state_dict(), dg = sg.state_dict();
+    for (const auto& [key, t] : dc) {
+      if (key.find("amax_history") == std::string::npos) continue;
+      const std::vector<double> a = t.to_vector<double>(), b = to_cpu(dg.at(key)).to_vector<double>();
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 0.07 * a[i]) << r.name << " " << key << " " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mpt
