@@ -17,6 +17,7 @@
 
 #include "io/checkpoint_manifest.h"
 #include "io/checksum.h"
+#include "io/durable_file.h"
 #include "io/json_object.h"
 #include "io/safetensors_format.h"
 #include "mpt/autograd/grad_mode.h"
@@ -34,47 +35,12 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using detail::save_point;
 
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+using detail::errno_text;
 
-void fsync_dir(const fs::path& dir) {
-  save_point("fsync directory");
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  MPT_CHECK(fd >= 0, "[checkpoint] cannot open the directory '{}' to flush it: {}", dir.string(), errno_text(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  MPT_CHECK(rc == 0 || err == EINVAL, "[checkpoint] cannot flush the directory '{}': {}", dir.string(),
-            errno_text(err));
-}
+void fsync_dir(const fs::path& dir) { detail::fsync_dir(dir, "checkpoint"); }
 
-// `text` into `path` whole or not at all: a temporary beside it, fsynced, renamed over it, the directory fsynced.
 void write_file_durably(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.parent_path() / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  MPT_CHECK(fd >= 0, "[checkpoint] cannot create '{}': {}", tmp.string(), errno_text(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    save_point("write");
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      MPT_THROW("[checkpoint] cannot write '{}': {}", tmp.string(), errno_text(err));
-    }
-    done += static_cast<size_t>(w);
-  }
-  save_point("fsync file");
-  const bool ok = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) ::unlink(tmp.c_str());
-  MPT_CHECK(ok, "[checkpoint] cannot flush '{}': {}", tmp.string(), errno_text(err));
-  save_point("rename file");
-  MPT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "[checkpoint] cannot rename '{}' to '{}': {}", tmp.string(),
-            path.string(), errno_text(errno));
-  fsync_dir(path.parent_path());
+  detail::write_file_durably(path, text, "checkpoint");
 }
 
 std::string read_small_file(const fs::path& path, uint64_t limit) {
