@@ -1,4 +1,4 @@
-// tests/io/io_test_util.h: temporary directories and byte-level file helpers for the io tests.
+// tests/support/io_test_util.h: temporary directories and byte-level file helpers (io and data tests).
 #pragma once
 
 #include <unistd.h>

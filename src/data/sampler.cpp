@@ -1,0 +1,118 @@
+// src/data/sampler.cpp: the rank-aware window sampler: per-epoch offsets and orders drawn from (seed, epoch).
+#include "mpt/data/sampler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "mpt/core/error.h"
+
+namespace mpt::data {
+namespace {
+
+// SplitMix64 (Steele, Lea, Flood 2014): a portable 64-bit generator; std::shuffle's algorithm is unspecified.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t operator()() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) by rejection (no modulo bias).
+  uint64_t below(uint64_t n) {
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t v;
+    do v = (*this)(); while (v >= limit);
+    return v % n;
+  }
+};
+
+uint64_t epoch_seed(uint64_t seed, int64_t epoch) {
+  SplitMix64 g{seed ^ (0x5851f42d4c957f2dull * static_cast<uint64_t>(epoch + 1))};
+  return g();
+}
+
+}  // namespace
+
+WindowSampler::WindowSampler(const SamplerOptions& o) : o_(o) {
+  MPT_CHECK(o.window >= 2, "[sampler] window {} must be at least 2 (seq + 1)", o.window);
+  MPT_CHECK(o.batch >= 1 && o.world >= 1 && o.rank >= 0 && o.rank < o.world,
+            "[sampler] batch {} must be positive and rank {} within world size {}", o.batch, o.rank, o.world);
+  MPT_CHECK(o.tokens / o.window >= o.batch * o.world,
+            "[sampler] {} tokens hold {} windows of {} (seq + 1), fewer than one batch of {} ({} per rank x {} ranks): "
+            "use more data, a shorter --seq or a smaller --batch", o.tokens, o.tokens / o.window, o.window,
+            o.batch * o.world, o.batch, o.world);
+  start_epoch(0);
+}
+
+void WindowSampler::start_epoch(int64_t epoch) {
+  SplitMix64 g{epoch_seed(o_.seed, epoch)};
+  // The offset keeps at least one batch of windows in the epoch.
+  const int64_t slack = o_.tokens - o_.batch * o_.world * o_.window;
+  offset_ = static_cast<int64_t>(g.below(static_cast<uint64_t>(std::min(o_.window, slack + 1))));
+  const int64_t windows = (o_.tokens - offset_) / o_.window;
+  order_.resize(static_cast<size_t>(windows));
+  for (int64_t i = 0; i < windows; ++i) order_[static_cast<size_t>(i)] = i;
+  for (int64_t i = windows - 1; i > 0; --i)
+    std::swap(order_[static_cast<size_t>(i)], order_[g.below(static_cast<uint64_t>(i + 1))]);
+  pos_ = {epoch, 0};
+}
+
+int64_t WindowSampler::batches_per_epoch() const {
+  return static_cast<int64_t>(order_.size()) / (o_.batch * o_.world);
+}
+
+std::vector<int64_t> WindowSampler::next() {
+  const int64_t step = o_.batch * o_.world;
+  if (pos_.index + step > static_cast<int64_t>(order_.size())) start_epoch(pos_.epoch + 1);
+  std::vector<int64_t> starts(static_cast<size_t>(o_.batch));
+  const int64_t first = pos_.index + o_.rank * o_.batch;
+  for (int64_t b = 0; b < o_.batch; ++b) starts[static_cast<size_t>(b)] = offset_ + order_[static_cast<size_t>(first + b)] * o_.window;
+  pos_.index += step;
+  return starts;
+}
+
+void WindowSampler::set_position(SamplerPosition p) {
+  MPT_CHECK(p.epoch >= 0 && p.index >= 0, "[sampler] position (epoch {}, index {}) must not be negative", p.epoch,
+            p.index);
+  start_epoch(p.epoch);
+  const int64_t step = o_.batch * o_.world;
+  MPT_CHECK(p.index % step == 0 && p.index <= static_cast<int64_t>(order_.size()),
+            "[sampler] index {} of epoch {} is not a batch boundary (multiples of {} up to {} windows)", p.index,
+            p.epoch, step, order_.size());
+  pos_ = p;
+}
+
+std::string WindowSampler::state_json() const {
+  const nlohmann::json j{{"sampler", "window"}, {"version", 1}, {"seed", o_.seed}, {"window", o_.window},
+                         {"tokens", o_.tokens}, {"world", o_.world}, {"batch", o_.batch}, {"epoch", pos_.epoch},
+                         {"index", pos_.index}};
+  return j.dump();
+}
+
+void WindowSampler::load_state_json(std::string_view text) {
+  SamplerPosition p;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    MPT_CHECK(j.at("sampler").get<std::string>() == "window" && j.at("version").get<int>() == 1,
+              "[sampler] the saved state is of sampler '{}' version {}; expected 'window' version 1",
+              j.at("sampler").get<std::string>(), j.at("version").get<int>());
+    const auto check = [&](const char* key, auto mine, const char* hint) {
+      const auto saved = j.at(key).get<decltype(mine)>();
+      MPT_CHECK(saved == mine, "[sampler] the saved state has {} {}, this run {}: {}", key, saved, mine, hint);
+    };
+    check("tokens", o_.tokens, "the data differs from the saved run's");
+    check("window", o_.window, "give the saved run's --seq");
+    check("seed", o_.seed, "give the saved run's --seed");
+    check("world", o_.world, "resume with the saved run's number of ranks");
+    check("batch", o_.batch, "give the saved run's --batch");
+    p = {j.at("epoch").get<int64_t>(), j.at("index").get<int64_t>()};
+  } catch (const nlohmann::json::exception& e) {
+    MPT_THROW("[sampler] the saved state is not valid: {}", e.what());
+  }
+  set_position(p);
+}
+
+}  // namespace mpt::data
