@@ -37,7 +37,7 @@ struct Ready {
 }  // namespace
 
 struct DataLoader::Impl {
-  std::shared_ptr<const TokenFile> data;
+  std::shared_ptr<const TokenSource> data;
   LoaderOptions o;
   WindowSampler sampler;  // the worker's while it runs
   std::vector<HostBuffer> buffers;
@@ -54,7 +54,7 @@ struct DataLoader::Impl {
   double wait_total = 0, wait_window = 0;
   int64_t returned = 0;
 
-  Impl(std::shared_ptr<const TokenFile> d, const LoaderOptions& opt)
+  Impl(std::shared_ptr<const TokenSource> d, const LoaderOptions& opt)
       : data(std::move(d)), o(opt),
         sampler(SamplerOptions{data ? data->size() : 0, opt.seq + 1, opt.batch, opt.rank, opt.world, opt.seed}) {}
 
@@ -131,8 +131,8 @@ struct DataLoader::Impl {
   }
 };
 
-DataLoader::DataLoader(std::shared_ptr<const TokenFile> data, const LoaderOptions& o) {
-  MPT_CHECK(data != nullptr, "[DataLoader] no token file given");
+DataLoader::DataLoader(std::shared_ptr<const TokenSource> data, const LoaderOptions& o) {
+  MPT_CHECK(data != nullptr, "[DataLoader] no token source given");
   MPT_CHECK(o.seq >= 1 && o.batch >= 1 && o.prefetch >= 1,
             "[DataLoader] batch {}, seq {} and prefetch {} must be positive", o.batch, o.seq, o.prefetch);
   impl_ = std::make_unique<Impl>(std::move(data), o);

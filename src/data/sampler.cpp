@@ -87,7 +87,7 @@ void WindowSampler::set_position(SamplerPosition p) {
 
 std::string WindowSampler::state_json() const {
   const nlohmann::json j{{"sampler", "window"}, {"version", 1}, {"seed", o_.seed}, {"window", o_.window},
-                         {"tokens", o_.tokens}, {"world", o_.world}, {"batch", o_.batch}, {"epoch", pos_.epoch},
+                         {"tokens", o_.tokens}, {"global_batch", o_.world * o_.batch}, {"epoch", pos_.epoch},
                          {"index", pos_.index}};
   return j.dump();
 }
@@ -106,8 +106,8 @@ void WindowSampler::load_state_json(std::string_view text) {
     check("tokens", o_.tokens, "the data differs from the saved run's");
     check("window", o_.window, "give the saved run's --seq");
     check("seed", o_.seed, "give the saved run's --seed");
-    check("world", o_.world, "resume with the saved run's number of ranks");
-    check("batch", o_.batch, "give the saved run's --batch");
+    check("global_batch", o_.world * o_.batch,
+          "keep ranks x --batch as it was (the ranks may change, the windows per batch may not)");
     p = {j.at("epoch").get<int64_t>(), j.at("index").get<int64_t>()};
   } catch (const nlohmann::json::exception& e) {
     MPT_THROW("[sampler] the saved state is not valid: {}", e.what());

@@ -35,6 +35,18 @@ T get(const unsigned char* p) {
 
 }  // namespace
 
+TokenVector::TokenVector(std::vector<int32_t> ids, int64_t vocab_size) : ids_(std::move(ids)), vocab_(vocab_size) {
+  MPT_CHECK(vocab_ > 0, "[tokens] vocab_size {} must be positive", vocab_);
+  for (size_t i = 0; i < ids_.size(); ++i)
+    MPT_CHECK(ids_[i] >= 0 && ids_[i] < vocab_, "[tokens] id {} at position {} is outside [0, {})", ids_[i], i, vocab_);
+}
+
+void TokenVector::read(int64_t start, int64_t n, int64_t* out) const {
+  MPT_CHECK(start >= 0 && n >= 0 && start + n <= size(), "[tokens] ids [{}, {}) are outside the stream's {}", start,
+            start + n, size());
+  for (int64_t i = 0; i < n; ++i) out[i] = ids_[static_cast<size_t>(start + i)];
+}
+
 void write_token_file(const std::filesystem::path& path, std::span<const int32_t> ids, int64_t vocab_size) {
   MPT_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 31), "[token file] '{}': vocab_size {} must be in [1, 2^31]",
             path.string(), vocab_size);

@@ -96,11 +96,26 @@ TEST(DataLoader, ACorruptIdIsThrownByNext) {
   EXPECT_MPT_ERROR(loader.next(), "the file is corrupt");  // and again: the loader does not skip it
 }
 
+TEST(DataLoader, ReadsIdsHeldInMemoryAsFromAFile) {
+  TempDir dir;
+  const std::vector<int32_t> ids = make_ids(3000, 65);
+  data::write_token_file(dir / "d.tok", ids, 65);
+  const LoaderOptions o{.batch = 4, .seq = 20, .seed = 8};
+  DataLoader from_file(std::make_shared<const data::TokenFile>(dir / "d.tok"), o);
+  DataLoader from_memory(std::make_shared<const data::TokenVector>(ids, 65), o);
+  for (int i = 0; i < 40; ++i) {
+    const data::Batch a = from_file.next(), b = from_memory.next();
+    EXPECT_EQ(a.x.to_vector<int64_t>(), b.x.to_vector<int64_t>()) << i;
+    EXPECT_EQ(a.y.to_vector<int64_t>(), b.y.to_vector<int64_t>()) << i;
+  }
+  EXPECT_MPT_ERROR(data::TokenVector({1, 65}, 65), "[tokens] id 65 at position 1 is outside [0, 65)");
+}
+
 TEST(DataLoader, Errors) {
   TempDir dir;
   data::write_token_file(dir / "d.tok", make_ids(100, 7), 7);
   const auto file = std::make_shared<const data::TokenFile>(dir / "d.tok");
-  EXPECT_MPT_ERROR(DataLoader(nullptr, {.batch = 1, .seq = 4}), "no token file given");
+  EXPECT_MPT_ERROR(DataLoader(nullptr, {.batch = 1, .seq = 4}), "no token source given");
   EXPECT_MPT_ERROR(DataLoader(file, {.batch = 1, .seq = 0}), "must be positive");
   EXPECT_MPT_ERROR(DataLoader(file, {.batch = 20, .seq = 9}), "100 tokens hold 10 windows of 10");
 }

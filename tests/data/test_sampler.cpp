@@ -82,6 +82,31 @@ TEST(WindowSampler, ResumesFromItsSavedStateMidEpochAndAcrossEpochs) {
   }
 }
 
+// A run saved on 4 ranks of batch 2 continues on 2 ranks of batch 4 or one process of batch 8 with the same windows.
+TEST(WindowSampler, ResumesOnAnotherNumberOfRanksWithTheSameGlobalBatch) {
+  const SamplerOptions four{.tokens = 4000, .window = 21, .batch = 2, .rank = 0, .world = 4, .seed = 7};
+  std::vector<WindowSampler> ranks;
+  for (int r = 0; r < 4; ++r) {
+    SamplerOptions o = four;
+    o.rank = r;
+    ranks.emplace_back(o);
+    for (int i = 0; i < 5; ++i) ranks.back().next();
+  }
+  const std::string saved = ranks[0].state_json();
+  WindowSampler one({.tokens = 4000, .window = 21, .batch = 8, .seed = 7});
+  one.load_state_json(saved);
+  WindowSampler two0({.tokens = 4000, .window = 21, .batch = 4, .rank = 0, .world = 2, .seed = 7});
+  two0.load_state_json(saved);
+  for (int i = 0; i < 30; ++i) {
+    std::vector<int64_t> global;
+    for (WindowSampler& s : ranks)
+      for (int64_t v : s.next()) global.push_back(v);
+    EXPECT_EQ(one.next(), global) << i;
+    const std::vector<int64_t> first_half(global.begin(), global.begin() + 4);
+    EXPECT_EQ(two0.next(), first_half) << i;
+  }
+}
+
 TEST(WindowSampler, Errors) {
   EXPECT_MPT_ERROR(WindowSampler({.tokens = 100, .window = 11, .batch = 5, .world = 2}),
                    "100 tokens hold 9 windows of 11 (seq + 1), fewer than one batch of 10 (5 per rank x 2 ranks)");
@@ -95,7 +120,7 @@ TEST(WindowSampler, Errors) {
   EXPECT_MPT_ERROR(WindowSampler(other).load_state_json(saved), "has window 10, this run 11: give the saved run's --seq");
   other = o;
   other.world = 2;
-  EXPECT_MPT_ERROR(WindowSampler(other).load_state_json(saved), "has world 1, this run 2");
+  EXPECT_MPT_ERROR(WindowSampler(other).load_state_json(saved), "has global_batch 2, this run 4: keep ranks x --batch");
   other = o;
   other.tokens = 999;
   EXPECT_MPT_ERROR(WindowSampler(other).load_state_json(saved), "the data differs from the saved run's");

@@ -37,9 +37,9 @@ class WindowSampler {
   int64_t batches_per_epoch() const;
   const SamplerOptions& options() const { return o_; }
 
-  // {"sampler": "window", "version": 1, "seed", "window", "tokens", "world", "epoch", "index"}. Loading checks that
-  // the stream, window, seed and world size are this sampler's (a resumed run must read the same data the same way)
-  // and names what differs.
+  // {"sampler": "window", "version": 1, "seed", "window", "tokens", "global_batch", "epoch", "index"}. Loading checks
+  // that the stream, window, seed and windows per batch (world x batch) are this sampler's, and names what differs: a
+  // resumed run reads the same windows in the same order, on any number of ranks that keeps the global batch.
   std::string state_json() const;
   void load_state_json(std::string_view json);
 
