@@ -21,6 +21,8 @@
 #include "mpt/amp/grad_scaler.h"
 #include "mpt/amp/policy.h"
 #include "mpt/core/profile.h"
+#include "mpt/data/loader.h"
+#include "mpt/data/tokenizer.h"
 #include "mpt/dist/data_parallel.h"
 #include "mpt/io/checkpoint.h"
 #include "mpt/nn/gpt.h"
@@ -119,17 +121,6 @@ class JsonLog {
   std::ofstream out_;
 };
 
-// Characters to ids: the sorted distinct bytes of the text.
-struct CharCodec {
-  std::vector<unsigned char> chars;
-  std::vector<int64_t> index = std::vector<int64_t>(256, -1);
-  explicit CharCodec(const std::string& text) {
-    for (unsigned char c : text) index[c] = 0;
-    for (int c = 0; c < 256; ++c)
-      if (index[c] == 0) index[c] = static_cast<int64_t>(chars.size()), chars.push_back(static_cast<unsigned char>(c));
-  }
-};
-
 // The training text: the file at `path`, or the built-in tinyshakespeare when `path` is empty. A file must be a
 // readable, non-empty regular file long enough for a training and a validation window of `seq` + 1 characters.
 std::string read_text(const std::string& path, int64_t seq) {
@@ -161,39 +152,29 @@ std::string read_text(const std::string& path, int64_t seq) {
   return text;
 }
 
-// A batch of random windows of `tokens`: inputs [B, T] and the next-character targets [B, T].
-std::pair<mpt::Tensor, mpt::Tensor> batch(const std::vector<int64_t>& tokens, int64_t B, int64_t T,
-                                          std::mt19937_64& rng, mpt::Device device) {
-  std::uniform_int_distribution<int64_t> start(0, static_cast<int64_t>(tokens.size()) - T - 2);
-  std::vector<int64_t> x(static_cast<size_t>(B * T)), y(x.size());
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t s = start(rng);
-    std::copy_n(tokens.begin() + s, T, x.begin() + b * T);
-    std::copy_n(tokens.begin() + s + 1, T, y.begin() + b * T);
-  }
-  return {mpt::Tensor::from_vector(x, {B, T}, device), mpt::Tensor::from_vector(y, {B, T}, device)};
-}
-
-double evaluate(const mpt::nn::GPT& model, const std::vector<int64_t>& tokens, const Options& o, mpt::Device device,
-                const mpt::amp::Policy& policy) {
+// The mean loss over --eval-batches batches of the validation split: the same windows at every evaluation (a sampler
+// seeded with --seed + 1, from its start), the same on every rank.
+double evaluate(const mpt::nn::GPT& model, const std::shared_ptr<const mpt::data::TokenSource>& val, const Options& o,
+                mpt::Device device, const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
   mpt::amp::Autocast autocast(policy);
-  std::mt19937_64 rng(o.seed + 1);  // the same windows at every evaluation
+  mpt::data::DataLoader loader(val, {.batch = o.batch, .seq = o.seq, .seed = o.seed + 1, .prefetch = 1,
+                                     .device = device});
   double total = 0;
   for (int64_t i = 0; i < o.eval_batches; ++i) {
-    auto [x, y] = batch(tokens, o.batch, o.seq, rng, device);
-    total += model.loss(x, y).item<double>();
+    const mpt::data::Batch b = loader.next();
+    total += model.loss(b.x, b.y).item<double>();
   }
   return total / static_cast<double>(o.eval_batches);
 }
 
 // Samples `n` characters after a one-character prompt (temperature 1, top-all).
-std::string sample(const mpt::nn::GPT& model, const CharCodec& codec, int64_t n, mpt::Device device, uint64_t seed,
-                   const mpt::amp::Policy& policy) {
+std::string sample(const mpt::nn::GPT& model, const mpt::data::CharTokenizer& tokenizer, int64_t n, mpt::Device device,
+                   uint64_t seed, const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
   mpt::amp::Autocast autocast(policy);
   std::mt19937_64 rng(seed);
-  std::vector<int64_t> context{codec.index['\n'] >= 0 ? codec.index['\n'] : 0};
+  std::vector<int64_t> context{std::max(tokenizer.id_of('\n'), 0)};
   std::string out;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(context.size()), model.config().block_size);
@@ -202,7 +183,7 @@ std::string sample(const mpt::nn::GPT& model, const CharCodec& codec, int64_t n,
     const std::vector<float> last = mpt::ops::softmax(logits.select(1, T - 1)).to_vector<float>();
     std::discrete_distribution<int64_t> pick(last.begin(), last.end());
     context.push_back(pick(rng));
-    out.push_back(static_cast<char>(codec.chars[static_cast<size_t>(context.back())]));
+    out.push_back(tokenizer.alphabet()[static_cast<size_t>(context.back())]);
   }
   return out;
 }
@@ -226,25 +207,25 @@ void check_memory(const mpt::nn::GPTConfig& config, const Options& o, mpt::Devic
             o.checkpoint ? "" : ", or add --checkpoint-activations");
 }
 
-// Where a checkpoint continues the run: the data sampler's state and the counters of the run so far.
-nlohmann::json data_state(const std::mt19937_64& rng, int64_t skipped, const std::string& text) {
-  std::ostringstream sampler;
-  sampler << rng;
-  return {{"sampler", "mt19937_64"}, {"sampler_state", sampler.str()}, {"skipped_steps", skipped},
+// Where a checkpoint continues the run: the loader's position (of the batches trained on, not the prefetched ones)
+// and the counters of the run so far.
+nlohmann::json data_state(const mpt::data::DataLoader& loader, int64_t skipped, const std::string& text) {
+  return {{"loader", nlohmann::json::parse(loader.state_json())}, {"skipped_steps", skipped},
           {"text_bytes", text.size()}, {"text_fnv1a", mpt_examples::text_fingerprint(text)}};
 }
 
 void restore_data_state(const std::string& json_text, const std::string& where, const std::string& text,
-                        std::mt19937_64& rng, int64_t& skipped) {
+                        mpt::data::DataLoader& loader, int64_t& skipped) {
   const nlohmann::json d = nlohmann::json::parse(json_text);
   try {
     MPT_CHECK(d.at("text_bytes").get<size_t>() == text.size() &&
               d.at("text_fnv1a").get<uint64_t>() == mpt_examples::text_fingerprint(text),
               "[train_gpt] {}: the checkpoint was trained on another text ({} bytes); this run reads {} bytes "
               "(give the same --data)", where, d.at("text_bytes").get<size_t>(), text.size());
-    std::istringstream sampler(d.at("sampler_state").get<std::string>());
-    sampler >> rng;
-    MPT_CHECK(!sampler.fail(), "[train_gpt] {}: data.sampler_state is not an mt19937_64 state", where);
+    MPT_CHECK(d.contains("loader"), "[train_gpt] {}: the checkpoint was saved by an older train_gpt, whose random "
+              "windows this version no longer draws: start a new run (or resume with the version that saved it)",
+              where);
+    loader.load_state_json(d.at("loader").dump());
     skipped = d.at("skipped_steps").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     MPT_THROW("[train_gpt] {}: the checkpoint's data state: {}", where, e.what());
@@ -271,16 +252,16 @@ void run(const Options& o) {
                o.batch, world * o.batch, o.bucket_mb, o.grad_compression, o.zero1 ? "; ZeRO-1 optimizer shards" : "");
   }
   const std::string text = read_text(o.data, o.seq);
-  const CharCodec codec(text);
-  std::vector<int64_t> tokens;
-  tokens.reserve(text.size());
-  for (unsigned char c : text) tokens.push_back(codec.index[c]);
-  const size_t split = tokens.size() * 9 / 10;
-  const std::vector<int64_t> train(tokens.begin(), tokens.begin() + static_cast<int64_t>(split));
-  const std::vector<int64_t> val(tokens.begin() + static_cast<int64_t>(split), tokens.end());
+  const mpt::data::CharTokenizer tokenizer = mpt::data::CharTokenizer::from_text(text);
+  const std::vector<int32_t> tokens = tokenizer.encode(text);
+  const auto split = static_cast<std::ptrdiff_t>(tokens.size() * 9 / 10);
+  const auto train = std::make_shared<const mpt::data::TokenVector>(
+      std::vector<int32_t>(tokens.begin(), tokens.begin() + split), tokenizer.vocab_size());
+  const auto val = std::make_shared<const mpt::data::TokenVector>(
+      std::vector<int32_t>(tokens.begin() + split, tokens.end()), tokenizer.vocab_size());
 
   mpt::nn::GPTConfig config;
-  config.vocab_size = static_cast<int64_t>(codec.chars.size());
+  config.vocab_size = tokenizer.vocab_size();
   config.block_size = o.seq;
   config.n_layer = o.layers;
   config.n_head = o.heads;
@@ -295,7 +276,7 @@ void run(const Options& o) {
   model.set_activation_checkpointing(o.checkpoint);
   fmt::print("data: {} ({} characters, vocab {}; {} train / {} val tokens)\n",
              o.data.empty() ? "tinyshakespeare (built in; --data or MPT_DATA choose another text)" : o.data, text.size(),
-             config.vocab_size, train.size(), val.size());
+             config.vocab_size, train->size(), val->size());
   fmt::print("model: GPT-2 {} layers, {} heads, {} wide, context {}: {:.2f}M parameters; batch {} x {}\n", o.layers,
              o.heads, o.embd, o.seq, static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
 
@@ -315,14 +296,17 @@ void run(const Options& o) {
                         {.lr = o.lr, .betas = {0.9, 0.95}, .moments = moment_storage(o.moments)});
   mpt::optim::WarmupCosineLr schedule(
       opt, {.max_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = o.warmup, .total_steps = o.steps});
-  std::mt19937_64 rng(o.seed);
+  // This rank's batches (its share of each global batch of ranks x --batch windows), read on a worker thread while
+  // the step runs; on a GPU copied asynchronously from page-locked memory.
+  mpt::data::DataLoader loader(train, {.batch = o.batch, .seq = o.seq, .rank = rank, .world = world, .seed = o.seed,
+                                       .prefetch = 2, .device = device});
   int64_t skipped = 0, start_step = 0;
   mpt::io::TrainingState state{.model = &model, .optimizer = &opt, .schedule = &schedule, .scaler = &scaler,
                                .fp8 = policy.fp8_state.get(), .precision = o.precision, .comm = comm.get(),
                                .optimizer_sharded = o.zero1};
   if (!o.resume.empty()) {
     const mpt::io::CheckpointInfo info = mpt::io::load_checkpoint(o.resume, state);
-    restore_data_state(info.data_json, (info.path / "state.json").string(), text, rng, skipped);
+    restore_data_state(info.data_json, (info.path / "state.json").string(), text, loader, skipped);
     start_step = info.step;
     MPT_CHECK(start_step < o.steps, "[train_gpt] the checkpoint {} is at step {}, the end of this run (--steps {}): "
               "give a larger --steps to train on", info.path.string(), start_step, o.steps);
@@ -333,7 +317,7 @@ void run(const Options& o) {
     const auto t0 = std::chrono::steady_clock::now();
     state.step = steps_done;
     state.run_config_json = saved_options(o).dump();
-    state.data_json = data_state(rng, skipped, text).dump();
+    state.data_json = data_state(loader, skipped, text).dump();
     const std::filesystem::path dir = mpt::io::save_checkpoint(o.save_dir, state, {.keep = o.keep});
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("saved checkpoint {} ({:.0f} ms)\n", dir.string(), ms);
@@ -357,14 +341,9 @@ void run(const Options& o) {
         o.grad_accum,
         [&](int64_t micro) {
           if (micro + 1 < o.grad_accum) no_sync.emplace(dp); else no_sync.reset();
-          // The global batch from the shared generator, this rank's rows of it (one process: all of them).
-          auto [x, y] = batch(train, o.batch * world, o.seq, rng, device);
-          if (world > 1) {
-            x = x.slice(0, rank * o.batch, (rank + 1) * o.batch).contiguous();
-            y = y.slice(0, rank * o.batch, (rank + 1) * o.batch).contiguous();
-          }
+          const mpt::data::Batch b = loader.next();
           mpt::amp::Autocast autocast(policy);
-          return mpt::amp::MicroBatchLoss{model.loss(x, y), o.batch * o.seq};
+          return mpt::amp::MicroBatchLoss{model.loss(b.x, b.y), o.batch * o.seq};
         },
         {.normalization = mpt::amp::LossNormalization::MicroBatchMean, .total_tokens = 0,
          .scale_loss = [&](const mpt::Tensor& l) { return scaler.scale(l); }});
@@ -400,14 +379,17 @@ void run(const Options& o) {
     total_ms += ms;
     if (log_step) {
       const double tps = tokens_per_step * static_cast<double>(window_steps) / window_ms * 1e3;
-      fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s{}{}\n", step,
-                 o.steps, loss_value, lr, norm, ms, tps,
+      // Time the step waited for its batches (the loader's worker was behind), per step of the window.
+      const double data_wait_ms = loader.take_wait_seconds() * 1e3 / static_cast<double>(window_steps);
+      fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s | data wait "
+                 "{:.2f} ms{}{}\n", step, o.steps, loss_value, lr, norm, ms, tps, data_wait_ms,
                  scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string(),
                  world > 1 ? fmt::format(" | comm hidden {:.0f}%, wait {:.1f} ms", 100 * hidden_sum / window_steps,
                                          wait_ms_sum / window_steps)
                            : std::string());
       hidden_sum = wait_ms_sum = 0;
-      log.write({{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps}});
+      log.write({{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps},
+                 {"data_wait_ms", data_wait_ms}});
       window_ms = 0;
       window_steps = 0;
       std::fflush(stdout);
@@ -450,7 +432,7 @@ void run(const Options& o) {
   fmt::print("peak memory on {}: {:.1f} MiB\n", device, static_cast<double>(stats.peak_bytes) / (1 << 20));
   if (o.sample_chars > 0) {
     model.eval();
-    fmt::print("sample:\n{}\n", sample(model, codec, o.sample_chars, device, o.seed, policy));
+    fmt::print("sample:\n{}\n", sample(model, tokenizer, o.sample_chars, device, o.seed, policy));
   }
 }
 
