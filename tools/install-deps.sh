@@ -13,7 +13,7 @@ set -euo pipefail
 # clang and libclang-rt-14-dev: libFuzzer, for the fuzz targets of the sanitizer build (tests/fuzz).
 packages=(cmake ninja-build g++ ccache libfmt-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
           libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev libxxhash-dev
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev libsentencepiece-dev)
 tools=0
 for arg in "$@"; do
   case "$arg" in

@@ -2,10 +2,12 @@
 #include "mpt/data/tokenizer.h"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "data/base64.h"
 #include "io/durable_file.h"
 #include "mpt/core/error.h"
 
@@ -82,7 +84,16 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
       }
       return std::make_unique<CharTokenizer>(std::move(alphabet));
     }
-    MPT_THROW("[tokenizer] '{}': unknown kind '{}' (this build knows \"char\")", path.string(), kind);
+    if (kind == "bpe") {
+      const std::optional<std::string> model = detail::base64_decode(j.at("model_base64").get<std::string>());
+      MPT_CHECK(model.has_value(), "[tokenizer] '{}': model_base64 is not base64", path.string());
+      try {
+        return std::make_unique<BpeTokenizer>(BpeTokenizer::from_model(*model));
+      } catch (const Error& e) {
+        MPT_THROW("[tokenizer] '{}': {}", path.string(), e.what());
+      }
+    }
+    MPT_THROW("[tokenizer] '{}': unknown kind '{}' (this build knows \"char\" and \"bpe\")", path.string(), kind);
   } catch (const nlohmann::json::exception& e) {
     MPT_THROW("[tokenizer] '{}' is not a valid tokenizer file: {}", path.string(), e.what());
   }

@@ -1,4 +1,4 @@
-// mpt/data/tokenizer.h: text <-> token ids: the Tokenizer interface and the character-level tokenizer.
+// mpt/data/tokenizer.h: text <-> token ids: the Tokenizer interface, characters, and BPE trained by SentencePiece.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ class Tokenizer {
   // Ids outside [0, vocab_size()) are an error naming the id and its position.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int64_t vocab_size() const = 0;
-  virtual std::string kind() const = 0;  // "char"
+  virtual std::string kind() const = 0;  // "char", "bpe"
   // Writes what load_tokenizer needs to make the same tokenizer (through a temporary file and a rename).
   virtual void save(const std::filesystem::path& path) const = 0;
 };
@@ -43,6 +43,42 @@ class CharTokenizer final : public Tokenizer {
  private:
   std::string alphabet_;
   int32_t index_[256];
+};
+
+struct BpeTrainOptions {
+  int64_t vocab_size = 4096;      // pieces, the 256 byte pieces and "\n" included
+  int threads = 2;                // SentencePiece's training threads
+  int64_t max_sentences = 1 << 21;  // lines used for training (SentencePiece samples that many beyond it)
+};
+
+// Byte-pair encoding trained by SentencePiece (libsentencepiece) on a UTF-8 text's lines: BPE merges over its
+// characters with no normalisation, whitespace kept as it is, "\n" one piece, and every character that no piece
+// covers encoded as its UTF-8 bytes' pieces (byte fallback), so every UTF-8 text encodes and decode(encode(t)) == t
+// exactly. Bytes that are not UTF-8 are an error naming their offset (SentencePiece would replace them with U+FFFD;
+// the character tokenizer takes any bytes). Ids:
+// 0 is <unk> (never produced: byte fallback covers everything), 1 is "\n", 2..257 the bytes <0x00>..<0xFF>, then the
+// merges. Training is deterministic for a given text and options.
+class BpeTokenizer final : public Tokenizer {
+ public:
+  static BpeTokenizer train(std::string_view text, const BpeTrainOptions& options = {});
+  // A SentencePiece model (the bytes of a .model file, or model_proto()); errors say why it cannot be used.
+  static BpeTokenizer from_model(std::string serialized_model);
+  ~BpeTokenizer() override;
+  BpeTokenizer(BpeTokenizer&&) noexcept;
+  BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
+
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int64_t vocab_size() const override;
+  std::string kind() const override { return "bpe"; }
+  void save(const std::filesystem::path& path) const override;  // JSON with the model, base64
+  const std::string& model_proto() const;
+  std::string piece(int32_t id) const;  // the piece as SentencePiece shows it: a space is "\u2581", a byte "<0x41>"
+
+ private:
+  struct Impl;
+  explicit BpeTokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 // A tokenizer saved by Tokenizer::save. Errors name the file and what is wrong with it.
