@@ -1,4 +1,4 @@
-// examples/train_gpt.cpp: trains a character-level GPT-2 on a text (tinyshakespeare, built in) with AdamW, printing progress.
+// examples/train_gpt.cpp: trains a GPT-2 on a text (tinyshakespeare, built in) or token files with AdamW, printing progress.
 #include <mpt/mpt.h>
 
 #include <CLI/CLI.hpp>
@@ -37,6 +37,9 @@ namespace {
 
 struct Options {
   std::string data;
+  std::string tokens;            // a directory from mpt-tokenize (train.tok, val.tok, tokenizer.json) instead of --data
+  std::string tokenizer = "char";  // for --data: char or bpe (trained on the text's first nine tenths)
+  int64_t vocab_size = 2048;       // the BPE vocabulary
   // The defaults train on the built-in tinyshakespeare to a validation loss near 1.62 in about 3 minutes on 2 CPU
   // cores (docs/examples.md).
   int64_t steps = 2000, batch = 16, seq = 128, layers = 4, heads = 6, embd = 192;
@@ -67,7 +70,8 @@ mpt::dist::GradCompression grad_compression(const std::string& name) {
 
 // The options a checkpoint records, by the flag that sets them: a resumed run takes each one it is not given.
 #define MPT_TRAIN_GPT_SAVED(X)                                                                                       \
-  X(data, "--data") X(steps, "--steps") X(batch, "--batch") X(seq, "--seq") X(layers, "--layers")                  \
+  X(data, "--data") X(tokens, "--tokens") X(tokenizer, "--tokenizer") X(vocab_size, "--vocab-size")             \
+  X(steps, "--steps") X(batch, "--batch") X(seq, "--seq") X(layers, "--layers")                  \
   X(heads, "--heads") X(embd, "--embd") X(lr, "--lr") X(min_lr, "--min-lr") X(weight_decay, "--weight-decay")      \
   X(clip, "--clip") X(dropout, "--dropout") X(warmup, "--warmup") X(log_every, "--log-every")                       \
   X(eval_every, "--eval-every") X(eval_batches, "--eval-batches") X(sample_chars, "--sample") X(seed, "--seed")     \
@@ -154,6 +158,68 @@ std::string read_text(const std::string& path, int64_t seq) {
 
 // The mean loss over --eval-batches batches of the validation split: the same windows at every evaluation (a sampler
 // seeded with --seed + 1, from its start), the same on every rank.
+// The token streams a run trains and validates on, their tokenizer, and what identifies them in a checkpoint.
+struct Corpus {
+  std::unique_ptr<mpt::data::Tokenizer> tokenizer;
+  std::shared_ptr<const mpt::data::TokenSource> train, val;
+  std::string description;
+  nlohmann::json identity;
+};
+
+uint64_t file_fingerprint(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return mpt_examples::text_fingerprint(s.str());
+}
+
+// --tokens DIR: mpt-tokenize's files, mapped. Otherwise the text (--data, or the built-in one) tokenized here: by
+// bytes, or by a BPE model trained on its first nine tenths; the last tenth of the ids is the validation split.
+Corpus load_corpus(const Options& o) {
+  Corpus c;
+  if (!o.tokens.empty()) {
+    const std::filesystem::path dir(o.tokens);
+    for (const char* name : {"train.tok", "val.tok", "tokenizer.json"})
+      MPT_CHECK(std::filesystem::is_regular_file(dir / name), "[train_gpt] --tokens {}: no {} there (make the "
+                "directory with: mpt-tokenize --input TEXT --out {})", o.tokens, name, o.tokens);
+    c.tokenizer = mpt::data::load_tokenizer(dir / "tokenizer.json");
+    c.train = std::make_shared<const mpt::data::TokenFile>(dir / "train.tok");
+    c.val = std::make_shared<const mpt::data::TokenFile>(dir / "val.tok");
+    for (const auto& t : {c.train, c.val})
+      MPT_CHECK(t->vocab_size() == c.tokenizer->vocab_size(), "[train_gpt] --tokens {}: a token file has vocabulary "
+                "{} but tokenizer.json {}: the files come from different mpt-tokenize runs", o.tokens,
+                t->vocab_size(), c.tokenizer->vocab_size());
+    c.description = fmt::format("{} (token files", o.tokens);
+    c.identity = {{"tokens_train", c.train->size()}, {"tokens_val", c.val->size()},
+                  {"tokenizer_fnv1a", file_fingerprint(dir / "tokenizer.json")}};
+  } else {
+    const std::string text = read_text(o.data, o.seq);
+    const size_t cut = text.size() * 9 / 10;
+    if (o.tokenizer == "bpe") {
+      c.tokenizer = std::make_unique<mpt::data::BpeTokenizer>(mpt::data::BpeTokenizer::train(
+          std::string_view(text).substr(0, cut), {.vocab_size = o.vocab_size}));
+    } else {
+      MPT_CHECK(o.tokenizer == "char", "[train_gpt] unknown --tokenizer '{}': expected char or bpe", o.tokenizer);
+      c.tokenizer = std::make_unique<mpt::data::CharTokenizer>(mpt::data::CharTokenizer::from_text(text));
+    }
+    const std::vector<int32_t> ids = c.tokenizer->encode(text);
+    const auto split = static_cast<std::ptrdiff_t>(ids.size() * 9 / 10);
+    const int64_t v = c.tokenizer->vocab_size();
+    c.train = std::make_shared<const mpt::data::TokenVector>(std::vector<int32_t>(ids.begin(), ids.begin() + split), v);
+    c.val = std::make_shared<const mpt::data::TokenVector>(std::vector<int32_t>(ids.begin() + split, ids.end()), v);
+    c.description = fmt::format("{} ({} characters", o.data.empty() ?
+                                "tinyshakespeare (built in; --data or MPT_DATA choose another text)" : o.data,
+                                text.size());
+    c.identity = {{"text_bytes", text.size()}, {"text_fnv1a", mpt_examples::text_fingerprint(text)},
+                  {"tokenizer", o.tokenizer}, {"vocab", v}};
+  }
+  // One batch of windows of seq + 1 tokens must fit in each split (the sampler needs whole windows).
+  MPT_CHECK(c.val->size() / (o.seq + 1) >= o.batch, "[train_gpt] the validation split has {} tokens, fewer than one "
+            "batch of {} windows of {} (--seq + 1): use more data, or a smaller --batch or --seq", c.val->size(),
+            o.batch, o.seq + 1);
+  return c;
+}
+
 double evaluate(const mpt::nn::GPT& model, const std::shared_ptr<const mpt::data::TokenSource>& val, const Options& o,
                 mpt::Device device, const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
@@ -168,14 +234,15 @@ double evaluate(const mpt::nn::GPT& model, const std::shared_ptr<const mpt::data
   return total / static_cast<double>(o.eval_batches);
 }
 
-// Samples `n` characters after a one-character prompt (temperature 1, top-all).
-std::string sample(const mpt::nn::GPT& model, const mpt::data::CharTokenizer& tokenizer, int64_t n, mpt::Device device,
+// Samples `n` tokens after a newline (temperature 1, top-all) and decodes them.
+std::string sample(const mpt::nn::GPT& model, const mpt::data::Tokenizer& tokenizer, int64_t n, mpt::Device device,
                    uint64_t seed, const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
   mpt::amp::Autocast autocast(policy);
   std::mt19937_64 rng(seed);
-  std::vector<int64_t> context{std::max(tokenizer.id_of('\n'), 0)};
-  std::string out;
+  const auto* chars = dynamic_cast<const mpt::data::CharTokenizer*>(&tokenizer);
+  const int64_t newline = chars != nullptr ? std::max(chars->id_of('\n'), 0) : tokenizer.encode("\n").at(0);
+  std::vector<int64_t> context{newline};
   for (int64_t i = 0; i < n; ++i) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(context.size()), model.config().block_size);
     const std::vector<int64_t> window(context.end() - T, context.end());
@@ -183,9 +250,8 @@ std::string sample(const mpt::nn::GPT& model, const mpt::data::CharTokenizer& to
     const std::vector<float> last = mpt::ops::softmax(logits.select(1, T - 1)).to_vector<float>();
     std::discrete_distribution<int64_t> pick(last.begin(), last.end());
     context.push_back(pick(rng));
-    out.push_back(tokenizer.alphabet()[static_cast<size_t>(context.back())]);
   }
-  return out;
+  return tokenizer.decode(std::vector<int32_t>(context.begin() + 1, context.end()));
 }
 
 // Refuses a configuration whose weights, optimizer state and activations cannot fit in the device's memory,
@@ -209,22 +275,20 @@ void check_memory(const mpt::nn::GPTConfig& config, const Options& o, mpt::Devic
 
 // Where a checkpoint continues the run: the loader's position (of the batches trained on, not the prefetched ones)
 // and the counters of the run so far.
-nlohmann::json data_state(const mpt::data::DataLoader& loader, int64_t skipped, const std::string& text) {
-  return {{"loader", nlohmann::json::parse(loader.state_json())}, {"skipped_steps", skipped},
-          {"text_bytes", text.size()}, {"text_fnv1a", mpt_examples::text_fingerprint(text)}};
+nlohmann::json data_state(const mpt::data::DataLoader& loader, int64_t skipped, const nlohmann::json& corpus) {
+  return {{"loader", nlohmann::json::parse(loader.state_json())}, {"skipped_steps", skipped}, {"corpus", corpus}};
 }
 
-void restore_data_state(const std::string& json_text, const std::string& where, const std::string& text,
+void restore_data_state(const std::string& json_text, const std::string& where, const nlohmann::json& corpus,
                         mpt::data::DataLoader& loader, int64_t& skipped) {
   const nlohmann::json d = nlohmann::json::parse(json_text);
   try {
-    MPT_CHECK(d.at("text_bytes").get<size_t>() == text.size() &&
-              d.at("text_fnv1a").get<uint64_t>() == mpt_examples::text_fingerprint(text),
-              "[train_gpt] {}: the checkpoint was trained on another text ({} bytes); this run reads {} bytes "
-              "(give the same --data)", where, d.at("text_bytes").get<size_t>(), text.size());
-    MPT_CHECK(d.contains("loader"), "[train_gpt] {}: the checkpoint was saved by an older train_gpt, whose random "
-              "windows this version no longer draws: start a new run (or resume with the version that saved it)",
-              where);
+    MPT_CHECK(d.contains("loader") && d.contains("corpus"), "[train_gpt] {}: the checkpoint was saved by an older "
+              "train_gpt, whose random windows this version no longer draws: start a new run (or resume with the "
+              "version that saved it)", where);
+    const nlohmann::json& saved = d.at("corpus");
+    MPT_CHECK(saved == corpus, "[train_gpt] {}: the checkpoint was trained on other data ({}); this run reads {} (give "
+              "the same --data, --tokens, --tokenizer and --vocab-size)", where, saved.dump(), corpus.dump());
     loader.load_state_json(d.at("loader").dump());
     skipped = d.at("skipped_steps").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
@@ -251,14 +315,10 @@ void run(const Options& o) {
     fmt::print("data parallel: {} ranks x batch {} = {} sequences per step; buckets {} MB; gradients {}{}\n", world,
                o.batch, world * o.batch, o.bucket_mb, o.grad_compression, o.zero1 ? "; ZeRO-1 optimizer shards" : "");
   }
-  const std::string text = read_text(o.data, o.seq);
-  const mpt::data::CharTokenizer tokenizer = mpt::data::CharTokenizer::from_text(text);
-  const std::vector<int32_t> tokens = tokenizer.encode(text);
-  const auto split = static_cast<std::ptrdiff_t>(tokens.size() * 9 / 10);
-  const auto train = std::make_shared<const mpt::data::TokenVector>(
-      std::vector<int32_t>(tokens.begin(), tokens.begin() + split), tokenizer.vocab_size());
-  const auto val = std::make_shared<const mpt::data::TokenVector>(
-      std::vector<int32_t>(tokens.begin() + split, tokens.end()), tokenizer.vocab_size());
+  const Corpus corpus = load_corpus(o);
+  const mpt::data::Tokenizer& tokenizer = *corpus.tokenizer;
+  const std::shared_ptr<const mpt::data::TokenSource>& train = corpus.train;
+  const std::shared_ptr<const mpt::data::TokenSource>& val = corpus.val;
 
   mpt::nn::GPTConfig config;
   config.vocab_size = tokenizer.vocab_size();
@@ -274,9 +334,8 @@ void run(const Options& o) {
   mpt::manual_seed(o.seed);  // the dropout stream
   mpt::nn::GPT model(config);
   model.set_activation_checkpointing(o.checkpoint);
-  fmt::print("data: {} ({} characters, vocab {}; {} train / {} val tokens)\n",
-             o.data.empty() ? "tinyshakespeare (built in; --data or MPT_DATA choose another text)" : o.data, text.size(),
-             config.vocab_size, train->size(), val->size());
+  fmt::print("data: {}, vocab {}; {} train / {} val tokens; {} tokenizer)\n", corpus.description, config.vocab_size,
+             train->size(), val->size(), tokenizer.kind());
   fmt::print("model: GPT-2 {} layers, {} heads, {} wide, context {}: {:.2f}M parameters; batch {} x {}\n", o.layers,
              o.heads, o.embd, o.seq, static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
 
@@ -306,7 +365,7 @@ void run(const Options& o) {
                                .optimizer_sharded = o.zero1};
   if (!o.resume.empty()) {
     const mpt::io::CheckpointInfo info = mpt::io::load_checkpoint(o.resume, state);
-    restore_data_state(info.data_json, (info.path / "state.json").string(), text, loader, skipped);
+    restore_data_state(info.data_json, (info.path / "state.json").string(), corpus.identity, loader, skipped);
     start_step = info.step;
     MPT_CHECK(start_step < o.steps, "[train_gpt] the checkpoint {} is at step {}, the end of this run (--steps {}): "
               "give a larger --steps to train on", info.path.string(), start_step, o.steps);
@@ -317,7 +376,7 @@ void run(const Options& o) {
     const auto t0 = std::chrono::steady_clock::now();
     state.step = steps_done;
     state.run_config_json = saved_options(o).dump();
-    state.data_json = data_state(loader, skipped, text).dump();
+    state.data_json = data_state(loader, skipped, corpus.identity).dump();
     const std::filesystem::path dir = mpt::io::save_checkpoint(o.save_dir, state, {.keep = o.keep});
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("saved checkpoint {} ({:.0f} ms)\n", dir.string(), ms);
@@ -439,11 +498,15 @@ void run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mptrain train_gpt: a character-level GPT-2 trained on a text file (CPU when no GPU is usable)"};
+  CLI::App app{"mptrain train_gpt: a GPT-2 trained on a text (by characters or BPE) or on token files (CPU when no GPU is usable)"};
   Options o;
   const char* env = std::getenv("MPT_DATA");
   o.data = env != nullptr ? env : "";
   app.add_option("--data", o.data, "training text (default: $MPT_DATA, else the built-in tinyshakespeare)");
+  app.add_option("--tokens", o.tokens, "train on mpt-tokenize's token files in this directory instead of a text");
+  app.add_option("--tokenizer", o.tokenizer, "how --data is tokenized: char (bytes) or bpe (SentencePiece BPE trained "
+                 "on the text)")->check(CLI::IsMember({"char", "bpe"}));
+  app.add_option("--vocab-size", o.vocab_size, "the BPE vocabulary size")->check(CLI::Range(260, 1 << 20));
   app.add_option("--steps", o.steps, "optimizer steps")->check(CLI::PositiveNumber);
   app.add_option("--batch", o.batch, "sequences per step")->check(CLI::PositiveNumber);
   app.add_option("--seq", o.seq, "sequence length (the model's context)")->check(CLI::PositiveNumber);
@@ -460,7 +523,7 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", o.eval_every, "steps between validation losses (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--eval-batches", o.eval_batches, "batches per validation loss")->check(CLI::PositiveNumber);
-  app.add_option("--sample", o.sample_chars, "characters to sample at the end");
+  app.add_option("--sample", o.sample_chars, "tokens to sample at the end (characters with --tokenizer char)");
   app.add_option("--seed", o.seed, "initialisation and data-order seed");
   app.add_flag("--checkpoint-activations", o.checkpoint, "recompute each block in backward (less memory)");
   app.add_option("--precision", o.precision,
