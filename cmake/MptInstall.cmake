@@ -15,5 +15,5 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mptrainConfig.cmake.in
   ${PROJECT_BINARY_DIR}/mptrainConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mptrain)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/mptrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/mptrainConfig.cmake ${PROJECT_BINARY_DIR}/mptrainConfigVersion.cmake
-              ${PROJECT_SOURCE_DIR}/cmake/FindSentencePiece.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/FindSentencePiece.cmake ${PROJECT_SOURCE_DIR}/cmake/FindPCRE2.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mptrain)

@@ -31,13 +31,15 @@ std::string read_file(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"mpt-tokenize: tokenizes a text into DIR/train.tok and DIR/val.tok (token files) and DIR/tokenizer.json"};
-  std::string input, out, kind = "bpe";
+  std::string input, out, kind = "bpe", vocab_json, merges_txt;
   int64_t vocab_size = 4096;
   double val_fraction = 0.1;
   app.add_option("--input", input, "the text (default: the built-in tinyshakespeare)");
   app.add_option("--out", out, "output directory (created)")->required();
-  app.add_option("--tokenizer", kind, "char (one id per byte) or bpe (trained by SentencePiece on the text)")
-      ->check(CLI::IsMember({"char", "bpe"}));
+  app.add_option("--tokenizer", kind, "char (one id per byte), bpe (trained by SentencePiece on the text) or gpt2 "
+                 "(GPT-2's byte-level BPE from --vocab and --merges)")->check(CLI::IsMember({"char", "bpe", "gpt2"}));
+  app.add_option("--vocab", vocab_json, "GPT-2's vocab.json (--tokenizer gpt2)");
+  app.add_option("--merges", merges_txt, "GPT-2's merges.txt (--tokenizer gpt2)");
   app.add_option("--vocab-size", vocab_size, "BPE vocabulary size")->check(CLI::Range(260, 1 << 20));
   app.add_option("--val-fraction", val_fraction, "the text's last fraction, kept for validation")
       ->check(CLI::Range(0.0, 0.5));
@@ -49,6 +51,10 @@ int main(int argc, char** argv) {
     std::unique_ptr<mpt::data::Tokenizer> tok;
     if (kind == "char") {
       tok = std::make_unique<mpt::data::CharTokenizer>(mpt::data::CharTokenizer::from_text(text));
+    } else if (kind == "gpt2") {
+      MPT_CHECK(!vocab_json.empty() && !merges_txt.empty(), "[mpt-tokenize] --tokenizer gpt2 needs --vocab vocab.json "
+                "and --merges merges.txt (GPT-2's files, e.g. from the Hugging Face hub's gpt2 repository)");
+      tok = std::make_unique<mpt::data::Gpt2BpeTokenizer>(mpt::data::Gpt2BpeTokenizer::from_files(vocab_json, merges_txt));
     } else {
       // Trained on the training part only, so validation measures text the tokenizer has not seen either.
       const size_t cut = text.size() - static_cast<size_t>(static_cast<double>(text.size()) * val_fraction);

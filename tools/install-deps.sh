@@ -11,9 +11,10 @@
 set -euo pipefail
 # ocl-icd-opencl-dev: Debian's dnnl-config.cmake requires OpenCL, which libdnnl-dev only recommends.
 # clang and libclang-rt-14-dev: libFuzzer, for the fuzz targets of the sanitizer build (tests/fuzz).
+# libsentencepiece-dev and libpcre2-dev: the BPE tokenizers (SentencePiece training; GPT-2's pre-tokenizer regex).
 packages=(cmake ninja-build g++ ccache libfmt-dev libgtest-dev libgmock-dev libdnnl-dev ocl-icd-opencl-dev
           libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin libboost-context-dev libxxhash-dev
-          clang libclang-rt-14-dev libsentencepiece-dev)
+          clang libclang-rt-14-dev libsentencepiece-dev libpcre2-dev)
 tools=0
 for arg in "$@"; do
   case "$arg" in

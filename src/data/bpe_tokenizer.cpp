@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "data/base64.h"
+#include "data/utf8.h"
 #include "io/durable_file.h"
 #include "mpt/core/error.h"
 #include "mpt/data/tokenizer.h"
@@ -50,31 +51,6 @@ class Lines final : public sentencepiece::SentenceIterator {
   bool done_ = false;
 };
 
-// The offset of the first byte that does not start or continue a valid UTF-8 sequence (RFC 3629: no overlong forms,
-// no surrogates, at most U+10FFFF), or text.size().
-size_t first_invalid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = s[i];
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return i;
-    if (i + len > n) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const unsigned b = s[i + k];
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
-    }
-    i += len;
-  }
-  return n;
-}
-
 }  // namespace
 
 BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -88,7 +64,7 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, const BpeTrainOptions& o
             o.vocab_size);
   MPT_CHECK(text.find_first_not_of('\n') != std::string_view::npos,
             "[BpeTokenizer] the training text has no line with any character in it");
-  const size_t bad = first_invalid_utf8(text);
+  const size_t bad = detail::first_invalid_utf8(text);
   MPT_CHECK(bad == text.size(), "[BpeTokenizer] the training text is not UTF-8 at byte offset {}: the BPE tokenizer "
             "is trained on UTF-8 text", bad);
   const std::unordered_map<std::string, std::string> args{
@@ -117,7 +93,7 @@ BpeTokenizer BpeTokenizer::from_model(std::string serialized) {
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
-  const size_t bad = first_invalid_utf8(text);
+  const size_t bad = detail::first_invalid_utf8(text);
   MPT_CHECK(bad == text.size(), "[BpeTokenizer] the text is not UTF-8 at byte offset {} (byte 0x{:02X}): the BPE "
             "tokenizer encodes UTF-8 text; the character tokenizer takes any bytes", bad,
             static_cast<unsigned>(static_cast<unsigned char>(text[bad])));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/base64.h"
+#include "data/gpt2_bpe.h"
 #include "io/durable_file.h"
 #include "mpt/core/error.h"
 
@@ -93,7 +94,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
         MPT_THROW("[tokenizer] '{}': {}", path.string(), e.what());
       }
     }
-    MPT_THROW("[tokenizer] '{}': unknown kind '{}' (this build knows \"char\" and \"bpe\")", path.string(), kind);
+    if (kind == "gpt2") return detail::gpt2_from_json(j, path.string());
+    MPT_THROW("[tokenizer] '{}': unknown kind '{}' (this build knows \"char\", \"bpe\" and \"gpt2\")", path.string(),
+              kind);
   } catch (const nlohmann::json::exception& e) {
     MPT_THROW("[tokenizer] '{}' is not a valid tokenizer file: {}", path.string(), e.what());
   }

@@ -1,4 +1,4 @@
-// mpt/data/tokenizer.h: text <-> token ids: the Tokenizer interface, characters, and BPE trained by SentencePiece.
+// mpt/data/tokenizer.h: text <-> token ids: the Tokenizer interface, characters, BPE trained by SentencePiece, GPT-2 BPE.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ class Tokenizer {
   // Ids outside [0, vocab_size()) are an error naming the id and its position.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int64_t vocab_size() const = 0;
-  virtual std::string kind() const = 0;  // "char", "bpe"
+  virtual std::string kind() const = 0;  // "char", "bpe", "gpt2"
   // Writes what load_tokenizer needs to make the same tokenizer (through a temporary file and a rename).
   virtual void save(const std::filesystem::path& path) const = 0;
 };
@@ -78,6 +78,33 @@ class BpeTokenizer final : public Tokenizer {
  private:
   struct Impl;
   explicit BpeTokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// GPT-2's byte-level BPE read from its vocab.json and merges.txt (as OpenAI and Hugging Face ship them): the text's
+// bytes as GPT-2's 256 byte symbols, split by GPT-2's pre-tokenizer regex ('s, 't, ... | ?\p{L}+ | ?\p{N}+ | ...,
+// run by PCRE2 with Unicode properties), each piece merged by merge rank. Encodes UTF-8 text (other bytes are an
+// error naming their offset); decode(encode(t)) == t.
+class Gpt2BpeTokenizer final : public Tokenizer {
+ public:
+  // Errors name the file, and the line or entry that is wrong.
+  static Gpt2BpeTokenizer from_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt);
+  // The same from memory: the symbol strings by id, and the merges "left right" by rank. `where` names them in errors.
+  static Gpt2BpeTokenizer from_vocab(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                                     const std::string& where = "vocabulary");
+  ~Gpt2BpeTokenizer() override;
+  Gpt2BpeTokenizer(Gpt2BpeTokenizer&&) noexcept;
+  Gpt2BpeTokenizer& operator=(Gpt2BpeTokenizer&&) noexcept;
+
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int64_t vocab_size() const override;
+  std::string kind() const override { return "gpt2"; }
+  void save(const std::filesystem::path& path) const override;  // JSON: the vocabulary and the merges
+
+ private:
+  struct Impl;
+  explicit Gpt2BpeTokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
