@@ -10,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <new>
 #include <optional>
 #include <random>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -51,6 +53,8 @@ struct Options {
   int64_t grad_accum = 1;
   std::string log_json;
   std::string moments = "f32";  // AdamW moment storage: f32, bf16, int8
+  std::string optimizer = "adamw";  // adamw, or adamw8bit (AdamW with int8 blockwise moments)
+  int64_t freeze = -1;              // >= 0: freeze the embeddings and the first `freeze` blocks
   double init_scale = 65536;    // the fp16 GradScaler's initial scale
   // Checkpoints (not part of the saved configuration except save_every and keep).
   std::string save_dir, resume;
@@ -77,7 +81,7 @@ mpt::dist::GradCompression grad_compression(const std::string& name) {
   X(eval_every, "--eval-every") X(eval_batches, "--eval-batches") X(sample_chars, "--sample") X(seed, "--seed")     \
   X(checkpoint, "--checkpoint-activations") X(precision, "--precision") X(grad_accum, "--grad-accum")               \
   X(log_json, "--log-json") X(moments, "--moments") X(init_scale, "--init-scale") X(save_every, "--save-every")     \
-  X(keep, "--keep")
+  X(keep, "--keep") X(optimizer, "--optimizer") X(freeze, "--freeze")
 
 nlohmann::json saved_options(const Options& o) {
   nlohmann::json j = nlohmann::json::object();
@@ -100,6 +104,36 @@ void restore_options(Options& o, const nlohmann::json& saved, const std::string&
   }
   MPT_TRAIN_GPT_SAVED(MPT_RESTORE)
 #undef MPT_RESTORE
+}
+
+// Model and batch shapes by name; each sets only what the command line (or --config) does not.
+struct Preset {
+  int64_t layers, heads, embd, seq, batch;
+};
+const std::map<std::string, Preset>& presets() {
+  static const std::map<std::string, Preset> p{
+      {"tiny", {2, 2, 64, 64, 8}},        // seconds on a CPU: smoke tests and first looks
+      {"small", {6, 6, 384, 256, 16}},    // nanoGPT's shakespeare-char model
+      {"gpt2", {12, 12, 768, 1024, 8}}};  // GPT-2 124M's shape (with a GPT-2 tokenizer: --tokens)
+  return p;
+}
+
+// Returns the flags it set.
+template <class Given>
+std::set<std::string> apply_preset(Options& o, const std::string& name, Given&& given) {
+  const auto it = presets().find(name);
+  MPT_CHECK(it != presets().end(), "[train_gpt] unknown --preset '{}': expected tiny, small or gpt2", name);
+  const Preset& p = it->second;
+  std::set<std::string> set;
+  const auto put = [&](const char* flag, int64_t& field, int64_t value) {
+    if (!given(flag)) field = value, set.insert(flag);
+  };
+  put("--layers", o.layers, p.layers);
+  put("--heads", o.heads, p.heads);
+  put("--embd", o.embd, p.embd);
+  put("--seq", o.seq, p.seq);
+  put("--batch", o.batch, p.batch);
+  return set;
 }
 
 mpt::ops::MomentStorage moment_storage(const std::string& name) {
@@ -334,10 +368,21 @@ void run(const Options& o) {
   mpt::manual_seed(o.seed);  // the dropout stream
   mpt::nn::GPT model(config);
   model.set_activation_checkpointing(o.checkpoint);
+  if (o.freeze >= 0) {  // before DataParallel and the optimizer, which then leave the frozen parameters out
+    MPT_CHECK(o.freeze <= o.layers, "[train_gpt] --freeze {} exceeds --layers {}", o.freeze, o.layers);
+    model.wte().requires_grad_(false);  // also the LM head, which is tied to it
+    model.wpe().requires_grad_(false);
+    for (int64_t i = 0; i < o.freeze; ++i) model.block(static_cast<size_t>(i)).requires_grad_(false);
+  }
   fmt::print("data: {}, vocab {}; {} train / {} val tokens; {} tokenizer)\n", corpus.description, config.vocab_size,
              train->size(), val->size(), tokenizer.kind());
   fmt::print("model: GPT-2 {} layers, {} heads, {} wide, context {}: {:.2f}M parameters; batch {} x {}\n", o.layers,
              o.heads, o.embd, o.seq, static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
+  if (o.freeze >= 0) {
+    fmt::print("frozen: the embeddings (and the tied LM head) and {} of {} blocks; {:.2f}M of {:.2f}M parameters "
+               "train\n", o.freeze, o.layers, static_cast<double>(model.num_parameters(true)) / 1e6,
+               static_cast<double>(model.num_parameters()) / 1e6);
+  }
 
   const mpt::amp::Policy policy = mpt::amp::Policy::named(o.precision, o.layers, device);
   mpt::amp::GradScaler scaler(
@@ -440,8 +485,12 @@ void run(const Options& o) {
       const double tps = tokens_per_step * static_cast<double>(window_steps) / window_ms * 1e3;
       // Time the step waited for its batches (the loader's worker was behind), per step of the window.
       const double data_wait_ms = loader.take_wait_seconds() * 1e3 / static_cast<double>(window_steps);
+      const double mem_mib = static_cast<double>(mpt::memory_stats(device).peak_bytes) / (1 << 20);
+      const auto eta_s = static_cast<int64_t>(total_ms / 1e3 / static_cast<double>(step + 1 - start_step) *
+                                              static_cast<double>(o.steps - step - 1));
       fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s | data wait "
-                 "{:.2f} ms{}{}\n", step, o.steps, loss_value, lr, norm, ms, tps, data_wait_ms,
+                 "{:.2f} ms | peak mem {:.0f} MiB | ETA {}:{:02}{}{}\n", step, o.steps, loss_value, lr, norm, ms, tps,
+                 data_wait_ms, mem_mib, eta_s / 60, eta_s % 60,
                  scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string(),
                  world > 1 ? fmt::format(" | comm hidden {:.0f}%, wait {:.1f} ms", 100 * hidden_sum / window_steps,
                                          wait_ms_sum / window_steps)
@@ -531,6 +580,16 @@ int main(int argc, char** argv) {
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--log-json", o.log_json, "write progress as JSON lines to this file");
   app.add_option("--moments", o.moments, "AdamW moment storage: f32, bf16 or int8 (8-bit blockwise)");
+  app.add_option("--optimizer", o.optimizer, "adamw, or adamw8bit (AdamW with 8-bit blockwise moments: --moments int8)")
+      ->check(CLI::IsMember({"adamw", "adamw8bit"}));
+  app.add_option("--freeze", o.freeze, "freeze the embeddings (and the tied LM head) and the first N blocks")
+      ->check(CLI::NonNegativeNumber);
+  std::string preset;
+  app.add_option("--preset", preset, "model and batch shape: tiny (2x64, T 64), small (6x384, T 256: nanoGPT's "
+                 "shakespeare-char) or gpt2 (12x768, T 1024); explicit flags win")
+      ->check(CLI::IsMember({"tiny", "small", "gpt2"}));
+  app.set_config("--config", "", "a TOML file whose keys are the long flags (layers = 6, precision = \"bf16\"); "
+                 "command-line flags win");
   app.add_option("--init-scale", o.init_scale, "initial loss scale of fp16's GradScaler")->check(CLI::PositiveNumber);
   app.add_option("--bucket-mb", o.bucket_mb, "under mpirun: gradient MB per all-reduce bucket (default 25)");
   app.add_flag("--zero1", o.zero1, "under mpirun: shard the AdamW state across the ranks (ZeRO-1)");
@@ -550,6 +609,15 @@ int main(int argc, char** argv) {
                  "to fit a job's time limit")->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
+    const auto on_command_line = [&](const char* flag) { return app.count(flag) > 0; };
+    const std::set<std::string> from_preset =
+        preset.empty() ? std::set<std::string>() : apply_preset(o, preset, on_command_line);
+    const auto given = [&](const char* flag) { return on_command_line(flag) || from_preset.count(flag) != 0; };
+    if (o.optimizer == "adamw8bit") {
+      MPT_CHECK(!given("--moments") || o.moments == "int8", "[train_gpt] --optimizer adamw8bit keeps AdamW's moments "
+                "in int8; --moments {} contradicts it", o.moments);
+      o.moments = "int8";
+    }
     if (!o.resume.empty()) {
       if (o.resume == "latest") {
         MPT_CHECK(!o.save_dir.empty(), "[train_gpt] --resume latest needs --save-dir (the directory whose latest "
@@ -559,7 +627,7 @@ int main(int argc, char** argv) {
       const mpt::io::CheckpointInfo info = mpt::io::read_checkpoint_info(o.resume);
       o.resume = info.path.string();
       restore_options(o, nlohmann::json::parse(info.run_config_json), (info.path / "state.json").string(),
-                      [&](const char* flag) { return app.count(flag) > 0; });
+                      given);
       if (o.save_dir.empty() && info.path.filename().string().starts_with("step-"))
         o.save_dir = info.path.parent_path().string();  // keep saving beside the checkpoint
     }
