@@ -247,10 +247,6 @@ Corpus load_corpus(const Options& o) {
     c.identity = {{"text_bytes", text.size()}, {"text_fnv1a", mpt_examples::text_fingerprint(text)},
                   {"tokenizer", o.tokenizer}, {"vocab", v}};
   }
-  // One batch of windows of seq + 1 tokens must fit in each split (the sampler needs whole windows).
-  MPT_CHECK(c.val->size() / (o.seq + 1) >= o.batch, "[train_gpt] the validation split has {} tokens, fewer than one "
-            "batch of {} windows of {} (--seq + 1): use more data, or a smaller --batch or --seq", c.val->size(),
-            o.batch, o.seq + 1);
   return c;
 }
 
@@ -364,6 +360,11 @@ void run(const Options& o) {
   config.where.device = device;
   config.seed = o.seed;
   check_memory(config, o, device);
+  // One batch of windows of seq + 1 tokens must fit in the validation split (the sampler takes whole windows; the
+  // training split's loader says the same of it).
+  MPT_CHECK(val->size() / (o.seq + 1) >= o.batch, "[train_gpt] the validation split has {} tokens, fewer than one "
+            "batch of {} windows of {} (--seq + 1): use more data, or a smaller --batch or --seq", val->size(),
+            o.batch, o.seq + 1);
   MPT_CHECK(o.embd % o.heads == 0, "[train_gpt] --embd {} is not a multiple of --heads {}", o.embd, o.heads);
   mpt::manual_seed(o.seed);  // the dropout stream
   mpt::nn::GPT model(config);
