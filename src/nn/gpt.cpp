@@ -36,6 +36,35 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
   return drop_->forward(c_proj_->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const {
+  const int64_t B = x.size(0), t = x.size(1), C = x.size(2);
+  MPT_CHECK(pos == 0 || t == 1, "[CausalSelfAttention] a cached forward takes a prompt at position 0 or one token, "
+            "got {} tokens at position {}", t, pos);
+  const ops::QkvHeads h = ops::split_qkv_heads(c_attn_->forward(x), n_head_);  // [B, H, t, D]
+  const int64_t H = h.q.size(1), D = h.q.size(3);
+  if (!k_cache.defined() || k_cache.size(0) != B || k_cache.dtype() != h.k.dtype()) {
+    MPT_CHECK(pos == 0, "[CausalSelfAttention] the cache was made for another batch or dtype; start again at 0");
+    k_cache = Tensor::empty({B, H, k_cache.defined() ? k_cache.size(2) : 0, D}, h.k.dtype(), x.device());
+  }
+  MPT_CHECK(pos + t <= k_cache.size(2), "[CausalSelfAttention] positions [{}, {}) exceed the cache's {}", pos, pos + t,
+            k_cache.size(2));
+  if (!v_cache.defined() || v_cache.shape() != k_cache.shape() || v_cache.dtype() != k_cache.dtype())
+    v_cache = Tensor::empty(k_cache.shape(), k_cache.dtype(), x.device());
+  k_cache.slice(2, pos, pos + t).copy_(h.k);
+  v_cache.slice(2, pos, pos + t).copy_(h.v);
+  Tensor y;
+  if (pos == 0) {
+    y = ops::causal_attention(h.q, h.k, h.v).out;  // [B, H, t, D]
+  } else {  // one query against every position so far: no mask needed
+    const int64_t L = pos + 1;
+    const Tensor k = k_cache.slice(2, 0, L).reshape({B * H, L, D}), v = v_cache.slice(2, 0, L).reshape({B * H, L, D});
+    const Tensor s = ops::matmul(h.q.reshape({B * H, 1, D}), k,
+                                 {.trans_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))});
+    y = ops::matmul(ops::softmax(s), v).reshape({B, H, 1, D});
+  }
+  return c_proj_->forward(y.transpose(1, 2).reshape({B, t, C}));
+}
+
 MLP::MLP(const GPTConfig& c, Generator& gen) : Module("MLP") {
   c_fc_ = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias, c.where, gen));
   c_proj_ = register_module("c_proj", std::make_shared<Linear>(4 * c.n_embd, c.n_embd, c.bias, c.where, gen));
@@ -74,6 +103,11 @@ Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.
 Tensor Block::forward(const Tensor& x) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
   auto [h, normed] = ln_2_->forward_residual(like(attn_->forward(ln_1_->forward(x)), x), x);  // h = x + attn(ln_1(x))
+  return ops::add(h, like(mlp_->forward(normed), h));
+}
+
+Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const {
+  auto [h, normed] = ln_2_->forward_residual(like(attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, pos), x), x);
   return ops::add(h, like(mlp_->forward(normed), h));
 }
 
@@ -138,6 +172,34 @@ Tensor GPT::forward(const Tensor& ids) const {
   const profile::Range head_range(head);
   return detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT")
       .reshape({B, T, config_.vocab_size});
+}
+
+Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
+  MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+            "[GPT] expected token ids [B, t] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
+  const int64_t B = ids.size(0), t = ids.size(1), C = config_.n_embd, pos = cache.length;
+  MPT_CHECK(t >= 1 && pos + t <= config_.block_size, "[GPT] {} tokens after {} cached positions exceed block_size {}: "
+            "clear the cache and give the last tokens as a prompt", t, pos, config_.block_size);
+  autograd::NoGradGuard no_grad;
+  const size_t n = h_->size();
+  if (cache.k.size() != n) {
+    cache.k.assign(n, Tensor());
+    cache.v.assign(n, Tensor());
+  }
+  const int64_t H = config_.n_head, D = C / H;
+  for (size_t i = 0; i < n; ++i) {  // [B, H, block_size, D], the dtype fixed by the first block's keys
+    if (!cache.k[i].defined() || cache.k[i].size(0) != B || cache.k[i].device() != ids.device()) {
+      MPT_CHECK(pos == 0, "[GPT] the cache holds another batch size or device: clear it first");
+      cache.k[i] = Tensor::empty({B, H, config_.block_size, D}, DType::F32, ids.device());
+    }
+  }
+  const Tensor p = Tensor::arange(static_cast<double>(pos), static_cast<double>(pos + t), 1, ids.dtype(), ids.device());
+  Tensor x = ops::add(wte_->forward(ids), wpe_->forward(p));
+  for (size_t i = 0; i < n; ++i) x = (*h_)[i].forward_cached(x, cache.k[i], cache.v[i], pos);
+  cache.length = pos + t;
+  x = ln_f_->forward(x.slice(1, t - 1, t).reshape({B, C}));
+  const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
+  return detail::autocast_linear(x, wte_->weight(), Tensor{}, head, "GPT");
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction) const {

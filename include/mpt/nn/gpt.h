@@ -21,6 +21,14 @@ struct GPTConfig {
   uint64_t seed = 1337;  // initialisation stream
 };
 
+// The keys and values of the positions a GPT has already seen, per block, so that generating a token runs the model on
+// that token alone (GPT::forward_cached). Inference only.
+struct KvCache {
+  std::vector<Tensor> k, v;  // per block: [B, n_head, block_size, head_dim], valid up to `length`
+  int64_t length = 0;        // positions held
+  void clear() { length = 0; }
+};
+
 // Multi-head causal self-attention: c_attn (C -> 3C: q, k, v, each split into n_head heads), scaled dot-product
 // attention (ops::causal_attention), c_proj (C -> C), dropout. x: [B, T, C] -> [B, T, C].
 class CausalSelfAttention : public Module {
@@ -28,6 +36,9 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(const GPTConfig& config, Generator& gen);
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  // x [B, t, C] at positions [pos, pos + t): their keys and values go into k_cache / v_cache ([B, H, S, D], made on
+  // first use), and each query attends to every cached position up to its own. pos == 0 (a prompt) or t == 1.
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const;
   Linear& c_attn() const { return *c_attn_; }
   Linear& c_proj() const { return *c_proj_; }
 
@@ -58,6 +69,7 @@ class Block : public Module {
   Block(const GPTConfig& config, Generator& gen);
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const;
   CausalSelfAttention& attn() const { return *attn_; }
   MLP& mlp() const { return *mlp_; }
 
@@ -82,6 +94,13 @@ class GPT : public Module {
   // Cross-entropy of forward(ids) against targets [B, T] (targets of -100 are ignored): a scalar (f32), the mean over
   // the counted tokens or (Sum) their sum, for gradient accumulation normalised by a token count.
   Tensor loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction = ops::LossReduction::Mean) const;
+  // Generation with a KV cache: ids [B, t] are the t tokens after the cache's `length` positions (a prompt into an
+  // empty cache, then one token at a time; length + t <= block_size). Appends their keys and values to `cache` and
+  // returns the logits of the last one, [B, vocab]. The same function as forward() of the whole sequence at that
+  // position (up to the order of its sums), for O(length) work per token instead of O(length^2). Records no
+  // gradient. When the cache is full, clear it and give the last tokens again as a prompt (the positions are learned,
+  // so the window cannot slide).
+  Tensor forward_cached(const Tensor& ids, KvCache& cache) const;
 
   // Recompute each block in backward instead of keeping its activations (autograd::checkpoint).
   void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
