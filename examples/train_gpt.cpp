@@ -264,7 +264,9 @@ double evaluate(const mpt::nn::GPT& model, const std::shared_ptr<const mpt::data
   return total / static_cast<double>(o.eval_batches);
 }
 
-// Samples `n` tokens after a newline (temperature 1, top-all) and decodes them.
+// Samples `n` tokens after a newline (temperature 1, top-all) and decodes them. Each token runs the model on that token
+// alone against the keys and values of the ones before (GPT::forward_cached); a full context starts again from its
+// last half as a prompt.
 std::string sample(const mpt::nn::GPT& model, const mpt::data::Tokenizer& tokenizer, int64_t n, mpt::Device device,
                    uint64_t seed, const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
@@ -272,14 +274,23 @@ std::string sample(const mpt::nn::GPT& model, const mpt::data::Tokenizer& tokeni
   std::mt19937_64 rng(seed);
   const auto* chars = dynamic_cast<const mpt::data::CharTokenizer*>(&tokenizer);
   const int64_t newline = chars != nullptr ? std::max(chars->id_of('\n'), 0) : tokenizer.encode("\n").at(0);
+  const int64_t T = model.config().block_size;
   std::vector<int64_t> context{newline};
+  mpt::nn::KvCache cache;
+  mpt::Tensor logits = model.forward_cached(mpt::Tensor::from_vector(context, {1, 1}, device), cache);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(context.size()), model.config().block_size);
-    const std::vector<int64_t> window(context.end() - T, context.end());
-    const mpt::Tensor logits = model.forward(mpt::Tensor::from_vector(window, {1, T}, device));
-    const std::vector<float> last = mpt::ops::softmax(logits.select(1, T - 1)).to_vector<float>();
-    std::discrete_distribution<int64_t> pick(last.begin(), last.end());
+    const std::vector<float> p = mpt::ops::softmax(logits.to(mpt::DType::F32)).to_vector<float>();
+    std::discrete_distribution<int64_t> pick(p.begin(), p.end());
     context.push_back(pick(rng));
+    if (cache.length < T) {
+      logits = model.forward_cached(mpt::Tensor::from_vector(std::vector<int64_t>{context.back()}, {1, 1}, device),
+                                    cache);
+    } else {
+      cache.clear();
+      const int64_t keep = std::max<int64_t>(T / 2, 1);
+      const std::vector<int64_t> w(context.end() - keep, context.end());
+      logits = model.forward_cached(mpt::Tensor::from_vector(w, {1, keep}, device), cache);
+    }
   }
   return tokenizer.decode(std::vector<int32_t>(context.begin() + 1, context.end()));
 }
