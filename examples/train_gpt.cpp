@@ -508,8 +508,10 @@ void run(const Options& o) {
                                          wait_ms_sum / window_steps)
                            : std::string());
       hidden_sum = wait_ms_sum = 0;
-      log.write({{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm}, {"tokens_per_s", tps},
-                 {"data_wait_ms", data_wait_ms}});
+      nlohmann::json record{{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm},
+                            {"tokens_per_s", tps}, {"data_wait_ms", data_wait_ms}};
+      if (scaler.is_enabled()) record["loss_scale"] = scaler.get_scale();
+      log.write(record);
       window_ms = 0;
       window_steps = 0;
       std::fflush(stdout);

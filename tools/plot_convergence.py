@@ -3,10 +3,9 @@
 
   python3 tools/plot_convergence.py LOG_DIR OUT.png
 
-Reads LOG_DIR/<precision>.jsonl, plots training loss (thin) and validation loss (markers) against the step, and
+Reads LOG_DIR/<precision>.jsonl (with plot_metrics.load), plots training loss (thin) and validation loss (markers) against the step, and
 prints the markdown table of final validation loss, its difference from fp32 and tokens/s. Needs matplotlib (pip).
 """
-import json
 import pathlib
 import sys
 
@@ -15,20 +14,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import plot_metrics  # noqa: E402  (tools/plot_metrics.py: the log reader)
+
 ORDER = ["fp32", "bf16", "fp16", "fp8-delayed", "fp8-current", "fp8-block"]
 
 
 def load(path):
-    train, val, final = [], [], None
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("final"):
-            final = r
-        elif "val_loss" in r:
-            val.append((r["step"], r["val_loss"]))
-        else:
-            train.append((r["step"], r["loss"]))
-    return train, val, final
+    """(training (step, loss) pairs, validation (step, val_loss) pairs, the final record) of one log."""
+    run = plot_metrics.load(path)
+    return [(s, r["loss"]) for s, r in run["train"]], run["val"], run["final"]
 
 
 def main():
