@@ -55,6 +55,7 @@ struct Options {
   std::string moments = "f32";  // AdamW moment storage: f32, bf16, int8
   std::string optimizer = "adamw";  // adamw, or adamw8bit (AdamW with int8 blockwise moments)
   int64_t freeze = -1;              // >= 0: freeze the embeddings and the first `freeze` blocks
+  int64_t fp8_telemetry = 0;        // > 0: every this many steps, print and log each FP8 tensor's quantization stats
   double init_scale = 65536;    // the fp16 GradScaler's initial scale
   // Checkpoints (not part of the saved configuration except save_every and keep).
   std::string save_dir, resume;
@@ -81,7 +82,7 @@ mpt::dist::GradCompression grad_compression(const std::string& name) {
   X(eval_every, "--eval-every") X(eval_batches, "--eval-batches") X(sample_chars, "--sample") X(seed, "--seed")     \
   X(checkpoint, "--checkpoint-activations") X(precision, "--precision") X(grad_accum, "--grad-accum")               \
   X(log_json, "--log-json") X(moments, "--moments") X(init_scale, "--init-scale") X(save_every, "--save-every")     \
-  X(keep, "--keep") X(optimizer, "--optimizer") X(freeze, "--freeze")
+  X(keep, "--keep") X(optimizer, "--optimizer") X(freeze, "--freeze") X(fp8_telemetry, "--fp8-telemetry")
 
 nlohmann::json saved_options(const Options& o) {
   nlohmann::json j = nlohmann::json::object();
@@ -158,6 +159,23 @@ class JsonLog {
  private:
   std::ofstream out_;
 };
+
+// Each FP8 tensor's last quantization (amax, scale, the fractions saturated and flushed to zero), printed as a table
+// and logged as {"step", "fp8_telemetry": {name: {...}}}.
+void report_fp8_telemetry(const mpt::amp::Fp8ScalingState& state, int64_t step, JsonLog& log) {
+  nlohmann::json all = nlohmann::json::object();
+  fmt::print("fp8 telemetry, step {}:\n{:<34} {:>11} {:>11} {:>10} {:>10}\n", step, "tensor", "amax", "scale",
+             "saturated", "flushed");
+  for (const auto& [name, t] : state.telemetry()) {
+    if (t.count == 0) continue;  // not quantized yet (e.g. a weight served from the cache)
+    fmt::print("{:<34} {:>11.4g} {:>11.4g} {:>9.4f}% {:>9.4f}%\n", name, t.amax, t.scale, 100 * t.saturated,
+               100 * t.flushed);
+    all[name] = {{"amax", t.amax}, {"scale", t.scale}, {"saturated", t.saturated}, {"flushed", t.flushed},
+                 {"numel", t.numel}};
+  }
+  log.write({{"step", step}, {"fp8_telemetry", all}});
+}
+
 
 // The training text: the file at `path`, or the built-in tinyshakespeare when `path` is empty. A file must be a
 // readable, non-empty regular file long enough for a training and a validation window of `seq` + 1 characters.
@@ -447,8 +465,13 @@ void run(const Options& o) {
   double hidden_sum = 0, wait_ms_sum = 0;
   double window_ms = 0, total_ms = 0, val_loss = 0;
   int64_t window_steps = 0;
+  MPT_CHECK(o.fp8_telemetry == 0 || policy.fp8_state, "[train_gpt] --fp8-telemetry needs an FP8 --precision "
+            "(fp8-delayed, fp8-current or fp8-block), not {}", o.precision);
   for (int64_t step = start_step; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    // Telemetry reads every quantized tensor back (a synchronisation per tensor): only on the steps asked for.
+    const bool telemetry_step = o.fp8_telemetry > 0 && step % o.fp8_telemetry == 0;
+    if (telemetry_step) policy.fp8_state->set_collect_telemetry(true);
     const mpt::profile::Range step_range("step");
     opt.zero_grad();
     model.zero_grad();  // with ZeRO-1 the optimizer holds only this rank's parameters
@@ -474,6 +497,10 @@ void run(const Options& o) {
     if (scaler.is_enabled() && !stepped) ++skipped;
     dp.sync_parameters();  // ZeRO-1: every rank's updated shard everywhere
     scaler.update();
+    if (telemetry_step) {
+      report_fp8_telemetry(*policy.fp8_state, step, log);
+      policy.fp8_state->set_collect_telemetry(false);
+    }
     if (policy.fp8_state) policy.fp8_state->update();  // delayed scaling: next step's scales from the amax history
     schedule.step();
     // The loss and the norm stay on the device between logging steps: a step on a GPU does not wait for it.
@@ -596,6 +623,8 @@ int main(int argc, char** argv) {
   app.add_option("--moments", o.moments, "AdamW moment storage: f32, bf16 or int8 (8-bit blockwise)");
   app.add_option("--optimizer", o.optimizer, "adamw, or adamw8bit (AdamW with 8-bit blockwise moments: --moments int8)")
       ->check(CLI::IsMember({"adamw", "adamw8bit"}));
+  app.add_option("--fp8-telemetry", o.fp8_telemetry, "every N steps, print and log each FP8 tensor's amax, scale "
+                 "and the fractions saturated and flushed to zero (0: never)")->check(CLI::NonNegativeNumber);
   app.add_option("--freeze", o.freeze, "freeze the embeddings (and the tied LM head) and the first N blocks")
       ->check(CLI::NonNegativeNumber);
   std::string preset;
