@@ -107,6 +107,48 @@ void restore_options(Options& o, const nlohmann::json& saved, const std::string&
 #undef MPT_RESTORE
 }
 
+// Model FLOPs of one training token (PaLM's appendix B, as nanoGPT's estimate_mfu): 6 per parameter of the blocks and
+// of the LM head (forward 2, backward 4), plus attention's 12 n_layer n_embd T (scores and values, not halved for the
+// causal mask). The embeddings' lookups are not counted.
+double flops_per_token(const mpt::nn::GPT& model) {
+  const mpt::nn::GPTConfig& c = model.config();
+  const double embeddings = static_cast<double>((c.vocab_size + c.block_size) * c.n_embd);
+  const double dense = static_cast<double>(model.num_parameters()) - embeddings + static_cast<double>(c.vocab_size * c.n_embd);
+  return 6.0 * dense + 12.0 * static_cast<double>(c.n_layer * c.n_embd * c.block_size);
+}
+
+// The dense peak MFU is measured against, in FLOP/s, and where it comes from. GPUs: the datasheet's dense tensor-core
+// rate for the policy's GEMM dtype (H100/H200 SXM, A100, L40S; others unknown: 0). The CPU: measured here, the best of
+// three 1024^3 GEMMs (ops::matmul) in that dtype, so MFU is a fraction of what this machine's GEMMs reach.
+std::pair<double, std::string> dense_peak(const std::string& precision, mpt::Device device) {
+  const bool fp8 = precision.starts_with("fp8"), low = precision != "fp32";
+  if (device.is_cuda()) {
+    const std::string name = mpt::cuda_status().devices.at(device.index()).name;
+    struct Sheet {
+      const char* match;
+      double fp32, bf16, fp8;  // TFLOP/s, dense (fp32: without TF32)
+    };
+    for (const Sheet& s : {Sheet{"H200", 66.9, 989.4, 1978.9}, Sheet{"H100", 66.9, 989.4, 1978.9},
+                           Sheet{"A100", 19.5, 312.0, 0.0}, Sheet{"L40S", 91.6, 362.1, 733.0}}) {
+      if (name.find(s.match) != std::string::npos) {
+        const double t = fp8 ? (s.fp8 > 0 ? s.fp8 : s.bf16) : low ? s.bf16 : s.fp32;
+        return {t * 1e12, fmt::format("{} datasheet, {} dense", s.match, fp8 && s.fp8 > 0 ? "fp8" : low ? "bf16" : "fp32")};
+      }
+    }
+    return {0.0, fmt::format("no datasheet peak for {}", name)};
+  }
+  const mpt::DType dt = precision == "fp16" ? mpt::DType::F16 : low ? mpt::DType::BF16 : mpt::DType::F32;
+  const mpt::Tensor a = mpt::Tensor::uniform({1024, 1024}, -1, 1, mpt::DType::F32).to(dt);
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {  // the first run warms oneDNN's primitive cache
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)mpt::ops::matmul(a, a).data_ptr();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::min(best, s);
+  }
+  return {2.0 * 1024 * 1024 * 1024 / best, fmt::format("measured {} GEMM", mpt::dtype_name(dt))};
+}
+
 // Model and batch shapes by name; each sets only what the command line (or --config) does not.
 struct Preset {
   int64_t layers, heads, embd, seq, batch;
@@ -465,6 +507,10 @@ void run(const Options& o) {
   double hidden_sum = 0, wait_ms_sum = 0;
   double window_ms = 0, total_ms = 0, val_loss = 0;
   int64_t window_steps = 0;
+  const double model_flops = flops_per_token(model);
+  const auto [peak_flops, peak_source] = dense_peak(o.precision, device);
+  fmt::print("MFU against {:.4g} TFLOP/s ({}); {:.4g} MFLOP per token\n", peak_flops / 1e12, peak_source,
+             model_flops / 1e6);
   MPT_CHECK(o.fp8_telemetry == 0 || policy.fp8_state, "[train_gpt] --fp8-telemetry needs an FP8 --precision "
             "(fp8-delayed, fp8-current or fp8-block), not {}", o.precision);
   for (int64_t step = start_step; step < o.steps; ++step) {
@@ -528,8 +574,10 @@ void run(const Options& o) {
       const auto eta_s = static_cast<int64_t>(total_ms / 1e3 / static_cast<double>(step + 1 - start_step) *
                                               static_cast<double>(o.steps - step - 1));
       fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s | data wait "
-                 "{:.2f} ms | peak mem {:.0f} MiB | ETA {}:{:02}{}{}\n", step, o.steps, loss_value, lr, norm, ms, tps,
-                 data_wait_ms, mem_mib, eta_s / 60, eta_s % 60,
+                 "{:.2f} ms | MFU {} | peak mem {:.0f} MiB | ETA {}:{:02}{}{}\n", step, o.steps, loss_value, lr, norm,
+                 ms, tps, data_wait_ms,
+                 peak_flops > 0 ? fmt::format("{:.1f}%", 100 * tps * model_flops / peak_flops) : std::string("n/a"),
+                 mem_mib, eta_s / 60, eta_s % 60,
                  scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string(),
                  world > 1 ? fmt::format(" | comm hidden {:.0f}%, wait {:.1f} ms", 100 * hidden_sum / window_steps,
                                          wait_ms_sum / window_steps)
@@ -537,6 +585,7 @@ void run(const Options& o) {
       hidden_sum = wait_ms_sum = 0;
       nlohmann::json record{{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm},
                             {"tokens_per_s", tps}, {"data_wait_ms", data_wait_ms}};
+      if (peak_flops > 0) record["mfu"] = tps * model_flops / peak_flops;
       if (scaler.is_enabled()) record["loss_scale"] = scaler.get_scale();
       log.write(record);
       window_ms = 0;
