@@ -1,6 +1,8 @@
 // examples/train_gpt.cpp: trains a GPT-2 on a text (tinyshakespeare, built in) or token files with AdamW, printing progress.
 #include <mpt/mpt.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -511,6 +513,7 @@ void run(const Options& o) {
   const auto [peak_flops, peak_source] = dense_peak(o.precision, device);
   fmt::print("MFU against {:.4g} TFLOP/s ({}); {:.4g} MFLOP per token\n", peak_flops / 1e12, peak_source,
              model_flops / 1e6);
+  const bool progress_bar = ::isatty(STDOUT_FILENO) != 0 && rank == 0;  // not when stdout is a file or a pipe
   MPT_CHECK(o.fp8_telemetry == 0 || policy.fp8_state, "[train_gpt] --fp8-telemetry needs an FP8 --precision "
             "(fp8-delayed, fp8-current or fp8-block), not {}", o.precision);
   for (int64_t step = start_step; step < o.steps; ++step) {
@@ -566,13 +569,22 @@ void run(const Options& o) {
     window_ms += ms;
     ++window_steps;
     total_ms += ms;
+    const auto eta_s = static_cast<int64_t>(total_ms / 1e3 / static_cast<double>(step + 1 - start_step) *
+                                            static_cast<double>(o.steps - step - 1));
+    if (progress_bar) {  // a terminal: one line redrawn after every step, cleared before any other output
+      const int width = 30, filled = static_cast<int>(width * (step + 1) / o.steps);
+      fmt::print("\r[{}{}] {:3}% step {}/{} ETA {}:{:02} ", std::string(static_cast<size_t>(filled), '#'),
+                 std::string(static_cast<size_t>(width - filled), '.'), 100 * (step + 1) / o.steps, step + 1, o.steps,
+                 eta_s / 60, eta_s % 60);
+      std::fflush(stdout);
+      if (log_step || step + 1 == o.steps || (o.eval_every > 0 && (step + 1) % o.eval_every == 0))
+        fmt::print("\r{}\r", std::string(80, ' '));
+    }
     if (log_step) {
       const double tps = tokens_per_step * static_cast<double>(window_steps) / window_ms * 1e3;
       // Time the step waited for its batches (the loader's worker was behind), per step of the window.
       const double data_wait_ms = loader.take_wait_seconds() * 1e3 / static_cast<double>(window_steps);
       const double mem_mib = static_cast<double>(mpt::memory_stats(device).peak_bytes) / (1 << 20);
-      const auto eta_s = static_cast<int64_t>(total_ms / 1e3 / static_cast<double>(step + 1 - start_step) *
-                                              static_cast<double>(o.steps - step - 1));
       fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s | data wait "
                  "{:.2f} ms | MFU {} | peak mem {:.0f} MiB | ETA {}:{:02}{}{}\n", step, o.steps, loss_value, lr, norm,
                  ms, tps, data_wait_ms,
