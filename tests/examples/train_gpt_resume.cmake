@@ -53,13 +53,14 @@ if(NOT kept STREQUAL "step-00000006;step-00000008")
 endif()
 
 # The logs: the same records in the same order (the first half's records kept once, no step twice), equal but for
-# the timing (tokens per second, data wait).
+# the timing (tokens per second, data wait, MFU).
 function(records path out)
   file(STRINGS ${path} lines)
   set(result "")
   foreach(line IN LISTS lines)
     string(JSON line REMOVE "${line}" tokens_per_s)
     string(JSON line REMOVE "${line}" data_wait_ms)
+    string(JSON line REMOVE "${line}" mfu)
     list(APPEND result "${line}")
   endforeach()
   set(${out} "${result}" PARENT_SCOPE)
