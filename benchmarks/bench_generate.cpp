@@ -35,7 +35,10 @@ std::pair<std::vector<int64_t>, double> generate(const mpt::nn::GPT& model, std:
   std::vector<int64_t> out;
   mpt::nn::KvCache cache;
   mpt::Tensor logits;
-  if (cached) logits = model.forward_cached(mpt::Tensor::from_vector(context, {1, static_cast<int64_t>(context.size())}, device), cache);
+  const auto ids = [&](const std::vector<int64_t>& v) {
+    return mpt::Tensor::from_vector(v, {1, static_cast<int64_t>(v.size())}, device);
+  };
+  if (cached) logits = model.forward_cached(ids(context), cache);
   for (int64_t i = 0; i < n; ++i) {
     if (!cached) {  // the last T tokens, all recomputed (nanoGPT's generate)
       const int64_t len = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
@@ -92,7 +95,8 @@ int main(int argc, char** argv) {
   // Until the cache first refills (seq - 1 tokens) both see the same context: the same greedy tokens expected.
   const int64_t same_span = std::min<int64_t>(tokens, seq - 1);
   int64_t agree = 0;
-  while (agree < same_span && full_tokens[static_cast<size_t>(agree)] == cached_tokens[static_cast<size_t>(agree)]) ++agree;
+  while (agree < same_span && full_tokens[static_cast<size_t>(agree)] == cached_tokens[static_cast<size_t>(agree)])
+    ++agree;
   std::printf("GPT %lldx%lld, %lld heads, context %lld, vocab %lld, %s on %s (%d threads), mptrain %s\n",
               static_cast<long long>(layers), static_cast<long long>(embd), static_cast<long long>(heads),
               static_cast<long long>(seq), static_cast<long long>(vocab), precision.c_str(), device.str().c_str(),

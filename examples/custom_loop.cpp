@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
         mpt::Tensor loss;
         {
           mpt::amp::Autocast autocast(policy);
-          loss = model.loss(mpt::Tensor::from_vector(x, {batch, T}, device), mpt::Tensor::from_vector(y, {batch, T}, device));
+          const mpt::Tensor xs = mpt::Tensor::from_vector(x, {batch, T}, device);
+          loss = model.loss(xs, mpt::Tensor::from_vector(y, {batch, T}, device));
         }
         scaler.scale(mpt::ops::scale(loss, 1.0 / micro_batches)).backward();  // gradients add up over micro-batches
         if (step % 20 == 0 || step + 1 == start + steps_per_run) loss_sum += loss.item<double>();

@@ -1,4 +1,4 @@
-// examples/mpt_tokenize.cpp: mpt-tokenize: a text to token files (train and validation) and the tokenizer that made them.
+// examples/mpt_tokenize.cpp: mpt-tokenize: a text to token files (train, validation) and their tokenizer.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -30,7 +30,8 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mpt-tokenize: tokenizes a text into DIR/train.tok and DIR/val.tok (token files) and DIR/tokenizer.json"};
+  CLI::App app{"mpt-tokenize: tokenizes a text into DIR/train.tok and DIR/val.tok (token files) and "
+               "DIR/tokenizer.json"};
   std::string input, out, kind = "bpe", vocab_json, merges_txt;
   int64_t vocab_size = 4096;
   double val_fraction = 0.1;
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
     } else if (kind == "gpt2") {
       MPT_CHECK(!vocab_json.empty() && !merges_txt.empty(), "[mpt-tokenize] --tokenizer gpt2 needs --vocab vocab.json "
                 "and --merges merges.txt (GPT-2's files, e.g. from the Hugging Face hub's gpt2 repository)");
-      tok = std::make_unique<mpt::data::Gpt2BpeTokenizer>(mpt::data::Gpt2BpeTokenizer::from_files(vocab_json, merges_txt));
+      tok = std::make_unique<mpt::data::Gpt2BpeTokenizer>(
+          mpt::data::Gpt2BpeTokenizer::from_files(vocab_json, merges_txt));
     } else {
       // Trained on the training part only, so validation measures text the tokenizer has not seen either.
       const size_t cut = text.size() - static_cast<size_t>(static_cast<double>(text.size()) * val_fraction);
@@ -77,7 +79,8 @@ int main(int argc, char** argv) {
                static_cast<double>(text.size()) / static_cast<double>(std::max<size_t>(ids.size(), 1)), kind,
                tok->vocab_size());
     fmt::print("wrote {} ({} tokens), {} ({} tokens), {} in {:.1f} s\n", (dir / "train.tok").string(), split,
-               (dir / "val.tok").string(), ids.size() - static_cast<size_t>(split), (dir / "tokenizer.json").string(), s);
+               (dir / "val.tok").string(), ids.size() - static_cast<size_t>(split),
+               (dir / "tokenizer.json").string(), s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpt-tokenize: %s\n", e.what());
     return 1;

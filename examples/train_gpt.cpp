@@ -1,4 +1,4 @@
-// examples/train_gpt.cpp: trains a GPT-2 on a text (tinyshakespeare, built in) or token files with AdamW, printing progress.
+// examples/train_gpt.cpp: trains a GPT-2 on a text (tinyshakespeare built in) or token files, printing progress.
 #include <mpt/mpt.h>
 
 #include <unistd.h>
@@ -115,7 +115,8 @@ void restore_options(Options& o, const nlohmann::json& saved, const std::string&
 double flops_per_token(const mpt::nn::GPT& model) {
   const mpt::nn::GPTConfig& c = model.config();
   const double embeddings = static_cast<double>((c.vocab_size + c.block_size) * c.n_embd);
-  const double dense = static_cast<double>(model.num_parameters()) - embeddings + static_cast<double>(c.vocab_size * c.n_embd);
+  const double dense =
+      static_cast<double>(model.num_parameters()) - embeddings + static_cast<double>(c.vocab_size * c.n_embd);
   return 6.0 * dense + 12.0 * static_cast<double>(c.n_layer * c.n_embd * c.block_size);
 }
 
@@ -134,7 +135,8 @@ std::pair<double, std::string> dense_peak(const std::string& precision, mpt::Dev
                            Sheet{"A100", 19.5, 312.0, 0.0}, Sheet{"L40S", 91.6, 362.1, 733.0}}) {
       if (name.find(s.match) != std::string::npos) {
         const double t = fp8 ? (s.fp8 > 0 ? s.fp8 : s.bf16) : low ? s.bf16 : s.fp32;
-        return {t * 1e12, fmt::format("{} datasheet, {} dense", s.match, fp8 && s.fp8 > 0 ? "fp8" : low ? "bf16" : "fp32")};
+        const char* kind = fp8 && s.fp8 > 0 ? "fp8" : low ? "bf16" : "fp32";
+        return {t * 1e12, fmt::format("{} datasheet, {} dense", s.match, kind)};
       }
     }
     return {0.0, fmt::format("no datasheet peak for {}", name)};
@@ -403,7 +405,8 @@ void run(const Options& o) {
   // Under mpirun: one process per rank, each on its share of every batch; only rank 0 prints.
   const std::shared_ptr<mpt::dist::Communicator> comm = mpt::dist::world();
   const int world = comm->size(), rank = comm->rank();
-  if (rank != 0) MPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "[train_gpt] rank {}: no /dev/null", rank);
+  if (rank != 0)
+    MPT_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "[train_gpt] rank {}: no /dev/null", rank);
   // Gradients travel over NCCL between GPUs (rank r on cuda:(r % GPUs)), over MPI between CPU processes.
   mpt::Device device = mpt::Device::best();
   std::shared_ptr<mpt::dist::Communicator> grad_comm = comm;
@@ -649,7 +652,8 @@ void run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mptrain train_gpt: a GPT-2 trained on a text (by characters or BPE) or on token files (CPU when no GPU is usable)"};
+  CLI::App app{"mptrain train_gpt: a GPT-2 trained on a text (by characters or BPE) or on token files (CPU when no "
+               "GPU is usable)"};
   Options o;
   const char* env = std::getenv("MPT_DATA");
   o.data = env != nullptr ? env : "";

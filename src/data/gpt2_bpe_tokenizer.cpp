@@ -86,7 +86,8 @@ struct Gpt2BpeTokenizer::Impl {
     for (int b = 0; b < 256; ++b) {
       byte_symbol[b] = utf8_of(cp[static_cast<size_t>(b)]);
       symbol_byte[cp[static_cast<size_t>(b)]] = static_cast<unsigned char>(b);
-      MPT_CHECK(vocab.count(byte_symbol[b]) != 0, "[Gpt2BpeTokenizer] {}: the vocabulary lacks the symbol of byte 0x{:02X} "
+      MPT_CHECK(vocab.count(byte_symbol[b]) != 0,
+                "[Gpt2BpeTokenizer] {}: the vocabulary lacks the symbol of byte 0x{:02X} "
                 "('{}'): not a byte-level BPE vocabulary", where, b, byte_symbol[b]);
     }
     tokens.assign(vocab.size(), std::string());
@@ -101,7 +102,8 @@ struct Gpt2BpeTokenizer::Impl {
     PCRE2_SIZE offset = 0;
     regex.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
                               &err, &offset, nullptr));
-    MPT_CHECK(regex != nullptr, "[Gpt2BpeTokenizer] PCRE2 cannot compile GPT-2's pattern (error {} at {})", err, offset);
+    MPT_CHECK(regex != nullptr, "[Gpt2BpeTokenizer] PCRE2 cannot compile GPT-2's pattern (error {} at {})", err,
+              offset);
   }
 
   // GPT-2's bpe(): merge the lowest-ranked adjacent pair (every occurrence, left to right) until none is ranked.
@@ -210,7 +212,8 @@ std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
       const auto c = static_cast<unsigned char>(tok[k]);
       const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
       uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
-      for (size_t j = 1; j < len && k + j < tok.size(); ++j) cp = cp << 6 | (static_cast<unsigned char>(tok[k + j]) & 0x3F);
+      for (size_t j = 1; j < len && k + j < tok.size(); ++j)
+        cp = cp << 6 | (static_cast<unsigned char>(tok[k + j]) & 0x3F);
       const auto it = s.symbol_byte.find(cp);
       MPT_CHECK(it != s.symbol_byte.end(), "[Gpt2BpeTokenizer] token {} ('{}') holds U+{:04X}, not a byte symbol",
                 ids[i], tok, cp);

@@ -69,7 +69,8 @@ std::vector<int64_t> WindowSampler::next() {
   if (pos_.index + step > static_cast<int64_t>(order_.size())) start_epoch(pos_.epoch + 1);
   std::vector<int64_t> starts(static_cast<size_t>(o_.batch));
   const int64_t first = pos_.index + o_.rank * o_.batch;
-  for (int64_t b = 0; b < o_.batch; ++b) starts[static_cast<size_t>(b)] = offset_ + order_[static_cast<size_t>(first + b)] * o_.window;
+  for (int64_t b = 0; b < o_.batch; ++b)
+    starts[static_cast<size_t>(b)] = offset_ + order_[static_cast<size_t>(first + b)] * o_.window;
   pos_.index += step;
   return starts;
 }

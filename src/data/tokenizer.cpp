@@ -19,7 +19,8 @@ CharTokenizer::CharTokenizer(std::string alphabet) : alphabet_(std::move(alphabe
   for (int32_t& i : index_) i = -1;
   for (size_t i = 0; i < alphabet_.size(); ++i) {
     const auto c = static_cast<unsigned char>(alphabet_[i]);
-    MPT_CHECK(index_[c] < 0, "[CharTokenizer] byte {} appears twice in the alphabet (at {} and {})", int{c}, index_[c], i);
+    MPT_CHECK(index_[c] < 0, "[CharTokenizer] byte {} appears twice in the alphabet (at {} and {})", int{c}, index_[c],
+              i);
     index_[c] = static_cast<int32_t>(i);
   }
 }

@@ -1,4 +1,4 @@
-// src/ops/fp8_mlp.cpp: the FP8 MLP op: fp8_linear's quantization and GEMMs for both layers, the GELU in their epilogues.
+// src/ops/fp8_mlp.cpp: the FP8 MLP op: fp8_linear's quantization and GEMMs for both layers, GELU in their epilogues.
 #include "mpt/ops/fp8_mlp.h"
 
 #include <string>

@@ -26,7 +26,8 @@ struct Batch {
   Tensor x, y;  // [batch, seq] int64 on the device: the window's first seq ids and the seq ids after each
 };
 
-// A WindowSampler over a TokenSource (a TokenFile, or a TokenVector) whose batches a worker thread reads while the step runs, up to `prefetch` ahead.
+// A WindowSampler over a TokenSource (a TokenFile, or a TokenVector) whose batches a worker thread reads while the
+// step runs, up to `prefetch` ahead.
 // On CUDA the worker fills page-locked host buffers and next() issues one asynchronous copy per batch on the
 // device's current stream (the step's kernels queue behind it; the host does not wait). next() blocks only when
 // the worker is behind, and that time is measured (wait_seconds). Errors on the worker (a corrupt id) are thrown by

@@ -1,4 +1,4 @@
-// mpt/data/tokenizer.h: text <-> token ids: the Tokenizer interface, characters, BPE trained by SentencePiece, GPT-2 BPE.
+// mpt/data/tokenizer.h: text <-> token ids: the Tokenizer interface; characters, SentencePiece BPE, GPT-2 BPE.
 #pragma once
 
 #include <cstdint>
