@@ -516,7 +516,9 @@ void run(const Options& o) {
   const auto [peak_flops, peak_source] = dense_peak(o.precision, device);
   fmt::print("MFU against {:.4g} TFLOP/s ({}); {:.4g} MFLOP per token\n", peak_flops / 1e12, peak_source,
              model_flops / 1e6);
-  const bool progress_bar = ::isatty(STDOUT_FILENO) != 0 && rank == 0;  // not when stdout is a file or a pipe
+  // Not when stdout is a file or a pipe, nor under mpirun (OpenMPI gives its ranks a pseudo-terminal even when the
+  // job's output goes to a file).
+  const bool progress_bar = ::isatty(STDOUT_FILENO) != 0 && world == 1;
   MPT_CHECK(o.fp8_telemetry == 0 || policy.fp8_state, "[train_gpt] --fp8-telemetry needs an FP8 --precision "
             "(fp8-delayed, fp8-current or fp8-block), not {}", o.precision);
   for (int64_t step = start_step; step < o.steps; ++step) {
@@ -588,10 +590,12 @@ void run(const Options& o) {
       // Time the step waited for its batches (the loader's worker was behind), per step of the window.
       const double data_wait_ms = loader.take_wait_seconds() * 1e3 / static_cast<double>(window_steps);
       const double mem_mib = static_cast<double>(mpt::memory_stats(device).peak_bytes) / (1 << 20);
+      // tps counts every rank's tokens; each rank has its own device and peak.
+      const double mfu = peak_flops > 0 ? tps / world * model_flops / peak_flops : 0.0;
       fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s | data wait "
                  "{:.2f} ms | MFU {} | peak mem {:.0f} MiB | ETA {}:{:02}{}{}\n", step, o.steps, loss_value, lr, norm,
                  ms, tps, data_wait_ms,
-                 peak_flops > 0 ? fmt::format("{:.1f}%", 100 * tps * model_flops / peak_flops) : std::string("n/a"),
+                 peak_flops > 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"),
                  mem_mib, eta_s / 60, eta_s % 60,
                  scaler.is_enabled() ? fmt::format(" | scale {:g}", scaler.get_scale()) : std::string(),
                  world > 1 ? fmt::format(" | comm hidden {:.0f}%, wait {:.1f} ms", 100 * hidden_sum / window_steps,
@@ -600,7 +604,7 @@ void run(const Options& o) {
       hidden_sum = wait_ms_sum = 0;
       nlohmann::json record{{"step", step}, {"loss", loss_value}, {"lr", lr}, {"grad_norm", norm},
                             {"tokens_per_s", tps}, {"data_wait_ms", data_wait_ms}};
-      if (peak_flops > 0) record["mfu"] = tps * model_flops / peak_flops;
+      if (peak_flops > 0) record["mfu"] = mfu;
       if (scaler.is_enabled()) record["loss_scale"] = scaler.get_scale();
       log.write(record);
       window_ms = 0;
