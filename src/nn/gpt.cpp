@@ -36,20 +36,24 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
   return drop_->forward(c_proj_->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 
-Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const {
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,
+                                           int64_t capacity) const {
   const int64_t B = x.size(0), t = x.size(1), C = x.size(2);
   MPT_CHECK(pos == 0 || t == 1, "[CausalSelfAttention] a cached forward takes a prompt at position 0 or one token, "
             "got {} tokens at position {}", t, pos);
+  MPT_CHECK(pos + t <= capacity, "[CausalSelfAttention] positions [{}, {}) exceed the cache's {}", pos, pos + t,
+            capacity);
   const ops::QkvHeads h = ops::split_qkv_heads(c_attn_->forward(x), n_head_);  // [B, H, t, D]
-  const int64_t H = h.q.size(1), D = h.q.size(3);
-  if (!k_cache.defined() || k_cache.size(0) != B || k_cache.dtype() != h.k.dtype()) {
-    MPT_CHECK(pos == 0, "[CausalSelfAttention] the cache was made for another batch or dtype; start again at 0");
-    k_cache = Tensor::empty({B, H, k_cache.defined() ? k_cache.size(2) : 0, D}, h.k.dtype(), x.device());
+  const Shape shape{B, h.k.size(1), capacity, h.k.size(3)};
+  const bool fits = k_cache.defined() && v_cache.defined() && k_cache.shape() == shape &&
+                    k_cache.dtype() == h.k.dtype() && k_cache.device() == x.device() && v_cache.shape() == shape &&
+                    v_cache.dtype() == h.k.dtype();
+  if (!fits) {  // made at the prompt, in the dtype the keys come out in (BF16 under BF16 autocast)
+    MPT_CHECK(pos == 0, "[CausalSelfAttention] the cache holds another batch size, dtype or device: start again at 0");
+    k_cache = Tensor::empty(shape, h.k.dtype(), x.device());
+    v_cache = Tensor::empty(shape, h.k.dtype(), x.device());
   }
-  MPT_CHECK(pos + t <= k_cache.size(2), "[CausalSelfAttention] positions [{}, {}) exceed the cache's {}", pos, pos + t,
-            k_cache.size(2));
-  if (!v_cache.defined() || v_cache.shape() != k_cache.shape() || v_cache.dtype() != k_cache.dtype())
-    v_cache = Tensor::empty(k_cache.shape(), k_cache.dtype(), x.device());
+  const int64_t H = shape[1], D = shape[3];
   k_cache.slice(2, pos, pos + t).copy_(h.k);
   v_cache.slice(2, pos, pos + t).copy_(h.v);
   Tensor y;
@@ -57,9 +61,10 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Ten
     y = ops::causal_attention(h.q, h.k, h.v).out;  // [B, H, t, D]
   } else {  // one query against every position so far: no mask needed
     const int64_t L = pos + 1;
-    const Tensor k = k_cache.slice(2, 0, L).reshape({B * H, L, D}), v = v_cache.slice(2, 0, L).reshape({B * H, L, D});
-    const Tensor s = ops::matmul(h.q.reshape({B * H, 1, D}), k,
-                                 {.trans_b = true, .alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))});
+    const Tensor k = k_cache.slice(2, 0, L).reshape({B * H, L, D});  // views: no copy of the cache
+    const Tensor v = v_cache.slice(2, 0, L).reshape({B * H, L, D});
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    const Tensor s = ops::matmul(h.q.reshape({B * H, 1, D}), k, {.trans_b = true, .alpha = scale});
     y = ops::matmul(ops::softmax(s), v).reshape({B, H, 1, D});
   }
   return c_proj_->forward(y.transpose(1, 2).reshape({B, t, C}));
@@ -106,8 +111,9 @@ Tensor Block::forward(const Tensor& x) const {
   return ops::add(h, like(mlp_->forward(normed), h));
 }
 
-Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const {
-  auto [h, normed] = ln_2_->forward_residual(like(attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, pos), x), x);
+Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const {
+  const Tensor a = attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, pos, capacity);
+  auto [h, normed] = ln_2_->forward_residual(like(a, x), x);
   return ops::add(h, like(mlp_->forward(normed), h));
 }
 
@@ -182,20 +188,14 @@ Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
             "clear the cache and give the last tokens as a prompt", t, pos, config_.block_size);
   autograd::NoGradGuard no_grad;
   const size_t n = h_->size();
-  if (cache.k.size() != n) {
+  if (cache.k.size() != n) {  // each block makes its tensors at the prompt (CausalSelfAttention::forward_cached)
+    MPT_CHECK(pos == 0, "[GPT] the cache holds {} blocks' keys, this model has {}: clear it first", cache.k.size(), n);
     cache.k.assign(n, Tensor());
     cache.v.assign(n, Tensor());
   }
-  const int64_t H = config_.n_head, D = C / H;
-  for (size_t i = 0; i < n; ++i) {  // [B, H, block_size, D], the dtype fixed by the first block's keys
-    if (!cache.k[i].defined() || cache.k[i].size(0) != B || cache.k[i].device() != ids.device()) {
-      MPT_CHECK(pos == 0, "[GPT] the cache holds another batch size or device: clear it first");
-      cache.k[i] = Tensor::empty({B, H, config_.block_size, D}, DType::F32, ids.device());
-    }
-  }
   const Tensor p = Tensor::arange(static_cast<double>(pos), static_cast<double>(pos + t), 1, ids.dtype(), ids.device());
   Tensor x = ops::add(wte_->forward(ids), wpe_->forward(p));
-  for (size_t i = 0; i < n; ++i) x = (*h_)[i].forward_cached(x, cache.k[i], cache.v[i], pos);
+  for (size_t i = 0; i < n; ++i) x = (*h_)[i].forward_cached(x, cache.k[i], cache.v[i], pos, config_.block_size);
   cache.length = pos + t;
   x = ln_f_->forward(x.slice(1, t - 1, t).reshape({B, C}));
   const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";

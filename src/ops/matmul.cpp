@@ -207,14 +207,15 @@ bool gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
 
 // gemm_cuda, with a large 2-d 16-bit or FP32 GEMM whose m, n or k is not a multiple of 8 run on padded copies (the
 // GELU epilogues excepted: the MLP's widths are multiples of 8).
-bool gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float beta, const MatmulOptions& opt) {
+void gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float beta, const MatmulOptions& opt) {
   const int64_t m = c.size(-2), n = c.size(-1), k = opt.trans_a ? a.size(-2) : a.size(-1);
   const int64_t mp = padded_dim(m), np = padded_dim(n), kp = padded_dim(k);
   const bool odd = mp != m || np != n || kp != k;
   const int64_t largest = std::max({a.nbytes(), b.nbytes(), c.nbytes()});
   if (!odd || largest < kPadMinBytes || c.dim() != 2 || a.dim() != 2 || b.dim() != 2 || is_fp8(a.dtype()) ||
       is_fp8(c.dtype()) || opt.gelu_aux.defined() || opt.dgelu_aux.defined() || k == 0) {
-    return gemm_cuda(a, b, c, beta, opt);
+    gemm_cuda(a, b, c, beta, opt);  // GELU epilogues never come here (gemm_into runs them first)
+    return;
   }
   // The stored matrices: a is [m, k] ([k, m] with trans_a), b is [k, n] ([n, k] with trans_b).
   const Tensor ap = opt.trans_a ? padded_copy(a, kp, mp) : padded_copy(a, mp, kp);
@@ -228,7 +229,7 @@ bool gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float b
   MatmulOptions o = opt;
   if (opt.bias.defined() && np != n) o.bias = padded_copy(opt.bias.contiguous().view({1, n}), 1, np).view({np});
   if (opt.bias_grad.defined() && mp != m) o.bias_grad = Tensor::empty({mp}, opt.bias_grad.dtype(), c.device());
-  gemm_cuda(ap, bp, cp, beta, o);  // no GELU epilogue here: never refused
+  gemm_cuda(ap, bp, cp, beta, o);
   if (pad_c) {
     Tensor dst = c;
     dst.copy_(cp.slice(0, 0, m).slice(1, 0, n));
@@ -237,7 +238,6 @@ bool gemm_cuda_padded(const Tensor& a, const Tensor& b, const Tensor& c, float b
     Tensor dst = opt.bias_grad;
     dst.copy_(o.bias_grad.slice(0, 0, m));
   }
-  return true;
 }
 
 // GELU epilogues cuBLASLt refused (no algorithm), per device, epilogue, operand and output types, scale modes and
@@ -425,10 +425,7 @@ void gemm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     return;
   }
 #if defined(MPT_WITH_CUDA)
-  if (c.device().is_cuda()) {
-    gemm_cuda_padded(a_in, b_in, c, beta, opt);
-    return;
-  }
+  if (c.device().is_cuda()) return gemm_cuda_padded(a_in, b_in, c, beta, opt);
 #endif
   const Layout la = layout_of(a_in, opt.trans_a), lb = layout_of(b_in, opt.trans_b);
   kc::GemmParams p;

@@ -36,9 +36,10 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(const GPTConfig& config, Generator& gen);
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
-  // x [B, t, C] at positions [pos, pos + t): their keys and values go into k_cache / v_cache ([B, H, S, D], made on
-  // first use), and each query attends to every cached position up to its own. pos == 0 (a prompt) or t == 1.
-  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const;
+  // x [B, t, C] at positions [pos, pos + t): their keys and values go into k_cache / v_cache ([B, H, capacity, D],
+  // made at the prompt in the keys' dtype), and each query attends to every cached position up to its own. pos == 0
+  // (a prompt) or t == 1.
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const;
   Linear& c_attn() const { return *c_attn_; }
   Linear& c_proj() const { return *c_proj_; }
 
@@ -69,7 +70,7 @@ class Block : public Module {
   Block(const GPTConfig& config, Generator& gen);
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
-  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const;
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const;
   CausalSelfAttention& attn() const { return *attn_; }
   MLP& mlp() const { return *mlp_; }
 
