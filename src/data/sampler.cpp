@@ -2,40 +2,13 @@
 #include "mpt/data/sampler.h"
 
 #include <algorithm>
-#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "data/shuffle.h"
 #include "mpt/core/error.h"
 
 namespace mpt::data {
-namespace {
-
-// SplitMix64 (Steele, Lea, Flood 2014): a portable 64-bit generator; std::shuffle's algorithm is unspecified.
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t operator()() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n) by rejection (no modulo bias).
-  uint64_t below(uint64_t n) {
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t v;
-    do v = (*this)(); while (v >= limit);
-    return v % n;
-  }
-};
-
-uint64_t epoch_seed(uint64_t seed, int64_t epoch) {
-  SplitMix64 g{seed ^ (0x5851f42d4c957f2dull * static_cast<uint64_t>(epoch + 1))};
-  return g();
-}
-
-}  // namespace
-
 WindowSampler::WindowSampler(const SamplerOptions& o) : o_(o) {
   MPT_CHECK(o.window >= 2, "[sampler] window {} must be at least 2 (seq + 1)", o.window);
   MPT_CHECK(o.batch >= 1 && o.world >= 1 && o.rank >= 0 && o.rank < o.world,
@@ -48,15 +21,11 @@ WindowSampler::WindowSampler(const SamplerOptions& o) : o_(o) {
 }
 
 void WindowSampler::start_epoch(int64_t epoch) {
-  SplitMix64 g{epoch_seed(o_.seed, epoch)};
+  detail::SplitMix64 g{detail::epoch_seed(o_.seed, epoch)};
   // The offset keeps at least one batch of windows in the epoch.
   const int64_t slack = o_.tokens - o_.batch * o_.world * o_.window;
   offset_ = static_cast<int64_t>(g.below(static_cast<uint64_t>(std::min(o_.window, slack + 1))));
-  const int64_t windows = (o_.tokens - offset_) / o_.window;
-  order_.resize(static_cast<size_t>(windows));
-  for (int64_t i = 0; i < windows; ++i) order_[static_cast<size_t>(i)] = i;
-  for (int64_t i = windows - 1; i > 0; --i)
-    std::swap(order_[static_cast<size_t>(i)], order_[g.below(static_cast<uint64_t>(i + 1))]);
+  order_ = detail::random_permutation((o_.tokens - offset_) / o_.window, g);
   pos_ = {epoch, 0};
 }
 
