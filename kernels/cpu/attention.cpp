@@ -177,6 +177,11 @@ bool use_avx512() {
   return ok && g_avx512_enabled.load(std::memory_order_relaxed);
 }
 
+// The keys head bh may attend: its sample's length under key padding, else all T.
+int64_t keys_of(const AttentionShape& s, int64_t bh) {
+  return s.padding.lengths == nullptr ? s.seq : s.padding.lengths[bh / s.padding.heads];
+}
+
 // Per thread: one head's keys transposed (dp x tp) and values (tp x dp) as F, converted when the thread's task
 // moves to another head, and one query block's working set.
 template <class F>
@@ -257,7 +262,7 @@ MPT_ATTN_INLINE void forward_task(const AttentionShape& sh, const T* q, const T*
   const int64_t t = sh.seq, d = sh.head_dim, dp = round_up(d, kPad), tp = round_up(t, kBlock);
   const F scale = static_cast<F>(sh.scale);
   const int64_t i0 = qb * kBlock, m = std::min(kBlock, t - i0);
-  const int64_t base = bh * t * d;
+  const int64_t base = bh * t * d, len = keys_of(sh, bh);
   if (w.head != bh) {
     load_head_kv(k + base, v + base, t, d, w);
     w.head = bh;
@@ -266,12 +271,12 @@ MPT_ATTN_INLINE void forward_task(const AttentionShape& sh, const T* q, const T*
   std::fill(w.oacc.begin(), w.oacc.begin() + m * dp, F(0));
   math::OnlineSoftmax<F> state[kBlock];
   for (int64_t r = 0; r < m; ++r) state[r] = math::OnlineSoftmax<F>::start();
-  for (int64_t j0 = 0; j0 < i0 + m; j0 += kBlock) {
-    const int64_t n = std::min(kBlock, t - j0);
+  for (int64_t j0 = 0; j0 < std::min(i0 + m, len); j0 += kBlock) {
+    const int64_t n = std::min(kBlock, len - j0);
     gemm_abt(m, d, w.qf.data(), dp, w.kt.data() + j0, tp, w.s.data());  // (m, 64) raw scores
     for (int64_t r = 0; r < m; ++r) {
       F* sr = w.s.data() + r * kBlock;
-      const int64_t valid = std::min(n, i0 + r - j0 + 1);  // keys j <= i of this block (>= 1: j0 <= i0)
+      const int64_t valid = std::min(n, i0 + r - j0 + 1);  // keys j <= i, j < len of this block (>= 1: j0 <= i0)
       const F alpha = state[r].rescale(row_max(sr, valid, scale));
       exp_block(sr, scale, state[r].m);
       state[r].l += mask_and_sum(sr, valid);
@@ -318,7 +323,7 @@ MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBack
                                    BackwardScratch<F>& w) {
   const int64_t t = sh.seq, d = sh.head_dim, dp = round_up(d, kPad), tp = round_up(t, kBlock);
   const F scale = static_cast<F>(sh.scale);
-  const int64_t base = bh * t * d;
+  const int64_t base = bh * t * d, len = keys_of(sh, bh);
   for (int64_t j = 0; j < tp; ++j) {
     if (j < t) {
       load_row(a.k + base + j * d, d, dp, w.kf.data() + j * dp);
@@ -347,8 +352,8 @@ MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBack
       w.lse[r] = a.lse[bh * t + i0 + r];
     }
     std::fill(w.dq.begin(), w.dq.begin() + m * dp, F(0));
-    for (int64_t j0 = 0; j0 < i0 + m; j0 += kBlock) {
-      const int64_t n = std::min(kBlock, t - j0);
+    for (int64_t j0 = 0; j0 < std::min(i0 + m, len); j0 += kBlock) {
+      const int64_t n = std::min(kBlock, len - j0);
       gemm_abt(m, d, w.qf.data(), dp, w.kt.data() + j0, tp, w.s.data());    // S = Q K^T (unscaled)
       gemm_abt(m, d, w.dof.data(), dp, w.vt.data() + j0, tp, w.dpm.data());  // dP = dO V^T
       for (int64_t r = 0; r < m; ++r) {
@@ -439,7 +444,8 @@ void attention_backward(const AttentionShape& s, const AttentionBackwardArgs<T>&
 }
 
 template <class T>
-void causal_softmax_forward(const T* x, T* y, math::opmath_t<T>* lse, int64_t rows, int64_t t, double scale) {
+void causal_softmax_forward(const T* x, T* y, math::opmath_t<T>* lse, int64_t rows, int64_t t, double scale,
+                            math::KeyPadding padding) {
   using F = math::opmath_t<T>;
   if (rows <= 0 || t <= 0) return;
   const F sc = static_cast<F>(scale);
@@ -447,7 +453,7 @@ void causal_softmax_forward(const T* x, T* y, math::opmath_t<T>* lse, int64_t ro
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * t;
     T* yr = y + r * t;
-    const int64_t n = math::causal_keys(r, t);
+    const int64_t n = math::causal_keys(r, t, padding);
     F row_max = -INFINITY, sum = 0;
     for (int64_t c = 0; c < n; ++c) row_max = math::attention_max(row_max, math::load(xr[c]) * sc);
     for (int64_t c = 0; c < n; ++c) sum += math::attention_exp(math::load(xr[c]) * sc - row_max);
@@ -459,13 +465,14 @@ void causal_softmax_forward(const T* x, T* y, math::opmath_t<T>* lse, int64_t ro
 }
 
 template <class T>
-void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64_t t, double scale) {
+void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64_t t, double scale,
+                             math::KeyPadding padding) {
   using F = math::opmath_t<T>;
   if (rows <= 0 || t <= 0) return;
   const F sc = static_cast<F>(scale);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t off = r * t, n = math::causal_keys(r, t);
+    const int64_t off = r * t, n = math::causal_keys(r, t, padding);
     F dot = 0;
     for (int64_t c = 0; c < n; ++c) dot += math::load(dy[off + c]) * math::load(y[off + c]);
     for (int64_t c = 0; c < n; ++c)
@@ -479,8 +486,9 @@ void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64
   template void attention_forward<T>(const AttentionShape&, const T*, const T*, const T*, T*,                 \
                                      math::opmath_t<T>*);                                                     \
   template void attention_backward<T>(const AttentionShape&, const AttentionBackwardArgs<T>&);                \
-  template void causal_softmax_forward<T>(const T*, T*, math::opmath_t<T>*, int64_t, int64_t, double);        \
-  template void causal_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, double);
+  template void causal_softmax_forward<T>(const T*, T*, math::opmath_t<T>*, int64_t, int64_t, double,          \
+                                          math::KeyPadding);                                                  \
+  template void causal_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, double, math::KeyPadding);
 MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 

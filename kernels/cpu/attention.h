@@ -3,16 +3,20 @@
 
 #include <cstdint>
 
+#include "kernels/math/attention.h"
 #include "kernels/math/opmath.h"
 
 namespace mpt::kernels::cpu {
 
 // q, k, v, o: (B*H, T, D) contiguous, `batch_heads` = B*H independent heads; scale > 0 (usually 1/sqrt(D)).
+// `padding` (optional): per-sample key lengths (math::KeyPadding, host memory here); query i of sample b then attends
+// keys j <= i with j < lengths[b], and the kernels skip the key blocks past lengths[b].
 struct AttentionShape {
   int64_t batch_heads = 0;
   int64_t seq = 0;
   int64_t head_dim = 0;
   double scale = 0;
+  math::KeyPadding padding{};
 };
 
 // o_i = sum_{j <= i} softmax_j(scale * q_i . k_j) v_j for every head and query i, and lse_i = the logsumexp
@@ -56,13 +60,16 @@ void set_attention_avx512(bool enabled);
 // The causal softmax of the CUDA fallback path (GEMMs + fused softmax), on the CPU as its reference.
 // x: `rows` rows of t scores, rows laid out [B*H, t, t] so row r is query r % t: y_j = softmax_j(scale * x)
 // over j <= r % t and y_j = 0 beyond; lse[r] (when not null) = the row's logsumexp of scale * x. Computed in
-// float (double for double), sums left to right. T: float, double, mpt::f16, mpt::bf16.
+// float (double for double), sums left to right. With `padding`, the row's keys are math::causal_keys(r, t, padding).
+// T: float, double, mpt::f16, mpt::bf16.
 template <class T>
-void causal_softmax_forward(const T* x, T* y, math::opmath_t<T>* lse, int64_t rows, int64_t t, double scale);
+void causal_softmax_forward(const T* x, T* y, math::opmath_t<T>* lse, int64_t rows, int64_t t, double scale,
+                            math::KeyPadding padding = {});
 
-// dx_j = scale * y_j * (dy_j - sum_{k <= i} dy_k y_k) for j <= i = r % t, 0 beyond (the gradient with
+// dx_j = scale * y_j * (dy_j - sum_{k <= i} dy_k y_k) for j <= i = r % t (the row's keys), 0 beyond (the gradient with
 // respect to the unscaled scores). Same types as causal_softmax_forward.
 template <class T>
-void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64_t t, double scale);
+void causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64_t t, double scale,
+                             math::KeyPadding padding = {});
 
 }  // namespace mpt::kernels::cpu

@@ -19,10 +19,10 @@ constexpr int kMaxThreads = 1024;
 // diagonal uses only its elements j <= i.
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kMaxThreads)
-    causal_softmax_forward_kernel(const T* x, T* y, float* lse, int64_t t, float scale) {
+    causal_softmax_forward_kernel(const T* x, T* y, float* lse, int64_t t, float scale, math::KeyPadding pad) {
   __shared__ float scratch[math::kBlockReduceScratch];
   using Pack = RowPack<T, kVec>;
-  const int64_t row = blockIdx.x, offset = row * t, n = math::causal_keys(row, t);
+  const int64_t row = blockIdx.x, offset = row * t, n = math::causal_keys(row, t, pad);
   const RowStride rs = row_stride<Pack::kWidth>();
   float row_max = -INFINITY;
   for (int64_t c = rs.first; c < n; c += rs.stride) {
@@ -59,10 +59,10 @@ __global__ void __launch_bounds__(kMaxThreads)
 // Two passes: the block's sum of dy * y over the causal keys, then dx (zeros past the diagonal).
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kMaxThreads)
-    causal_softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t t, float scale) {
+    causal_softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t t, float scale, math::KeyPadding pad) {
   __shared__ float scratch[math::kBlockReduceScratch];
   using Pack = RowPack<T, kVec>;
-  const int64_t row = blockIdx.x, offset = row * t, n = math::causal_keys(row, t);
+  const int64_t row = blockIdx.x, offset = row * t, n = math::causal_keys(row, t, pad);
   const RowStride rs = row_stride<Pack::kWidth>();
   float dot = 0.0f;
   for (int64_t c = rs.first; c < n; c += rs.stride) {
@@ -87,43 +87,46 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-bool valid_rows(int64_t rows, int64_t t, float scale) {
-  return rows >= 0 && t >= 1 && rows <= 2147483647 && rows % t == 0 && std::isfinite(scale) && scale > 0;
+bool valid_rows(int64_t rows, int64_t t, float scale, math::KeyPadding pad) {
+  return rows >= 0 && t >= 1 && rows <= 2147483647 && rows % t == 0 && std::isfinite(scale) && scale > 0 &&
+         pad.heads >= 1;
 }
 
 }  // namespace
 
 template <class T>
 cudaError_t causal_softmax_forward(const T* x, T* y, float* lse, int64_t rows, int64_t t, float scale,
-                                   cudaStream_t stream) {
-  if (!valid_rows(rows, t, scale)) return cudaErrorInvalidValue;
+                                   cudaStream_t stream, math::KeyPadding padding) {
+  if (!valid_rows(rows, t, scale, padding)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = t % kWidth == 0 && is_aligned16(x) && is_aligned16(y);
   const int threads = row_block_threads(vec ? t / kWidth : t, kMaxThreads);
   const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
-  return vec ? launch(causal_softmax_forward_kernel<T, true>, config, x, y, lse, t, scale)
-             : launch(causal_softmax_forward_kernel<T, false>, config, x, y, lse, t, scale);
+  return vec ? launch(causal_softmax_forward_kernel<T, true>, config, x, y, lse, t, scale, padding)
+             : launch(causal_softmax_forward_kernel<T, false>, config, x, y, lse, t, scale, padding);
 }
 
 template <class T>
 cudaError_t causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64_t t, float scale,
-                                    cudaStream_t stream) {
-  if (!valid_rows(rows, t, scale)) return cudaErrorInvalidValue;
+                                    cudaStream_t stream, math::KeyPadding padding) {
+  if (!valid_rows(rows, t, scale, padding)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (dy == nullptr || y == nullptr || dx == nullptr) return cudaErrorInvalidValue;
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = t % kWidth == 0 && is_aligned16(dy) && is_aligned16(y) && is_aligned16(dx);
   const int threads = row_block_threads(vec ? t / kWidth : t, kMaxThreads);
   const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
-  return vec ? launch(causal_softmax_backward_kernel<T, true>, config, dy, y, dx, t, scale)
-             : launch(causal_softmax_backward_kernel<T, false>, config, dy, y, dx, t, scale);
+  return vec ? launch(causal_softmax_backward_kernel<T, true>, config, dy, y, dx, t, scale, padding)
+             : launch(causal_softmax_backward_kernel<T, false>, config, dy, y, dx, t, scale, padding);
 }
 
 #define MPT_INSTANTIATE(T)                                                                                       \
-  template cudaError_t causal_softmax_forward<T>(const T*, T*, float*, int64_t, int64_t, float, cudaStream_t); \
-  template cudaError_t causal_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t);
+  template cudaError_t causal_softmax_forward<T>(const T*, T*, float*, int64_t, int64_t, float, cudaStream_t,   \
+                                                 math::KeyPadding);                                             \
+  template cudaError_t causal_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t, \
+                                                  math::KeyPadding);
 MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/math/attention.h"
 #include "kernels/math/numerics.h"
 
 namespace mpt::kernels::cuda {
@@ -15,10 +16,11 @@ namespace mpt::kernels::cuda {
 // from kernels/math/attention.h, block reductions for the max and the sum; 16-byte vectors when x and y are
 // 16-byte aligned and t is a whole number of vectors. y may be x. Asynchronous on `stream`; returns
 // cudaErrorInvalidValue for rows < 0, t < 1, rows not a multiple of t or above 2^31 - 1, scale not finite
-// and > 0, or a null x or y (rows > 0), else the launch error. T: float, mpt::f16, mpt::bf16.
+// and > 0, or a null x or y (rows > 0), else the launch error. T: float, mpt::f16, mpt::bf16. With `padding`
+// (lengths in device memory, each in [1, t]: the op checks them), row r's keys are math::causal_keys(r, t, padding).
 template <class T>
 cudaError_t causal_softmax_forward(const T* x, T* y, float* lse, int64_t rows, int64_t t, float scale,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, math::KeyPadding padding = {});
 
 // dx_j = scale * y_j * (dy_j - sum_{k <= i} dy_k y_k) for j <= i = r % t, 0 beyond: the gradient with respect
 // to the unscaled scores, written (not accumulated: it feeds the dQ and dK GEMMs). dx may be dy. One block per
@@ -26,6 +28,6 @@ cudaError_t causal_softmax_forward(const T* x, T* y, float* lse, int64_t rows, i
 // causal_softmax_forward (dy, y, dx must not be null).
 template <class T>
 cudaError_t causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows, int64_t t, float scale,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, math::KeyPadding padding = {});
 
 }  // namespace mpt::kernels::cuda

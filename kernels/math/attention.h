@@ -15,6 +15,23 @@ namespace mpt::kernels::math {
 // Score rows are laid out [B*H, T, T]: row r belongs to query i = r % T, which attends keys 0..i only.
 MPT_HD MPT_INLINE int64_t causal_keys(int64_t row, int64_t t) { return row % t + 1; }
 
+// Key padding: sample b of a batch has lengths[b] real positions (1 <= lengths[b] <= T) followed by padding, and no
+// query attends a padding key. `heads` maps a head row block to its sample (b = (B*H index) / heads). A raw pointer:
+// host memory for the CPU kernels, device memory for the CUDA ones. lengths == nullptr: no padding.
+struct KeyPadding {
+  const int32_t* lengths = nullptr;
+  int64_t heads = 1;
+};
+
+// Row r's keys under key padding: query i attends keys j <= i with j < lengths[b], min(i + 1, lengths[b]) of them
+// (never none: a padding query still attends its sample's real keys).
+MPT_HD MPT_INLINE int64_t causal_keys(int64_t row, int64_t t, KeyPadding pad) {
+  const int64_t n = row % t + 1;
+  if (pad.lengths == nullptr) return n;
+  const int64_t len = pad.lengths[row / t / pad.heads];
+  return n < len ? n : len;
+}
+
 template <class F>
 MPT_HD MPT_INLINE F attention_exp(F x) {
   return exp_op(x);

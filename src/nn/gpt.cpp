@@ -26,13 +26,15 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, Generator& gen)
   drop_ = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) const {
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& lengths) const {
   MPT_CHECK(x.defined() && x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got {}",
             x.defined() ? x.meta_str() : "undefined");
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3.attn"
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const ops::QkvHeads h = ops::split_qkv_heads(c_attn_->forward(x), n_head_);  // [B, H, T, D] each
-  const Tensor y = ops::causal_attention(h.q, h.k, h.v).out;
+  ops::AttentionOptions options;
+  options.lengths = lengths;
+  const Tensor y = ops::causal_attention(h.q, h.k, h.v, options).out;
   return drop_->forward(c_proj_->forward(y.transpose(1, 2).reshape({B, T, C})));
 }
 
@@ -105,9 +107,10 @@ namespace {
 Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.dtype() ? t : t.to(stream.dtype()); }
 }  // namespace
 
-Tensor Block::forward(const Tensor& x) const {
+Tensor Block::forward(const Tensor& x, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
-  auto [h, normed] = ln_2_->forward_residual(like(attn_->forward(ln_1_->forward(x)), x), x);  // h = x + attn(ln_1(x))
+  // h = x + attn(ln_1(x))
+  auto [h, normed] = ln_2_->forward_residual(like(attn_->forward(ln_1_->forward(x), lengths), x), x);
   return ops::add(h, like(mlp_->forward(normed), h));
 }
 
@@ -150,11 +153,21 @@ GPT::GPT(const GPTConfig& c) : Module("GPT"), config_(c) {
   init_gpt2(*this, gen);
 }
 
-Tensor GPT::forward(const Tensor& ids) const {
+Tensor GPT::forward(const Tensor& ids, const Tensor& lengths) const {
+  const profile::Range range("forward");  // the phase; module ranges nest inside, the loss follows it
+  const Tensor x = features(ids, lengths);
+  const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
+  // The LM head, tied to wte; a policy addresses it as "lm_head".
+  const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
+  const profile::Range head_range(head);
+  return detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT")
+      .reshape({B, T, config_.vocab_size});
+}
+
+Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const {
   MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
             "[GPT] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
-  const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
-  const profile::Range range("forward");  // the phase; module ranges nest inside, the loss follows it
+  const int64_t T = ids.size(1);
   MPT_CHECK(T <= config_.block_size, "[GPT] sequence length {} exceeds block_size {}", T, config_.block_size);
   auto cached = std::find_if(positions_.begin(), positions_.end(), [&](const Tensor& p) {
     return p.device() == ids.device() && p.dtype() == ids.dtype();
@@ -167,17 +180,12 @@ Tensor GPT::forward(const Tensor& ids) const {
   for (const auto& block : *h_) {
     if (checkpoint_blocks_) {
       const Block* b = block.get();
-      x = autograd::checkpoint([b](const Tensor& in) { return b->forward(in); }, x);
+      x = autograd::checkpoint([b, lengths](const Tensor& in) { return b->forward(in, lengths); }, x);
     } else {
-      x = block->forward(x);
+      x = block->forward(x, lengths);
     }
   }
-  x = ln_f_->forward(x);
-  // The LM head, tied to wte; a policy addresses it as "lm_head".
-  const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
-  const profile::Range head_range(head);
-  return detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT")
-      .reshape({B, T, config_.vocab_size});
+  return ln_f_->forward(x);
 }
 
 Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
@@ -202,8 +210,8 @@ Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
   return detail::autocast_linear(x, wte_->weight(), Tensor{}, head, "GPT");
 }
 
-Tensor GPT::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction) const {
-  const Tensor logits = forward(ids);
+Tensor GPT::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction, const Tensor& lengths) const {
+  const Tensor logits = forward(ids, lengths);
   const profile::Range range("loss");
   return cross_entropy(logits, targets, reduction);
 }

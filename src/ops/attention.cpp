@@ -47,6 +47,36 @@ kernels::cpu::AttentionShape check_qkv(const Tensor& q, const Tensor& k, const T
   return {q.size(0) * q.size(1), q.size(2), d, scale};
 }
 
+// options.lengths checked ((B,) i32 on the CPU, each in [1, T]); undefined when there is none or no sample is padded
+// (plain causal attention then, cuDNN included).
+Tensor key_lengths(const Tensor& q, const AttentionOptions& opt, const char* op) {
+  const Tensor& len = opt.lengths;
+  if (!len.defined()) return {};
+  MPT_CHECK(len.dtype() == DType::I32 && len.dim() == 1 && len.size(0) == q.size(0) && len.device().is_cpu(),
+            "[{}] lengths must be i32 [B] on the CPU (B = {} from q {}), got {}", op, q.size(0), q.meta_str(),
+            len.meta_str());
+  const Tensor c = len.contiguous();
+  const int32_t* v = c.data<int32_t>();
+  bool padded = false;
+  for (int64_t b = 0; b < c.size(0); ++b) {
+    MPT_CHECK(v[b] >= 1 && v[b] <= q.size(2), "[{}] lengths[{}] = {} is outside [1, T = {}] (q {})", op, b, v[b],
+              q.size(2), q.meta_str());
+    padded = padded || v[b] < q.size(2);
+  }
+  return padded ? c : Tensor{};
+}
+
+// The lengths where the kernels read them: a device copy for a CUDA q (a few bytes, on the current stream).
+Tensor on_device(const Tensor& lengths, Device dev) {
+  return lengths.defined() && !dev.is_cpu() ? lengths.to(dev) : lengths;
+}
+
+// The kernels' view of the lengths (host or device pointer), none when `lengths` is undefined.
+kernels::math::KeyPadding padding_of(const Tensor& lengths, const Tensor& q) {
+  if (!lengths.defined()) return {};
+  return {lengths.data<int32_t>(), q.size(1)};
+}
+
 // CUDA, the GEMM path (the fallback when cuDNN cannot run a problem, or MPT_ATTENTION=gemm). Batched cuBLASLt GEMMs
 // around the causal softmax kernels: scores S = q k^T in f32 (B*H, T, T), P = causal softmax(scale * S) in place,
 // and P rounded to the inputs' dtype for the P v GEMM, as flash attention does for its second GEMM.
@@ -71,7 +101,7 @@ Tensor causal_probs_cuda(const Heads& h, const kernels::cpu::AttentionShape& s, 
 #if defined(MPT_WITH_CUDA)
   MPT_CUDA_KERNEL(kernels::cuda::causal_softmax_forward(
       p.data<float>(), p.data<float>(), lse.defined() ? lse.data<float>() : nullptr, s.batch_heads * s.seq, s.seq,
-      static_cast<float>(s.scale), static_cast<cudaStream_t>(detail::stream_of(p.device()))));
+      static_cast<float>(s.scale), static_cast<cudaStream_t>(detail::stream_of(p.device())), s.padding));
 #else
   MPT_CUDA_KERNEL(0);
 #endif
@@ -99,7 +129,8 @@ void attention_backward_cuda(const Heads& h, const Tensor& dout, const kernels::
 #if defined(MPT_WITH_CUDA)
   MPT_CUDA_KERNEL(kernels::cuda::causal_softmax_backward(ds.data<float>(), p.data<float>(), ds.data<float>(),
                                                          s.batch_heads * s.seq, s.seq, static_cast<float>(s.scale),
-                                                         static_cast<cudaStream_t>(detail::stream_of(ds.device()))));
+                                                         static_cast<cudaStream_t>(detail::stream_of(ds.device())),
+                                                         s.padding));
 #endif
   const Tensor ds_lo = ds.to(dt);
   matmul_out(ds_lo, h.k, g.dq.reshape(heads_shape(s)), beta);      // dq = dS k
@@ -143,12 +174,13 @@ kcu::CudnnAttentionProblem cudnn_problem(const Tensor& q, const kernels::cpu::At
 // MPT_ATTENTION=cudnn every refusal, the plan's included, throws instead.
 std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const kernels::cpu::AttentionShape& s,
                                                           bool backward, cudnnHandle_t* handle, const char* op) {
+  // (s.padding.lengths set: key_padding below makes the selection pick the GEMM path, or throw under cudnn mode.)
   const detail::AttentionMode mode = detail::attention_mode_from_env(op);
   if (mode == detail::AttentionMode::Gemm) return nullptr;
   const int device = q.device().index();
   const CudaDeviceInfo& info = cuda_status().devices.at(device);
   detail::AttentionQuery query{q.dtype(), q.size(0), q.size(1), q.size(2), q.size(3), s.scale, info.major,
-                               info.minor, backward, {}, deterministic()};
+                               info.minor, backward, {}, deterministic(), s.padding.lengths != nullptr};
   cuda_backend::DeviceGuard guard(device);
   if (detail::cudnn_attention_rejection(query).empty())
     *handle = cudnn_handle(Stream::current(q.device()), &query.cudnn_unavailable);
@@ -240,8 +272,10 @@ AttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const T
                                  const AttentionOptions& options) {
   const char* op = "causal_attention";
   const detail::GradRecorder grad({&q_in, &k_in, &v_in});
-  const auto shape = check_qkv(q_in, k_in, v_in, options, op);
+  auto shape = check_qkv(q_in, k_in, v_in, options, op);
   const Device dev = q_in.device();
+  const Tensor lengths = on_device(key_lengths(q_in, options, op), dev);
+  shape.padding = padding_of(lengths, q_in);
   const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   AttentionResult r{Tensor::empty(q.shape(), q.dtype(), dev),
                     Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype(q.dtype()), dev)};
@@ -275,7 +309,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
                                          const Tensor& v_in, const Tensor& out_in, const Tensor& lse_in,
                                          const AttentionOptions& options, AttentionGrads grads) {
   const char* op = "causal_attention_backward";
-  const auto shape = check_qkv(q_in, k_in, v_in, options, op);
+  auto shape = check_qkv(q_in, k_in, v_in, options, op);
   detail::check_same_device({&q_in, &dout_in, &out_in, &lse_in}, op);
   detail::check_same_dtype({&q_in, &dout_in, &out_in}, op);
   detail::check_shape(dout_in, q_in.shape(), "dout", op);
@@ -287,6 +321,8 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   MPT_CHECK(given == 0 || given == 3, "[{}] give all three of dq, dk, dv to accumulate into, or none; got {}", op,
             given);
   const Device dev = q_in.device();
+  const Tensor lengths = on_device(key_lengths(q_in, options, op), dev);
+  shape.padding = padding_of(lengths, q_in);
   const bool accumulate = given == 3;
   if (accumulate) {
     detail::check_same_device({&q_in, &grads.dq, &grads.dk, &grads.dv}, op);

@@ -44,20 +44,35 @@ std::vector<T> random_values(int64_t n, uint32_t seed, float low, float high) {
   return x;
 }
 
+// Key padding for the kHeads rows blocks as two samples of one head: the first holds about half its positions.
+struct Padding {
+  bool on = false;
+  int32_t lengths[kHeads] = {};
+  Padding(int64_t t, bool padded) : on(padded), lengths{static_cast<int32_t>((t + 1) / 2), static_cast<int32_t>(t)} {}
+  mpt::kernels::math::KeyPadding view() const { return on ? mpt::kernels::math::KeyPadding{lengths, 1} : mpt::kernels::math::KeyPadding{}; }
+  // Written from the definition: query i of sample b attends keys j <= i with j < lengths[b].
+  int64_t keys(int64_t r, int64_t t) const {
+    const int64_t causal = r % t + 1;
+    return on ? std::min<int64_t>(causal, lengths[r / t]) : causal;
+  }
+};
+
 template <class T>
-void check_forward(int64_t t, int offset) {
-  SCOPED_TRACE(testing::Message() << "forward t " << t << " offset " << offset);
+void check_forward(int64_t t, int offset, bool padded = false) {
+  SCOPED_TRACE(testing::Message() << "forward t " << t << " offset " << offset << " padded " << padded);
+  const Padding pad(t, padded);
   const int64_t rows = kHeads * t, n = rows * t;
   const std::vector<T> storage = random_values<T>(n + offset, static_cast<uint32_t>(t + offset), -20, 20);
   const T* x = storage.data() + offset;  // offset != 0: misaligned, the scalar path
   std::vector<T> y_emu_storage(storage.size(), poison<T>()), y_cpu(n, poison<T>());
   std::vector<float> lse_emu(rows, NAN), lse_cpu(rows, NAN);
   T* y_emu = y_emu_storage.data() + offset;
-  ASSERT_EQ(mpt::kernels::cuda::causal_softmax_forward(x, y_emu, lse_emu.data(), rows, t, kScale, nullptr),
+  ASSERT_EQ(mpt::kernels::cuda::causal_softmax_forward(x, y_emu, lse_emu.data(), rows, t, kScale, nullptr,
+                                                       pad.view()),
             cudaSuccess);
-  mpt::kernels::cpu::causal_softmax_forward(x, y_cpu.data(), lse_cpu.data(), rows, t, kScale);
+  mpt::kernels::cpu::causal_softmax_forward(x, y_cpu.data(), lse_cpu.data(), rows, t, kScale, pad.view());
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t keys = r % t + 1;
+    const int64_t keys = pad.keys(r, t);
     double mx = -INFINITY, sum = 0;  // float64 reference from the stored inputs
     for (int64_t c = 0; c < keys; ++c) mx = std::max(mx, to_double(x[r * t + c]) * double(kScale));
     for (int64_t c = 0; c < keys; ++c) sum += std::exp(to_double(x[r * t + c]) * double(kScale) - mx);
@@ -85,20 +100,23 @@ void check_forward(int64_t t, int offset) {
 // dx = scale y (dy - dot): the dot products (float, different orders) differ by <= 2 n u max|dy y| (u = 2^-24,
 // |dy| <= 1, y <= 1), times scale y <= scale; then both round to T, at most one step of T apart.
 template <class T>
-void check_backward(int64_t t, int offset) {
-  SCOPED_TRACE(testing::Message() << "backward t " << t << " offset " << offset);
+void check_backward(int64_t t, int offset, bool padded = false) {
+  SCOPED_TRACE(testing::Message() << "backward t " << t << " offset " << offset << " padded " << padded);
+  const Padding pad(t, padded);
   const int64_t rows = kHeads * t, n = rows * t;
   const std::vector<T> x = random_values<T>(n, static_cast<uint32_t>(t), -20, 20);
   std::vector<T> y(n);
-  mpt::kernels::cpu::causal_softmax_forward(x.data(), y.data(), static_cast<float*>(nullptr), rows, t, kScale);
+  mpt::kernels::cpu::causal_softmax_forward(x.data(), y.data(), static_cast<float*>(nullptr), rows, t, kScale,
+                                            pad.view());
   const std::vector<T> dy_storage = random_values<T>(n + offset, static_cast<uint32_t>(t + 1), -1, 1);
   const T* dy = dy_storage.data() + offset;
   std::vector<T> dx_emu_storage(n + offset, poison<T>()), dx_cpu(n, poison<T>());
   T* dx_emu = dx_emu_storage.data() + offset;
-  mpt::kernels::cpu::causal_softmax_backward(dy, y.data(), dx_cpu.data(), rows, t, kScale);
-  ASSERT_EQ(mpt::kernels::cuda::causal_softmax_backward(dy, y.data(), dx_emu, rows, t, kScale, nullptr), cudaSuccess);
+  mpt::kernels::cpu::causal_softmax_backward(dy, y.data(), dx_cpu.data(), rows, t, kScale, pad.view());
+  ASSERT_EQ(mpt::kernels::cuda::causal_softmax_backward(dy, y.data(), dx_emu, rows, t, kScale, nullptr, pad.view()),
+            cudaSuccess);
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t keys = r % t + 1;
+    const int64_t keys = pad.keys(r, t);
     double dot = 0;
     for (int64_t c = 0; c < keys; ++c) dot += to_double(dy[r * t + c]) * to_double(y[r * t + c]);
     for (int64_t c = 0; c < t; ++c) {
@@ -137,6 +155,16 @@ TEST(EmuAttention, CausalSoftmaxBackwardMatchesCpuAndFloat64) {
     check_backward<float>(t, 1);
     check_backward<bf16>(t, 0);
     check_backward<f16>(t, 5);
+  }
+}
+
+TEST(EmuAttention, KeyPaddedSoftmaxMatchesCpuAndFloat64) {
+  for (int64_t t : kLengths) {
+    check_forward<float>(t, 0, true);
+    check_forward<float>(t, 1, true);
+    check_forward<bf16>(t, 0, true);
+    check_backward<float>(t, 0, true);
+    check_backward<bf16>(t, 3, true);
   }
 }
 

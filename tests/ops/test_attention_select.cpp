@@ -106,6 +106,18 @@ TEST(AttentionSelect, DeterministicModeTakesTheGemmPath) {
   }
 }
 
+// Key padding: our cuDNN graph has no padding mask, so the GEMM path masks it; forcing cuDNN says why.
+TEST(AttentionSelect, KeyPaddingTakesTheGemmPath) {
+  for (bool backward : {false, true}) {
+    AttentionQuery q = gpt(DType::BF16, 64, 9, 0, backward);
+    q.key_padding = true;
+    EXPECT_EQ(select_attention_path(AttentionMode::Auto, q, kOp), AttentionPath::Gemm);
+    const std::string why = error_of(AttentionMode::Cudnn, q);
+    EXPECT_NE(why.find("MPT_ATTENTION=cudnn, but cuDNN cannot run this attention: key padding"), std::string::npos)
+        << why;
+  }
+}
+
 
 // Auto mode with a cuDNN too old for fused attention (the H200 image's system cuDNN 9.14) names the version, the cost
 // and the fix, once per process (attention.cpp); nothing when cuDNN is new enough, the user chose the path, the dtype

@@ -34,7 +34,8 @@ struct KvCache {
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GPTConfig& config, Generator& gen);
-  Tensor forward(const Tensor& x) const;
+  // lengths: optional key padding of a dynamically padded batch (ops::AttentionOptions::lengths).
+  Tensor forward(const Tensor& x, const Tensor& lengths = {}) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // x [B, t, C] at positions [pos, pos + t): their keys and values go into k_cache / v_cache ([B, H, capacity, D],
   // made at the prompt in the keys' dtype), and each query attends to every cached position up to its own. pos == 0
@@ -68,7 +69,7 @@ class MLP : public Module {
 class Block : public Module {
  public:
   Block(const GPTConfig& config, Generator& gen);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, const Tensor& lengths = {}) const;  // lengths: as CausalSelfAttention's
   Tensor operator()(const Tensor& x) const { return forward(x); }
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const;
   CausalSelfAttention& attn() const { return *attn_; }
@@ -89,12 +90,21 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& config);
   const GPTConfig& config() const { return config_; }
 
-  // ids [B, T] (i64 or i32, T <= block_size) -> logits [B, T, vocab].
-  Tensor forward(const Tensor& ids) const;
+  // ids [B, T] (i64 or i32, T <= block_size) -> logits [B, T, vocab]. For a dynamically padded batch (data::pad_batch)
+  // `lengths` ((B,) i32 on the CPU, each sample's real tokens) masks the padding keys in every attention layer
+  // (ops::AttentionOptions::lengths): a sample's real positions then get the logits it gets alone, whatever the padding
+  // holds (with right padding and causal attention they would anyway; the mask also keeps the padding positions
+  // themselves from attending padding, and lets the CPU kernel skip its key blocks).
+  Tensor forward(const Tensor& ids, const Tensor& lengths = {}) const;
   Tensor operator()(const Tensor& ids) const { return forward(ids); }
-  // Cross-entropy of forward(ids) against targets [B, T] (targets of -100 are ignored): a scalar (f32), the mean over
-  // the counted tokens or (Sum) their sum, for gradient accumulation normalised by a token count.
-  Tensor loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction = ops::LossReduction::Mean) const;
+  // The final hidden states [B, T, n_embd] (after ln_f): what forward() feeds the LM head, for other heads (a sequence
+  // classifier reads each sample's state at its last real position, lengths[b] - 1).
+  Tensor features(const Tensor& ids, const Tensor& lengths = {}) const;
+  // Cross-entropy of forward(ids, lengths) against targets [B, T] (targets of -100 are ignored: put them at padding):
+  // a scalar (f32), the mean over the counted tokens or (Sum) their sum, for gradient accumulation normalised by a
+  // token count.
+  Tensor loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction = ops::LossReduction::Mean,
+              const Tensor& lengths = {}) const;
   // Generation with a KV cache: ids [B, t] are the t tokens after the cache's `length` positions (a prompt into an
   // empty cache, then one token at a time; length + t <= block_size). Appends their keys and values to `cache` and
   // returns the logits of the last one, [B, vocab]. The same function as forward() of the whole sequence at that

@@ -11,6 +11,14 @@ namespace mpt::ops {
 // transpose(1, 2) and reshape to (B, T, H * D).
 struct AttentionOptions {
   double scale = 0;  // multiplies q . k; 0 means 1 / sqrt(D). Must be finite and >= 0.
+  // Key padding for a dynamically padded batch (optional): (B,) i32 on the CPU, sample b's real length, 1 <= lengths[b]
+  // <= T, its positions [lengths[b], T) being padding. No query attends a padding key: query i of sample b attends
+  // keys j <= i with j < lengths[b], what PyTorch's scaled_dot_product_attention computes with the boolean mask
+  // tril(T, T) & (j < lengths[b]). A padding query (i >= lengths[b]) thus still attends its sample's real keys (no row
+  // is empty, so nothing is NaN); padding keys and values get zero gradients. The CPU kernel skips the key blocks
+  // past each length. On CUDA the lengths are copied to the device on each call and the GEMM path runs (cuDNN's graph
+  // here has no padding mask). Undefined, or every length T: plain causal attention.
+  Tensor lengths;
 };
 
 struct AttentionResult {
@@ -25,7 +33,7 @@ struct AttentionResult {
 // kernels/cuda/lib/attention_cudnn.h) and a cuDNN handle can be made; otherwise (and for f32) batched cuBLASLt
 // GEMMs around a fused causal-softmax kernel run, materialising the f32 scores (B*H, T, T). Both round the
 // probabilities to the inputs' dtype for the second GEMM (f16/bf16 results differ from the CPU's within that
-// rounding). The environment variable MPT_ATTENTION=auto|cudnn|gemm
+// rounding). Key padding (options.lengths) is described above. The environment variable MPT_ATTENTION=auto|cudnn|gemm
 // (default auto) forces a path; cudnn where cuDNN cannot run the call throws mpt::Error saying why.
 AttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const AttentionOptions& options = {});
