@@ -500,6 +500,8 @@ void run(const Options& o) {
     state.run_config_json = saved_options(o).dump();
     state.data_json = data_state(loader, skipped, corpus.identity).dump();
     const std::filesystem::path dir = mpt::io::save_checkpoint(o.save_dir, state, {.keep = o.keep});
+    // Beside the checkpoints, for programs that start from them (examples/finetune); rank 0 only, written durably.
+    if (rank == 0) tokenizer.save(std::filesystem::path(o.save_dir) / "tokenizer.json");
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("saved checkpoint {} ({:.0f} ms)\n", dir.string(), ms);
     return dir;
