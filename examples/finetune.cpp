@@ -252,13 +252,12 @@ void run(const Options& o) {
              n_eval, set.names.size(), baseline);
 
   // What the optimizer holds, against FP32 AdamW (8 bytes per parameter) on every parameter.
+  const bool int8 = moments == mpt::ops::MomentStorage::Int8;
   const int64_t held = optimizer_bytes(opt), fp32_all = 8 * total, fp32_trainable = 8 * trainable;
   fmt::print("optimizer state: {:.2f} MiB ({} moments on {:.3f}M trainable parameters); FP32 AdamW on all {:.3f}M "
-             "would hold {:.2f} MiB: freezing saves {:.2f} MiB, {} {:.2f} MiB\n", mib(held),
-             moments == mpt::ops::MomentStorage::Int8 ? "8-bit" : "FP32", trainable / 1e6, total / 1e6, mib(fp32_all),
-             mib(fp32_all - fp32_trainable),
-             moments == mpt::ops::MomentStorage::Int8 ? "8-bit moments save" : "FP32 moments (adamw8bit would save ~75%) save",
-             mib(fp32_trainable - held));
+             "would hold {:.2f} MiB: freezing saves {:.2f} MiB{}\n", mib(held), int8 ? "8-bit" : "FP32",
+             trainable / 1e6, total / 1e6, mib(fp32_all), mib(fp32_all - fp32_trainable),
+             int8 ? fmt::format(", 8-bit moments save {:.2f} MiB", mib(fp32_trainable - held)) : std::string());
 }
 
 }  // namespace

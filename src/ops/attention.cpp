@@ -167,14 +167,29 @@ cudnnHandle_t cudnn_handle(const Stream& stream, std::string* why) {
 }
 
 kcu::CudnnAttentionProblem cudnn_problem(const Tensor& q, const kernels::cpu::AttentionShape& s) {
-  return {q.size(0), q.size(1), q.size(2), q.size(3), q.dtype() == DType::BF16, static_cast<float>(s.scale)};
+  return {q.size(0), q.size(1), q.size(2), q.size(3), q.dtype() == DType::BF16, static_cast<float>(s.scale),
+          s.padding.lengths != nullptr};
+}
+
+// A padded call's lengths as cuDNN's padding mask reads them (none unpadded): seq_len_kv the device key lengths,
+// seq_len_q every sample's T (no query row is padding: a padding query attends its sample's real keys). The Tensor
+// keeps seq_len_q's device allocation (256-byte aligned, stream-ordered) alive until the call is enqueued.
+struct CudnnLengths {
+  Tensor q_lengths;
+  kcu::CudnnSeqLens seq_lens;
+};
+
+CudnnLengths cudnn_lengths(const Tensor& q, const kernels::cpu::AttentionShape& s) {
+  if (s.padding.lengths == nullptr) return {};
+  CudnnLengths l{Tensor::full({q.size(0)}, static_cast<double>(q.size(2)), DType::I32, q.device()), {}};
+  l.seq_lens = {l.q_lengths.data<int32_t>(), s.padding.lengths};
+  return l;
 }
 
 // The cached cuDNN plan when the selection picks cuDNN and its plan builds, else null (the GEMM path runs). Under
 // MPT_ATTENTION=cudnn every refusal, the plan's included, throws instead.
 std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const kernels::cpu::AttentionShape& s,
                                                           bool backward, cudnnHandle_t* handle, const char* op) {
-  // (s.padding.lengths set: key_padding below makes the selection pick the GEMM path, or throw under cudnn mode.)
   const detail::AttentionMode mode = detail::attention_mode_from_env(op);
   if (mode == detail::AttentionMode::Gemm) return nullptr;
   const int device = q.device().index();
@@ -225,9 +240,10 @@ bool cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kern
   if (!plan) return false;
   cuda_backend::DeviceGuard guard(q.device().index());
   const Tensor ws = cudnn_workspace(*plan, q.device());
+  const CudnnLengths lengths = cudnn_lengths(q, s);
   run_cudnn(op, [&] {
     plan->forward(handle, q.data_ptr(), k.data_ptr(), v.data_ptr(), r.out.data_ptr(), r.lse.data<float>(),
-                  ws.data_ptr());
+                  ws.data_ptr(), lengths.seq_lens);
   });
   return true;
 }
@@ -246,9 +262,10 @@ bool cudnn_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   };
   const Tensor dq = fresh(g.dq), dk = fresh(g.dk), dv = fresh(g.dv);
   const Tensor ws = cudnn_workspace(*plan, q.device());
+  const CudnnLengths lengths = cudnn_lengths(q, s);
   run_cudnn(op, [&] {
     plan->backward(handle, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
-                   lse.data<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), ws.data_ptr());
+                   lse.data<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), ws.data_ptr(), lengths.seq_lens);
   });
   if (accumulate) {
     add_(g.dq, dq);

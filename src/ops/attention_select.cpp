@@ -24,12 +24,10 @@ AttentionMode attention_mode_from_env(const char* op) { return parse_attention_m
 std::string cudnn_attention_rejection(const AttentionQuery& q) {
   if (q.dtype != DType::F16 && q.dtype != DType::BF16)
     return fmt::format("cuDNN's fused attention takes f16 or bf16, got {}", q.dtype);
-  if (q.key_padding)
-    return "key padding (AttentionOptions::lengths) is not in mptrain's cuDNN attention graph; the GEMM path masks it";
 #if defined(MPT_WITH_CUDA)
   namespace kcu = kernels::cuda;
   const kcu::CudnnAttentionProblem p{q.batch, q.heads, q.seq, q.head_dim, q.dtype == DType::BF16,
-                                     static_cast<float>(q.scale)};
+                                     static_cast<float>(q.scale), q.key_padding};
   const kcu::AttentionPass pass = q.backward ? kcu::AttentionPass::Backward : kcu::AttentionPass::Forward;
   if (const char* why = kcu::cudnn_attention_unsupported(p, pass, q.sm_major, q.sm_minor); why[0] != '\0')
     return why;

@@ -26,11 +26,11 @@ struct AttentionQuery {
   bool backward = false;
   std::string cudnn_unavailable;  // why no cuDNN handle could be made ("" when one exists or was not asked for)
   bool deterministic = false;     // mpt::deterministic(): the GEMM path (cuDNN's backward order may vary)
-  bool key_padding = false;       // AttentionOptions::lengths pads some sample: the GEMM path (no mask in our graph)
+  bool key_padding = false;       // AttentionOptions::lengths pads some sample: cuDNN's graph adds its padding mask
 };
 
-// Why cuDNN cannot run the query, "" when it can: not f16/bf16, key padding, the static rules of
-// kernels/cuda/lib/attention_cudnn.h (head dim, compute capability), a build without CUDA, or cudnn_unavailable.
+// Why cuDNN cannot run the query, "" when it can: not f16/bf16, the static rules of kernels/cuda/lib/attention_cudnn.h
+// (head dim, compute capability; key padding adds none), a build without CUDA, or cudnn_unavailable.
 std::string cudnn_attention_rejection(const AttentionQuery& q);
 
 // Gemm when MPT_ATTENTION=gemm, or (auto) when cuDNN rejects the query or deterministic mode is on; Cudnn otherwise.

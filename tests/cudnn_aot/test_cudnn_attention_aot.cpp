@@ -1,5 +1,6 @@
-// tests/cudnn_aot/test_cudnn_attention_aot.cpp: the cuDNN causal-attention graphs, checked without a GPU against
-// described sm_90 and sm_80 devices (deviceless ahead-of-time compilation), with negative controls.
+// tests/cudnn_aot/test_cudnn_attention_aot.cpp: the cuDNN causal-attention graphs, with and without key padding,
+// checked without a GPU against described sm_90 and sm_80 devices (deviceless ahead-of-time compilation), with
+// negative controls.
 //
 // How this works without a GPU: cuDNN >= 9.8 builds plans for a CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR instead of a
 // handle. Its heuristics and NVRTC compilation still resolve libcuda symbols, so ctest puts the toolkit's stub
@@ -38,8 +39,8 @@ std::string device_json(int sm_major) {
          (hopper ? "NVIDIA H100 80GB HBM3" : "NVIDIA A100-SXM4-80GB") + R"("})";
 }
 
-CudnnAttentionProblem gpt_problem(bool bf16, int64_t d = 64) {
-  return {4, 12, 1024, d, bf16, 0.125f};  // GPT-2 small: B=4, H=12, T=1024, D=64, causal
+CudnnAttentionProblem gpt_problem(bool bf16, int64_t d = 64, bool padded = false) {
+  return {4, 12, 1024, d, bf16, 0.125f, padded};  // GPT-2 small: B=4, H=12, T=1024, D=64, causal
 }
 
 size_t config_count(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
@@ -81,33 +82,8 @@ TEST(CudnnAttentionAot, DevicePropertiesRoundTrip) {
   }
 }
 
-struct Case {
-  int sm_major;
-  bool bf16;
-  AttentionPass pass;
-  size_t configs;  // engine configs cuDNN 9.19 returns (CUDNN_HEUR_MODE_A)
-};
-
-std::string case_name(const Case& c) {
-  return std::string("sm") + (c.sm_major == 9 ? "90" : "80") + (c.bf16 ? "_bf16" : "_f16") +
-         (c.pass == AttentionPass::Forward ? "_forward" : "_backward");
-}
-std::string param_name(const testing::TestParamInfo<Case>& info) { return case_name(info.param); }
-void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " (" << c.configs << " configs)"; }
-
-class GptShape : public testing::TestWithParam<Case> {};
-
-// Heuristics accept the graph (>= 1 engine config; the exact counts cuDNN 9.19 gives are asserted so a change
-// is noticed), and every config's plan compiles and fails only at module load, the documented deviceless outcome.
-TEST_P(GptShape, EngineConfigsFinalizeUpToModuleLoad) {
-  const Case& c = GetParam();
-  const CudnnDescriptor device = cudnn_device_properties(device_json(c.sm_major));
-  const CudnnTarget target{nullptr, device.get()};
-  const auto graph = build_cudnn_attention_graph(gpt_problem(c.bf16), c.pass, target);
-  EXPECT_EQ(graph->op_count, c.pass == AttentionPass::Forward ? 14 : 22);
-  const std::vector<CudnnDescriptor> configs = cudnn_engine_configs(*graph, target);
-  ASSERT_GE(configs.size(), 1u);
-  EXPECT_EQ(configs.size(), c.configs);
+// Every engine config's plan compiles and fails only at module load, the documented deviceless outcome.
+void expect_finalize_reaches_module_load(const std::vector<CudnnDescriptor>& configs, const CudnnTarget& target) {
   for (size_t i = 0; i < configs.size(); ++i) {
     CudnnDescriptor plan;
     std::string detail;
@@ -117,6 +93,40 @@ TEST_P(GptShape, EngineConfigsFinalizeUpToModuleLoad) {
     EXPECT_NE(detail.find("(34)"), std::string::npos) << detail;
     EXPECT_EQ(plan.get(), nullptr);
   }
+}
+
+struct Case {
+  int sm_major;
+  bool bf16;
+  AttentionPass pass;
+  size_t configs;  // engine configs cuDNN 9.19 returns (CUDNN_HEUR_MODE_A)
+  bool padded = false;
+  int64_t d = 64;
+};
+
+std::string case_name(const Case& c) {
+  return std::string("sm") + (c.sm_major == 9 ? "90" : "80") + (c.bf16 ? "_bf16" : "_f16") +
+         (c.pass == AttentionPass::Forward ? "_forward" : "_backward") +
+         (c.padded ? "_padded_d" + std::to_string(c.d) : std::string());
+}
+std::string param_name(const testing::TestParamInfo<Case>& info) { return case_name(info.param); }
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " (" << c.configs << " configs)"; }
+
+class GptShape : public testing::TestWithParam<Case> {};
+
+// Heuristics accept the graph (>= 1 engine config; the exact counts cuDNN 9.19 gives are asserted so a change
+// is noticed), and every config's plan compiles and fails only at module load, the documented deviceless outcome.
+// Padded graphs add the padding mask's 6 operations and the GEMM extent overrides.
+TEST_P(GptShape, EngineConfigsFinalizeUpToModuleLoad) {
+  const Case& c = GetParam();
+  const CudnnDescriptor device = cudnn_device_properties(device_json(c.sm_major));
+  const CudnnTarget target{nullptr, device.get()};
+  const auto graph = build_cudnn_attention_graph(gpt_problem(c.bf16, c.d, c.padded), c.pass, target);
+  EXPECT_EQ(graph->op_count, (c.pass == AttentionPass::Forward ? 14 : 22) + (c.padded ? 6 : 0));
+  const std::vector<CudnnDescriptor> configs = cudnn_engine_configs(*graph, target);
+  ASSERT_GE(configs.size(), 1u);
+  EXPECT_EQ(configs.size(), c.configs);
+  expect_finalize_reaches_module_load(configs, target);
 }
 
 INSTANTIATE_TEST_SUITE_P(CudnnAttentionAot, GptShape,
@@ -129,6 +139,44 @@ INSTANTIATE_TEST_SUITE_P(CudnnAttentionAot, GptShape,
                                          Case{8, true, AttentionPass::Backward, 3},
                                          Case{8, false, AttentionPass::Backward, 3}),
                          param_name);
+
+INSTANTIATE_TEST_SUITE_P(CudnnAttentionAotPadded, GptShape,
+                         testing::Values(Case{9, true, AttentionPass::Forward, 4, true, 64},
+                                         Case{9, false, AttentionPass::Forward, 4, true, 64},
+                                         Case{9, true, AttentionPass::Backward, 3, true, 64},
+                                         Case{9, false, AttentionPass::Backward, 3, true, 64},
+                                         Case{8, true, AttentionPass::Forward, 3, true, 64},
+                                         Case{8, false, AttentionPass::Forward, 3, true, 64},
+                                         Case{8, true, AttentionPass::Backward, 3, true, 64},
+                                         Case{8, false, AttentionPass::Backward, 3, true, 64},
+                                         Case{9, true, AttentionPass::Forward, 2, true, 128},
+                                         Case{9, false, AttentionPass::Forward, 2, true, 128},
+                                         Case{9, true, AttentionPass::Backward, 2, true, 128},
+                                         Case{9, false, AttentionPass::Backward, 2, true, 128},
+                                         Case{8, true, AttentionPass::Forward, 1, true, 128},
+                                         Case{8, false, AttentionPass::Forward, 1, true, 128},
+                                         Case{8, true, AttentionPass::Backward, 2, true, 128},
+                                         Case{8, false, AttentionPass::Backward, 2, true, 128}),
+                         param_name);
+
+// The shape tests/gpu's GpuAttention.KeyPaddedForwardAndBackwardMatchCpu runs on cuDNN (B=3, H=2, T=77, D=32, bf16,
+// lengths {77, 30, 1}): T is no multiple of the engine's tiles, D is small. Both passes, both described devices.
+TEST(CudnnAttentionAot, GpuTestPaddedShapeFinalizesUpToModuleLoad) {
+  const CudnnAttentionProblem p{3, 2, 77, 32, true, 0.17677669f, true};
+  for (int sm : {9, 8}) {
+    for (AttentionPass pass : {AttentionPass::Forward, AttentionPass::Backward}) {
+      SCOPED_TRACE(testing::Message() << "sm_" << sm << "0 "
+                                      << (pass == AttentionPass::Forward ? "forward" : "backward"));
+      EXPECT_TRUE(cudnn_attention_supported(p, pass, sm, 0));
+      const CudnnDescriptor device = cudnn_device_properties(device_json(sm));
+      const CudnnTarget target{nullptr, device.get()};
+      const auto graph = build_cudnn_attention_graph(p, pass, target);
+      const std::vector<CudnnDescriptor> configs = cudnn_engine_configs(*graph, target);
+      EXPECT_GE(configs.size(), 1u);
+      expect_finalize_reaches_module_load(configs, target);
+    }
+  }
+}
 
 // The plan class tries the configs in order and reports the last failure with its status.
 TEST(CudnnAttentionAot, PlanReportsTheFinalizeFailure) {
@@ -156,9 +204,28 @@ TEST(CudnnAttentionAot, ProbabilitiesInF32HaveNoEngine) {
 }
 
 TEST(CudnnAttentionAot, HeadDim256BackwardOnlyOnHopper) {
-  EXPECT_EQ(config_count(gpt_problem(true, 256), AttentionPass::Backward, 8), 0u);
-  EXPECT_GE(config_count(gpt_problem(true, 256), AttentionPass::Backward, 9), 1u);
-  EXPECT_GE(config_count(gpt_problem(true, 256), AttentionPass::Forward, 8), 1u);
+  for (bool padded : {false, true}) {
+    EXPECT_EQ(config_count(gpt_problem(true, 256, padded), AttentionPass::Backward, 8), 0u) << padded;
+    EXPECT_GE(config_count(gpt_problem(true, 256, padded), AttentionPass::Backward, 9), 1u) << padded;
+    EXPECT_GE(config_count(gpt_problem(true, 256, padded), AttentionPass::Forward, 8), 1u) << padded;
+  }
+}
+
+// The padded graphs' negative control: the same padding mask comparing with CMP_GE instead of CMP_LT (keeping the
+// padding instead of the real positions) finds no engine, in either pass, on either device. So the engine matches
+// the padding subgraph it is given rather than accepting any pointwise chain between the GEMMs, and the padded
+// cases above are recognised. (cuDNN 9.19 does accept seq_len tensors declared f32, and the padding mask placed
+// after the causal one: neither is a control.)
+TEST(CudnnAttentionAot, PaddingMaskComparingTheWrongWayHasNoEngine) {
+  for (int sm : {9, 8}) {
+    for (AttentionPass pass : {AttentionPass::Forward, AttentionPass::Backward}) {
+      for (bool bf16 : {true, false}) {
+        EXPECT_EQ(config_count(gpt_problem(bf16, 64, true), pass, sm, {.padding_compare_ge = true}), 0u)
+            << "sm_" << sm << "0 " << (pass == AttentionPass::Forward ? "forward" : "backward") << " bf16 " << bf16;
+        EXPECT_GE(config_count(gpt_problem(bf16, 64, true), pass, sm), 1u);  // the same graph, compared right
+      }
+    }
+  }
 }
 
 // The static rules agree with what the heuristics said above.
@@ -175,6 +242,10 @@ TEST(CudnnAttentionAot, SupportRulesMatchTheHeuristics) {
   EXPECT_FALSE(cudnn_attention_supported(gpt_problem(true, 256), P::Forward, 8, 9));
   EXPECT_STREQ(cudnn_attention_unsupported(gpt_problem(true, 100), P::Forward, 9, 0),
                "the head dimension must be a multiple of 8");
+  // Key padding adds no rule: the padded graphs above find engines wherever the unpadded ones do.
+  EXPECT_TRUE(cudnn_attention_supported(gpt_problem(true, 64, true), 9, 0));
+  EXPECT_TRUE(cudnn_attention_supported(gpt_problem(false, 128, true), 8, 0));
+  EXPECT_FALSE(cudnn_attention_supported(gpt_problem(true, 256, true), P::Backward, 8, 0));
 }
 
 }  // namespace

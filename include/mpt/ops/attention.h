@@ -16,8 +16,10 @@ struct AttentionOptions {
   // keys j <= i with j < lengths[b], what PyTorch's scaled_dot_product_attention computes with the boolean mask
   // tril(T, T) & (j < lengths[b]). A padding query (i >= lengths[b]) thus still attends its sample's real keys (no row
   // is empty, so nothing is NaN); padding keys and values get zero gradients. The CPU kernel skips the key blocks
-  // past each length. On CUDA the lengths are copied to the device on each call and the GEMM path runs (cuDNN's graph
-  // here has no padding mask). Undefined, or every length T: plain causal attention.
+  // past each length. On CUDA the lengths are copied to the device on each call; cuDNN's fused attention runs them as
+  // its padding mask (seq_len_kv = lengths, seq_len_q = T, so padding queries still attend their sample's real keys;
+  // the padding keys' dk and dv are zeroed), and the GEMM path masks its softmax rows. Undefined, or every length T:
+  // plain causal attention.
   Tensor lengths;
 };
 

@@ -122,42 +122,80 @@ void CudnnAttentionPlan::execute(cudnnHandle_t handle, const int64_t* uids, void
   check(cudnnBackendExecute(handle, plan_.get(), pack.get()), "cudnnBackendExecute", plan_);
 }
 
+int CudnnAttentionPlan::add_seq_lens(CudnnSeqLens seq_lens, int64_t* uids, void** ptrs, int n) const {
+  const auto refuse = [](const char* why) {
+    throw CudnnError(CUDNN_STATUS_BAD_PARAM, std::string("CudnnAttentionPlan: ") + why);
+  };
+  if (!problem_.padded) {
+    if (seq_lens.q != nullptr || seq_lens.kv != nullptr) refuse("seq_lens given to a plan built without padding");
+    return n;
+  }
+  for (const int32_t* p : {seq_lens.q, seq_lens.kv}) {
+    if (p == nullptr) refuse("a padded plan needs seq_lens.q and seq_lens.kv");
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) refuse("seq_lens must be 16-byte aligned (the graph declares so)");
+  }
+  uids[n] = kSeqLenQ;
+  ptrs[n++] = const_cast<int32_t*>(seq_lens.q);
+  uids[n] = kSeqLenKv;
+  ptrs[n++] = const_cast<int32_t*>(seq_lens.kv);
+  uids[n] = kPaddingMaskValue;
+  ptrs[n++] = const_cast<float*>(&mask_value_);
+  return n;
+}
+
 void CudnnAttentionPlan::forward(cudnnHandle_t handle, const void* q, const void* k, const void* v, void* o,
-                                 float* stats, void* workspace) const {
-  const int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kMaskValue};
-  void* const ptrs[] = {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, stats,
-                        const_cast<float*>(&scale_), const_cast<float*>(&mask_value_)};
-  execute(handle, uids, ptrs, 7, workspace);
+                                 float* stats, void* workspace, CudnnSeqLens seq_lens) const {
+  int64_t uids[10] = {kQ, kK, kV, kO, kStats, kScale, kMaskValue};
+  void* ptrs[10] = {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, stats,
+                    const_cast<float*>(&scale_), const_cast<float*>(&mask_value_)};
+  execute(handle, uids, ptrs, add_seq_lens(seq_lens, uids, ptrs, 7), workspace);
 }
 
 void CudnnAttentionPlan::backward(cudnnHandle_t handle, const void* q, const void* k, const void* v, const void* o,
                                   const void* dout, const float* stats, void* dq, void* dk, void* dv,
-                                  void* workspace) const {
+                                  void* workspace, CudnnSeqLens seq_lens) const {
   const CudnnAttentionProblem& p = problem_;
   char* base = static_cast<char*>(workspace);
   const int64_t accum_bytes = round_up(p.b * p.h * p.t * p.d * 4, 256);
   void* dq_accum = base;
   void* softmax_sum = base + accum_bytes;
   void* cudnn_ws = base + accum_bytes + round_up(p.b * p.h * p.t * 4, 256);
-  if (cudnnGetVersion() < 90600) {  // before 9.6 the caller zeroes dQ_accum (the engine accumulates into it)
+  int64_t uids[17] = {kQ, kK, kV, kO, kDout, kStats, kDq, kDk, kDv, kSoftmaxSum, kDqAccum, kScale, kMaskValue, kOne};
+  void* ptrs[17] = {const_cast<void*>(q),
+                    const_cast<void*>(k),
+                    const_cast<void*>(v),
+                    const_cast<void*>(o),
+                    const_cast<void*>(dout),
+                    const_cast<float*>(stats),
+                    dq,
+                    dk,
+                    dv,
+                    softmax_sum,
+                    dq_accum,
+                    const_cast<float*>(&scale_),
+                    const_cast<float*>(&mask_value_),
+                    const_cast<float*>(&one_)};
+  const int n = add_seq_lens(seq_lens, uids, ptrs, 14);
+  // Zeroing first: before 9.6 the engine accumulates into dQ_accum; padded, the key rows past seq_len_kv are outside
+  // the dK and dV GEMMs' M extent (cudnn-frontend's m_override), and whether the engine writes them is undocumented.
+  const auto zero = [&](void* ptr, int64_t bytes, const char* what) {
     cudaStream_t stream = nullptr;
     check(cudnnGetStream(handle, &stream), "cudnnGetStream", plan_);
-    if (cudaMemsetAsync(dq_accum, 0, size_t(p.b * p.h * p.t * p.d * 4), stream) != cudaSuccess)
-      fail(CUDNN_STATUS_EXECUTION_FAILED_CUDART, "cudaMemsetAsync(dQ_accum)");
+    if (cudaMemsetAsync(ptr, 0, size_t(bytes), stream) != cudaSuccess)
+      fail(CUDNN_STATUS_EXECUTION_FAILED_CUDART, std::string("cudaMemsetAsync(") + what + ")");
+  };
+  if (cudnnGetVersion() < 90600) zero(dq_accum, p.b * p.h * p.t * p.d * 4, "dQ_accum");
+  if (p.padded) {
+    const int64_t grad_bytes = p.b * p.h * p.t * p.d * 2;  // f16 or bf16
+    zero(dk, grad_bytes, "dK");
+    zero(dv, grad_bytes, "dV");
   }
-  const int64_t uids[] = {kQ,  kK,  kV,          kO,       kDout,  kStats,    kDq,
-                          kDk, kDv, kSoftmaxSum, kDqAccum, kScale, kMaskValue, kOne};
-  void* const ptrs[] = {const_cast<void*>(q),    const_cast<void*>(k), const_cast<void*>(v),
-                        const_cast<void*>(o),    const_cast<void*>(dout), const_cast<float*>(stats),
-                        dq,                      dk,                      dv,
-                        softmax_sum,             dq_accum,                const_cast<float*>(&scale_),
-                        const_cast<float*>(&mask_value_), const_cast<float*>(&one_)};
-  execute(handle, uids, ptrs, 14, cudnn_ws);
+  execute(handle, uids, ptrs, n, cudnn_ws);
 }
 
 std::shared_ptr<const CudnnAttentionPlan> cudnn_attention_plan(int device, cudnnHandle_t handle,
                                                                const CudnnAttentionProblem& p, AttentionPass pass) {
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, int>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, bool, int>;
   struct Entry {
     std::shared_ptr<const CudnnAttentionPlan> plan;
     std::shared_ptr<const CudnnError> error;  // a build that failed fails again at once, without rebuilding
@@ -166,7 +204,7 @@ std::shared_ptr<const CudnnAttentionPlan> cudnn_attention_plan(int device, cudnn
   static auto* cache = new std::map<Key, Entry>();  // never destroyed: plans must not outlive cuDNN at exit
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &p.scale, sizeof(scale_bits));
-  const Key key{device, p.b, p.h, p.t, p.d, p.bf16, scale_bits, int(pass)};
+  const Key key{device, p.b, p.h, p.t, p.d, p.bf16, scale_bits, p.padded, int(pass)};
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = cache->find(key); it != cache->end()) {

@@ -21,15 +21,27 @@ struct CudnnAttentionProblem {
   int64_t b = 0, h = 0, t = 0, d = 0;
   bool bf16 = true;  // false: f16
   float scale = 0;   // multiplies q . k (the op passes 1/sqrt(D) by default)
+  // cuDNN's padding mask: score (i, j) of sample b is kept only when i < seq_len_q[b] and j < seq_len_kv[b], two
+  // int32 (B) device arrays given at execution (CudnnSeqLens). mptrain passes seq_len_q = T (every query row is
+  // real: a padding query still attends its sample's real keys) and seq_len_kv = the key lengths.
+  bool padded = false;
   bool operator==(const CudnnAttentionProblem&) const = default;
+};
+
+// A padded plan's per-sample lengths: int32 device arrays of B elements, 16-byte aligned (the graph declares the
+// tensors so). A padded plan needs both, an unpadded one neither.
+struct CudnnSeqLens {
+  const int32_t* q = nullptr;
+  const int32_t* kv = nullptr;
 };
 
 enum class AttentionPass : uint8_t { Forward, Backward };
 
 // The static rules for cuDNN 9.19's fused engine (no GPU needed): "" when supported, else why not. sm_80+, head
 // dim a multiple of 8; forward d <= 256 on sm_8x/9x, backward d <= 256 on sm_90 and d <= 128 elsewhere (sm_80:
-// d = 256 backward finds no engine); d <= 128 on sm_100+ (not checked offline, conservative). f16/bf16 only: the
-// problem type cannot express f32, which the op rejects before asking.
+// d = 256 backward finds no engine); d <= 128 on sm_100+ (not checked offline, conservative). Key padding adds no
+// rule (the padded graphs find engines wherever the unpadded ones do). f16/bf16 only: the problem type cannot
+// express f32, which the op rejects before asking.
 const char* cudnn_attention_unsupported(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
                                         int sm_minor);
 inline bool cudnn_attention_supported(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
@@ -89,7 +101,8 @@ CudnnDescriptor cudnn_device_properties(const std::string& json);
 
 // Variations of the graph, for negative controls only: cuDNN must refuse them (0 engine configs).
 struct CudnnGraphOptions {
-  bool probs_f32 = false;  // forward only: P in f32 instead of the I/O dtype
+  bool probs_f32 = false;           // forward only: P in f32 instead of the I/O dtype
+  bool padding_compare_ge = false;  // padded only: the padding mask keeps i >= seq_len_q, j >= seq_len_kv (CMP_GE)
 };
 
 // A finalized operation graph with the tensors it references (forward: q, k, v -> o, stats; backward: q, k, v,
@@ -125,14 +138,17 @@ class CudnnAttentionPlan {
   size_t workspace_bytes() const { return workspace_bytes_; }
   int64_t engine_config_count() const { return configs_; }
 
-  // Asynchronous on the handle's stream (cudnnSetStream). Throws CudnnError.
+  // Asynchronous on the handle's stream (cudnnSetStream). Throws CudnnError. `seq_lens`: a padded plan's lengths.
   void forward(cudnnHandle_t handle, const void* q, const void* k, const void* v, void* o, float* stats,
-               void* workspace) const;
-  // Writes fresh gradients (dq, dk, dv are overwritten, never accumulated into).
+               void* workspace, CudnnSeqLens seq_lens = {}) const;
+  // Writes fresh gradients (dq, dk, dv are overwritten, never accumulated into). Padded: dk and dv are zeroed first,
+  // so key rows at or past seq_len_kv[b] get exact zeros whether or not the engine writes them.
   void backward(cudnnHandle_t handle, const void* q, const void* k, const void* v, const void* o, const void* dout,
-                const float* stats, void* dq, void* dk, void* dv, void* workspace) const;
+                const float* stats, void* dq, void* dk, void* dv, void* workspace, CudnnSeqLens seq_lens = {}) const;
 
  private:
+  // Appends the padded plan's seq_len uids and pointers (checked) to the caller's first n entries; returns the count.
+  int add_seq_lens(CudnnSeqLens seq_lens, int64_t* uids, void** ptrs, int n) const;
   void execute(cudnnHandle_t handle, const int64_t* uids, void* const* ptrs, int n, void* workspace) const;
 
   CudnnAttentionProblem problem_;
@@ -141,7 +157,8 @@ class CudnnAttentionPlan {
   CudnnDescriptor plan_;
   int64_t configs_ = 0;
   size_t cudnn_workspace_ = 0, workspace_bytes_ = 0;
-  float scale_ = 0, mask_value_ = 0, one_ = 1;  // by-value scalars: the variant pack points at them
+  float scale_ = 0, mask_value_ = 0, one_ = 1;  // by-value scalars: the variant pack points at them (the padding
+                                                // mask's own scalar tensor too points at mask_value_)
 };
 
 // The cached plan for (device, problem, pass), built on first use with `handle` (building costs milliseconds to

@@ -30,7 +30,8 @@ using Desc = cudnnBackendDescriptor_t;
 
 // Unique ids of the tensors the caller binds (variant pack); virtual tensors get ids from kFirstVirtual on.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kMaskValue, kDout, kDq, kDk, kDv, kSoftmaxSum, kDqAccum, kOne
+  kQ = 1, kK, kV, kO, kStats, kScale, kMaskValue, kDout, kDq, kDk, kDv, kSoftmaxSum, kDqAccum, kOne,
+  kSeqLenQ, kSeqLenKv, kPaddingMaskValue  // padded graphs only
 };
 constexpr int64_t kFirstVirtual = 100;
 

@@ -1,5 +1,5 @@
-// kernels/cuda/lib/attention_cudnn_graph.cpp: the cuDNN composite SDPA graphs for causal attention (forward 14 ops,
-// backward 22 ops) as cudnn-frontend emits them, built with the backend C API; descriptor ownership and errors.
+// kernels/cuda/lib/attention_cudnn_graph.cpp: the cuDNN composite SDPA graphs for causal attention, with or without
+// key padding, as cudnn-frontend emits them, built with the backend C API; descriptor ownership and errors.
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -53,6 +53,12 @@ namespace {
 
 using namespace cudnn_detail;
 
+// A GEMM's M, N, K taken per sample from int32 (B,1,1,1) tensors (cudnn-frontend's set_{m,n,k}_override); null:
+// the operands' extent.
+struct GemmExtents {
+  Desc m = nullptr, n = nullptr, k = nullptr;
+};
+
 // Appends tensors and operations to a graph; every descriptor is finalized as it is made.
 class GraphBuilder {
  public:
@@ -80,7 +86,7 @@ class GraphBuilder {
     return tensor(name, uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
   }
 
-  void matmul(const char* name, Desc a, Desc b, Desc c) {
+  void matmul(const char* name, Desc a, Desc b, Desc c, const GemmExtents& extents = {}) {
     const CudnnDescriptor& m = add(CUDNN_BACKEND_MATMUL_DESCRIPTOR, name);
     const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
     MPT_CUDNN_SET(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
@@ -91,6 +97,12 @@ class GraphBuilder {
     MPT_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
     MPT_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
     MPT_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &md);
+    if (extents.m)
+      MPT_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &extents.m);
+    if (extents.n)
+      MPT_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &extents.n);
+    if (extents.k)
+      MPT_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &extents.k);
     push_op(op);
   }
 
@@ -163,8 +175,8 @@ class GraphBuilder {
 // The layouts of one problem (dims, then strides). K and V enter the score GEMMs transposed, as the views
 // K^T, V^T (B,H,D,T); P^T and dS^T are the (B,H,T,T) scores read transposed.
 struct Layouts {
-  Dims bhtd, bhdt, bhtt, bht1;
-  Dims s_bhtd, s_bhdt, s_bhtt, s_bhtt_t, s_bht1;
+  Dims bhtd, bhdt, bhtt, bht1, b111;
+  Dims s_bhtd, s_bhdt, s_bhtt, s_bhtt_t, s_bht1, s_b111;
   cudnnDataType_t io;
 };
 
@@ -174,36 +186,86 @@ Layouts layouts_of(const CudnnAttentionProblem& p) {
           .bhdt = {b, h, d, t},
           .bhtt = {b, h, t, t},
           .bht1 = {b, h, t, 1},
+          .b111 = {b, 1, 1, 1},
           .s_bhtd = {h * t * d, t * d, d, 1},
           .s_bhdt = {h * t * d, t * d, 1, d},
           .s_bhtt = {h * t * t, t * t, t, 1},
           .s_bhtt_t = {h * t * t, t * t, 1, t},
           .s_bht1 = {h * t, t, 1, 1},
+          .s_b111 = {1, 1, 1, 1},
           .io = p.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
 }
 
 constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
 
-// scale * S with the causal mask applied (score (i, j) kept when i >= j, else the lowest float): GEN_INDEX on
-// the row and column axes, CMP_GE, BINARY_SELECT, the pattern cuDNN's engine recognises as causal.
-Desc scaled_causal_scores(GraphBuilder& gb, const Layouts& l, Desc q, Desc kt, Desc scale, Desc mask_value) {
-  const Desc s = gb.virt("S", kF32, l.bhtt, l.s_bhtt);
-  gb.matmul("S = Q K^T", q, kt, s);
-  const Desc scaled = gb.virt("scale * S", kF32, l.bhtt, l.s_bhtt);
-  gb.pointwise("scale * S", CUDNN_POINTWISE_MUL, kF32, s, scale, nullptr, scaled);
-  const Desc row = gb.virt("row index", CUDNN_DATA_INT32, l.bhtt, l.s_bhtt);
-  gb.pointwise("row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scaled, nullptr, nullptr, row, 2);
-  const Desc col = gb.virt("column index", CUDNN_DATA_INT32, l.bhtt, l.s_bhtt);
-  gb.pointwise("column index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scaled, nullptr, nullptr, col, 3);
-  const Desc keep = gb.virt("row >= column", CUDNN_DATA_BOOLEAN, l.bhtt, l.s_bhtt);
-  gb.pointwise("row >= column", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, nullptr, keep);
-  const Desc masked = gb.virt("causal S", kF32, l.bhtt, l.s_bhtt);
-  gb.pointwise("causal mask", CUDNN_POINTWISE_BINARY_SELECT, kF32, scaled, mask_value, keep, masked);
+// A padded graph's tensors: the int32 (B,1,1,1) lengths and the padding mask's own by-value scalar (cudnn-frontend
+// makes one per mask; ours holds the causal mask's value). Null members in an unpadded graph.
+struct Padding {
+  Desc seq_len_q = nullptr, seq_len_kv = nullptr, mask_value = nullptr;
+  explicit operator bool() const { return seq_len_q != nullptr; }
+};
+
+Padding padding_tensors(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProblem& p) {
+  if (!p.padded) return {};
+  return {gb.tensor("seq_len_q", kSeqLenQ, CUDNN_DATA_INT32, l.b111, l.s_b111),
+          gb.tensor("seq_len_kv", kSeqLenKv, CUDNN_DATA_INT32, l.b111, l.s_b111),
+          gb.scalar("padding mask value", kPaddingMaskValue)};
+}
+
+// The GEMM extents a padded graph takes from the lengths (null members: the operands' extents; all null unpadded).
+GemmExtents extents(const Padding& pad, Desc m, Desc n, Desc k) {
+  if (!pad) return {};
+  return {m, n, k};
+}
+
+// Score (i, j) of sample b kept when i < seq_len_q[b] and j < seq_len_kv[b], else the mask value: GEN_INDEX on the
+// row and column axes, CMP_LT against each length, LOGICAL_AND, BINARY_SELECT; 6 operations, as cudnn-frontend's
+// attn::score_modifiers::padding_mask emits them (include/cudnn_frontend/utils/attn_score_modifiers.h, v1.23.0).
+Desc padding_masked(GraphBuilder& gb, const Layouts& l, Desc scores, const Padding& pad, const CudnnGraphOptions& opt) {
+  const cudnnPointwiseMode_t below = opt.padding_compare_ge ? CUDNN_POINTWISE_CMP_GE : CUDNN_POINTWISE_CMP_LT;
+  const Desc row = gb.virt("padding row index", CUDNN_DATA_INT32, l.bhtt, l.s_bhtt);
+  gb.pointwise("padding row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scores, nullptr, nullptr, row, 2);
+  const Desc col = gb.virt("padding column index", CUDNN_DATA_INT32, l.bhtt, l.s_bhtt);
+  gb.pointwise("padding column index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scores, nullptr, nullptr, col, 3);
+  const Desc row_in = gb.virt("row < seq_len_q", CUDNN_DATA_BOOLEAN, l.bhtt, l.s_bhtt);
+  gb.pointwise("row < seq_len_q", below, CUDNN_DATA_BOOLEAN, row, pad.seq_len_q, nullptr, row_in);
+  const Desc col_in = gb.virt("column < seq_len_kv", CUDNN_DATA_BOOLEAN, l.bhtt, l.s_bhtt);
+  gb.pointwise("column < seq_len_kv", below, CUDNN_DATA_BOOLEAN, col, pad.seq_len_kv, nullptr, col_in);
+  const Desc keep = gb.virt("inside both lengths", CUDNN_DATA_BOOLEAN, l.bhtt, l.s_bhtt);
+  gb.pointwise("inside both lengths", CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, row_in, col_in, nullptr, keep);
+  const Desc masked = gb.virt("padded S", kF32, l.bhtt, l.s_bhtt);
+  gb.pointwise("padding mask", CUDNN_POINTWISE_BINARY_SELECT, kF32, scores, pad.mask_value, keep, masked);
   return masked;
 }
 
-// O = softmax(causal(scale Q K^T)) V and Stats = max + log(sum exp): 14 operations.
-void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnGraphOptions& opt) {
+// Score (i, j) kept when i >= j, else the mask value: GEN_INDEX on the row and column axes, CMP_GE, BINARY_SELECT,
+// the pattern cuDNN's engine recognises as causal (cudnn-frontend's top-left diagonal band with right bound 0).
+Desc causal_masked(GraphBuilder& gb, const Layouts& l, Desc scores, Desc mask_value) {
+  const Desc row = gb.virt("row index", CUDNN_DATA_INT32, l.bhtt, l.s_bhtt);
+  gb.pointwise("row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scores, nullptr, nullptr, row, 2);
+  const Desc col = gb.virt("column index", CUDNN_DATA_INT32, l.bhtt, l.s_bhtt);
+  gb.pointwise("column index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, scores, nullptr, nullptr, col, 3);
+  const Desc keep = gb.virt("row >= column", CUDNN_DATA_BOOLEAN, l.bhtt, l.s_bhtt);
+  gb.pointwise("row >= column", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, nullptr, keep);
+  const Desc masked = gb.virt("causal S", kF32, l.bhtt, l.s_bhtt);
+  gb.pointwise("causal mask", CUDNN_POINTWISE_BINARY_SELECT, kF32, scores, mask_value, keep, masked);
+  return masked;
+}
+
+// scale * Q K^T, then (padded) the padding mask, then the causal mask: cudnn-frontend's order (bmm1, attn_scale,
+// padding_mask, diagonal band). Padded, the GEMM's M and N come from seq_len_q and seq_len_kv.
+Desc scaled_causal_scores(GraphBuilder& gb, const Layouts& l, Desc q, Desc kt, Desc scale, Desc mask_value,
+                          const Padding& pad, const CudnnGraphOptions& opt) {
+  const Desc s = gb.virt("S", kF32, l.bhtt, l.s_bhtt);
+  gb.matmul("S = Q K^T", q, kt, s, extents(pad, pad.seq_len_q, pad.seq_len_kv, nullptr));
+  const Desc scaled = gb.virt("scale * S", kF32, l.bhtt, l.s_bhtt);
+  gb.pointwise("scale * S", CUDNN_POINTWISE_MUL, kF32, s, scale, nullptr, scaled);
+  return causal_masked(gb, l, pad ? padding_masked(gb, l, scaled, pad, opt) : scaled, mask_value);
+}
+
+// O = softmax(causal(scale Q K^T)) V and Stats = max + log(sum exp): 14 operations, 20 padded.
+void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProblem& prob,
+                   const CudnnGraphOptions& opt) {
   const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_bhtd);
   const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_bhdt);
   const Desc v = gb.tensor("V", kV, l.io, l.bhtd, l.s_bhtd);
@@ -211,8 +273,9 @@ void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnGraphOptions& 
   const Desc stats = gb.tensor("Stats", kStats, kF32, l.bht1, l.s_bht1);
   const Desc scale = gb.scalar("scale", kScale);
   const Desc mask_value = gb.scalar("mask value", kMaskValue);
+  const Padding pad = padding_tensors(gb, l, prob);
 
-  const Desc s = scaled_causal_scores(gb, l, q, kt, scale, mask_value);
+  const Desc s = scaled_causal_scores(gb, l, q, kt, scale, mask_value, pad, opt);
   const Desc max = gb.virt("row max", kF32, l.bht1, l.s_bht1);
   gb.reduction("row max", CUDNN_REDUCE_TENSOR_MAX, s, max);
   const Desc shifted = gb.virt("S - max", kF32, l.bhtt, l.s_bhtt);
@@ -227,12 +290,14 @@ void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnGraphOptions& 
   // P in the I/O dtype: cuDNN requires the second GEMM's A operand in it (an f32 P finds no engine).
   const Desc p = gb.virt("P", opt.probs_f32 ? kF32 : l.io, l.bhtt, l.s_bhtt);
   gb.pointwise("P = e / sum", CUDNN_POINTWISE_DIV, kF32, e, sum, nullptr, p);
-  gb.matmul("O = P V", p, v, o);
+  gb.matmul("O = P V", p, v, o, extents(pad, pad.seq_len_q, nullptr, pad.seq_len_kv));
 }
 
-// dQ, dK, dV from Q, K, V, O, dO and Stats, recomputing P = exp(S - Stats): 22 operations. softmax_sum
-// (rowsum(dO * O)) and dQ_accum (f32 dQ, accumulated by the engine) are caller-provided dense f32 buffers.
-void build_backward(GraphBuilder& gb, const Layouts& l) {
+// dQ, dK, dV from Q, K, V, O, dO and Stats, recomputing P = exp(S - Stats): 22 operations, 28 padded. softmax_sum
+// (rowsum(dO * O)) and dQ_accum (f32 dQ, accumulated by the engine) are caller-provided dense f32 buffers. Padded,
+// every GEMM takes its extents over queries from seq_len_q and over keys from seq_len_kv, as cudnn-frontend sets them.
+void build_backward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProblem& prob,
+                    const CudnnGraphOptions& opt) {
   const cudnnDataType_t low = l.io;
   const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_bhtd);
   const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_bhdt);
@@ -248,6 +313,8 @@ void build_backward(GraphBuilder& gb, const Layouts& l) {
   const Desc scale = gb.scalar("scale", kScale);
   const Desc mask_value = gb.scalar("mask value", kMaskValue);
   const Desc one = gb.scalar("one", kOne);  // cudnn-frontend's dropout-scale slot (1 without dropout)
+  const Padding pad = padding_tensors(gb, l, prob);
+  const Desc sq = pad.seq_len_q, skv = pad.seq_len_kv;
 
   const Desc do_o = gb.virt("dO * O", kF32, l.bhtd, l.s_bhtd);
   gb.pointwise("dO * O", CUDNN_POINTWISE_MUL, kF32, dout, o, nullptr, do_o);
@@ -255,17 +322,17 @@ void build_backward(GraphBuilder& gb, const Layouts& l) {
   gb.reduction("rowsum(dO * O)", CUDNN_REDUCE_TENSOR_ADD, do_o, row_dot);
   gb.pointwise("softmax_sum", CUDNN_POINTWISE_MUL, kF32, row_dot, one, nullptr, softmax_sum);
 
-  const Desc s = scaled_causal_scores(gb, l, q, kt, scale, mask_value);
+  const Desc s = scaled_causal_scores(gb, l, q, kt, scale, mask_value, pad, opt);
   const Desc shifted = gb.virt("S - Stats", kF32, l.bhtt, l.s_bhtt);
   gb.pointwise("S - Stats", CUDNN_POINTWISE_SUB, kF32, s, stats, nullptr, shifted);
   const Desc p = gb.virt("P", kF32, l.bhtt, l.s_bhtt);
   gb.pointwise("P = exp(S - Stats)", CUDNN_POINTWISE_EXP, kF32, shifted, nullptr, nullptr, p);
   const Desc pt = gb.virt("P^T", low, l.bhtt, l.s_bhtt_t);
   gb.reshape("P^T", p, pt);
-  gb.matmul("dV = P^T dO", pt, dout, dv);
+  gb.matmul("dV = P^T dO", pt, dout, dv, extents(pad, skv, nullptr, sq));
 
   const Desc dp = gb.virt("dP", kF32, l.bhtt, l.s_bhtt);
-  gb.matmul("dP = dO V^T", dout, vt, dp);
+  gb.matmul("dP = dO V^T", dout, vt, dp, extents(pad, sq, skv, nullptr));
   const Desc dp_centered = gb.virt("dP - softmax_sum", kF32, l.bhtt, l.s_bhtt);
   gb.pointwise("dP - softmax_sum", CUDNN_POINTWISE_SUB, kF32, dp, softmax_sum, nullptr, dp_centered);
   const Desc ds_unscaled = gb.virt("P * (dP - softmax_sum)", kF32, l.bhtt, l.s_bhtt);
@@ -274,11 +341,11 @@ void build_backward(GraphBuilder& gb, const Layouts& l) {
   gb.pointwise("dS = scale * ...", CUDNN_POINTWISE_MUL, kF32, ds_unscaled, scale, nullptr, ds);
   const Desc dst = gb.virt("dS^T", low, l.bhtt, l.s_bhtt_t);
   gb.reshape("dS^T", ds, dst);
-  gb.matmul("dK = dS^T Q", dst, q, dk);
+  gb.matmul("dK = dS^T Q", dst, q, dk, extents(pad, skv, nullptr, sq));
 
   const Desc k = gb.virt("K", kF32, l.bhtd, l.s_bhtd);
   gb.reshape("K = (K^T)^T", kt, k);
-  gb.matmul("dQ_accum = dS K", ds, k, dq_accum);
+  gb.matmul("dQ_accum = dS K", ds, k, dq_accum, extents(pad, sq, nullptr, skv));
   gb.pointwise("dQ = dQ_accum", CUDNN_POINTWISE_IDENTITY, kF32, dq_accum, nullptr, nullptr, dq);
 }
 
@@ -325,8 +392,8 @@ std::unique_ptr<CudnnAttentionGraph> build_cudnn_attention_graph(const CudnnAtte
   g->parts.reserve(128);  // descriptors are referenced by handle; growth would only move the owners
   GraphBuilder gb(*g);
   const Layouts l = layouts_of(p);
-  if (pass == AttentionPass::Forward) build_forward(gb, l, options);
-  else build_backward(gb, l);
+  if (pass == AttentionPass::Forward) build_forward(gb, l, p, options);
+  else build_backward(gb, l, p, options);
   gb.finish(target);
   return g;
 }
