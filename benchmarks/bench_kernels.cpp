@@ -126,6 +126,43 @@ nlohmann::json bench_attention(int64_t batch_heads, int64_t seq, int64_t head_di
   return rows;
 }
 
+// The same heads as 16 samples x 6 heads of a dynamically padded batch, lengths (b + 1) T / 16 (mean 0.53 T): with
+// AttentionOptions::lengths the CPU kernel skips each sample's padding key blocks; without, it computes them. The ratio
+// is what key padding saves on this batch: padding queries still attend their sample's real keys (PyTorch's masked
+// SDPA), so the work is sum_b len_b^2 / 2 + (T - len_b) len_b, 0.70 of the unmasked 16 T^2 / 2 here (64-key blocks
+// round each length up).
+nlohmann::json bench_attention_padding(int64_t seq, int64_t head_dim, int reps) {
+  const int64_t B = 16, H = 6;
+  std::vector<int32_t> len(B);
+  for (int64_t b = 0; b < B; ++b) len[static_cast<size_t>(b)] = static_cast<int32_t>((b + 1) * seq / B);
+  mpt::ops::AttentionOptions padded;
+  padded.lengths = mpt::Tensor::from_vector(len, {B});
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("key-padded attention (B={}, H={}, T={}, D={}, lengths (b+1)T/16)   unmasked ms   padded ms   ratio\n", B,
+             H, seq, head_dim);
+  for (mpt::DType dt : {mpt::DType::F32, mpt::DType::BF16}) {
+    mpt::Generator gen(5);
+    auto make = [&] { return mpt::Tensor::normal({B, H, seq, head_dim}, 0, 1, dt, mpt::Device::cpu(), gen); };
+    const mpt::Tensor q = make(), k = make(), v = make(), dout = make();
+    for (bool backward : {false, true}) {
+      double ms[2];
+      for (int p = 0; p < 2; ++p) {
+        const mpt::ops::AttentionOptions o = p == 0 ? mpt::ops::AttentionOptions{} : padded;
+        mpt::ops::AttentionResult r = mpt::ops::causal_attention(q, k, v, o);
+        ms[p] = 1e3 * (backward ? mpt::bench::median_seconds(
+                                      reps, [&] { mpt::ops::causal_attention_backward(dout, q, k, v, r.out, r.lse, o); })
+                                : mpt::bench::median_seconds(reps, [&] { r = mpt::ops::causal_attention(q, k, v, o); }));
+      }
+      const char* pass = backward ? "backward" : "forward";
+      fmt::print("  {:<9} {:<5}                                           {:9.2f} {:11.2f} {:7.2f}\n", pass,
+                 mpt::dtype_name(dt), ms[0], ms[1], ms[1] / ms[0]);
+      rows.push_back({{"pass", pass}, {"dtype", mpt::dtype_name(dt)}, {"unmasked_ms", ms[0]}, {"padded_ms", ms[1]}});
+    }
+  }
+  fmt::print("\n");
+  return rows;
+}
+
 // ---------------------------------------------------------------- GEMM
 struct GemmShape {
   std::string name;
@@ -265,7 +302,7 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-gemm", skip_gemm, "only the memory-bound section");
   app.add_flag("--peaks-only", peaks_only, "only the compute peaks and the memcpy bandwidth of --elements floats");
   bool attention_only = false;
-  app.add_flag("--attention-only", attention_only, "only the causal attention section (96 heads, T=256, D=64)");
+  app.add_flag("--attention-only", attention_only, "only the causal attention sections (96 heads, T=256, D=64; unmasked and key-padded)");
   app.add_option("-t,--tokens", tokens, "GEMM rows: batch x sequence length");
   app.add_option("-w,--widths", widths, "model widths C (GEMMs of an MLP with hidden 4C)");
   app.add_option("-r,--reps", reps, "timed repetitions after one warm-up (median reported)")->check(CLI::PositiveNumber);
@@ -285,8 +322,10 @@ int main(int argc, char** argv) {
       out["peaks"]["memcpy_bytes"] = elements * 4;
     } else if (attention_only) {
       out["attention"] = bench_attention(96, 256, 64, reps, peaks);
+      out["attention_padding"] = bench_attention_padding(256, 64, reps);
     } else {
       out["attention"] = bench_attention(96, 256, 64, reps, peaks);
+      out["attention_padding"] = bench_attention_padding(256, 64, reps);
       if (!skip_gemm) out["gemm"] = bench_gemm(tokens, widths, reps, peaks);
       out["memory_bound"] = bench_memory_bound(elements, reps);
     }

@@ -1,6 +1,8 @@
 // kernels/cpu/optim.cpp: the optimizer math of kernels/math/optim.h over lists of tensors (OpenMP inside each).
 #include "kernels/cpu/optim.h"
 
+#include <immintrin.h>
+
 #include "kernels/cpu/map.h"
 #include "kernels/math/opmath.h"
 
@@ -28,32 +30,104 @@ void adamw_dense(const math::AdamWTensor<P, G, M>& t, const math::AdamWCoefficie
   }
 }
 
+// The codes of one block's new moments (`valid` lanes): math::quantize_*_state lane by lane. Each lane's bisection is
+// a chain of dependent loads and compares (~50 ns per element and thread), so with AVX-512 16 lanes run at once below.
+void quantize_lanes_generic(const float* m, const float* v, int64_t valid, float absmax_m, float absmax_v, uint8_t* qm,
+                            uint8_t* qv) {
+  for (int64_t j = 0; j < valid; ++j) {
+    qm[j] = math::quantize_signed_state(math::kDynamicMapSigned, m[j], absmax_m);
+    qv[j] = math::quantize_unsigned_state(math::kDynamicMapUnsigned, v[j], absmax_v);
+  }
+}
+
+#define MPT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// code[index] for 16 lanes (the masked form: GCC's unmasked one starts from an undefined vector it then warns about).
+MPT_AVX512 __m512 gather16(const float* code, __m512i index) {
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), __mmask16(0xffff), index, code, 4);
+}
+
+// math::quantize_dynamic for 16 lanes: the same bisection steps and midpoint rule with the same comparisons
+// (ordered, so a NaN compares false as in C++), the map entries gathered, the midpoint added then halved (no FMA).
+template <bool kSigned>
+MPT_AVX512 __m512i quantize_dynamic16(const float* code, __m512 x) {
+  __m512i pivot = _mm512_set1_epi32(127), upper_pivot = _mm512_set1_epi32(255), lower_pivot = _mm512_setzero_si512();
+  __m512 lower = _mm512_set1_ps(kSigned ? -1.0f : 0.0f), upper = _mm512_set1_ps(1.0f), val = _mm512_set1_ps(code[127]);
+  for (int step = 64; step > 0; step >>= 1) {
+    const __mmask16 above = _mm512_cmp_ps_mask(x, val, _CMP_GT_OQ);
+    lower_pivot = _mm512_mask_mov_epi32(lower_pivot, above, pivot);
+    lower = _mm512_mask_mov_ps(lower, above, val);
+    upper_pivot = _mm512_mask_mov_epi32(pivot, above, upper_pivot);
+    upper = _mm512_mask_mov_ps(val, above, upper);
+    const __m512i s = _mm512_set1_epi32(step);
+    pivot = _mm512_mask_add_epi32(_mm512_sub_epi32(pivot, s), above, pivot, s);
+    val = gather16(code, pivot);
+  }
+  const __mmask16 above = _mm512_cmp_ps_mask(x, val, _CMP_GT_OQ);
+  const __m512 midpoint = _mm512_mul_ps(_mm512_add_ps(_mm512_mask_mov_ps(lower, above, upper), val), _mm512_set1_ps(0.5f));
+  const __m512i up = _mm512_mask_mov_epi32(pivot, _mm512_cmp_ps_mask(x, midpoint, _CMP_GT_OQ), upper_pivot);
+  const __m512i down = _mm512_mask_mov_epi32(pivot, _mm512_cmp_ps_mask(x, midpoint, _CMP_LT_OQ), lower_pivot);
+  return _mm512_mask_mov_epi32(down, above, up);
+}
+
+// x = value / absmax (0 for a zero absmax), as quantize_*_state divides.
+MPT_AVX512 __m512 scaled16(__m512 value, float absmax) {
+  return absmax > 0.0f ? _mm512_div_ps(value, _mm512_set1_ps(absmax)) : _mm512_setzero_ps();
+}
+
+MPT_AVX512 void quantize_lanes_avx512(const float* m, const float* v, int64_t valid, float absmax_m, float absmax_v,
+                                      uint8_t* qm, uint8_t* qv) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (int64_t j = 0; j < valid; j += 16) {
+    const __mmask16 live = valid - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (valid - j)) - 1);
+    const __m512 mj = _mm512_maskz_loadu_ps(live, m + j), vj = _mm512_maskz_loadu_ps(live, v + j);
+    __m512i q = quantize_dynamic16<true>(math::kDynamicMapSigned, scaled16(mj, absmax_m));
+    // bitsandbytes' sign fix: a code whose entry's sign differs from m's moves one step towards m's side.
+    const __m512 entry = gather16(math::kDynamicMapSigned, q);
+    const __m512i differ = _mm512_and_si512(_mm512_xor_si512(_mm512_castps_si512(entry), _mm512_castps_si512(mj)), sign);
+    const __mmask16 fix = _mm512_test_epi32_mask(differ, differ);
+    const __mmask16 positive = _mm512_cmp_ps_mask(mj, _mm512_setzero_ps(), _CMP_GT_OQ);
+    q = _mm512_mask_add_epi32(q, fix & positive, q, _mm512_set1_epi32(1));
+    q = _mm512_mask_sub_epi32(q, fix & ~positive, q, _mm512_set1_epi32(1));
+    _mm512_mask_cvtepi32_storeu_epi8(qm + j, live, q);
+    _mm512_mask_cvtepi32_storeu_epi8(qv + j, live, quantize_dynamic16<false>(math::kDynamicMapUnsigned, scaled16(vj, absmax_v)));
+  }
+}
+
+#undef MPT_AVX512
+
 // One block of kQuantBlock elements: dequantize, update the moments, new absmax over all 256 lanes (pad lanes
 // included), update the parameters, requantize. The CUDA kernel runs the same phases with one thread per lane.
 template <class G>
 void adamw_8bit_block(const math::AdamWTensor<float, G, uint8_t>& t, int64_t block,
-                      const math::AdamWCoefficients<float>& c, const float* grad_scale_inv) {
+                      const math::AdamWCoefficients<float>& c, const float* grad_scale_inv, bool avx512) {
   using namespace math;
   const int64_t begin = block * kQuantBlock;
   const int64_t valid = t.n - begin < kQuantBlock ? t.n - begin : kQuantBlock;
   const float old_absmax_m = t.exp_avg_absmax[block], old_absmax_v = t.exp_avg_sq_absmax[block];
-  Adam8bitLane lanes[kQuantBlock];
+  float m[kQuantBlock], v[kQuantBlock];
+  bool update[kQuantBlock];
   float absmax_m = 0.0f, absmax_v = 0.0f;
   for (int j = 0; j < kQuantBlock; ++j) {
     const bool real = j < valid;
     float g = real ? load(t.grad[begin + j]) : 0.0f;
     if (real && grad_scale_inv != nullptr) g = optim_detail::mul(g, *grad_scale_inv);
-    lanes[j] = adam8bit_moments(c, kDynamicMapSigned, kDynamicMapUnsigned, g,
-                                real ? t.exp_avg[begin + j] : kSignedPadCode,
-                                real ? t.exp_avg_sq[begin + j] : kUnsignedPadCode, old_absmax_m, old_absmax_v);
-    absmax_m = abs_max(absmax_m, lanes[j].m);
-    absmax_v = abs_max(absmax_v, lanes[j].v);
+    const Adam8bitLane lane = adam8bit_moments(c, kDynamicMapSigned, kDynamicMapUnsigned, g,
+                                               real ? t.exp_avg[begin + j] : kSignedPadCode,
+                                               real ? t.exp_avg_sq[begin + j] : kUnsignedPadCode, old_absmax_m,
+                                               old_absmax_v);
+    m[j] = lane.m;
+    v[j] = lane.v;
+    update[j] = lane.update;
+    absmax_m = abs_max(absmax_m, lane.m);
+    absmax_v = abs_max(absmax_v, lane.v);
   }
-  for (int64_t j = 0; j < valid; ++j) {
-    const Adam8bitLane& l = lanes[j];
-    if (l.update) t.param[begin + j] = adamw_param(c, t.param[begin + j], l.m, l.v);
-    t.exp_avg[begin + j] = quantize_signed_state(kDynamicMapSigned, l.m, absmax_m);
-    t.exp_avg_sq[begin + j] = quantize_unsigned_state(kDynamicMapUnsigned, l.v, absmax_v);
+  for (int64_t j = 0; j < valid; ++j)
+    if (update[j]) t.param[begin + j] = adamw_param(c, t.param[begin + j], m[j], v[j]);
+  if (avx512) {
+    quantize_lanes_avx512(m, v, valid, absmax_m, absmax_v, t.exp_avg + begin, t.exp_avg_sq + begin);
+  } else {
+    quantize_lanes_generic(m, v, valid, absmax_m, absmax_v, t.exp_avg + begin, t.exp_avg_sq + begin);
   }
   t.exp_avg_absmax[block] = absmax_m;
   t.exp_avg_sq_absmax[block] = absmax_v;
@@ -70,8 +144,9 @@ void adamw_step(const math::AdamWTensor<P, G, M>* tensors, int64_t count, const 
     const auto cf = math::adamw_coefficients(h, math::step_of(t, step)).template to<math::opmath_t<P>>();
     if constexpr (std::is_same_v<M, uint8_t>) {
       const int64_t blocks = (t.n + math::kQuantBlock - 1) / math::kQuantBlock;
+      const bool avx512 = map_isa() == MapIsa::Avx512;
 #pragma omp parallel for schedule(static) if (t.n > kParallelThreshold / 4)
-      for (int64_t b = 0; b < blocks; ++b) adamw_8bit_block(t, b, cf, guards.grad_scale_inv);
+      for (int64_t b = 0; b < blocks; ++b) adamw_8bit_block(t, b, cf, guards.grad_scale_inv, avx512);
     } else {
       adamw_dense(t, cf, guards.grad_scale_inv);
     }

@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/math/optim.h"
 #include "mpt/ops/optim.h"
 #include "op_test.h"
@@ -208,3 +210,45 @@ TEST(AdamW8bit, TracksTheF32OptimizerOverManySteps) {
   }
 }
 
+
+// The AVX-512 requantization (16 lanes per vector, gathered map entries) against the scalar math::quantize_*_state
+// loop (set_vector_conversions(false) selects it): the same codes, absmaxes and parameters bit for bit, over blocks
+// with gradients spanning 12 decades, zeros, a whole zero block (absmax 0), non-finite gradients and a partial block.
+TEST(AdamW8bit, VectorRequantizationMatchesTheScalarLoop) {
+  if (!kernels::cpu::convert_isa().avx512) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar loop runs";
+  const int64_t n = 256 * 9 + 77;
+  std::vector<float> g(n);
+  uint64_t s = 7;
+  for (int64_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
+    g[i] = static_cast<float>((u < 0.5 ? -1 : 1) * std::pow(10.0, -9 + 12 * u));
+  }
+  for (int64_t i = 512; i < 768; ++i) g[i] = 0.0f;  // a block whose moments stay 0
+  g[5] = 0.0f;
+  g[300] = std::numeric_limits<float>::quiet_NaN();
+  g[301] = -std::numeric_limits<float>::infinity();
+  auto run = [&](bool vector) {
+    kernels::cpu::set_vector_conversions(vector);
+    ops::AdamWSlot slot = make_slot(n, DType::F32, ops::MomentStorage::Int8, 31);
+    for (int64_t step = 1; step <= 4; ++step) {
+      std::vector<float> gs(g);
+      for (float& x : gs) x *= static_cast<float>(step);  // moments change scale between steps
+      slot.grad = Tensor::from_vector(gs, {n});
+      ops::adamw_step({&slot, 1}, adamw_hp(step));
+    }
+    kernels::cpu::set_vector_conversions(true);
+    return slot;
+  };
+  const ops::AdamWSlot vec = run(true), scalar = run(false);
+  EXPECT_EQ(vec.state.exp_avg.to_vector<uint8_t>(), scalar.state.exp_avg.to_vector<uint8_t>());
+  EXPECT_EQ(vec.state.exp_avg_sq.to_vector<uint8_t>(), scalar.state.exp_avg_sq.to_vector<uint8_t>());
+  EXPECT_EQ(vec.state.exp_avg_absmax.to_vector<float>(), scalar.state.exp_avg_absmax.to_vector<float>());
+  EXPECT_EQ(vec.state.exp_avg_sq_absmax.to_vector<float>(), scalar.state.exp_avg_sq_absmax.to_vector<float>());
+  const auto pv = vec.param.to_vector<float>(), ps = scalar.param.to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(std::memcmp(&pv[i], &ps[i], 4), 0) << "parameter " << i;
+  // Both ran the requantization for real: the codes spread over the map, and the zero block holds the code of 0.
+  const auto qm = vec.state.exp_avg.to_vector<uint8_t>();
+  EXPECT_GT(std::set<uint8_t>(qm.begin(), qm.end()).size(), 100u);
+  EXPECT_EQ(kernels::math::kDynamicMapSigned[qm[600]], 0.0f);
+}

@@ -20,7 +20,7 @@ struct AttentionOptions {
   // its padding mask (seq_len_kv = lengths, seq_len_q = T, so padding queries still attend their sample's real keys;
   // the padding keys' dk and dv are zeroed), and the GEMM path masks its softmax rows. Undefined, or every length T:
   // plain causal attention.
-  Tensor lengths;
+  Tensor lengths{};
 };
 
 struct AttentionResult {
