@@ -19,7 +19,9 @@
 #include "mpt/io/checkpoint.h"
 #include "mpt/io/hf_gpt2.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
+#include "mpt/ops/reduction.h"
 #include "mpt/ops/softmax.h"
 #include "mpt/optim/adamw.h"
 #include "mpt/optim/clip.h"
@@ -36,10 +38,10 @@ struct Options {
   std::string data;         // the play; default the built-in tinyshakespeare
   int speakers = 8, held_out_every = 10;
   int64_t freeze = -1;  // the embeddings and the first N blocks; -1: half the blocks
-  int64_t steps = 300, batch = 32, max_len = 0, bucket_batches = 16, eval_every = 100, log_every = 20;
+  int64_t steps = 600, batch = 32, max_len = 0, bucket_batches = 16, eval_every = 200, log_every = 50;
   int64_t max_eval = 0;  // held-out lines evaluated (0: all)
   double lr = 1e-3, weight_decay = 0.01;
-  std::string optimizer = "adamw8bit", precision = "fp32";
+  std::string optimizer = "adamw8bit", precision = "fp32", pool = "mean";
   uint64_t seed = 1;
 };
 
@@ -63,16 +65,26 @@ std::unique_ptr<mpt::nn::GPT> load_model(const mpt::io::CheckpointInfo& info, mp
   return model;
 }
 
-// A classifier on the GPT: the final hidden state at each line's last real token, then a linear layer.
+// A classifier on the GPT: a linear layer on the final hidden states, pooled over each line's real tokens (mean) or
+// taken at its last real token (last).
 struct Classifier {
   const mpt::nn::GPT& gpt;
   mpt::nn::Linear& head;
+  bool mean_pool = true;
 
   // ids [B, T] on the model's device, lengths (B,) i32 on the CPU -> logits [B, classes].
   mpt::Tensor operator()(const mpt::Tensor& ids, const mpt::Tensor& lengths) const {
     const int64_t B = ids.size(0), T = ids.size(1);
     const mpt::Tensor h = gpt.features(ids, lengths);  // [B, T, C]
     const auto len = lengths.to_vector<int32_t>();
+    if (mean_pool) {  // sum_t w[b, t] h[b, t] with w = 1 / len over the real positions, 0 over the padding
+      std::vector<float> w(static_cast<size_t>(B * T), 0.0f);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < len[static_cast<size_t>(b)]; ++t)
+          w[static_cast<size_t>(b * T + t)] = 1.0f / static_cast<float>(len[static_cast<size_t>(b)]);
+      const mpt::Tensor weights = mpt::Tensor::from_vector(w, {B, T, 1}, ids.device()).to(h.dtype());
+      return head(mpt::ops::sum(mpt::ops::mul(h, weights), 1));
+    }
     std::vector<int64_t> last(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) last[static_cast<size_t>(b)] = b * T + len[static_cast<size_t>(b)] - 1;
     // A gather of B rows of the [B * T, C] states (its backward scatters into them).
@@ -197,7 +209,8 @@ void run(const Options& o) {
   }
   const int64_t total = gpt->num_parameters() + head.num_parameters();
   fmt::print("frozen: the embeddings and {} of {} blocks; {:.3f}M of {:.3f}M parameters train (a head of {} classes on the "
-             "last real token's state)\n", freeze, c.n_layer, trainable / 1e6, total / 1e6, set.names.size());
+             "{})\n", freeze, c.n_layer, trainable / 1e6, total / 1e6, set.names.size(),
+             o.pool == "mean" ? "mean of the real tokens' states" : "last real token's state");
 
   MPT_CHECK(o.optimizer == "adamw" || o.optimizer == "adamw8bit", "[finetune] unknown --optimizer '{}': expected "
             "adamw or adamw8bit", o.optimizer);
@@ -209,7 +222,8 @@ void run(const Options& o) {
   const int64_t max_len = o.max_len > 0 ? std::min(o.max_len, c.block_size) : c.block_size;
   mpt::data::LengthBucketSampler sampler(
       {.lengths = lengths, .batch = o.batch, .bucket_batches = o.bucket_batches, .seed = o.seed});
-  const Classifier model{*gpt, head};
+  MPT_CHECK(o.pool == "mean" || o.pool == "last", "[finetune] unknown --pool '{}': expected mean or last", o.pool);
+  const Classifier model{*gpt, head, o.pool == "mean"};
   fmt::print("training: {} steps of {} lines (dynamic padding, length buckets of {} batches, at most {} tokens), "
              "{} ({} moments), lr {:g}, {}\n", o.steps, o.batch, o.bucket_batches, max_len, o.optimizer,
              moments == mpt::ops::MomentStorage::Int8 ? "8-bit" : "FP32", o.lr, o.precision);
@@ -279,6 +293,7 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)")->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer", o.optimizer, "adamw (FP32 moments) or adamw8bit (8-bit blockwise moments)");
   app.add_option("--precision", o.precision, "fp32 or bf16 (autocast)");
+  app.add_option("--pool", o.pool, "what the head reads: mean (of the real tokens' final states) or last (token's)");
   app.add_option("--max-len", o.max_len, "tokens kept per line (0: the model's context)")->check(CLI::NonNegativeNumber);
   app.add_option("--bucket-batches", o.bucket_batches, "batches per length-sorted window (1: random batches)")
       ->check(CLI::PositiveNumber);
