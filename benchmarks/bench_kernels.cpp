@@ -149,9 +149,9 @@ nlohmann::json bench_attention_padding(int64_t seq, int64_t head_dim, int reps) 
       for (int p = 0; p < 2; ++p) {
         const mpt::ops::AttentionOptions o = p == 0 ? mpt::ops::AttentionOptions{} : padded;
         mpt::ops::AttentionResult r = mpt::ops::causal_attention(q, k, v, o);
-        ms[p] = 1e3 * (backward ? mpt::bench::median_seconds(
-                                      reps, [&] { mpt::ops::causal_attention_backward(dout, q, k, v, r.out, r.lse, o); })
-                                : mpt::bench::median_seconds(reps, [&] { r = mpt::ops::causal_attention(q, k, v, o); }));
+        auto fwd = [&] { r = mpt::ops::causal_attention(q, k, v, o); };
+        auto bwd = [&] { mpt::ops::causal_attention_backward(dout, q, k, v, r.out, r.lse, o); };
+        ms[p] = 1e3 * (backward ? mpt::bench::median_seconds(reps, bwd) : mpt::bench::median_seconds(reps, fwd));
       }
       const char* pass = backward ? "backward" : "forward";
       fmt::print("  {:<9} {:<5}                                           {:9.2f} {:11.2f} {:7.2f}\n", pass,

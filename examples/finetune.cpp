@@ -208,8 +208,8 @@ void run(const Options& o) {
     trainable_tensors.push_back(p.tensor);
   }
   const int64_t total = gpt->num_parameters() + head.num_parameters();
-  fmt::print("frozen: the embeddings and {} of {} blocks; {:.3f}M of {:.3f}M parameters train (a head of {} classes on the "
-             "{})\n", freeze, c.n_layer, trainable / 1e6, total / 1e6, set.names.size(),
+  fmt::print("frozen: the embeddings and {} of {} blocks; {:.3f}M of {:.3f}M parameters train (a head of {} classes "
+             "on the {})\n", freeze, c.n_layer, trainable / 1e6, total / 1e6, set.names.size(),
              o.pool == "mean" ? "mean of the real tokens' states" : "last real token's state");
 
   MPT_CHECK(o.optimizer == "adamw" || o.optimizer == "adamw8bit", "[finetune] unknown --optimizer '{}': expected "
@@ -227,8 +227,8 @@ void run(const Options& o) {
   fmt::print("training: {} steps of {} lines (dynamic padding, length buckets of {} batches, at most {} tokens), "
              "{} ({} moments), lr {:g}, {}\n", o.steps, o.batch, o.bucket_batches, max_len, o.optimizer,
              moments == mpt::ops::MomentStorage::Int8 ? "8-bit" : "FP32", o.lr, o.precision);
-  fmt::print("majority-class baseline (always '{}'): held-out accuracy {:.4f}\n", set.names[static_cast<size_t>(majority)],
-             baseline);
+  fmt::print("majority-class baseline (always '{}'): held-out accuracy {:.4f}\n",
+             set.names[static_cast<size_t>(majority)], baseline);
 
   double loss_sum = 0, pad_sum = 0, ms_sum = 0, acc = 0;
   int64_t window = 0;
@@ -294,7 +294,8 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", o.optimizer, "adamw (FP32 moments) or adamw8bit (8-bit blockwise moments)");
   app.add_option("--precision", o.precision, "fp32 or bf16 (autocast)");
   app.add_option("--pool", o.pool, "what the head reads: mean (of the real tokens' final states) or last (token's)");
-  app.add_option("--max-len", o.max_len, "tokens kept per line (0: the model's context)")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-len", o.max_len, "tokens kept per line (0: the model's context)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--bucket-batches", o.bucket_batches, "batches per length-sorted window (1: random batches)")
       ->check(CLI::PositiveNumber);
   app.add_option("--eval-every", o.eval_every, "steps between held-out evaluations (0: at the end only)")

@@ -7,6 +7,7 @@
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
 #include "mpt/autograd/checkpoint.h"
+#include "mpt/autograd/gradcheck.h"
 #include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"

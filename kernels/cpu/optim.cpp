@@ -64,7 +64,8 @@ MPT_AVX512 __m512i quantize_dynamic16(const float* code, __m512 x) {
     val = gather16(code, pivot);
   }
   const __mmask16 above = _mm512_cmp_ps_mask(x, val, _CMP_GT_OQ);
-  const __m512 midpoint = _mm512_mul_ps(_mm512_add_ps(_mm512_mask_mov_ps(lower, above, upper), val), _mm512_set1_ps(0.5f));
+  const __m512 side = _mm512_mask_mov_ps(lower, above, upper);
+  const __m512 midpoint = _mm512_mul_ps(_mm512_add_ps(side, val), _mm512_set1_ps(0.5f));
   const __m512i up = _mm512_mask_mov_epi32(pivot, _mm512_cmp_ps_mask(x, midpoint, _CMP_GT_OQ), upper_pivot);
   const __m512i down = _mm512_mask_mov_epi32(pivot, _mm512_cmp_ps_mask(x, midpoint, _CMP_LT_OQ), lower_pivot);
   return _mm512_mask_mov_epi32(down, above, up);
@@ -84,13 +85,15 @@ MPT_AVX512 void quantize_lanes_avx512(const float* m, const float* v, int64_t va
     __m512i q = quantize_dynamic16<true>(math::kDynamicMapSigned, scaled16(mj, absmax_m));
     // bitsandbytes' sign fix: a code whose entry's sign differs from m's moves one step towards m's side.
     const __m512 entry = gather16(math::kDynamicMapSigned, q);
-    const __m512i differ = _mm512_and_si512(_mm512_xor_si512(_mm512_castps_si512(entry), _mm512_castps_si512(mj)), sign);
+    const __m512i bits = _mm512_xor_si512(_mm512_castps_si512(entry), _mm512_castps_si512(mj));
+    const __m512i differ = _mm512_and_si512(bits, sign);
     const __mmask16 fix = _mm512_test_epi32_mask(differ, differ);
     const __mmask16 positive = _mm512_cmp_ps_mask(mj, _mm512_setzero_ps(), _CMP_GT_OQ);
     q = _mm512_mask_add_epi32(q, fix & positive, q, _mm512_set1_epi32(1));
     q = _mm512_mask_sub_epi32(q, fix & ~positive, q, _mm512_set1_epi32(1));
     _mm512_mask_cvtepi32_storeu_epi8(qm + j, live, q);
-    _mm512_mask_cvtepi32_storeu_epi8(qv + j, live, quantize_dynamic16<false>(math::kDynamicMapUnsigned, scaled16(vj, absmax_v)));
+    const __m512i qv_lanes = quantize_dynamic16<false>(math::kDynamicMapUnsigned, scaled16(vj, absmax_v));
+    _mm512_mask_cvtepi32_storeu_epi8(qv + j, live, qv_lanes);
   }
 }
 

@@ -49,7 +49,9 @@ struct Padding {
   bool on = false;
   int32_t lengths[kHeads] = {};
   Padding(int64_t t, bool padded) : on(padded), lengths{static_cast<int32_t>((t + 1) / 2), static_cast<int32_t>(t)} {}
-  mpt::kernels::math::KeyPadding view() const { return on ? mpt::kernels::math::KeyPadding{lengths, 1} : mpt::kernels::math::KeyPadding{}; }
+  mpt::kernels::math::KeyPadding view() const {
+    return on ? mpt::kernels::math::KeyPadding{lengths, 1} : mpt::kernels::math::KeyPadding{};
+  }
   // Written from the definition: query i of sample b attends keys j <= i with j < lengths[b].
   int64_t keys(int64_t r, int64_t t) const {
     const int64_t causal = r % t + 1;

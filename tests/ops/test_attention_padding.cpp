@@ -104,7 +104,8 @@ TEST(AttentionPadding, RealRowsAreTheUnpaddedSamplesBitForBit) {
   const int64_t B = 3, H = 2, T = 150, D = 16;
   const std::vector<int32_t> len = {150, 64, 71};
   for (DType dt : {DType::F32, DType::BF16}) {
-    const Tensor q = mpt::testing::random_tensor({B, H, T, D}, dt, 1), k = mpt::testing::random_tensor({B, H, T, D}, dt, 2);
+    const Tensor q = mpt::testing::random_tensor({B, H, T, D}, dt, 1);
+    const Tensor k = mpt::testing::random_tensor({B, H, T, D}, dt, 2);
     const Tensor v = mpt::testing::random_tensor({B, H, T, D}, dt, 3);
     Tensor dout = mpt::testing::random_tensor({B, H, T, D}, dt, 4);
     for (int64_t b = 0; b < B; ++b) dout.select(0, b).slice(1, len[b], T).zero_();  // the loss ignores padding

@@ -1,6 +1,8 @@
 // tests/support/op_test.cpp: tolerance table, random inputs, reference comparison and finite differences.
 #include "op_test.h"
 
+#include "mpt/autograd/gradcheck.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,35 +75,7 @@ void expect_close(const Tensor& got, const Tensor& ref, Tolerance tol, const std
 
 std::vector<Tensor> numeric_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                                       const std::vector<Tensor>& inputs, const Tensor& weights, double eps) {
-  const std::vector<double> w = weights.to_vector<double>();
-  auto objective = [&](const std::vector<Tensor>& xs) {
-    const std::vector<double> y = fn(xs).to_vector<double>();
-    EXPECT_EQ(y.size(), w.size());
-    double s = 0;
-    for (size_t i = 0; i < y.size() && i < w.size(); ++i) s += w[i] * y[i];
-    return s;
-  };
-  std::vector<Tensor> grads;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    EXPECT_EQ(inputs[k].dtype(), DType::F64) << "finite differences need f64 inputs";
-    std::vector<Tensor> xs;
-    for (const Tensor& t : inputs) xs.push_back(t.clone());
-    Tensor flat = xs[k].view({-1});
-    double* p = flat.data<double>();
-    std::vector<double> g(static_cast<size_t>(flat.numel()));
-    for (int64_t i = 0; i < flat.numel(); ++i) {
-      const double x0 = p[i];
-      const double h = eps * std::max(1.0, std::abs(x0));
-      p[i] = x0 + h;
-      const double fp = objective(xs);
-      p[i] = x0 - h;
-      const double fm = objective(xs);
-      p[i] = x0;
-      g[static_cast<size_t>(i)] = (fp - fm) / (2 * h);
-    }
-    grads.push_back(Tensor::from_vector(g, inputs[k].shape()));
-  }
-  return grads;
+  return autograd::numeric_gradients(fn, inputs, weights, eps);
 }
 
 PoisonAllocations::PoisonAllocations() : previous_(allocation_poison()) { set_allocation_poison(true); }
