@@ -168,13 +168,17 @@ void run(const Options& o) {
   const mpt_examples::SpeakerSet set = mpt_examples::speaker_lines(text, o.speakers, o.held_out_every);
   auto encode = [&](const std::vector<mpt_examples::SpeakerLine>& lines) {
     std::vector<std::vector<int32_t>> t;
-    for (const auto& l : lines) t.push_back(tokenizer->encode(l.text));
+    for (const auto& l : lines) {
+      t.push_back(tokenizer->encode(l.text));
+      MPT_CHECK(!t.back().empty(), "[finetune] the line \"{}\" (speech {}) encodes to no tokens with the {} tokenizer "
+                "'{}'", l.text, l.speech, tokenizer->kind(), tok_path.string());
+    }
     return t;
   };
   const auto train_tokens = encode(set.train), held_tokens = encode(set.held_out);
   std::vector<int64_t> counts(set.names.size()), lengths;
   for (const auto& l : set.train) ++counts[static_cast<size_t>(l.label)];
-  for (const auto& t : train_tokens) lengths.push_back(std::max<int64_t>(1, static_cast<int64_t>(t.size())));
+  for (const auto& t : train_tokens) lengths.push_back(static_cast<int64_t>(t.size()));
   const int64_t majority = std::max_element(counts.begin(), counts.end()) - counts.begin();
   const int64_t n_eval = o.max_eval > 0 ? std::min<int64_t>(o.max_eval, set.held_out.size()) : set.held_out.size();
   int64_t majority_right = 0;
@@ -183,8 +187,6 @@ void run(const Options& o) {
   fmt::print("task: which of {} speakers says a line: {} training lines, {} held out (every {}th speech); "
              "speakers: {}\n", set.names.size(), set.train.size(), n_eval, o.held_out_every,
              fmt::join(set.names, ", "));
-  for (const auto& t : train_tokens)
-    MPT_CHECK(!t.empty(), "[finetune] a training line encodes to no tokens");
 
   // Freeze the embeddings (the tied LM head with them, unused here) and the first N blocks.
   const int64_t freeze = o.freeze >= 0 ? o.freeze : c.n_layer / 2;

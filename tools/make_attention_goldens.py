@@ -63,11 +63,9 @@ import sys
 import safetensors
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
-from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_goldens import sort_metadata  # noqa: E402  (the same deterministic metadata order)
+from make_goldens import write_goldens  # noqa: E402  (the same deterministic writer and re-read check)
 
 CASES = [  # name, B, H, T, D, lengths
     ("case0", 3, 2, 70, 8, [70, 33, 1]),
@@ -297,27 +295,11 @@ def main():
     for name, _, _, _, d, _ in CASES:
         meta[f"{name}.scale"] = repr(1.0 / math.sqrt(d))
     arrays = {k: x.detach().contiguous().numpy().copy() for k, x in tensors.items()}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    save_file(arrays, args.out, metadata=meta)
-    sort_metadata(args.out)
-    os.chmod(args.out, 0o644)  # the reference writer creates it 0600
-    size = os.path.getsize(args.out)
+    size, written = write_goldens(args.out, arrays, meta, MAX_BYTES)
     print(f"\nwrote {args.out}: {size} bytes, {len(arrays)} tensors:")
     for k in sorted(arrays):
         print(f"  {k:20s} {str(arrays[k].dtype):8s} {list(arrays[k].shape)}")
-    if size >= MAX_BYTES:
-        failures.append(f"file is {size} bytes, not < {MAX_BYTES}")
-
-    # ---- re-read
-    with safe_open(args.out, framework="np") as f:
-        if f.metadata() != meta:
-            failures.append("metadata differs on re-read")
-        if set(f.keys()) != set(arrays):
-            failures.append("tensor names differ on re-read")
-        for k in f.keys():
-            a = f.get_tensor(k)
-            if a.dtype != arrays[k].dtype or a.shape != arrays[k].shape or a.tobytes() != arrays[k].tobytes():
-                failures.append(f"{k} differs on re-read")
+    failures += written
 
     if failures:
         print("\nFAILED:\n  " + "\n  ".join(failures))

@@ -234,6 +234,27 @@ def sort_metadata(path):
         f.write(new + b" " * (n - len(new)))
 
 
+def write_goldens(path, arrays, meta, max_bytes):
+    """Writes arrays (name -> numpy array) with metadata to path as safetensors, the metadata sorted (sort_metadata)
+    and the file world-readable, then reads it back. Returns (size in bytes, failures: a list of what is wrong)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    save_file(arrays, path, metadata=meta)
+    sort_metadata(path)
+    os.chmod(path, 0o644)  # the reference writer creates it 0600
+    size = os.path.getsize(path)
+    failures = [] if size < max_bytes else [f"file is {size} bytes, not < {max_bytes}"]
+    with safe_open(path, framework="np") as f:
+        if f.metadata() != meta:
+            failures.append("metadata differs on re-read")
+        if set(f.keys()) != set(arrays):
+            failures.append("tensor names differ on re-read")
+        for k in f.keys():
+            a = f.get_tensor(k)
+            if a.dtype != arrays[k].dtype or a.shape != arrays[k].shape or a.tobytes() != arrays[k].tobytes():
+                failures.append(f"{k} differs on re-read")
+    return size, failures
+
+
 def rel_err(x, ref):
     x, ref = x.double(), ref.double()
     den = ref.abs().max().item()
@@ -331,25 +352,9 @@ def main():
     for k in float_keys:
         meta["f64_err.fp32." + k] = f"{errs[k][0]:.3e}"
         meta["f64_err.bf16." + k] = f"{errs[k][1]:.3e}"
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    save_file(tensors, args.out, metadata=meta)
-    sort_metadata(args.out)
-    os.chmod(args.out, 0o644)  # the reference writer creates it 0600
-    size = os.path.getsize(args.out)
+    size, written = write_goldens(args.out, tensors, meta, 2 * 1024 * 1024)
     print(f"\nwrote {args.out}: {size} bytes, {len(tensors)} tensors, {len(meta)} metadata entries")
-    if size >= 2 * 1024 * 1024:
-        failures.append(f"file is {size} bytes, not < 2 MiB")
-
-    # ---- re-read
-    with safe_open(args.out, framework="np") as f:
-        if f.metadata() != meta:
-            failures.append("metadata differs on re-read")
-        if set(f.keys()) != set(tensors):
-            failures.append("tensor names differ on re-read")
-        for k in f.keys():
-            a = f.get_tensor(k)
-            if a.dtype != tensors[k].dtype or a.shape != tensors[k].shape or a.tobytes() != tensors[k].tobytes():
-                failures.append(f"{k} differs on re-read")
+    failures += written
     if not r32["loss.step1"].equal(r32["loss"]):
         failures.append("loss.step1 != loss")
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "data/sampler_state.h"
 #include "data/shuffle.h"
 #include "mpt/core/error.h"
 
@@ -171,28 +172,16 @@ std::string LengthBucketSampler::state_json() const {
 }
 
 void LengthBucketSampler::load_state_json(std::string_view text) {
-  SamplerPosition p;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    MPT_CHECK(j.at("sampler").get<std::string>() == "length_bucket" && j.at("version").get<int>() == 1,
-              "[length_bucket_sampler] the saved state is of sampler '{}' version {}; expected 'length_bucket' "
-              "version 1", j.at("sampler").get<std::string>(), j.at("version").get<int>());
-    const auto check = [&](const char* key, auto mine, const char* hint) {
-      const auto saved = j.at(key).get<decltype(mine)>();
-      MPT_CHECK(saved == mine, "[length_bucket_sampler] the saved state has {} {}, this run {}: {}", key, saved, mine,
-                hint);
-    };
-    check("samples", static_cast<int64_t>(o_.lengths.size()), "the data differs from the saved run's");
-    check("lengths_hash", fmt::format("{:016x}", lengths_hash_),
-          "the samples' lengths differ from the saved run's: the data differs");
-    check("seed", o_.seed, "give the saved run's --seed");
-    check("bucket_batches", o_.bucket_batches, "give the saved run's bucket size");
-    check("global_batch", o_.world * o_.batch,
-          "keep ranks x --batch as it was (the ranks may change, the samples per batch may not)");
-    p = {j.at("epoch").get<int64_t>(), j.at("index").get<int64_t>()};
-  } catch (const nlohmann::json::exception& e) {
-    MPT_THROW("[length_bucket_sampler] the saved state is not valid: {}", e.what());
-  }
+  const SamplerPosition p =
+      detail::read_sampler_state(text, "length_bucket", "length_bucket_sampler", [&](const auto& check) {
+        check("samples", static_cast<int64_t>(o_.lengths.size()), "the data differs from the saved run's");
+        check("lengths_hash", fmt::format("{:016x}", lengths_hash_),
+              "the samples' lengths differ from the saved run's: the data differs");
+        check("seed", o_.seed, "give the saved run's --seed");
+        check("bucket_batches", o_.bucket_batches, "give the saved run's bucket size");
+        check("global_batch", o_.world * o_.batch,
+              "keep ranks x --batch as it was (the ranks may change, the samples per batch may not)");
+      });
   set_position(p);
 }
 

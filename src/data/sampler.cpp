@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/sampler_state.h"
 #include "data/shuffle.h"
 #include "mpt/core/error.h"
 
@@ -63,25 +64,13 @@ std::string WindowSampler::state_json() const {
 }
 
 void WindowSampler::load_state_json(std::string_view text) {
-  SamplerPosition p;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    MPT_CHECK(j.at("sampler").get<std::string>() == "window" && j.at("version").get<int>() == 1,
-              "[sampler] the saved state is of sampler '{}' version {}; expected 'window' version 1",
-              j.at("sampler").get<std::string>(), j.at("version").get<int>());
-    const auto check = [&](const char* key, auto mine, const char* hint) {
-      const auto saved = j.at(key).get<decltype(mine)>();
-      MPT_CHECK(saved == mine, "[sampler] the saved state has {} {}, this run {}: {}", key, saved, mine, hint);
-    };
+  const SamplerPosition p = detail::read_sampler_state(text, "window", "sampler", [&](const auto& check) {
     check("tokens", o_.tokens, "the data differs from the saved run's");
     check("window", o_.window, "give the saved run's --seq");
     check("seed", o_.seed, "give the saved run's --seed");
     check("global_batch", o_.world * o_.batch,
           "keep ranks x --batch as it was (the ranks may change, the windows per batch may not)");
-    p = {j.at("epoch").get<int64_t>(), j.at("index").get<int64_t>()};
-  } catch (const nlohmann::json::exception& e) {
-    MPT_THROW("[sampler] the saved state is not valid: {}", e.what());
-  }
+  });
   set_position(p);
 }
 
