@@ -5,51 +5,13 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/map.h"
 #include "kernels/math/elementwise.h"
 #include "kernels/math/opmath.h"
 
 namespace mpt::kernels::cpu {
 namespace {
-
-// Work is cut into fixed chunks of the flat index; inside a chunk the loop runs over contiguous segments
-// that do not wrap around b, so each inner loop is a plain vectorisable pass over three arrays.
-constexpr int64_t kChunk = 1 << 14;
-
-template <bool kAccumulate, class T, class F>
-void broadcast_map(const T* a, const T* b, T* out, const BinaryShape& s, F f) {
-  const int64_t n = s.n, period = s.b_period;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    int64_t i = c * kChunk, j = i % period;
-    while (i < end) {
-      const int64_t len = std::min(end - i, period - j);
-      const T* ai = a + i;
-      const T* bj = b + j;
-      T* oi = out + i;
-#pragma omp simd
-      for (int64_t k = 0; k < len; ++k) {
-        auto v = f(math::load(ai[k]), math::load(bj[k]));
-        if constexpr (kAccumulate) v = math::add_rn(math::load(oi[k]), v);
-        oi[k] = math::store<T>(v);
-      }
-      i += len;
-      j = 0;
-    }
-  }
-}
-
-template <class T, class F>
-void binary(const T* a, const T* b, T* out, const BinaryShape& s, F f) {
-  if (s.n <= 0) return;
-  if (s.accumulate) {
-    broadcast_map<true>(a, b, out, s, f);
-  } else {
-    broadcast_map<false>(a, b, out, s, f);
-  }
-}
 
 // Below this many Philox groups (4 elements each) a parallel region costs more than it saves.
 constexpr int64_t kParallelGroups = 4096;
@@ -137,15 +99,15 @@ template <class T>
 void add(const T* a, const T* b, T* out, const BinaryShape& shape, double alpha) {
   using F = math::opmath_t<T>;
   if (alpha == 1.0) {
-    binary(a, b, out, shape, math::AddOp{});
+    binary_map(a, b, out, shape, math::AddOp{});
   } else {
-    binary(a, b, out, shape, math::AddScaledOp<F>{static_cast<F>(alpha)});
+    binary_map(a, b, out, shape, math::AddScaledOp<F>{static_cast<F>(alpha)});
   }
 }
 
 template <class T>
 void mul(const T* a, const T* b, T* out, const BinaryShape& shape) {
-  binary(a, b, out, shape, math::MulOp{});
+  binary_map(a, b, out, shape, math::MulOp{});
 }
 
 template <class T>

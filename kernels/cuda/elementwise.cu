@@ -1,6 +1,7 @@
-// kernels/cuda/elementwise.cu: the functors of kernels/math/elementwise.h: map.cuh for same shapes, a
-// broadcast kernel for a periodic b, and a Philox-group kernel for dropout.
+// kernels/cuda/elementwise.cu: the functors of kernels/math/elementwise.h: broadcast.cuh (map.cuh for same shapes)
+// for add and mul, map.cuh for scale, and a Philox-group kernel for dropout.
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/broadcast.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/map.cuh"
 #include "kernels/math/opmath.h"
@@ -8,69 +9,8 @@
 namespace mpt::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535 * 8;
-
-unsigned grid_for(int64_t units) {
-  const int64_t blocks = (units + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks > kMaxBlocks ? kMaxBlocks : blocks);
-}
-
-template <class T, class F>
-struct BroadcastParams {
-  T* out;
-  const T* a;
-  const T* b;
-  int64_t n;
-  int64_t period;
-  F f;
-};
-
-// out[i] (+)= f(a[i], b[i % period]); with kVec each thread takes one 16-byte vector of each array (period
-// is then a multiple of the vector width, so the b vector never wraps).
-template <bool kVec, bool kAccumulate, class T, class F>
-__global__ void __launch_bounds__(kThreads) broadcast_kernel(BroadcastParams<T, F> p) {
-  constexpr int kWidth = kVec ? Vec16<T>::kSize : 1;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kWidth;
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kWidth; i < p.n; i += stride) {
-    const int64_t j = i % p.period;
-    if constexpr (kVec) {
-      const Vec16<T> va = load16(p.a + i), vb = load16(p.b + j);
-      Vec16<T> o;
-      if constexpr (kAccumulate) o = load16(p.out + i);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) {
-        auto v = p.f(math::load(va.v[k]), math::load(vb.v[k]));
-        if constexpr (kAccumulate) v = math::add_rn(math::load(o.v[k]), v);
-        o.v[k] = math::store<T>(v);
-      }
-      store16(p.out + i, o);
-    } else {
-      auto v = p.f(math::load(p.a[i]), math::load(p.b[j]));
-      if constexpr (kAccumulate) v = math::add_rn(math::load(p.out[i]), v);
-      p.out[i] = math::store<T>(v);
-    }
-  }
-}
-
-template <bool kAccumulate, class T, class F>
-cudaError_t launch_broadcast(const BroadcastParams<T, F>& p, cudaStream_t stream) {
-  constexpr int kWidth = Vec16<T>::kSize;
-  const bool vec = p.period % kWidth == 0 && is_aligned16(p.out) && is_aligned16(p.a) && is_aligned16(p.b);
-  const LaunchConfig config{dim3(grid_for(vec ? p.n / kWidth : p.n)), dim3(kThreads), 0, stream};
-  return vec ? launch(broadcast_kernel<true, kAccumulate, T, F>, config, p)
-             : launch(broadcast_kernel<false, kAccumulate, T, F>, config, p);
-}
-
-template <class T, class F>
-cudaError_t binary(const T* a, const T* b, T* out, const BinaryShape& s, F f, cudaStream_t stream) {
-  if (s.n < 0 || s.b_period < 1 || (s.n > 0 && s.n % s.b_period != 0)) return cudaErrorInvalidValue;
-  if (s.n == 0) return cudaSuccess;
-  if (a == nullptr || b == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  if (s.b_period == s.n) return map(out, s.n, s.accumulate, f, stream, a, b);
-  const BroadcastParams<T, F> p{out, a, b, s.n, s.b_period, f};
-  return s.accumulate ? launch_broadcast<true>(p, stream) : launch_broadcast<false>(p, stream);
-}
+using broadcast_detail::grid_for;
+using broadcast_detail::kThreads;
 
 template <class T>
 struct DropoutParams {
@@ -103,13 +43,13 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(DropoutParams<T> p) {
 
 template <class T>
 cudaError_t add(const T* a, const T* b, T* out, const BinaryShape& shape, double alpha, cudaStream_t stream) {
-  if (alpha == 1.0) return binary(a, b, out, shape, math::AddOp{}, stream);
-  return binary(a, b, out, shape, math::AddScaledOp<float>{static_cast<float>(alpha)}, stream);
+  if (alpha == 1.0) return binary_map(a, b, out, shape, math::AddOp{}, stream);
+  return binary_map(a, b, out, shape, math::AddScaledOp<float>{static_cast<float>(alpha)}, stream);
 }
 
 template <class T>
 cudaError_t mul(const T* a, const T* b, T* out, const BinaryShape& shape, cudaStream_t stream) {
-  return binary(a, b, out, shape, math::MulOp{}, stream);
+  return binary_map(a, b, out, shape, math::MulOp{}, stream);
 }
 
 template <class T>

@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) empty_axis_kernel(Store store, int64
 __global__ void sqrt_of_sum_kernel(const float* partials, int64_t count, float* out) {
   float total = 0.0f;
   for (int64_t k = 0; k < count; ++k) total = math::add_rn(total, partials[k]);
-  *out = math::rng_detail::sqrt_rn(total);
+  *out = math::sqrt_rn(total);
 }
 
 __global__ void clip_coefficient_kernel(const float* total, float max_norm, float* coef) {

@@ -6,6 +6,7 @@
 #include "kernels/math/common.h"
 #include "kernels/math/philox.h"
 #include "kernels/math/random.h"
+#include "kernels/math/rounded.h"
 
 namespace mpt::kernels::math {
 
@@ -26,34 +27,6 @@ struct DropoutArgs {
   float p;
   bool accumulate = false;
 };
-
-// Products rounded on their own, never contracted with a following addition into an FMA (nvcc contracts
-// `a + b * c` by default, the x86-64 baseline build cannot): CPU and GPU then give the same bits.
-template <class F>
-MPT_HD MPT_INLINE F mul_rn(F a, F b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(F) == 4) {
-    return __fmul_rn(a, b);
-  } else {
-    return __dmul_rn(a, b);
-  }
-#else
-  return a * b;
-#endif
-}
-
-template <class F>
-MPT_HD MPT_INLINE F add_rn(F a, F b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(F) == 4) {
-    return __fadd_rn(a, b);
-  } else {
-    return __dadd_rn(a, b);
-  }
-#else
-  return a + b;
-#endif
-}
 
 struct AddOp {
   template <class F>

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/math/common.h"
+#include "kernels/math/rounded.h"
 
 // Bit-identity between the CPU and the GPU. Every float operation below is an explicitly rounded +, -, *, / or
 // sqrt (IEEE round-to-nearest-even on both sides) and no product is left for a compiler to fuse: nvcc contracts
@@ -20,46 +21,15 @@ namespace mpt::kernels::math {
 
 namespace optim_detail {
 
+// The explicitly rounded operations of kernels/math/rounded.h, under the short names the updates below use.
 template <class F>
-MPT_HD MPT_INLINE F mul(F a, F b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<F, float>) return __fmul_rn(a, b);
-  if constexpr (std::is_same_v<F, double>) return __dmul_rn(a, b);
-#endif
-  return a * b;
-}
+MPT_HD MPT_INLINE F mul(F a, F b) { return mul_rn(a, b); }
 template <class F>
-MPT_HD MPT_INLINE F add(F a, F b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<F, float>) return __fadd_rn(a, b);
-  if constexpr (std::is_same_v<F, double>) return __dadd_rn(a, b);
-#endif
-  return a + b;
-}
+MPT_HD MPT_INLINE F add(F a, F b) { return add_rn(a, b); }
 template <class F>
-MPT_HD MPT_INLINE F sub(F a, F b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<F, float>) return __fsub_rn(a, b);
-  if constexpr (std::is_same_v<F, double>) return __dsub_rn(a, b);
-#endif
-  return a - b;
-}
+MPT_HD MPT_INLINE F sub(F a, F b) { return sub_rn(a, b); }
 template <class F>
-MPT_HD MPT_INLINE F div(F a, F b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<F, float>) return __fdiv_rn(a, b);
-  if constexpr (std::is_same_v<F, double>) return __ddiv_rn(a, b);
-#endif
-  return a / b;
-}
-template <class F>
-MPT_HD MPT_INLINE F sqrt_rn(F a) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<F, float>) return __fsqrt_rn(a);
-  if constexpr (std::is_same_v<F, double>) return __dsqrt_rn(a);
-#endif
-  return std::sqrt(a);
-}
+MPT_HD MPT_INLINE F div(F a, F b) { return div_rn(a, b); }
 
 // Classification by bits: the same answer on host and device, whatever the math library.
 MPT_HD MPT_INLINE uint32_t bits_of(float x) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/math/common.h"
+#include "kernels/math/rounded.h"
 #include "kernels/math/philox.h"
 
 // Bit-identity between host and device. Integer -> float conversions, +, -, *, /, sqrt and fmaf are
@@ -28,45 +29,7 @@ namespace mpt::kernels::math {
 
 namespace rng_detail {
 
-MPT_HD MPT_INLINE float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-MPT_HD MPT_INLINE float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-MPT_HD MPT_INLINE float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-MPT_HD MPT_INLINE float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
-MPT_HD MPT_INLINE float sqrt_rn(float a) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
+// mul_rn, add_rn, sub_rn, div_rn and sqrt_rn: kernels/math/rounded.h.
 
 MPT_HD MPT_INLINE float fma_rn(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)

@@ -40,6 +40,21 @@ void check_shape(const Tensor& t, const Shape& expected, const char* what, const
 // f64 tensors exist for CPU reference checks only.
 void check_f64_on_cpu(const Tensor& t, const char* op);
 
+// A binary op's operands, contiguous, and the period of b: b's shape without leading 1s is a suffix of a's shape
+// (bias [C] over [N, C], same shape, ...) -> b is used as it is; otherwise b is expanded to a's shape first. Checks one
+// device, one dtype, and that b broadcasts to a's shape.
+struct BinaryPlan {
+  Tensor a;
+  Tensor b;
+  int64_t period;
+};
+BinaryPlan plan_binary(const Tensor& a, const Tensor& b, const char* op);
+
+// NumPy broadcasting of both operands: when a must grow to the common shape, a.expand(common) (a view, recorded by
+// autograd, whose backward sums the gradient back to a's shape); otherwise an undefined tensor. Throws, naming op and
+// both shapes, when they do not broadcast.
+Tensor expand_left(const Tensor& a, const Tensor& b, const char* op);
+
 // The native stream ops on `device` run on (cudaStream_t; null on the CPU); Stream::current makes a CUDA `device` the
 // calling thread's current device, where the op's kernels then launch.
 void* stream_of(Device device);

@@ -13,32 +13,11 @@
 namespace mpt::ops {
 
 using detail::visit_float;
+using detail::BinaryPlan;
+using detail::plan_binary;
 using kernels::math::BinaryShape;
 
 namespace {
-
-// Contiguous operands and the period of b: b's shape without leading 1s is a suffix of a's shape (bias
-// [C] over [N, C], same shape, ...) -> b is used as it is; otherwise b is expanded to a's shape first.
-struct BinaryPlan {
-  Tensor a;
-  Tensor b;
-  int64_t period;
-};
-
-BinaryPlan plan_binary(const Tensor& a_in, const Tensor& b_in, const char* op) {
-  detail::check_same_device({&a_in, &b_in}, op);
-  detail::check_same_dtype({&a_in, &b_in}, op);
-  detail::check_f64_on_cpu(a_in, op);
-  const Shape& as = a_in.shape();
-  MPT_CHECK(b_in.dim() <= a_in.dim() && broadcast_shapes(as, b_in.shape(), op) == as,
-            "[{}] b {} must broadcast to a's shape {} (the result has a's shape)", op, b_in.meta_str(), shape_str(as));
-  Shape core = b_in.shape();
-  core.erase(core.begin(), std::find_if(core.begin(), core.end(), [](int64_t s) { return s != 1; }));
-  const bool suffix = std::equal(core.begin(), core.end(), as.end() - static_cast<std::ptrdiff_t>(core.size()));
-  BinaryPlan plan{a_in.contiguous(), suffix ? b_in.contiguous() : b_in.expand(as).contiguous(), 0};
-  plan.period = std::max<int64_t>(1, plan.b.numel());
-  return plan;
-}
 
 void check_grad(const Tensor& grad, const Tensor& like, const Shape& shape, const char* what, const char* op) {
   detail::check_same_device({&like, &grad}, op);
@@ -90,6 +69,7 @@ void run_scale(const Tensor& x, const Tensor& out, double alpha, bool accumulate
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (const Tensor wide = detail::expand_left(a, b, "add"); wide.defined()) return add(wide, b);
   const detail::GradRecorder grad({&a, &b});
   const BinaryPlan p = plan_binary(a, b, "add");
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
@@ -106,6 +86,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  if (const Tensor wide = detail::expand_left(a, b, "mul"); wide.defined()) return mul(wide, b);
   const detail::GradRecorder grad({&a, &b});
   const BinaryPlan p = plan_binary(a, b, "mul");
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());

@@ -548,7 +548,39 @@ Shape checked_shape(const Tensor& a, const Tensor& b, const MatmulOptions& opt, 
 
 }  // namespace
 
+namespace {
+
+// Batch dimensions beyond one, broadcast NumPy-style: each operand becomes 2-d (a batch of one) or 3-d over the
+// broadcast batch through recorded views (expand, reshape), so autograd sums a broadcast operand's gradient back.
+Tensor matmul_nd(const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  MPT_CHECK(a.dim() >= 2 && b.dim() >= 2, "[matmul] expected operands of at least 2 dimensions, got a {} and b {}",
+            a.meta_str(), b.meta_str());
+  MPT_CHECK(!opt.scale_a.scale_inv.defined() && !opt.scale_b.scale_inv.defined() && !opt.bias.defined() &&
+                !opt.bias_grad.defined() && !opt.gelu_aux.defined() && !opt.dgelu_aux.defined(),
+            "[matmul] operands with more than one batch dimension ({} x {}) take no FP8 scales, bias or epilogues",
+            a.meta_str(), b.meta_str());
+  const auto batch_dims = [](const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
+  const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), "matmul");
+  const int64_t nb = numel(batch);
+  const auto flat = [&](const Tensor& t) {
+    const int64_t r = t.size(-2), c = t.size(-1);
+    if (numel(batch_dims(t)) == 1) return t.reshape({r, c});
+    Shape full = batch;
+    full.push_back(r);
+    full.push_back(c);
+    return t.expand(full).reshape({nb, r, c});
+  };
+  const Tensor c = matmul(flat(a), flat(b), opt);
+  Shape out = batch;
+  out.push_back(c.size(-2));
+  out.push_back(c.size(-1));
+  return c.reshape(out);
+}
+
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& opt) {
+  if (a.defined() && b.defined() && (a.dim() > 3 || b.dim() > 3)) return matmul_nd(a, b, opt);
   const detail::GradRecorder grad({&a, &b});
   const Shape shape = checked_shape(a, b, opt, "matmul");
   const DType out = opt.out_dtype.value_or(default_out_dtype(a.dtype()));

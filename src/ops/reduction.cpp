@@ -116,6 +116,11 @@ Tensor sum(const Tensor& x) {
   return y;
 }
 
+Tensor mean(const Tensor& x) {
+  MPT_CHECK(x.defined(), "[mean] undefined tensor");
+  return mean(x.reshape({-1}), 0);
+}
+
 Tensor sum_to_shape(const Tensor& x_in, const Shape& shape, Tensor out) {
   const char* op = "sum_to_shape";
   const Device dev = out.defined() ? detail::check_same_device({&x_in, &out}, op) : detail::check_same_device({&x_in}, op);

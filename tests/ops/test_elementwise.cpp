@@ -177,9 +177,11 @@ TEST(Elementwise, RejectsBadArguments) {
   EXPECT_MPT_ERROR(ops::mul(Tensor::zeros({3}, DType::I32), Tensor::zeros({3}, DType::I32)),
                    "[mul] expected a f32, f64, f16 or bf16 tensor, got i32");
   EXPECT_MPT_ERROR(ops::add(Tensor::zeros({3, 4}), Tensor::zeros({3})), "[add]");
-  EXPECT_MPT_ERROR(ops::add(Tensor::zeros({4}), Tensor::zeros({3, 4})),
-                   "[add] b f32[3, 4] cpu must broadcast to a's shape [4]");
-  EXPECT_MPT_ERROR(ops::add(Tensor::zeros({1, 4}), Tensor::zeros({3, 4})), "must broadcast to a's shape [1, 4]");
+  // Both operands broadcast (NumPy): a may be the smaller one; shapes that do not broadcast are named.
+  EXPECT_EQ(ops::add(Tensor::ones({4}), Tensor::ones({3, 4})).shape(), (Shape{3, 4}));
+  EXPECT_EQ(ops::mul(Tensor::ones({1, 4}), Tensor::ones({3, 1})).shape(), (Shape{3, 4}));
+  EXPECT_MPT_ERROR(ops::add(Tensor::zeros({2, 4}), Tensor::zeros({3, 4})),
+                   "[add] shapes [2, 4] and [3, 4] cannot be broadcast together");
   EXPECT_MPT_ERROR(ops::add(Tensor(), Tensor::zeros({3})), "[add] argument 0 is an undefined tensor");
   EXPECT_MPT_ERROR(ops::scale(Tensor(), 2.0), "[scale] argument 0 is an undefined tensor");
   EXPECT_MPT_ERROR(ops::add_(Tensor::zeros({2, 3}).t(), Tensor::zeros({3, 2})), "[add_] the tensor updated in place "

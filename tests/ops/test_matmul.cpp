@@ -181,7 +181,10 @@ TEST(Matmul, ErrorsNameTheOpShapesAndDtypes) {
   EXPECT_MPT_ERROR(ops::matmul(a, random_tensor({5, 2}, DType::BF16, 3)), "unsupported dtype pair a f32[4, 5]");
   EXPECT_MPT_ERROR(ops::matmul(a, random_tensor({5, 2}, DType::F32, 3), {.out_dtype = DType::BF16}),
                    "cannot produce a bf16 output");
-  EXPECT_MPT_ERROR(ops::matmul(random_tensor({2, 2, 4, 5}, DType::F32, 1), a), "expected 2-d or 3-d");
+  EXPECT_MPT_ERROR(ops::matmul(random_tensor({2, 2, 4, 5}, DType::F32, 1), random_tensor({3, 5, 2}, DType::F32, 1)),
+                   "[matmul] shapes [2, 2] and [3] cannot be broadcast together");
+  EXPECT_MPT_ERROR(ops::matmul(random_tensor({4}, DType::F32, 1), random_tensor({2, 2, 4, 5}, DType::F32, 1)),
+                   "at least 2 dimensions");
   EXPECT_MPT_ERROR(ops::matmul(Tensor::ones({4, 5}, DType::I32), Tensor::ones({5, 2}, DType::I32)),
                    "expected a f32, f64, f16 or bf16 tensor, got i32");
   EXPECT_MPT_ERROR(ops::matmul(a, a, {.trans_b = true, .scale_a = ops::Fp8Scaling::per_tensor(Tensor::ones({1}))}),

@@ -15,8 +15,24 @@ namespace mpt::ops {
 // f32, f16, bf16; f64 on the CPU. The mean of an empty axis is NaN (0 / 0), its sum 0.
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
-// Sum of all elements: a 0-d tensor.
+// Sum (mean) of all elements: a 0-d tensor.
 Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+
+// The largest (smallest) element along `dim` and its index (i64; the first one on ties; a NaN counts as the extreme
+// and its first index is taken, as in PyTorch). values keep x's dtype. The gradient flows to the chosen element only.
+// f32, f16, bf16 (f64 on the CPU); the dimension must not be empty.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;
+};
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+// Variance along `dim`: sum((x - mean)^2) / (n - correction) (correction 1: the unbiased estimate, torch.var's
+// default; 0: the population variance), computed in f32 (f64 for f64) and rounded once to x's dtype. Differentiable.
+Tensor var(const Tensor& x, int64_t dim, bool keepdim = false, int64_t correction = 1);
 
 // x summed over the dimensions along which `shape` broadcasts to x.shape() (leading dims that `shape`
 // lacks, and dims where `shape` has size 1): the gradient of a broadcast operand. The result has

@@ -1,0 +1,121 @@
+// tests/gpu/test_pointwise_gpu.cpp: the general op set (unary, binary, comparisons, where, cat, max/min, losses,
+// batched matmul) on cuda:0 against the CPU backend, forward and backward through autograd (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+#include "op_test.h"
+#include "test_util.h"
+
+namespace mpt {
+namespace {
+
+using testing::Match;
+using testing::expect_match;
+using testing::random_tensor;
+using testing::to_cpu;
+using testing::to_gpu;
+
+const DType kFloat16s[] = {DType::F32, DType::F16, DType::BF16};
+
+// Runs fn on CPU copies and on cuda:0 copies of the inputs, then backward with the same output gradient, and compares
+// outputs and input gradients. Elementwise ops run the same functors in the same order: exact under emulation.
+void expect_same(const std::string& what, const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                 const std::vector<Tensor>& inputs, const Match& match) {
+  std::vector<Tensor> cpu, gpu;
+  for (const Tensor& t : inputs) {
+    cpu.push_back(t.clone().requires_grad_());
+    gpu.push_back(to_gpu(t).requires_grad_());
+  }
+  const Tensor yc = fn(cpu), yg = fn(gpu);
+  expect_match(yg, yc, match, what + " forward");
+  const Tensor dy = random_tensor(yc.shape(), yc.dtype(), 99);
+  yc.backward(dy);
+  yg.backward(to_gpu(dy));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    expect_match(gpu[i].grad(), cpu[i].grad(), match, what + " grad " + std::to_string(i));
+  }
+}
+
+std::string tag(const char* what, DType dt) { return std::string(what) + " " + std::string(dtype_name(dt)); }
+
+TEST(GpuPointwise, UnaryOpsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops_ = {
+      {"neg", [](const Tensor& x) { return ops::neg(x); }},
+      {"abs", [](const Tensor& x) { return ops::abs(x); }},
+      {"relu", [](const Tensor& x) { return ops::relu(x); }},
+      {"silu", [](const Tensor& x) { return ops::silu(x); }},
+      {"tanh", [](const Tensor& x) { return ops::tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }},
+      {"exp", [](const Tensor& x) { return ops::exp(x); }},
+      {"log", [](const Tensor& x) { return ops::log(ops::abs(x)); }},
+      {"sqrt", [](const Tensor& x) { return ops::sqrt(ops::abs(x)); }},
+      {"rsqrt", [](const Tensor& x) { return ops::rsqrt(ops::abs(x)); }},
+      {"softplus", [](const Tensor& x) { return ops::softplus(x); }},
+      {"pow 2", [](const Tensor& x) { return ops::pow(x, 2); }},
+      {"clamp", [](const Tensor& x) { return ops::clamp(x, -0.5, 0.75); }}};
+  for (DType dt : kFloat16s) {
+    const Tensor x = random_tensor({7, 301}, dt, 1);
+    for (const auto& [name, op] : ops_) {
+      expect_same(tag(name, dt), [&op](const std::vector<Tensor>& in) { return op(in[0]); }, {x}, Match::exact(dt));
+    }
+  }
+}
+
+TEST(GpuPointwise, BinaryCompareWhereMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kFloat16s) {
+    const Tensor a = random_tensor({3, 4, 40}, dt, 2), b = random_tensor({4, 1}, dt, 3);
+    // The broadcast gradient of b is summed over rows: a reduction whose order differs between backends.
+    const Match summed = Match::close(dt, 4);
+    expect_same(tag("sub", dt), [](const std::vector<Tensor>& in) { return in[0] - in[1]; }, {a, b}, summed);
+    expect_same(tag("div", dt), [](const std::vector<Tensor>& in) { return in[0] / in[1]; }, {a, b}, summed);
+    expect_same(tag("maximum", dt), [](const std::vector<Tensor>& in) { return ops::maximum(in[0], in[1]); }, {a, b},
+                summed);
+    expect_same(tag("pow", dt),
+                [](const std::vector<Tensor>& in) { return ops::pow(ops::abs(in[0]), ops::abs(in[1])); }, {a, b},
+                summed);
+    expect_match(ops::lt(to_gpu(a), to_gpu(b)), ops::lt(a, b), Match::exact(testing::Tolerance{0, 0}), tag("lt", dt));
+    expect_same(tag("where", dt),
+                [](const std::vector<Tensor>& in) { return ops::where(ops::gt(in[0], 0.0), in[0], in[1]); }, {a, b},
+                summed);
+    expect_same(tag("cat", dt), [](const std::vector<Tensor>& in) { return ops::cat({in[0], in[0] * 2.0}, 1); }, {a},
+                Match::exact(dt));
+    expect_same(tag("max", dt), [](const std::vector<Tensor>& in) { return ops::max(in[0], 1).values; }, {a},
+                Match::exact(dt));
+    expect_match(ops::argmax(to_gpu(a), -1), ops::argmax(a, -1), Match::exact(testing::Tolerance{0, 0}),
+                 tag("argmax", dt));
+  }
+}
+
+TEST(GpuPointwise, LossesAndBatchedMatmulMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kFloat16s) {
+    const Tensor x = random_tensor({6, 9}, dt, 4), y = random_tensor({6, 9}, dt, 5);
+    const Match reduced = Match::close(DType::F32, 4);
+    expect_same(tag("mse", dt), [](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1]); }, {x, y},
+                reduced);
+    expect_same(tag("bce", dt),
+                [](const std::vector<Tensor>& in) {
+                  return ops::binary_cross_entropy_with_logits(in[0], ops::sigmoid(in[1]));
+                },
+                {x, y}, reduced);
+    const Tensor t = Tensor::from_vector<int64_t>({1, 2, -100, 8, 0, 3}, {6});
+    expect_same(tag("cross_entropy smoothing", dt),
+                [&t](const std::vector<Tensor>& in) {
+                  const Tensor tt = in[0].device().is_cpu() ? t : to_gpu(t);
+                  return ops::cross_entropy(in[0], tt, {.label_smoothing = 0.1});
+                },
+                {x}, reduced);
+    const Tensor q = random_tensor({2, 3, 5, 8}, dt, 6), k = random_tensor({2, 1, 8, 4}, dt, 7);
+    expect_same(tag("matmul 4-d broadcast", dt),
+                [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); }, {q, k}, Match::close(dt, 4));
+  }
+}
+
+}  // namespace
+}  // namespace mpt
