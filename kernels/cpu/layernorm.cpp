@@ -32,8 +32,10 @@ void forward_row(const math::LayerNormForwardParams<T, P>& p, int64_t r, const F
     x = rows.x.load(p.sum + offset, n);  // the sum as rounded to T
   }
   F sum = 0;
+  if (!p.rms) {
 #pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < n; ++c) sum += x[c];
+    for (int64_t c = 0; c < n; ++c) sum += x[c];
+  }
   const F mean = sum / static_cast<F>(n);
   F sq = 0;
 #pragma omp simd reduction(+ : sq)
@@ -73,7 +75,7 @@ void backward_row(const math::LayerNormBackwardParams<T, P>& p, int64_t r, const
     pw[c] += dy[c] * xhat;
     pb[c] += dy[c];
   }
-  const F g_mean = sg / static_cast<F>(n), gx_mean = sgx / static_cast<F>(n);
+  const F g_mean = p.rms ? F(0) : sg / static_cast<F>(n), gx_mean = sgx / static_cast<F>(n);
   const F* old = p.accumulate_dx ? rows.old.load(p.dx + offset, n) : nullptr;
   F* dx = rows.dx.out(p.dx + offset);
   for (int64_t c = 0; c < n; ++c) {

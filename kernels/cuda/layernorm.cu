@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_forward_kernel(const m
       for (int k = 0; k < Pack::kWidth; ++k) sum += a.v[k];
     }
   }
-  const float mean = math::block_allreduce(sum, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
+  // RMSNorm: mean 0 (p.rms is uniform across the block, so every thread skips the reduction alike).
+  const float mean = p.rms ? 0.0f : math::block_allreduce(sum, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
 
   float sq = 0.0f;
   for (int64_t c = rs.first; c < n; c += rs.stride) {
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
         acc[n + c + k] += dy.v[k];
       }
     }
-    const float g_mean = math::block_allreduce(sg, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
+    const float g_mean =
+        p.rms ? 0.0f : math::block_allreduce(sg, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
     const float gx_mean = math::block_allreduce(sgx, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
     for (int64_t c = rs.first; c < n; c += rs.stride) {
       const Pack x = Pack::load(p.x + offset + c);

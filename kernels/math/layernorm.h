@@ -10,7 +10,7 @@
 namespace mpt::kernels::math {
 
 // y = (x - mean) * rstd * weight + bias over each row of `cols` elements; statistics in opmath (float,
-// double for double). With `residual`, the row normalised is s = x + residual, rounded to T and written
+// double for double). With `rms` it is RMSNorm: mean is taken as 0 (and saved as 0), rstd = 1 / sqrt(mean(x^2) + eps). With `residual`, the row normalised is s = x + residual, rounded to T and written
 // to `sum` first: the statistics come from the rounded s, so the saved (s, mean, rstd) are consistent for
 // backward. bias may be null (no bias). T is the activation type, P the parameter type (T or float).
 template <class T, class P>
@@ -26,6 +26,7 @@ struct LayerNormForwardParams {
   int64_t rows = 0;
   int64_t cols = 0;
   double eps = 1e-5;  // rounded to opmath (float) before use, except for double
+  bool rms = false;
 };
 
 // dx, dweight, dbias of y = xhat * weight + bias, xhat = (x - mean) * rstd. Each output is overwritten, or
@@ -45,6 +46,7 @@ struct LayerNormBackwardParams {
   bool accumulate_dx = false;
   bool accumulate_dweight = false;
   bool accumulate_dbias = false;
+  bool rms = false;  // RMSNorm: mean is 0 and the mean(g) term of dx drops out
 };
 
 template <class F>
@@ -63,7 +65,7 @@ MPT_HD MPT_INLINE F layer_norm_output(F x, F mean, F rstd, F w, F b) {
 }
 
 // dx_j = rstd * (g_j - mean(g) - xhat_j * mean(g * xhat)), g = dy * w. `g_mean` and `gx_mean` are
-// the row means of g and g * xhat.
+// the row means of g and g * xhat (RMSNorm: g_mean = 0).
 template <class F>
 MPT_HD MPT_INLINE F layer_norm_dx(F g, F xhat, F rstd, F g_mean, F gx_mean) {
   return rstd * (g - g_mean - xhat * gx_mean);

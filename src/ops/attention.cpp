@@ -8,7 +8,9 @@
 #include <cstdio>
 
 #include "kernels/cpu/attention.h"
+#include "mpt/ops/elementwise.h"
 #include "mpt/ops/matmul.h"
+#include "mpt/ops/reduction.h"
 #include "ops/attention_select.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
@@ -19,7 +21,6 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/lib/attention_cudnn.h"
 #include "mpt/core/stream.h"
-#include "mpt/ops/elementwise.h"
 #endif
 
 namespace mpt::ops {
@@ -45,6 +46,24 @@ kernels::cpu::AttentionShape check_qkv(const Tensor& q, const Tensor& k, const T
   MPT_CHECK(d >= 1, "[{}] the head dimension D must be at least 1, got q {}", op, q.meta_str());
   const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d));
   return {q.size(0) * q.size(1), q.size(2), d, scale};
+}
+
+// Grouped-query attention: k and v with H_kv heads (H_kv dividing q's H) serve H / H_kv query heads each. Returns the
+// group size G (1 for plain multi-head attention) after checking the shapes.
+int64_t kv_groups(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || k.dim() != 4 || k.size(1) == q.size(1)) return 1;
+  MPT_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && k.size(0) == q.size(0) && k.size(2) == q.size(2) &&
+                k.size(3) == q.size(3) && v.shape() == k.shape(),
+            "[{}] grouped-query attention needs k and v (B, H_kv, T, D) of one shape with H_kv dividing q's heads: "
+            "q {}, k {}, v {}", op, q.meta_str(), k.meta_str(), v.meta_str());
+  return q.size(1) / k.size(1);
+}
+
+// kv (B, H_kv, T, D) with each head repeated G times in place: (B, H_kv * G, T, D), head h = kv head h / G (Hugging
+// Face's repeat_kv). Recorded views (expand, reshape): autograd sums the gradient of the G copies back.
+Tensor repeat_kv(const Tensor& kv, int64_t groups) {
+  const int64_t B = kv.size(0), H = kv.size(1), T = kv.size(2), D = kv.size(3);
+  return kv.unsqueeze(2).expand({B, H, groups, T, D}).reshape({B, H * groups, T, D});
 }
 
 // options.lengths checked ((B,) i32 on the CPU, each in [1, T]); undefined when there is none or no sample is padded
@@ -288,6 +307,8 @@ void check_grad(const Tensor& g, const Tensor& q, const char* what, const char* 
 AttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                  const AttentionOptions& options) {
   const char* op = "causal_attention";
+  if (const int64_t g = kv_groups(q_in, k_in, v_in, op); g > 1)
+    return causal_attention(q_in, repeat_kv(k_in, g), repeat_kv(v_in, g), options);
   const detail::GradRecorder grad({&q_in, &k_in, &v_in});
   auto shape = check_qkv(q_in, k_in, v_in, options, op);
   const Device dev = q_in.device();
@@ -326,6 +347,21 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
                                          const Tensor& v_in, const Tensor& out_in, const Tensor& lse_in,
                                          const AttentionOptions& options, AttentionGrads grads) {
   const char* op = "causal_attention_backward";
+  if (const int64_t g = kv_groups(q_in, k_in, v_in, op); g > 1) {
+    // The gradients of the repeated heads, summed over each group (then added into `grads` when given).
+    autograd::NoGradGuard no_grad;
+    const AttentionGrads full =
+        causal_attention_backward(dout_in, q_in, repeat_kv(k_in, g), repeat_kv(v_in, g), out_in, lse_in, options);
+    const Shape grouped{k_in.size(0), k_in.size(1), g, k_in.size(2), k_in.size(3)};
+    AttentionGrads r{full.dq, sum(full.dk.view(grouped), 2), sum(full.dv.view(grouped), 2)};
+    if (!grads.dq.defined() && !grads.dk.defined() && !grads.dv.defined()) return r;
+    MPT_CHECK(grads.dq.defined() && grads.dk.defined() && grads.dv.defined(),
+              "[{}] give all three of dq, dk, dv to accumulate into, or none", op);
+    add_(grads.dq, r.dq);
+    add_(grads.dk, r.dk);
+    add_(grads.dv, r.dv);
+    return grads;
+  }
   auto shape = check_qkv(q_in, k_in, v_in, options, op);
   detail::check_same_device({&q_in, &dout_in, &out_in, &lse_in}, op);
   detail::check_same_dtype({&q_in, &dout_in, &out_in}, op);

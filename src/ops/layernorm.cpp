@@ -52,7 +52,7 @@ RowShape check_input(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 
 // Forward, with or without the fused residual add (residual defined).
 LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* sum_out, const Tensor& weight_in,
-                        const Tensor& bias_in, double eps, const char* op) {
+                        const Tensor& bias_in, double eps, bool rms, const char* op) {
   const Device dev = residual_in ? detail::check_same_device({&x_in, residual_in, &weight_in}, op)
                                  : detail::check_same_device({&x_in, &weight_in}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, bias_in, op);
@@ -86,6 +86,7 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
       p.rows = rows;
       p.cols = cols;
       p.eps = eps;
+      p.rms = rms;
       if (dev.is_cpu()) {
         kernels::cpu::layer_norm_forward(p);
       } else if constexpr (!std::is_same_v<T, double>) {
@@ -93,6 +94,7 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
       }
     });
   });
+  out.saved.rms = rms;
   return out;
 }
 
@@ -110,10 +112,12 @@ Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, co
 
 }  // namespace
 
-LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+namespace {
+
+LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms, const char* op) {
   const detail::GradRecorder grad({&x, &weight, &bias});
-  LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, "layer_norm");
-  grad.record("LayerNormBackward", {&r.y},
+  LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, rms, op);
+  grad.record(rms ? "RmsNormBackward" : "LayerNormBackward", {&r.y},
               [x = x.detach(), w = weight.detach(), saved = r.saved, has_bias = bias.defined()](
                   const std::vector<Tensor>& g) {
                 LayerNormGrads d = layer_norm_backward(g[0], x, w, saved, has_bias);
@@ -122,15 +126,15 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   return r;
 }
 
-ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                            const Tensor& bias, double eps) {
+ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                      const Tensor& bias, double eps, bool rms, const char* op) {
   const detail::GradRecorder grad({&x, &residual, &weight, &bias});
   ResidualLayerNormResult out;
-  LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, "residual_layer_norm");
+  LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, rms, op);
   out.y = std::move(r.y);
   out.saved = std::move(r.saved);
   // Outputs: sum (output 0) and y (output 1). d(sum) reaches x and residual directly; dy goes through the norm.
-  grad.record("ResidualLayerNormBackward", {&out.sum, &out.y},
+  grad.record(rms ? "ResidualRmsNormBackward" : "ResidualLayerNormBackward", {&out.sum, &out.y},
               [sum = out.sum.detach(), w = weight.detach(), saved = out.saved, has_bias = bias.defined()](
                   const std::vector<Tensor>& g) {
                 Tensor dsum = g[0];
@@ -144,6 +148,25 @@ ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& resid
                 return std::vector<Tensor>{dsum, dsum, dweight, dbias};
               });
   return out;
+}
+
+}  // namespace
+
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return norm(x, weight, bias, eps, false, "layer_norm");
+}
+
+LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  return norm(x, weight, Tensor(), eps, true, "rms_norm");
+}
+
+ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                            const Tensor& bias, double eps) {
+  return residual_norm(x, residual, weight, bias, eps, false, "residual_layer_norm");
+}
+
+ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps) {
+  return residual_norm(x, residual, weight, Tensor(), eps, true, "residual_rms_norm");
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
@@ -188,6 +211,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
       p.accumulate_dx = acc_dx;
       p.accumulate_dweight = acc_dw;
       p.accumulate_dbias = acc_db;
+      p.rms = saved.rms;
       if (dev.is_cpu()) {
         kernels::cpu::layer_norm_backward(p);
       } else if constexpr (!std::is_same_v<T, double>) {

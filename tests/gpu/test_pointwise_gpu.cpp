@@ -119,3 +119,34 @@ TEST(GpuPointwise, LossesAndBatchedMatmulMatchCpu) {
 
 }  // namespace
 }  // namespace mpt
+
+namespace mpt {
+namespace {
+
+TEST(GpuLlamaOps, RmsNormAndRopeMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kFloat16s) {
+    const Tensor x = random_tensor({3, 5, 96}, dt, 8), res = random_tensor({3, 5, 96}, dt, 9);
+    const Tensor w = random_tensor({96}, DType::F32, 10);
+    // Row statistics: reduction orders differ between the backends (as for LayerNorm).
+    const Match rows = Match::close(dt, 4);
+    expect_same(tag("rms_norm", dt), [&](const std::vector<Tensor>& in) { return ops::rms_norm(in[0], in[1]).y; },
+                {x, dt == DType::F32 ? w : w.to(dt)}, rows);
+    expect_same(tag("residual_rms_norm", dt),
+                [&](const std::vector<Tensor>& in) {
+                  const auto r = ops::residual_rms_norm(in[0], in[1], in[2]);
+                  return r.y + r.sum;
+                },
+                {x, res, dt == DType::F32 ? w : w.to(dt)}, rows);
+    const ops::RopeTable cpu_table = ops::rope_table(12, 32), gpu_table{to_gpu(cpu_table.cos), to_gpu(cpu_table.sin)};
+    const Tensor q = random_tensor({2, 6, 3, 32}, dt, 11);
+    expect_same(tag("rope", dt),
+                [&](const std::vector<Tensor>& in) {
+                  return ops::rope(in[0], in[0].device().is_cpu() ? cpu_table : gpu_table, 5);
+                },
+                {q}, Match::exact(dt));
+  }
+}
+
+}  // namespace
+}  // namespace mpt

@@ -9,6 +9,9 @@ namespace mpt::ops {
 // from its fused QKV projection (B, T, 3 * H * D) by reshape to (B, T, 3, H, D), select, and transpose(1, 2)
 // (any strides are accepted; non-contiguous inputs are copied), and feeds the output back through
 // transpose(1, 2) and reshape to (B, T, H * D).
+// Grouped-query attention (Llama 2/3's GQA, MQA when H_kv = 1): k and v may have H_kv heads, H_kv dividing q's H;
+// query head h reads kv head h / (H / H_kv). The kv heads are repeated to H (Hugging Face's repeat_kv: an (B, H, T, D)
+// copy of each) before the kernels run, on every path; their gradients are the sums over each group.
 struct AttentionOptions {
   double scale = 0;  // multiplies q . k; 0 means 1 / sqrt(D). Must be finite and >= 0.
   // Key padding for a dynamically padded batch (optional): (B,) i32 on the CPU, sample b's real length, 1 <= lengths[b]

@@ -8,7 +8,8 @@ namespace mpt::ops {
 // Per-row statistics saved for backward: f32 [rows] (f64 for f64 inputs), rows = numel / C.
 struct LayerNormSaved {
   Tensor mean;
-  Tensor rstd;  // 1 / sqrt(var + eps), var the biased variance
+  Tensor rstd;  // 1 / sqrt(var + eps), var the biased variance (RMSNorm: 1 / sqrt(mean(x^2) + eps))
+  bool rms = false;  // saved by rms_norm: mean is 0, and backward drops the mean terms
 };
 
 struct LayerNormResult {
@@ -32,6 +33,14 @@ struct ResidualLayerNormResult {
 // the residual branch's gradient is dsum itself (d(x + residual) / dx = 1).
 ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                             const Tensor& bias, double eps = 1e-5);
+
+// RMSNorm (Llama's): y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) over the last dimension, no mean
+// subtraction and no bias, statistics in f32 (f64 for f64): the LayerNorm kernels with the mean fixed at 0, so the
+// same fused row pass on CPU and CUDA. saved.mean is zeros and saved.rms is true; layer_norm_backward handles it.
+LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+// sum = x + residual and y = rms_norm(sum) in one pass (the pre-norm residual stream of a Llama block).
+ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                          double eps = 1e-6);
 
 struct LayerNormGrads {
   Tensor dx;       // shape and dtype of x

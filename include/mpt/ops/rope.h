@@ -1,0 +1,27 @@
+// mpt/ops/rope.h: rotary position embeddings (Llama's, Hugging Face's rotate_half convention), forward beside backward.
+#pragma once
+
+#include <cstdint>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+// cos and sin of pos * theta^(-2i / D) for positions [0, positions) and i in [0, D / 2): (positions, D / 2) each,
+// computed in float64 and rounded once to f32 (f64 when dtype is F64), on `device`. Built once per model and sliced
+// by rope() for each call.
+struct RopeTable {
+  Tensor cos;
+  Tensor sin;
+  int64_t positions() const { return cos.defined() ? cos.size(0) : 0; }
+};
+RopeTable rope_table(int64_t positions, int64_t head_dim, double theta = 10000.0, Device device = Device::cpu(),
+                     DType dtype = DType::F32);
+
+// x (B, T, H, D), D even (queries or keys straight from their projection, before the head transpose), f32, f16, bf16
+// (f64 on the CPU, with an f64 table): position t of every sequence is rotated by the table's row position0 + t
+// (position0: the generation offset of a KV cache). Computed in f32 (f64) with one rounding; the backward is the
+// inverse rotation. position0 + T must not exceed the table's positions.
+Tensor rope(const Tensor& x, const RopeTable& table, int64_t position0 = 0);
+
+}  // namespace mpt::ops

@@ -1,0 +1,90 @@
+// src/ops/rope.cpp: the rotary table and the rotary embedding, forward beside backward (the inverse rotation).
+#include "mpt/ops/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/rope.h"
+#include "kernels/math/opmath.h"
+#include "ops/dispatch.h"
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/rope.h"
+#endif
+
+namespace mpt::ops {
+
+using detail::visit_float;
+
+RopeTable rope_table(int64_t positions, int64_t head_dim, double theta, Device device, DType dtype) {
+  MPT_CHECK(positions >= 1 && head_dim >= 2 && head_dim % 2 == 0,
+            "[rope_table] expected positions >= 1 and an even head dimension >= 2, got {} positions, head dim {}",
+            positions, head_dim);
+  MPT_CHECK(std::isfinite(theta) && theta > 1, "[rope_table] theta must be finite and > 1, got {}", theta);
+  MPT_CHECK(dtype == DType::F32 || dtype == DType::F64, "[rope_table] the table is f32 (or f64), got {}", dtype);
+  const int64_t half = head_dim / 2;
+  std::vector<double> c(static_cast<size_t>(positions * half)), s(c.size());
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    for (int64_t p = 0; p < positions; ++p) {
+      c[static_cast<size_t>(p * half + i)] = std::cos(static_cast<double>(p) * inv_freq);
+      s[static_cast<size_t>(p * half + i)] = std::sin(static_cast<double>(p) * inv_freq);
+    }
+  }
+  return {Tensor::from_vector(c, {positions, half}).to(device, dtype),
+          Tensor::from_vector(s, {positions, half}).to(device, dtype)};
+}
+
+namespace {
+
+void rope_into(const Tensor& x, const Tensor& y, const RopeTable& table, int64_t position0, bool inverse) {
+  const Device dev = x.device();
+  const kernels::math::RopeShape shape{x.size(0) * x.size(1) * x.size(2), x.size(1), x.size(2), x.size(3),
+                                       x.size(3) / 2, position0, inverse};
+  visit_float(x.dtype(), "rope", [&](auto tag) {
+    using T = decltype(tag);
+    using F = kernels::math::opmath_t<T>;
+    if (dev.is_cpu()) {
+      kernels::cpu::rope(x.data<T>(), y.data<T>(), table.cos.data<F>(), table.sin.data<F>(), shape);
+    } else if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::rope(x.data<T>(), y.data<T>(), table.cos.data<float>(),
+                                          table.sin.data<float>(), shape,
+                                          static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  });
+}
+
+}  // namespace
+
+Tensor rope(const Tensor& x_in, const RopeTable& table, int64_t position0) {
+  const char* op = "rope";
+  const detail::GradRecorder grad({&x_in});
+  MPT_CHECK(table.cos.defined() && table.sin.defined(), "[rope] the table is empty (make it with ops::rope_table)");
+  detail::check_same_device({&x_in, &table.cos, &table.sin}, op);
+  detail::check_f64_on_cpu(x_in, op);
+  MPT_CHECK(x_in.dim() == 4 && x_in.size(3) % 2 == 0 && x_in.size(3) >= 2,
+            "[rope] expected x (B, T, H, D) with an even D, got {}", x_in.meta_str());
+  const int64_t half = x_in.size(3) / 2;
+  MPT_CHECK(table.cos.dim() == 2 && table.cos.size(1) == half && table.sin.shape() == table.cos.shape(),
+            "[rope] the table {} is for head dimension {}, x {} has {}", table.cos.meta_str(),
+            table.cos.dim() == 2 ? 2 * table.cos.size(1) : 0, x_in.meta_str(), x_in.size(3));
+  const DType want = x_in.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  MPT_CHECK(table.cos.dtype() == want && table.sin.dtype() == want, "[rope] a {} input needs a {} table, got {}",
+            x_in.dtype(), want, table.cos.meta_str());
+  MPT_CHECK(position0 >= 0 && position0 + x_in.size(1) <= table.positions(),
+            "[rope] positions [{}, {}) of {} are outside the table's {} positions", position0,
+            position0 + x_in.size(1), x_in.meta_str(), table.positions());
+  const Tensor x = x_in.contiguous();
+  const RopeTable t{table.cos.contiguous(), table.sin.contiguous()};
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  rope_into(x, y, t, position0, false);
+  grad.record("RopeBackward", {&y}, [t, position0](const std::vector<Tensor>& g) {
+    if (!g[0].defined()) return std::vector<Tensor>{Tensor{}};
+    const Tensor dy = g[0].contiguous();
+    Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    rope_into(dy, dx, t, position0, true);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+}  // namespace mpt::ops
