@@ -16,6 +16,7 @@
 
 #include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/llama.h"
 
 namespace {
 
@@ -128,6 +129,12 @@ int main(int argc, char** argv) {
   int warmup = 2, steps = 5;
   int profile_rows = 0;
   bool profile_host = false, dispatch = false, cuda_graph = false;
+  std::string model_name = "gpt";
+  int64_t kv_heads = 0, ffn = 0;
+  app.add_option("--model", model_name, "gpt (GPT-2) or llama (RMSNorm, rotary, GQA, SwiGLU; untied head)")
+      ->check(CLI::IsMember({"gpt", "llama"}));
+  app.add_option("--kv-heads", kv_heads, "llama: key/value heads (default --heads)");
+  app.add_option("--ffn", ffn, "llama: SwiGLU width (default 8/3 --embd rounded up to 32: a GPT block's FLOPs)");
   std::string precision = "bf16", json_path, device_name = "cpu";
   mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
@@ -172,8 +179,19 @@ int main(int argc, char** argv) {
                   per_call_us([&] { (void)mpt::ops::add(a, a); }),
                   per_call_us([&] { (void)mpt::ops::matmul(m, m); }));
     }
-    mpt::nn::GPT model(config);
-    const mpt::amp::Policy policy = mpt::amp::Policy::named(precision, config.n_layer, device);
+    std::unique_ptr<mpt::nn::LanguageModel> model_ptr;
+    if (model_name == "llama") {
+      mpt::nn::LlamaConfig c;
+      c.vocab_size = config.vocab_size, c.block_size = config.block_size, c.n_layer = config.n_layer;
+      c.n_head = config.n_head, c.n_kv_head = kv_heads > 0 ? kv_heads : config.n_head, c.n_embd = config.n_embd;
+      c.intermediate_size = ffn, c.ffn_multiple_of = 32, c.where = config.where;
+      model_ptr = std::make_unique<mpt::nn::Llama>(c);
+    } else {
+      model_ptr = std::make_unique<mpt::nn::GPT>(config);
+    }
+    mpt::nn::LanguageModel& model = *model_ptr;
+    const mpt::amp::Policy policy = mpt::amp::Policy::named(precision, config.n_layer, device,
+                                                            model_name == "llama" ? "model.layers" : "h");
     mpt::amp::GradScaler scaler(mpt::amp::GradScalerOptions{.enabled = precision == "fp16"}, device);
     mpt::optim::AdamW opt(mpt::optim::weight_decay_groups(model.named_parameters(), 0.1),
                           {.lr = 3e-4, .betas = {0.9, 0.95}});
@@ -273,7 +291,9 @@ int main(int argc, char** argv) {
                      {"device", device.str()},
                      {"device_name", device.is_cuda() ? mpt::cuda_status().devices.at(device.index()).name : "cpu"},
                      {"threads", mpt::cpu_features().omp_threads},
+                     {"model", model.describe()},
                      {"params", model.num_parameters()},
+                     {"flops_per_token", model.flops_per_token(config.block_size)},
                      {"tokens_per_step", tokens},
                      {"step_s", median(total)},
                      {"forward_s", median(fwd)},
@@ -293,11 +313,11 @@ int main(int argc, char** argv) {
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("GPT-2 %lld layers, %lld heads, %lld wide, T=%lld, batch %lld, %s on %s: %.0f tok/s (step %.1f ms: forward "
+      std::printf("%s, T=%lld, batch %lld, %.2f MFLOP/token, %s on %s: %.0f tok/s (step %.1f ms: forward "
                   "%.1f, backward %.1f, optimizer %.1f); peak RSS %.0f MiB, allocator peak %.0f MiB\n",
-                  static_cast<long long>(config.n_layer), static_cast<long long>(config.n_head),
-                  static_cast<long long>(config.n_embd), static_cast<long long>(config.block_size),
-                  static_cast<long long>(batch), precision.c_str(), device.str().c_str(), tokens / median(total), median(total) * 1e3,
+                  model.describe().c_str(), static_cast<long long>(config.block_size), static_cast<long long>(batch),
+                  model.flops_per_token(config.block_size) / 1e6, precision.c_str(), device.str().c_str(),
+                  tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,
                   mem.peak_bytes / 1048576.0);
       if (free_s > 0)

@@ -1,4 +1,5 @@
-// examples/train_gpt.cpp: trains a GPT-2 on a text (tinyshakespeare built in) or token files, printing progress.
+// examples/train_gpt.cpp: trains a GPT-2 or a Llama on a text (tinyshakespeare built in) or token files, printing
+// progress.
 #include <mpt/mpt.h>
 
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "mpt/dist/data_parallel.h"
 #include "mpt/io/checkpoint.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/llama.h"
 #include "mpt/optim/adamw.h"
 #include "mpt/optim/clip.h"
 #include "mpt/optim/lr_schedule.h"
@@ -40,6 +42,8 @@
 namespace {
 
 struct Options {
+  std::string model = "gpt";  // the family: gpt (GPT-2) or llama
+  int64_t kv_heads = 0;       // llama: key/value heads (grouped-query attention); 0: --heads
   std::string data;
   std::string tokens;            // a directory from mpt-tokenize (train.tok, val.tok, tokenizer.json) instead of --data
   std::string tokenizer = "char";  // for --data: char or bpe (trained on the text's first nine tenths)
@@ -84,7 +88,8 @@ mpt::dist::GradCompression grad_compression(const std::string& name) {
   X(eval_every, "--eval-every") X(eval_batches, "--eval-batches") X(sample_chars, "--sample") X(seed, "--seed")     \
   X(checkpoint, "--checkpoint-activations") X(precision, "--precision") X(grad_accum, "--grad-accum")               \
   X(log_json, "--log-json") X(moments, "--moments") X(init_scale, "--init-scale") X(save_every, "--save-every")     \
-  X(keep, "--keep") X(optimizer, "--optimizer") X(freeze, "--freeze") X(fp8_telemetry, "--fp8-telemetry")
+  X(keep, "--keep") X(optimizer, "--optimizer") X(freeze, "--freeze") X(fp8_telemetry, "--fp8-telemetry")           \
+  X(model, "--model") X(kv_heads, "--kv-heads")
 
 nlohmann::json saved_options(const Options& o) {
   nlohmann::json j = nlohmann::json::object();
@@ -107,17 +112,6 @@ void restore_options(Options& o, const nlohmann::json& saved, const std::string&
   }
   MPT_TRAIN_GPT_SAVED(MPT_RESTORE)
 #undef MPT_RESTORE
-}
-
-// Model FLOPs of one training token (PaLM's appendix B, as nanoGPT's estimate_mfu): 6 per parameter of the blocks and
-// of the LM head (forward 2, backward 4), plus attention's 12 n_layer n_embd T (scores and values, not halved for the
-// causal mask). The embeddings' lookups are not counted.
-double flops_per_token(const mpt::nn::GPT& model) {
-  const mpt::nn::GPTConfig& c = model.config();
-  const double embeddings = static_cast<double>((c.vocab_size + c.block_size) * c.n_embd);
-  const double dense =
-      static_cast<double>(model.num_parameters()) - embeddings + static_cast<double>(c.vocab_size * c.n_embd);
-  return 6.0 * dense + 12.0 * static_cast<double>(c.n_layer * c.n_embd * c.block_size);
 }
 
 // The dense peak MFU is measured against, in FLOP/s, and where it comes from. GPUs: the datasheet's dense tensor-core
@@ -155,13 +149,16 @@ std::pair<double, std::string> dense_peak(const std::string& precision, mpt::Dev
 
 // Model and batch shapes by name; each sets only what the command line (or --config) does not.
 struct Preset {
-  int64_t layers, heads, embd, seq, batch;
+  const char* model;
+  int64_t layers, heads, kv_heads, embd, seq, batch;
 };
 const std::map<std::string, Preset>& presets() {
   static const std::map<std::string, Preset> p{
-      {"tiny", {2, 2, 64, 64, 8}},        // seconds on a CPU: smoke tests and first looks
-      {"small", {6, 6, 384, 256, 16}},    // nanoGPT's shakespeare-char model
-      {"gpt2", {12, 12, 768, 1024, 8}}};  // GPT-2 124M's shape (with a GPT-2 tokenizer: --tokens)
+      {"tiny", {"gpt", 2, 2, 0, 64, 64, 8}},        // seconds on a CPU: smoke tests and first looks
+      {"small", {"gpt", 6, 6, 0, 384, 256, 16}},    // nanoGPT's shakespeare-char model
+      {"gpt2", {"gpt", 12, 12, 0, 768, 1024, 8}},   // GPT-2 124M's shape (with a GPT-2 tokenizer: --tokens)
+      {"llama-tiny", {"llama", 2, 4, 2, 64, 64, 8}},         // nn::llama_preset("llama-tiny")
+      {"llama-100m", {"llama", 12, 12, 4, 768, 1024, 8}}};  // about 100M parameters with a 32k vocabulary
   return p;
 }
 
@@ -169,9 +166,14 @@ const std::map<std::string, Preset>& presets() {
 template <class Given>
 std::set<std::string> apply_preset(Options& o, const std::string& name, Given&& given) {
   const auto it = presets().find(name);
-  MPT_CHECK(it != presets().end(), "[train_gpt] unknown --preset '{}': expected tiny, small or gpt2", name);
+  MPT_CHECK(it != presets().end(), "[train_gpt] unknown --preset '{}': expected tiny, small, gpt2, llama-tiny or "
+            "llama-100m", name);
   const Preset& p = it->second;
+  MPT_CHECK(!given("--model") || o.model == p.model, "[train_gpt] --preset {} is a {} model; --model {} contradicts it",
+            name, p.model, o.model);
   std::set<std::string> set;
+  if (!given("--model")) o.model = p.model, set.insert("--model");
+  if (!given("--kv-heads")) o.kv_heads = p.kv_heads, set.insert("--kv-heads");
   const auto put = [&](const char* flag, int64_t& field, int64_t value) {
     if (!given(flag)) field = value, set.insert(flag);
   };
@@ -314,7 +316,7 @@ Corpus load_corpus(const Options& o) {
   return c;
 }
 
-double evaluate(const mpt::nn::GPT& model, const std::shared_ptr<const mpt::data::TokenSource>& val, const Options& o,
+double evaluate(const mpt::nn::LanguageModel& model, const std::shared_ptr<const mpt::data::TokenSource>& val, const Options& o,
                 mpt::Device device, const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
   mpt::amp::Autocast autocast(policy);
@@ -329,16 +331,16 @@ double evaluate(const mpt::nn::GPT& model, const std::shared_ptr<const mpt::data
 }
 
 // Samples `n` tokens after a newline (temperature 1, top-all) and decodes them. Each token runs the model on that token
-// alone against the keys and values of the ones before (GPT::forward_cached); a full context starts again from its
-// last half as a prompt.
-std::string sample(const mpt::nn::GPT& model, const mpt::data::Tokenizer& tokenizer, int64_t n, mpt::Device device,
+// alone against the keys and values of the ones before (LanguageModel::forward_cached); a full context starts again
+// from its last half as a prompt.
+std::string sample(const mpt::nn::LanguageModel& model, const mpt::data::Tokenizer& tokenizer, int64_t n, mpt::Device device,
                    uint64_t seed, const mpt::amp::Policy& policy) {
   mpt::autograd::NoGradGuard no_grad;
   mpt::amp::Autocast autocast(policy);
   std::mt19937_64 rng(seed);
   const auto* chars = dynamic_cast<const mpt::data::CharTokenizer*>(&tokenizer);
   const int64_t newline = chars != nullptr ? std::max(chars->id_of('\n'), 0) : tokenizer.encode("\n").at(0);
-  const int64_t T = model.config().block_size;
+  const int64_t T = model.context_length();
   std::vector<int64_t> context{newline};
   mpt::nn::KvCache cache;
   mpt::Tensor logits = model.forward_cached(mpt::Tensor::from_vector(context, {1, 1}, device), cache);
@@ -401,6 +403,45 @@ void restore_data_state(const std::string& json_text, const std::string& where, 
   }
 }
 
+mpt::nn::GPTConfig gpt_config(const Options& o, int64_t vocab, mpt::Device device) {
+  mpt::nn::GPTConfig config;
+  config.vocab_size = vocab;
+  config.block_size = o.seq;
+  config.n_layer = o.layers;
+  config.n_head = o.heads;
+  config.n_embd = o.embd;
+  config.dropout = o.dropout;
+  config.where.device = device;
+  config.seed = o.seed;
+  return config;
+}
+
+// The model --model names, on `device`: GPT-2 or Llama.
+std::unique_ptr<mpt::nn::LanguageModel> make_model(const Options& o, int64_t vocab, mpt::Device device) {
+  mpt::manual_seed(o.seed);  // the dropout stream
+  if (o.model == "llama") {
+    MPT_CHECK(o.dropout == 0, "[train_gpt] --model llama has no dropout (Llama trains without it); drop --dropout {}",
+              o.dropout);
+    MPT_CHECK(o.kv_heads == 0 || o.heads % o.kv_heads == 0, "[train_gpt] --kv-heads {} must divide --heads {} (each "
+              "key/value head serves a group of query heads)", o.kv_heads, o.heads);
+    mpt::nn::LlamaConfig c;
+    c.vocab_size = vocab;
+    c.block_size = o.seq;
+    c.n_layer = o.layers;
+    c.n_head = o.heads;
+    c.n_kv_head = o.kv_heads > 0 ? o.kv_heads : o.heads;
+    c.n_embd = o.embd;
+    c.ffn_multiple_of = o.embd >= 256 ? 256 : 32;
+    c.where.device = device;
+    c.seed = o.seed;
+    return std::make_unique<mpt::nn::Llama>(c);
+  }
+  MPT_CHECK(o.model == "gpt", "[train_gpt] unknown --model '{}': expected gpt or llama", o.model);
+  MPT_CHECK(o.kv_heads == 0 || o.kv_heads == o.heads, "[train_gpt] --kv-heads {} is for --model llama (GPT-2 has "
+            "one key/value head per query head)", o.kv_heads);
+  return std::make_unique<mpt::nn::GPT>(gpt_config(o, vocab, device));
+}
+
 void run(const Options& o) {
   // Under mpirun: one process per rank, each on its share of every batch; only rank 0 prints.
   const std::shared_ptr<mpt::dist::Communicator> comm = mpt::dist::world();
@@ -426,42 +467,33 @@ void run(const Options& o) {
   const std::shared_ptr<const mpt::data::TokenSource>& train = corpus.train;
   const std::shared_ptr<const mpt::data::TokenSource>& val = corpus.val;
 
-  mpt::nn::GPTConfig config;
-  config.vocab_size = tokenizer.vocab_size();
-  config.block_size = o.seq;
-  config.n_layer = o.layers;
-  config.n_head = o.heads;
-  config.n_embd = o.embd;
-  config.dropout = o.dropout;
-  config.where.device = device;
-  config.seed = o.seed;
-  check_memory(config, o, device);
+  const int64_t vocab = tokenizer.vocab_size();
+  if (o.model == "gpt") check_memory(gpt_config(o, vocab, device), o, device);
   // One batch of windows of seq + 1 tokens must fit in the validation split (the sampler takes whole windows; the
   // training split's loader says the same of it).
   MPT_CHECK(val->size() / (o.seq + 1) >= o.batch, "[train_gpt] the validation split has {} tokens, fewer than one "
             "batch of {} windows of {} (--seq + 1): use more data, or a smaller --batch or --seq", val->size(),
             o.batch, o.seq + 1);
   MPT_CHECK(o.embd % o.heads == 0, "[train_gpt] --embd {} is not a multiple of --heads {}", o.embd, o.heads);
-  mpt::manual_seed(o.seed);  // the dropout stream
-  mpt::nn::GPT model(config);
+  std::unique_ptr<mpt::nn::LanguageModel> model_ptr = make_model(o, vocab, device);
+  mpt::nn::LanguageModel& model = *model_ptr;
   model.set_activation_checkpointing(o.checkpoint);
   if (o.freeze >= 0) {  // before DataParallel and the optimizer, which then leave the frozen parameters out
     MPT_CHECK(o.freeze <= o.layers, "[train_gpt] --freeze {} exceeds --layers {}", o.freeze, o.layers);
-    model.wte().requires_grad_(false);  // also the LM head, which is tied to it
-    model.wpe().requires_grad_(false);
-    for (int64_t i = 0; i < o.freeze; ++i) model.block(static_cast<size_t>(i)).requires_grad_(false);
+    model.freeze(o.freeze);
   }
-  fmt::print("data: {}, vocab {}; {} train / {} val tokens; {} tokenizer)\n", corpus.description, config.vocab_size,
+  fmt::print("data: {}, vocab {}; {} train / {} val tokens; {} tokenizer)\n", corpus.description, vocab,
              train->size(), val->size(), tokenizer.kind());
-  fmt::print("model: GPT-2 {} layers, {} heads, {} wide, context {}: {:.2f}M parameters; batch {} x {}\n", o.layers,
-             o.heads, o.embd, o.seq, static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
+  fmt::print("model: {}: {:.2f}M parameters; batch {} x {}\n", model.describe(),
+             static_cast<double>(model.num_parameters()) / 1e6, o.batch, o.seq);
   if (o.freeze >= 0) {
-    fmt::print("frozen: the embeddings (and the tied LM head) and {} of {} blocks; {:.2f}M of {:.2f}M parameters "
+    fmt::print("frozen: the embeddings (and a tied LM head) and {} of {} blocks; {:.2f}M of {:.2f}M parameters "
                "train\n", o.freeze, o.layers, static_cast<double>(model.num_parameters(true)) / 1e6,
                static_cast<double>(model.num_parameters()) / 1e6);
   }
 
-  const mpt::amp::Policy policy = mpt::amp::Policy::named(o.precision, o.layers, device);
+  const mpt::amp::Policy policy =
+      mpt::amp::Policy::named(o.precision, o.layers, device, o.model == "llama" ? "model.layers" : "h");
   mpt::amp::GradScaler scaler(
       mpt::amp::GradScalerOptions{.init_scale = o.init_scale, .enabled = o.precision == "fp16"}, device);
   fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "
@@ -514,7 +546,7 @@ void run(const Options& o) {
   double hidden_sum = 0, wait_ms_sum = 0;
   double window_ms = 0, total_ms = 0, val_loss = 0;
   int64_t window_steps = 0;
-  const double model_flops = flops_per_token(model);
+  const double model_flops = model.flops_per_token(o.seq);
   const auto [peak_flops, peak_source] = dense_peak(o.precision, device);
   fmt::print("MFU against {:.4g} TFLOP/s ({}); {:.4g} MFLOP per token\n", peak_flops / 1e12, peak_source,
              model_flops / 1e6);
@@ -658,8 +690,8 @@ void run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mptrain train_gpt: a GPT-2 trained on a text (by characters or BPE) or on token files (CPU when no "
-               "GPU is usable)"};
+  CLI::App app{"mptrain train_gpt: a GPT-2 or a Llama trained on a text (by characters or BPE) or on token files (CPU "
+               "when no GPU is usable)"};
   Options o;
   const char* env = std::getenv("MPT_DATA");
   o.data = env != nullptr ? env : "";
@@ -672,7 +704,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "sequences per step")->check(CLI::PositiveNumber);
   app.add_option("--seq", o.seq, "sequence length (the model's context)")->check(CLI::PositiveNumber);
   app.add_option("--layers", o.layers, "transformer blocks")->check(CLI::NonNegativeNumber);
+  app.add_option("--model", o.model, "the model family: gpt (GPT-2: LayerNorm, GELU, learned positions, tied head) "
+                 "or llama (RMSNorm, SwiGLU, rotary positions, grouped-query attention, untied head)")
+      ->check(CLI::IsMember({"gpt", "llama"}));
   app.add_option("--heads", o.heads, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", o.kv_heads, "llama: key/value heads, dividing --heads (grouped-query attention; "
+                 "default: --heads)")->check(CLI::NonNegativeNumber);
   app.add_option("--embd", o.embd, "model width")->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::NonNegativeNumber);
   app.add_option("--min-lr", o.min_lr, "final learning rate of the cosine decay")->check(CLI::NonNegativeNumber);
@@ -700,8 +737,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   std::string preset;
   app.add_option("--preset", preset, "model and batch shape: tiny (2x64, T 64), small (6x384, T 256: nanoGPT's "
-                 "shakespeare-char) or gpt2 (12x768, T 1024); explicit flags win")
-      ->check(CLI::IsMember({"tiny", "small", "gpt2"}));
+                 "shakespeare-char), gpt2 (12x768, T 1024), llama-tiny (2x64, 4 heads / 2 kv, T 64) or llama-100m "
+                 "(12x768, 12 heads / 4 kv, T 1024); explicit flags win")
+      ->check(CLI::IsMember({"tiny", "small", "gpt2", "llama-tiny", "llama-100m"}));
   app.set_config("--config", "", "a TOML file whose keys are the long flags (layers = 6, precision = \"bf16\"); "
                  "command-line flags win");
   app.add_option("--init-scale", o.init_scale, "initial loss scale of fp16's GradScaler")->check(CLI::PositiveNumber);

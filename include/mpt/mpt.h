@@ -28,6 +28,8 @@
 #include "mpt/io/hf_gpt2.h"
 #include "mpt/io/safetensors.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/language_model.h"
+#include "mpt/nn/llama.h"
 #include "mpt/nn/layers.h"
 #include "mpt/nn/module.h"
 #include "mpt/ops/activation.h"

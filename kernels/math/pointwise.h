@@ -19,7 +19,7 @@ namespace mpt::kernels::math {
 // a general exponent calls the platform's powf (glibc's on the CPU, CUDA's on a GPU: they may differ in the last
 // bits); exponents 0, 1, 2, 3, 0.5, -0.5, -1 and -2 are exact arithmetic instead.
 enum class UnaryKind : uint8_t { Neg, Abs, Relu, Silu, Tanh, Sigmoid, Exp, Log, Sqrt, Rsqrt, Pow, Clamp, Softplus };
-enum class BinaryKind : uint8_t { Sub, Div, Maximum, Minimum, Pow };
+enum class BinaryKind : uint8_t { Sub, Div, Maximum, Minimum, Pow, SiluMul };
 enum class CompareKind : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 
 // The scalars of a unary op: Pow's exponent (a), Clamp's bounds [a, b] (-inf / +inf for a missing one).
@@ -157,9 +157,10 @@ struct Binary {
     else if constexpr (K == BinaryKind::Div) return div_rn(a, b);
     else if constexpr (K == BinaryKind::Maximum) return a != a || b != b ? add_rn(a, b) : (a > b ? a : b);
     else if constexpr (K == BinaryKind::Minimum) return a != a || b != b ? add_rn(a, b) : (a < b ? a : b);
+    else if constexpr (K == BinaryKind::Pow) return pow_op(a, b);
     else {
-      static_assert(K == BinaryKind::Pow);
-      return pow_op(a, b);
+      static_assert(K == BinaryKind::SiluMul);  // SwiGLU's gate: silu(a) * b
+      return mul_rn(mul_rn(a, sigmoid_op(a)), b);
     }
   }
 };
@@ -178,6 +179,10 @@ struct BinaryBackward {
       const F mine = kWrtB ? b : a, other = kWrtB ? a : b;
       const bool wins = K == BinaryKind::Maximum ? mine > other : mine < other;
       return wins ? dy : (mine == other ? mul_rn(F(0.5), dy) : F(0));
+    } else if constexpr (K == BinaryKind::SiluMul) {
+      const F s = sigmoid_op(a);
+      if constexpr (kWrtB) return mul_rn(dy, mul_rn(a, s));  // silu(a)
+      else return mul_rn(mul_rn(dy, b), mul_rn(s, fma_op(a, sub_rn(F(1), s), F(1))));  // b silu'(a)
     } else {
       static_assert(K == BinaryKind::Pow);
       if constexpr (kWrtB) return a == F(0) && b >= F(0) ? F(0) : mul_rn(mul_rn(dy, pow_op(a, b)), log_any(a));
@@ -242,7 +247,8 @@ decltype(auto) visit_binary_kind(BinaryKind k, Fn&& fn) {
     case K::Div: return fn(std::integral_constant<K, K::Div>{});
     case K::Maximum: return fn(std::integral_constant<K, K::Maximum>{});
     case K::Minimum: return fn(std::integral_constant<K, K::Minimum>{});
-    default: return fn(std::integral_constant<K, K::Pow>{});
+    case K::Pow: return fn(std::integral_constant<K, K::Pow>{});
+    default: return fn(std::integral_constant<K, K::SiluMul>{});
   }
 }
 

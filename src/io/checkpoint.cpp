@@ -25,8 +25,10 @@
 #include "mpt/core/version.h"
 #include "mpt/dist/communicator.h"
 #include "mpt/io/hf_gpt2.h"
+#include "mpt/io/hf_llama.h"
 #include "mpt/io/safetensors.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/llama.h"
 
 namespace mpt::io {
 namespace {
@@ -134,6 +136,13 @@ json gpt_config_json(const nn::GPTConfig& c) {
   return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
           {"n_head", c.n_head},         {"n_embd", c.n_embd},         {"dropout", c.dropout},
           {"bias", c.bias},             {"init_seed", c.seed}};
+}
+
+json llama_config_json(const nn::LlamaConfig& c) {
+  return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
+          {"n_head", c.n_head},         {"n_kv_head", c.n_kv_head},   {"n_embd", c.n_embd},
+          {"ffn_size", c.ffn_size()},   {"rope_theta", c.rope_theta}, {"norm_eps", c.norm_eps},
+          {"tie_embeddings", c.tie_embeddings}, {"init_seed", c.seed}};
 }
 
 // Every key of `current` in `saved` with the same shape (dtype converts), and no other key.
@@ -282,6 +291,7 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
     for (const auto& meta : state.fp8->metas()) m.fp8_metas.emplace_back(meta->name, amp::to_string(meta->role));
   }
   const auto* gpt = dynamic_cast<const nn::GPT*>(state.model);
+  const auto* llama = dynamic_cast<const nn::Llama*>(state.model);
 
   std::error_code ec;
   const std::string name = step_dir_name(state.step);
@@ -332,6 +342,14 @@ fs::path save_checkpoint(const fs::path& dir, const TrainingState& state, const 
       record("model.safetensors", detail::save_safetensors_hashed(tmp / "model.safetensors", hf_gpt2_state_dict(*gpt),
                                                                   {{"format", "pt"}}));
       const std::string config = hf_gpt2_config_json(gpt->config());
+      write_file_durably(tmp / "config.json", config);
+      record("config.json", {config.size(), detail::xxh3_64(config.data(), config.size())});
+    } else if (llama != nullptr) {  // Hugging Face's names already: the directory loads in LlamaForCausalLM as it is
+      m.model_type = "llama";
+      m.model_config = llama_config_json(llama->config());
+      record("model.safetensors", detail::save_safetensors_hashed(tmp / "model.safetensors", state.model->state_dict(),
+                                                                  {{"format", "pt"}}));
+      const std::string config = hf_llama_config_json(llama->config());
       write_file_durably(tmp / "config.json", config);
       record("config.json", {config.size(), detail::xxh3_64(config.data(), config.size())});
     } else {
@@ -430,6 +448,19 @@ CheckpointInfo load_checkpoint(const fs::path& path, TrainingState& state) {
   const auto* gpt = dynamic_cast<const nn::GPT*>(state.model);
   MPT_CHECK((gpt != nullptr) == (m.model_type == "gpt2"), "[checkpoint] {}: key \"model.type\": the checkpoint holds "
             "a \"{}\", this run's model is {}", where, m.model_type, gpt != nullptr ? "an nn::GPT" : "not an nn::GPT");
+  const auto* llama = dynamic_cast<const nn::Llama*>(state.model);
+  MPT_CHECK((llama != nullptr) == (m.model_type == "llama"), "[checkpoint] {}: key \"model.type\": the checkpoint "
+            "holds a \"{}\", this run's model is {}", where, m.model_type,
+            llama != nullptr ? "an nn::Llama" : "not an nn::Llama");
+  if (llama != nullptr) {
+    const json ours = llama_config_json(llama->config());
+    for (const auto& [k, v] : ours.items()) {
+      if (k == "init_seed") continue;
+      MPT_CHECK(m.model_config.contains(k) && m.model_config.at(k) == v, "[checkpoint] {}: key \"model.config.{}\": "
+                "the checkpoint's Llama has {}, this run's {}", where, k,
+                m.model_config.contains(k) ? m.model_config.at(k).dump() : "none", v.dump());
+    }
+  }
   if (gpt != nullptr) {
     const json ours = gpt_config_json(gpt->config());
     for (const char* k : {"vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias"}) {

@@ -268,9 +268,11 @@ Manifest parse_manifest(std::string_view text, const std::string& where, bool ve
   m.precision = r.string(j, "", "precision");
   const json& model = r.object(j, "", "model");
   m.model_type = r.string(model, "model", "type");
-  MPT_CHECK(m.model_type == "gpt2" || m.model_type == "module", "[checkpoint] {}: key \"model.type\": expected "
-            "\"gpt2\" or \"module\", got \"{}\"", where, m.model_type);
+  MPT_CHECK(m.model_type == "gpt2" || m.model_type == "llama" || m.model_type == "module", "[checkpoint] {}: key "
+            "\"model.type\": expected \"gpt2\", \"llama\" or \"module\", got \"{}\"", where, m.model_type);
   m.model_config = r.field(model, "model", "config");
+  if (m.model_type == "llama" && !m.model_config.is_object())
+    r.fail("model.config", "an object (the Llama config)", m.model_config);
   if (m.model_type == "gpt2") {
     if (!m.model_config.is_object()) r.fail("model.config", "an object (the GPT config)", m.model_config);
     for (const char* k : {"vocab_size", "block_size", "n_layer", "n_head", "n_embd"})

@@ -139,7 +139,7 @@ void init_gpt2(GPT& model, Generator& gen) {
 }
 }  // namespace
 
-GPT::GPT(const GPTConfig& c) : Module("GPT"), config_(c) {
+GPT::GPT(const GPTConfig& c) : LanguageModel("GPT"), config_(c) {
   MPT_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer >= 0 && c.n_embd > 0,
             "[GPT] invalid config: vocab_size={} block_size={} n_layer={} n_embd={}", c.vocab_size, c.block_size,
             c.n_layer, c.n_embd);
@@ -210,7 +210,27 @@ Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
   return detail::autocast_linear(x, wte_->weight(), Tensor{}, head, "GPT");
 }
 
-Tensor GPT::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction, const Tensor& lengths) const {
+void GPT::freeze(int64_t blocks) {
+  MPT_CHECK(blocks >= 0 && blocks <= config_.n_layer, "[GPT] cannot freeze {} of {} blocks", blocks, config_.n_layer);
+  wte_->requires_grad_(false);  // also the LM head, which is tied to it
+  wpe_->requires_grad_(false);
+  for (int64_t i = 0; i < blocks; ++i) block(static_cast<size_t>(i)).requires_grad_(false);
+}
+
+double GPT::flops_per_token(int64_t seq) const {
+  const GPTConfig& c = config_;
+  const double embeddings = static_cast<double>((c.vocab_size + c.block_size) * c.n_embd);
+  const double dense = static_cast<double>(num_parameters()) - embeddings + static_cast<double>(c.vocab_size * c.n_embd);
+  return 6.0 * dense + 12.0 * static_cast<double>(c.n_layer * c.n_embd * seq);
+}
+
+std::string GPT::describe() const {
+  return fmt::format("GPT-2 {} layers, {} heads, {} wide, context {}", config_.n_layer, config_.n_head,
+                     config_.n_embd, config_.block_size);
+}
+
+Tensor LanguageModel::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction,
+                           const Tensor& lengths) const {
   const Tensor logits = forward(ids, lengths);
   const profile::Range range("loss");
   return cross_entropy(logits, targets, reduction);

@@ -62,6 +62,24 @@ std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Ten
   return {std::move(r.sum), std::move(r.y)};
 }
 
+RMSNorm::RMSNorm(int64_t dim, double eps, Placement where) : Module("RMSNorm"), eps_(eps) {
+  MPT_CHECK(dim > 0 && eps >= 0, "[RMSNorm] expected dim > 0 and eps >= 0, got dim={} eps={}", dim, eps);
+  weight_ = &register_parameter("weight", Tensor::ones({dim}, where.dtype, where.device), false);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) const {
+  const profile::Range range(path().empty() ? type_name() : path());
+  check_input("RMSNorm", x, weight(), weight().numel());
+  return ops::rms_norm(x, weight(), eps_).y;
+}
+
+std::pair<Tensor, Tensor> RMSNorm::forward_residual(const Tensor& x, const Tensor& residual) const {
+  const profile::Range range(path().empty() ? type_name() : path());
+  check_input("RMSNorm", x, weight(), weight().numel());
+  ops::ResidualLayerNormResult r = ops::residual_rms_norm(x, residual, weight(), eps_);
+  return {std::move(r.sum), std::move(r.y)};
+}
+
 Embedding::Embedding(int64_t num, int64_t dim, Placement where, Generator& gen) : Module("Embedding") {
   MPT_CHECK(num > 0 && dim > 0, "[Embedding] sizes must be positive, got num={} dim={}", num, dim);
   weight_ = &register_parameter("weight", Tensor::normal({num, dim}, 0, 1, where.dtype, where.device, gen), false);

@@ -17,7 +17,7 @@ using kernels::math::BinaryShape;
 namespace {
 
 const char* binary_name(BinaryKind k) {
-  static const char* const names[] = {"sub", "div", "maximum", "minimum", "pow"};
+  static const char* const names[] = {"sub", "div", "maximum", "minimum", "pow", "swiglu"};
   return names[static_cast<int>(k)];
 }
 
@@ -75,5 +75,6 @@ Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::Div,
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::Maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::Minimum, a, b); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(BinaryKind::Pow, a, b); }
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return binary_op(BinaryKind::SiluMul, gate, up); }
 
 }  // namespace mpt::ops

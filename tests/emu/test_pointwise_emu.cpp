@@ -33,7 +33,7 @@ const math::UnaryKind kUnary[] = {math::UnaryKind::Neg,   math::UnaryKind::Abs, 
                                   math::UnaryKind::Rsqrt, math::UnaryKind::Pow,     math::UnaryKind::Clamp,
                                   math::UnaryKind::Softplus};
 const math::BinaryKind kBinary[] = {math::BinaryKind::Sub, math::BinaryKind::Div, math::BinaryKind::Maximum,
-                                    math::BinaryKind::Minimum, math::BinaryKind::Pow};
+                                    math::BinaryKind::Minimum, math::BinaryKind::Pow, math::BinaryKind::SiluMul};
 
 // Same functors and the same order of operations: identical bits. `misalign` shifts every pointer by one element,
 // which forces the scalar kernels. Pow uses exponent 2 (exact arithmetic) and 2.5 (powf: the host's under emulation).

@@ -4,7 +4,10 @@
 separate_arguments(ARGS UNIX_COMMAND "${ARGS}")
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
-set(common --steps 8 --layers 3 --heads 2 --embd 32 --seq 32 --batch 4 --grad-accum 2 --dropout 0.1 --eval-every 4
+if(NOT DEFINED DROPOUT)
+  set(DROPOUT 0.1)  # -DDROPOUT=0 for models without dropout (Llama)
+endif()
+set(common --steps 8 --layers 3 --heads 2 --embd 32 --seq 32 --batch 4 --grad-accum 2 --dropout ${DROPOUT} --eval-every 4
            --eval-batches 2 --sample 0 --log-every 1 --save-every 2 --keep 2 ${ARGS})
 
 function(train log)

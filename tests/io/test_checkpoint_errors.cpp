@@ -107,7 +107,9 @@ TEST_F(CheckpointErrors, FieldsOfTheWrongTypeOrSizeAreNamed) {
               [](auto& j) { j["files"]["model.safetensors"]["xxh3"] = "xyz"; });
   expect_edit("model.safetensors: checksum mismatch: state.json records 1 bytes",
               [](auto& j) { j["files"]["model.safetensors"]["bytes"] = 1; });
-  expect_edit("key \"model.type\": expected \"gpt2\" or \"module\", got \"llama\"",
+  expect_edit("key \"model.type\": expected \"gpt2\", \"llama\" or \"module\", got \"mamba\"",
+              [](auto& j) { j["model"]["type"] = "mamba"; });
+  expect_edit("key \"model.type\": the checkpoint holds a \"llama\", this run's model is an nn::GPT",
               [](auto& j) { j["model"]["type"] = "llama"; });
   write_bytes(ckpt_ / "state.json", "{\"format_version\": 1, \"checksum\": \"");
   expect_load_error("state.json: not valid JSON");

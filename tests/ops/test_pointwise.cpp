@@ -218,6 +218,8 @@ std::vector<BinaryCase> binary_cases() {
        [](double a, double b) { return std::min(a, b); }, -3, 3},
       {"pow", [](const Tensor& a, const Tensor& b) { return ops::pow(a, b); },
        [](double a, double b) { return std::pow(a, b); }, 0.5, 2.5},
+      {"swiglu", [](const Tensor& a, const Tensor& b) { return ops::swiglu(a, b); },
+       [](double a, double b) { return a / (1 + std::exp(-a)) * b; }, -3, 3},
       {"add", [](const Tensor& a, const Tensor& b) { return ops::add(a, b); }, [](double a, double b) { return a + b; },
        -3, 3},
       {"mul", [](const Tensor& a, const Tensor& b) { return ops::mul(a, b); }, [](double a, double b) { return a * b; },

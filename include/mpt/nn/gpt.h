@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mpt/nn/language_model.h"
 #include "mpt/nn/layers.h"
 #include "mpt/ops/softmax.h"
 
@@ -19,14 +20,6 @@ struct GPTConfig {
   bool bias = true;    // Linear and LayerNorm biases
   Placement where{};
   uint64_t seed = 1337;  // initialisation stream
-};
-
-// The keys and values of the positions a GPT has already seen, per block, so that generating a token runs the model on
-// that token alone (GPT::forward_cached). Inference only.
-struct KvCache {
-  std::vector<Tensor> k, v;  // per block: [B, n_head, block_size, head_dim], valid up to `length`
-  int64_t length = 0;        // positions held
-  void clear() { length = 0; }
 };
 
 // Multi-head causal self-attention: c_attn (C -> 3C: q, k, v, each split into n_head heads), scaled dot-product
@@ -85,37 +78,43 @@ class Block : public Module {
 // (ln_f) and an LM head tied to wte (logits = x wte^T; no separate parameter). Parameter names follow nanoGPT
 // without its "transformer." prefix. GPT-2 initialisation: weights N(0, 0.02), the residual projections
 // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 and 0, from config.seed.
-class GPT : public Module {
+class GPT : public LanguageModel {
  public:
   explicit GPT(const GPTConfig& config);
   const GPTConfig& config() const { return config_; }
+  using LanguageModel::operator();
 
   // ids [B, T] (i64 or i32, T <= block_size) -> logits [B, T, vocab]. For a dynamically padded batch (data::pad_batch)
   // `lengths` ((B,) i32 on the CPU, each sample's real tokens) masks the padding keys in every attention layer
   // (ops::AttentionOptions::lengths): a sample's real positions then get the logits it gets alone, whatever the padding
   // holds (with right padding and causal attention they would anyway; the mask also keeps the padding positions
   // themselves from attending padding, and lets the CPU kernel skip its key blocks).
-  Tensor forward(const Tensor& ids, const Tensor& lengths = {}) const;
-  Tensor operator()(const Tensor& ids) const { return forward(ids); }
+  Tensor forward(const Tensor& ids, const Tensor& lengths = {}) const override;
   // The final hidden states [B, T, n_embd] (after ln_f): what forward() feeds the LM head, for other heads (a sequence
   // classifier reads each sample's state at its last real position, lengths[b] - 1).
-  Tensor features(const Tensor& ids, const Tensor& lengths = {}) const;
-  // Cross-entropy of forward(ids, lengths) against targets [B, T] (targets of -100 are ignored: put them at padding):
+  Tensor features(const Tensor& ids, const Tensor& lengths = {}) const override;
+  // loss() (LanguageModel): cross-entropy against targets [B, T] (targets of -100 are ignored: put them at padding),
   // a scalar (f32), the mean over the counted tokens or (Sum) their sum, for gradient accumulation normalised by a
   // token count.
-  Tensor loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction = ops::LossReduction::Mean,
-              const Tensor& lengths = {}) const;
   // Generation with a KV cache: ids [B, t] are the t tokens after the cache's `length` positions (a prompt into an
   // empty cache, then one token at a time; length + t <= block_size). Appends their keys and values to `cache` and
   // returns the logits of the last one, [B, vocab]. The same function as forward() of the whole sequence at that
   // position (up to the order of its sums), for O(length) work per token instead of O(length^2). Records no
   // gradient. When the cache is full, clear it and give the last tokens again as a prompt (the positions are learned,
   // so the window cannot slide).
-  Tensor forward_cached(const Tensor& ids, KvCache& cache) const;
+  Tensor forward_cached(const Tensor& ids, KvCache& cache) const override;
 
   // Recompute each block in backward instead of keeping its activations (autograd::checkpoint).
-  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+  void set_activation_checkpointing(bool on) override { checkpoint_blocks_ = on; }
   bool activation_checkpointing() const { return checkpoint_blocks_; }
+  int64_t context_length() const override { return config_.block_size; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t width() const override { return config_.n_embd; }
+  int64_t num_layers() const override { return config_.n_layer; }
+  std::string block_path(int64_t i) const override { return "h." + std::to_string(i); }
+  void freeze(int64_t blocks) override;  // wte (and so the tied LM head), wpe and blocks [0, blocks)
+  double flops_per_token(int64_t seq) const override;
+  std::string describe() const override;
 
   Embedding& wte() const { return *wte_; }
   Embedding& wpe() const { return *wpe_; }
@@ -152,10 +151,5 @@ struct TrainingMemory {
 };
 int64_t gpt_parameter_count(const GPTConfig& config);  // equals GPT(config).num_parameters()
 TrainingMemory estimate_training_memory(const GPTConfig& config, const TrainingMemoryOptions& options);
-
-// Token cross-entropy: logits [..., V] against targets [...] (-100 ignored), reduced to a scalar f32 (f64 for f64)
-// mean or sum.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
-                     ops::LossReduction reduction = ops::LossReduction::Mean);
 
 }  // namespace mpt::nn

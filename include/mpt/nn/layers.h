@@ -1,4 +1,5 @@
-// mpt/nn/layers.h: the basic layers: Linear, LayerNorm, Embedding, Dropout, and ModuleList (a numbered container).
+// mpt/nn/layers.h: the basic layers: Linear, LayerNorm, RMSNorm, Embedding, Dropout, and ModuleList (a numbered
+// container).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,22 @@ class LayerNorm : public Module {
   Tensor* weight_;
   Tensor* bias_ = nullptr;
   Tensor none_;
+};
+
+// RMSNorm over the last dimension (Llama's): weight ones, no bias, no weight decay (ops::rms_norm).
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6, Placement where = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  // (x + residual, rms_norm(x + residual)) in one pass (ops::residual_rms_norm).
+  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual) const;
+  const Tensor& weight() const { return *weight_; }
+  double eps() const { return eps_; }
+
+ private:
+  double eps_;
+  Tensor* weight_;
 };
 
 // A lookup table [num, dim] indexed by i32/i64 ids: ids [...] -> [..., dim]. Initialised N(0, 1) like torch; no

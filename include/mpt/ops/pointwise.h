@@ -39,6 +39,9 @@ Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates; a tie spli
 Tensor minimum(const Tensor& a, const Tensor& b);
 // a^b elementwise; the gradient for b is dy * a^b * log(a) (0 where a == 0 and b >= 0).
 Tensor pow(const Tensor& a, const Tensor& b);
+// SwiGLU's gated product silu(gate) * up in one pass (Llama's MLP: down(silu(gate(x)) * up(x))), its two gradients
+// in one fused backward; no intermediate silu(gate) tensor is stored.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 
 // ---- comparisons: u8 masks (1 true, 0 false) of the broadcast shape; not differentiable. NaN compares unequal.
 Tensor eq(const Tensor& a, const Tensor& b);

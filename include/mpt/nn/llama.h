@@ -1,0 +1,129 @@
+// mpt/nn/llama.h: the Llama architecture (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU) with Hugging
+// Face's parameter names.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mpt/nn/language_model.h"
+#include "mpt/nn/layers.h"
+#include "mpt/ops/rope.h"
+
+namespace mpt::nn {
+
+struct LlamaConfig {
+  int64_t vocab_size = 32000;
+  int64_t block_size = 2048;  // the longest sequence (the rotary table's positions; HF: max_position_embeddings)
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_kv_head = 12;  // key/value heads, dividing n_head (grouped-query attention; 1: multi-query)
+  int64_t n_embd = 768;
+  // The SwiGLU hidden width (HF: intermediate_size); 0 derives it as Meta's Llama does: 8/3 n_embd rounded up to a
+  // multiple of ffn_multiple_of.
+  int64_t intermediate_size = 0;
+  int64_t ffn_multiple_of = 64;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;         // RMSNorm's eps (HF: rms_norm_eps)
+  bool tie_embeddings = false;    // lm_head shares embed_tokens' weight (HF: tie_word_embeddings)
+  Placement where{};
+  uint64_t seed = 1337;           // initialisation stream
+
+  int64_t head_dim() const { return n_head > 0 ? n_embd / n_head : 0; }
+  int64_t ffn_size() const;       // intermediate_size, or the derived width
+};
+
+// Named presets: "llama-tiny" (2 layers, 4 heads / 2 kv heads, 64 wide, context 64: seconds on a CPU) and
+// "llama-100m" (12 layers, 12 heads / 4 kv heads, 768 wide, context 1024: about 100M parameters with a 32k vocab).
+// vocab_size and where are left to the caller.
+LlamaConfig llama_preset(const std::string& name);
+
+// Grouped-query causal self-attention: q_proj (C -> H D), k_proj and v_proj (C -> H_kv D), rotary embeddings on q and
+// k, ops::causal_attention (kv heads shared by H / H_kv query heads), o_proj (H D -> C). No biases.
+class LlamaAttention : public Module {
+ public:
+  LlamaAttention(const LlamaConfig& config, Generator& gen);
+  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths = {}) const;
+  // x [B, t, C] at positions [pos, pos + t) (pos == 0 or t == 1): keys and values into caches [B, H_kv, capacity, D].
+  Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache, int64_t pos,
+                        int64_t capacity) const;
+  Linear& q_proj() const { return *q_; }
+  Linear& k_proj() const { return *k_; }
+  Linear& v_proj() const { return *v_; }
+  Linear& o_proj() const { return *o_; }
+
+ private:
+  int64_t n_head_, n_kv_head_, head_dim_;
+  std::shared_ptr<Linear> q_, k_, v_, o_;
+};
+
+// down_proj(silu(gate_proj(x)) * up_proj(x)), the gate fused (ops::swiglu). No biases.
+class LlamaMLP : public Module {
+ public:
+  LlamaMLP(const LlamaConfig& config, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+
+ private:
+  std::shared_ptr<Linear> gate_, up_, down_;
+};
+
+// Pre-norm block: h = x + self_attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)), the second
+// residual add and norm fused (ops::residual_rms_norm).
+class LlamaBlock : public Module {
+ public:
+  LlamaBlock(const LlamaConfig& config, Generator& gen);
+  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths = {}) const;
+  Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache, int64_t pos,
+                        int64_t capacity) const;
+  LlamaAttention& self_attn() const { return *attn_; }
+
+ private:
+  std::shared_ptr<RMSNorm> input_norm_, post_norm_;
+  std::shared_ptr<LlamaAttention> attn_;
+  std::shared_ptr<LlamaMLP> mlp_;
+};
+
+// Llama: model.embed_tokens, model.layers.{i} (input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+// mlp.{gate,up,down}_proj), model.norm and lm_head (absent when tied): transformers.LlamaForCausalLM's state-dict
+// names, so a state_dict() saved as safetensors loads there, and theirs here. Initialisation: N(0, 0.02) weights, the
+// residual projections (o_proj, down_proj) N(0, 0.02 / sqrt(2 n_layer)) as GPT-2's, norms 1, from config.seed.
+class Llama : public LanguageModel {
+ public:
+  explicit Llama(const LlamaConfig& config);
+  const LlamaConfig& config() const { return config_; }
+  using LanguageModel::operator();
+
+  Tensor forward(const Tensor& ids, const Tensor& lengths = {}) const override;
+  Tensor features(const Tensor& ids, const Tensor& lengths = {}) const override;
+  // The KV cache holds H_kv heads per block (GQA's memory saving); a one-token step attends per kv head with its
+  // group of queries as rows. The rotary positions follow the cache's length.
+  Tensor forward_cached(const Tensor& ids, KvCache& cache) const override;
+  void set_activation_checkpointing(bool on) override { checkpoint_blocks_ = on; }
+  int64_t context_length() const override { return config_.block_size; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t width() const override { return config_.n_embd; }
+  int64_t num_layers() const override { return config_.n_layer; }
+  std::string block_path(int64_t i) const override { return "model.layers." + std::to_string(i); }
+  void freeze(int64_t blocks) override;  // embed_tokens (and a tied lm_head) and blocks [0, blocks)
+  double flops_per_token(int64_t seq) const override;
+  std::string describe() const override;
+
+  LlamaBlock& block(size_t i) const { return (*layers_)[i]; }
+  Embedding& embed_tokens() const { return *embed_; }
+
+ private:
+  const ops::RopeTable& rope_for(const Tensor& like) const;  // the cached table for like's device and precision
+  Tensor head(const Tensor& x) const;                          // the LM head on [N, C]
+
+  LlamaConfig config_;
+  bool checkpoint_blocks_ = false;
+  std::shared_ptr<Module> model_;
+  std::shared_ptr<Embedding> embed_;
+  std::shared_ptr<ModuleList<LlamaBlock>> layers_;
+  std::shared_ptr<RMSNorm> norm_;
+  std::shared_ptr<Linear> lm_head_;
+  mutable std::vector<ops::RopeTable> rope_tables_;
+};
+
+}  // namespace mpt::nn

@@ -1,0 +1,266 @@
+// src/nn/llama.cpp: LlamaAttention (GQA, rotary), LlamaMLP (SwiGLU), LlamaBlock and Llama with Hugging Face's names.
+#include "mpt/nn/llama.h"
+
+#include "autocast_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mpt/autograd/checkpoint.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/core/profile.h"
+#include "mpt/ops/attention.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/matmul.h"
+#include "mpt/ops/pointwise.h"
+#include "mpt/ops/softmax.h"
+
+namespace mpt::nn {
+
+int64_t LlamaConfig::ffn_size() const {
+  if (intermediate_size > 0) return intermediate_size;
+  const int64_t m = std::max<int64_t>(ffn_multiple_of, 1);
+  const int64_t hidden = (8 * n_embd + 2) / 3;  // ceil(8/3 n_embd)
+  return (hidden + m - 1) / m * m;
+}
+
+LlamaConfig llama_preset(const std::string& name) {
+  LlamaConfig c;
+  if (name == "llama-tiny") {
+    c.block_size = 64, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.n_embd = 64, c.ffn_multiple_of = 32;
+  } else if (name == "llama-100m") {
+    c.block_size = 1024, c.n_layer = 12, c.n_head = 12, c.n_kv_head = 4, c.n_embd = 768, c.ffn_multiple_of = 256;
+  } else {
+    MPT_THROW("[Llama] unknown preset '{}': expected llama-tiny or llama-100m", name);
+  }
+  return c;
+}
+
+LlamaAttention::LlamaAttention(const LlamaConfig& c, Generator& gen)
+    : Module("LlamaAttention"), n_head_(c.n_head), n_kv_head_(c.n_kv_head), head_dim_(c.head_dim()) {
+  q_ = register_module("q_proj", std::make_shared<Linear>(c.n_embd, c.n_head * head_dim_, false, c.where, gen));
+  k_ = register_module("k_proj", std::make_shared<Linear>(c.n_embd, c.n_kv_head * head_dim_, false, c.where, gen));
+  v_ = register_module("v_proj", std::make_shared<Linear>(c.n_embd, c.n_kv_head * head_dim_, false, c.where, gen));
+  o_ = register_module("o_proj", std::make_shared<Linear>(c.n_head * head_dim_, c.n_embd, false, c.where, gen));
+}
+
+Tensor LlamaAttention::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths) const {
+  MPT_CHECK(x.defined() && x.dim() == 3, "[LlamaAttention] expected x [B, T, C], got {}",
+            x.defined() ? x.meta_str() : "undefined");
+  const profile::Range range(path().empty() ? type_name() : path());
+  const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
+  // (B, T, heads, D): rotated in that layout, then viewed head-major for attention.
+  const Tensor q = ops::rope(q_->forward(x).view({B, T, n_head_, D}), rope).transpose(1, 2);
+  const Tensor k = ops::rope(k_->forward(x).view({B, T, n_kv_head_, D}), rope).transpose(1, 2);
+  const Tensor v = v_->forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
+  ops::AttentionOptions options;
+  options.lengths = lengths;
+  const Tensor y = ops::causal_attention(q, k, v, options).out;  // (B, H, T, D)
+  return o_->forward(y.transpose(1, 2).reshape({B, T, n_head_ * D}));
+}
+
+Tensor LlamaAttention::forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache,
+                                      int64_t pos, int64_t capacity) const {
+  const int64_t B = x.size(0), t = x.size(1), D = head_dim_, Hkv = n_kv_head_, G = n_head_ / n_kv_head_;
+  MPT_CHECK(pos == 0 || t == 1, "[LlamaAttention] a cached forward takes a prompt at position 0 or one token, got {} "
+            "tokens at position {}", t, pos);
+  MPT_CHECK(pos + t <= capacity, "[LlamaAttention] positions [{}, {}) exceed the cache's {}", pos, pos + t, capacity);
+  const Tensor q = ops::rope(q_->forward(x).view({B, t, n_head_, D}), rope, pos).transpose(1, 2);  // (B, H, t, D)
+  const Tensor k = ops::rope(k_->forward(x).view({B, t, Hkv, D}), rope, pos).transpose(1, 2);
+  const Tensor v = v_->forward(x).view({B, t, Hkv, D}).transpose(1, 2);
+  const Shape shape{B, Hkv, capacity, D};
+  const bool fits = k_cache.defined() && v_cache.defined() && k_cache.shape() == shape &&
+                    k_cache.dtype() == k.dtype() && k_cache.device() == x.device() && v_cache.shape() == shape &&
+                    v_cache.dtype() == k.dtype();
+  if (!fits) {  // made at the prompt, in the dtype the keys come out in
+    MPT_CHECK(pos == 0, "[LlamaAttention] the cache holds another batch size, dtype or device: start again at 0");
+    k_cache = Tensor::empty(shape, k.dtype(), x.device());
+    v_cache = Tensor::empty(shape, k.dtype(), x.device());
+  }
+  k_cache.slice(2, pos, pos + t).copy_(k);
+  v_cache.slice(2, pos, pos + t).copy_(v);
+  Tensor y;
+  if (pos == 0) {
+    y = ops::causal_attention(q, k, v).out;  // (B, H, t, D)
+  } else {  // one query per head against every cached position: each kv head's group of queries as G rows
+    const int64_t L = pos + 1;
+    const Tensor kc = k_cache.slice(2, 0, L).reshape({B * Hkv, L, D});
+    const Tensor vc = v_cache.slice(2, 0, L).reshape({B * Hkv, L, D});
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    const Tensor s = ops::matmul(q.reshape({B * Hkv, G, D}), kc, {.trans_b = true, .alpha = scale});
+    y = ops::matmul(ops::softmax(s), vc).reshape({B, n_head_, 1, D});
+  }
+  return o_->forward(y.transpose(1, 2).reshape({B, t, n_head_ * D}));
+}
+
+LlamaMLP::LlamaMLP(const LlamaConfig& c, Generator& gen) : Module("LlamaMLP") {
+  const int64_t f = c.ffn_size();
+  gate_ = register_module("gate_proj", std::make_shared<Linear>(c.n_embd, f, false, c.where, gen));
+  up_ = register_module("up_proj", std::make_shared<Linear>(c.n_embd, f, false, c.where, gen));
+  down_ = register_module("down_proj", std::make_shared<Linear>(f, c.n_embd, false, c.where, gen));
+}
+
+Tensor LlamaMLP::forward(const Tensor& x) const {
+  const profile::Range range(path().empty() ? type_name() : path());
+  return down_->forward(ops::swiglu(gate_->forward(x), up_->forward(x)));
+}
+
+LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen) : Module("LlamaBlock") {
+  input_norm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(c.n_embd, c.norm_eps, c.where));
+  attn_ = register_module("self_attn", std::make_shared<LlamaAttention>(c, gen));
+  post_norm_ = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.n_embd, c.norm_eps, c.where));
+  mlp_ = register_module("mlp", std::make_shared<LlamaMLP>(c, gen));
+}
+
+namespace {
+// A sublayer's output in the residual stream's dtype (the stream keeps the FP32 masters' dtype under autocast).
+Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.dtype() ? t : t.to(stream.dtype()); }
+}  // namespace
+
+Tensor LlamaBlock::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths) const {
+  const profile::Range range(path().empty() ? type_name() : path());
+  auto [h, normed] = post_norm_->forward_residual(like(attn_->forward(input_norm_->forward(x), rope, lengths), x), x);
+  return ops::add(h, like(mlp_->forward(normed), h));
+}
+
+Tensor LlamaBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache,
+                                  int64_t pos, int64_t capacity) const {
+  const Tensor a = attn_->forward_cached(input_norm_->forward(x), rope, k_cache, v_cache, pos, capacity);
+  auto [h, normed] = post_norm_->forward_residual(like(a, x), x);
+  return ops::add(h, like(mlp_->forward(normed), h));
+}
+
+namespace {
+
+// The "model." container of Hugging Face's layout (LlamaModel): embed_tokens, layers, norm.
+class LlamaBody : public Module {
+ public:
+  LlamaBody() : Module("LlamaModel") {}
+  using Module::register_module;
+};
+
+void init_llama(Llama& model, Generator& gen) {
+  autograd::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(model.config().n_layer));
+  for (const NamedParameter& p : model.named_parameters()) {
+    Tensor t = p.tensor.detach();
+    const std::string& n = p.name;
+    if (n.ends_with("norm.weight")) {
+      t.fill_(1.0);
+    } else {
+      const bool residual = n.ends_with("o_proj.weight") || n.ends_with("down_proj.weight");
+      t.normal_(0, residual ? residual_std : 0.02, gen);
+    }
+  }
+}
+
+}  // namespace
+
+Llama::Llama(const LlamaConfig& c) : LanguageModel("Llama"), config_(c) {
+  MPT_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer >= 0 && c.n_embd > 0 && c.n_head > 0 &&
+                c.n_embd % c.n_head == 0 && c.head_dim() % 2 == 0 && c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
+            "[Llama] invalid config: vocab_size={} block_size={} n_layer={} n_embd={} n_head={} n_kv_head={} (n_embd "
+            "must split into n_head heads of an even size, n_kv_head must divide n_head)",
+            c.vocab_size, c.block_size, c.n_layer, c.n_embd, c.n_head, c.n_kv_head);
+  MPT_CHECK(std::isfinite(c.rope_theta) && c.rope_theta > 1 && c.norm_eps >= 0 && c.ffn_size() > 0,
+            "[Llama] invalid config: rope_theta={} norm_eps={} intermediate size {}", c.rope_theta, c.norm_eps,
+            c.ffn_size());
+  Generator gen(c.seed);
+  auto body = register_module("model", std::make_shared<LlamaBody>());
+  embed_ = body->register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.n_embd, c.where, gen));
+  layers_ = body->register_module("layers", std::make_shared<ModuleList<LlamaBlock>>());
+  for (int64_t i = 0; i < c.n_layer; ++i) layers_->push_back(std::make_shared<LlamaBlock>(c, gen));
+  norm_ = body->register_module("norm", std::make_shared<RMSNorm>(c.n_embd, c.norm_eps, c.where));
+  model_ = body;
+  if (!c.tie_embeddings)
+    lm_head_ = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false, c.where, gen));
+  init_llama(*this, gen);
+}
+
+const ops::RopeTable& Llama::rope_for(const Tensor& like) const {
+  const DType dtype = like.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  auto it = std::find_if(rope_tables_.begin(), rope_tables_.end(), [&](const ops::RopeTable& t) {
+    return t.cos.device() == like.device() && t.cos.dtype() == dtype;
+  });
+  if (it == rope_tables_.end()) {
+    it = rope_tables_.insert(rope_tables_.end(), ops::rope_table(config_.block_size, config_.head_dim(),
+                                                                 config_.rope_theta, like.device(), dtype));
+  }
+  return *it;
+}
+
+Tensor Llama::head(const Tensor& x) const {
+  if (lm_head_) return lm_head_->forward(x);
+  const std::string name = path().empty() ? std::string("lm_head") : path() + ".lm_head";
+  const profile::Range range(name);
+  return detail::autocast_linear(x, embed_->weight(), Tensor{}, name, "Llama");
+}
+
+Tensor Llama::features(const Tensor& ids, const Tensor& lengths) const {
+  MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+            "[Llama] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
+  MPT_CHECK(ids.size(1) <= config_.block_size, "[Llama] sequence length {} exceeds block_size {}", ids.size(1),
+            config_.block_size);
+  Tensor x = embed_->forward(ids);
+  const ops::RopeTable& rope = rope_for(x);
+  for (const auto& block : *layers_) {
+    if (checkpoint_blocks_) {
+      const LlamaBlock* b = block.get();
+      x = autograd::checkpoint([b, rope, lengths](const Tensor& in) { return b->forward(in, rope, lengths); }, x);
+    } else {
+      x = block->forward(x, rope, lengths);
+    }
+  }
+  return norm_->forward(x);
+}
+
+Tensor Llama::forward(const Tensor& ids, const Tensor& lengths) const {
+  const profile::Range range("forward");
+  const Tensor x = features(ids, lengths);
+  const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
+  return head(x.reshape({B * T, C})).reshape({B, T, config_.vocab_size});
+}
+
+Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) const {
+  MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+            "[Llama] expected token ids [B, t] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
+  const int64_t B = ids.size(0), t = ids.size(1), C = config_.n_embd, pos = cache.length;
+  MPT_CHECK(t >= 1 && pos + t <= config_.block_size, "[Llama] {} tokens after {} cached positions exceed block_size "
+            "{}: clear the cache and give the last tokens as a prompt", t, pos, config_.block_size);
+  autograd::NoGradGuard no_grad;
+  const size_t n = layers_->size();
+  if (cache.k.size() != n) {
+    MPT_CHECK(pos == 0, "[Llama] the cache holds {} blocks' keys, this model has {}: clear it first", cache.k.size(),
+              n);
+    cache.k.assign(n, Tensor());
+    cache.v.assign(n, Tensor());
+  }
+  Tensor x = embed_->forward(ids);
+  const ops::RopeTable& rope = rope_for(x);
+  for (size_t i = 0; i < n; ++i)
+    x = (*layers_)[i].forward_cached(x, rope, cache.k[i], cache.v[i], pos, config_.block_size);
+  cache.length = pos + t;
+  return head(norm_->forward(x.slice(1, t - 1, t).reshape({B, C})));
+}
+
+void Llama::freeze(int64_t blocks) {
+  MPT_CHECK(blocks >= 0 && blocks <= config_.n_layer, "[Llama] cannot freeze {} of {} blocks", blocks,
+            config_.n_layer);
+  embed_->requires_grad_(false);  // and a tied lm_head
+  for (int64_t i = 0; i < blocks; ++i) block(static_cast<size_t>(i)).requires_grad_(false);
+}
+
+double Llama::flops_per_token(int64_t seq) const {
+  const LlamaConfig& c = config_;
+  const double table = static_cast<double>(c.vocab_size * c.n_embd);
+  // Every parameter but the embedding lookups, plus the LM head's GEMM when it is the (tied) embedding.
+  const double dense = static_cast<double>(num_parameters()) - table + (c.tie_embeddings ? table : 0.0);
+  return 6.0 * dense + 12.0 * static_cast<double>(c.n_layer * c.n_embd * seq);
+}
+
+std::string Llama::describe() const {
+  return fmt::format("Llama {} layers, {} heads ({} kv), {} wide, SwiGLU {}, context {}", config_.n_layer,
+                     config_.n_head, config_.n_kv_head, config_.n_embd, config_.ffn_size(), config_.block_size);
+}
+
+}  // namespace mpt::nn

@@ -1,0 +1,164 @@
+// tests/nn/test_llama.cpp: nn::Llama against transformers.LlamaForCausalLM goldens (logits, KV-cache generation, names),
+// padding, activation checkpointing, bf16 training and configuration errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "mpt/data/batching.h"
+#include "mpt/mpt.h"
+#include "test_util.h"
+
+namespace mpt {
+namespace {
+
+// The configurations of tools/make_llama_goldens.py.
+nn::LlamaConfig golden_config(int n, DType dtype) {
+  nn::LlamaConfig c;
+  c.vocab_size = n == 0 ? 64 : 48;
+  c.block_size = 64;
+  c.n_layer = n == 0 ? 2 : 1;
+  c.n_head = 4;
+  c.n_kv_head = n == 0 ? 2 : 1;
+  c.n_embd = 32;
+  c.intermediate_size = n == 0 ? 64 : 48;
+  c.rope_theta = 500.0;
+  c.norm_eps = 1e-5;
+  c.tie_embeddings = n == 1;
+  c.where.dtype = dtype;
+  return c;
+}
+
+// The case's tensors, "caseN." stripped.
+nn::StateDict golden(int n) {
+  const std::string prefix = "case" + std::to_string(n) + ".";
+  nn::StateDict out;
+  for (auto& [name, t] : io::load_safetensors(MPT_GOLDENS_DIR "/llama_tiny.safetensors"))
+    if (name.starts_with(prefix)) out[name.substr(prefix.size())] = t;
+  return out;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const auto x = a.contiguous().to_vector<double>(), y = b.contiguous().to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double d = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) d = std::max(d, std::fabs(x[i] - y[i]));
+  return d;
+}
+
+std::unique_ptr<nn::Llama> loaded(int n, DType dtype, nn::StateDict& g) {
+  auto model = std::make_unique<nn::Llama>(golden_config(n, dtype));
+  nn::StateDict weights;
+  for (const auto& [name, t] : g)
+    if (name != "ids" && !name.starts_with("logits")) weights[name] = t;
+  model->load_state_dict(weights, /*strict=*/true);
+  return model;
+}
+
+TEST(LlamaGolden, NamesAreHuggingFaces) {
+  for (int n : {0, 1}) {
+    nn::StateDict g = golden(n);
+    std::set<std::string> theirs, ours;
+    for (const auto& [name, t] : g)
+      if (name != "ids" && !name.starts_with("logits")) theirs.insert(name);
+    for (const auto& p : nn::Llama(golden_config(n, DType::F32)).named_parameters()) ours.insert(p.name);
+    EXPECT_EQ(ours, theirs) << "case " << n;
+  }
+}
+
+TEST(LlamaGolden, LogitsMatchTransformersInF32AndF64) {
+  for (int n : {0, 1}) {
+    nn::StateDict g = golden(n);
+    const Tensor& want = g.at("logits");
+    for (DType dt : {DType::F64, DType::F32}) {
+      const auto model = loaded(n, dt, g);
+      autograd::NoGradGuard no_grad;
+      const Tensor logits = model->forward(g.at("ids"));
+      ASSERT_EQ(logits.shape(), want.shape());
+      // transformers rotates with float32 angles even in float64 (tools/make_llama_goldens.py): FP32 tolerance.
+      EXPECT_LE(max_abs_diff(logits, want), dt == DType::F64 ? 2e-6 : 1e-5) << "case " << n << " " << dtype_name(dt);
+    }
+  }
+}
+
+TEST(LlamaGolden, KvCacheGenerationMatchesTransformers) {
+  for (int n : {0, 1}) {
+    nn::StateDict g = golden(n);
+    const auto model = loaded(n, DType::F32, g);
+    const Tensor ids = g.at("ids");
+    nn::KvCache cache;
+    Tensor last = model->forward_cached(ids.slice(1, 0, 14).contiguous(), cache);
+    for (int64_t t = 14; t < 20; ++t) last = model->forward_cached(ids.slice(1, t, t + 1).contiguous(), cache);
+    EXPECT_EQ(cache.length, 20);
+    ASSERT_EQ(cache.k[0].size(1), n == 0 ? 2 : 1) << "the cache holds the kv heads only";
+    EXPECT_LE(max_abs_diff(last, g.at("logits_tail")), 1e-5) << "case " << n;
+  }
+}
+
+TEST(Llama, PaddedBatchAndCheckpointingGiveTheSameResults) {
+  nn::LlamaConfig c = nn::llama_preset("llama-tiny");
+  c.vocab_size = 40;
+  c.block_size = 80;
+  nn::Llama model(c);
+  const std::vector<std::vector<int32_t>> s = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {5, 4, 3}};
+  const data::PaddedBatch b = data::pad_batch(s, {.pad_id = 7});
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor logits = model.forward(b.ids, b.lengths);
+    const Tensor alone = model.forward(Tensor::from_vector(std::vector<int64_t>{5, 4, 3}, {1, 3}));
+    EXPECT_LE(max_abs_diff(logits.slice(0, 1, 2).slice(1, 0, 3), alone), 1e-5);
+  }
+  // Activation checkpointing recomputes the blocks: the same gradients, bit for bit on the CPU.
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 5, 9, 2, 7, 3, 3, 8}, {2, 4});
+  model.loss(ids, ids).backward();
+  std::vector<Tensor> plain;
+  for (const Tensor& p : model.parameters()) plain.push_back(p.grad().clone());
+  model.zero_grad();
+  model.set_activation_checkpointing(true);
+  model.loss(ids, ids).backward();
+  const auto params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_EQ(params[i].grad().to_vector<float>(), plain[i].to_vector<float>()) << model.named_parameters()[i].name;
+}
+
+TEST(Llama, LearnsToCountInBf16) {
+  nn::LlamaConfig c = nn::llama_preset("llama-tiny");
+  c.vocab_size = 32;
+  nn::Llama model(c);
+  optim::AdamW opt(model.parameters(), {.lr = 3e-3});
+  std::vector<int64_t> x(8 * 32), y(8 * 32);
+  for (int64_t i = 0; i < 8 * 32; ++i) x[i] = (i / 32 * 5 + i % 32) % 32, y[i] = (x[i] + 1) % 32;
+  const Tensor xs = Tensor::from_vector(x, {8, 32}), ys = Tensor::from_vector(y, {8, 32});
+  double first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast autocast(amp::Policy::bf16());
+      loss = model.loss(xs, ys);
+    }
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_NEAR(first, std::log(32.0), 0.3);
+  EXPECT_LT(last, 0.2) << "from " << first;
+}
+
+TEST(Llama, DescribesItselfAndRejectsBadConfigs) {
+  nn::LlamaConfig c = nn::llama_preset("llama-100m");
+  c.vocab_size = 32000;
+  EXPECT_EQ(c.ffn_size(), 2048);  // 8/3 * 768 = 2048 exactly
+  nn::LlamaConfig tiny = nn::llama_preset("llama-tiny");
+  tiny.vocab_size = 65;
+  const nn::Llama model(tiny);
+  EXPECT_EQ(model.describe(), "Llama 2 layers, 4 heads (2 kv), 64 wide, SwiGLU 192, context 64");
+  EXPECT_EQ(model.block_path(1), "model.layers.1");
+  tiny.n_kv_head = 3;
+  EXPECT_TRUE(testing::contains(testing::error_message([&] { nn::Llama bad(tiny); }), "n_kv_head must divide"));
+  EXPECT_TRUE(testing::contains(testing::error_message([] { nn::llama_preset("llama-7b"); }), "unknown preset"));
+}
+
+}  // namespace
+}  // namespace mpt
