@@ -35,6 +35,11 @@ MODELS = {  # layers, heads, width, vocab, sequence, batch
     "gpt2": dict(layers=12, heads=12, embd=768, vocab=50257, seq=256, batch=4),
     # GPT-2 with the vocabulary padded to a multiple of 64 (nanoGPT's and llm.c's 50304): aligned logits rows
     "gpt2-padded": dict(layers=12, heads=12, embd=768, vocab=50304, seq=256, batch=4),
+    # Llama (RMSNorm, rotary, grouped-query attention, SwiGLU, untied head; mptrain's nn::Llama, bench_train --model
+    # llama): llama-small has small's width and depth, 2 kv heads and the SwiGLU width 8/3 C (a GPT block's FLOPs).
+    "llama-tiny": dict(family="llama", layers=2, heads=4, kv_heads=2, embd=128, ffn=352, vocab=65, seq=256, batch=16),
+    "llama-small": dict(family="llama", layers=6, heads=6, kv_heads=2, embd=384, ffn=1024, vocab=65, seq=256,
+                        batch=16),
 }
 
 
@@ -79,6 +84,9 @@ def model_flops_per_token(m):
     """Training FLOPs per token (forward 1/3, backward 2/3): 6 per weight of every Linear and the LM head, and causal
     attention's QK^T and PV (each query meets T/2 keys on average: 2*T*C per layer forward)."""
     L, C, V, T = m["layers"], m["embd"], m["vocab"], m["seq"]
+    if m.get("family") == "llama":  # q and o (C x C), k and v (C x kv width), the three SwiGLU matrices (C x ffn)
+        kv = C // m["heads"] * m["kv_heads"]
+        return 6 * (L * (2 * C * C + 2 * C * kv + 3 * C * m["ffn"]) + C * V) + 6 * L * T * C
     return 6 * (12 * L * C * C + C * V) + 6 * L * T * C
 
 
@@ -98,7 +106,8 @@ def rss_peak():
 
 
 def torch_worker(args):
-    """One PyTorch run: the same GPT-2 as mptrain's nn::GPT (pre-LN blocks, tanh GELU, tied LM head, AdamW)."""
+    """One PyTorch run: the same GPT-2 as mptrain's nn::GPT (pre-LN blocks, tanh GELU, tied LM head, AdamW), or the
+    same Llama as nn::Llama (RMSNorm, rotate_half rotary embeddings, SDPA with enable_gqa, SwiGLU, untied head)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -138,16 +147,64 @@ def torch_worker(args):
             logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
             return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
+    class LlamaBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            D, Hkv, Ff = C // H, m.get("kv_heads", H), m.get("ffn", 4 * C)
+            self.D, self.Hkv = D, Hkv
+            self.input_layernorm = nn.RMSNorm(C, eps=1e-5)
+            self.post_attention_layernorm = nn.RMSNorm(C, eps=1e-5)
+            self.q_proj, self.o_proj = nn.Linear(C, H * D, bias=False), nn.Linear(H * D, C, bias=False)
+            self.k_proj, self.v_proj = nn.Linear(C, Hkv * D, bias=False), nn.Linear(C, Hkv * D, bias=False)
+            self.gate_proj, self.up_proj = nn.Linear(C, Ff, bias=False), nn.Linear(C, Ff, bias=False)
+            self.down_proj = nn.Linear(Ff, C, bias=False)
+
+        def forward(self, x, cos, sin):
+            B, D = x.shape[0], self.D
+
+            def rope(t):  # (B, T, heads, D), Hugging Face's rotate_half
+                t1, t2 = t[..., : D // 2], t[..., D // 2:]
+                return t * cos + torch.cat((-t2, t1), -1) * sin
+
+            h = self.input_layernorm(x)
+            q = rope(self.q_proj(h).view(B, T, H, D)).transpose(1, 2)
+            k = rope(self.k_proj(h).view(B, T, self.Hkv, D)).transpose(1, 2)
+            v = self.v_proj(h).view(B, T, self.Hkv, D).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.Hkv != H)
+            x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+            h = self.post_attention_layernorm(x)
+            return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            D = C // H
+            self.embed_tokens = nn.Embedding(m["vocab"], C)
+            self.layers = nn.ModuleList(LlamaBlock() for _ in range(m["layers"]))
+            self.norm, self.lm_head = nn.RMSNorm(C, eps=1e-5), nn.Linear(C, m["vocab"], bias=False)
+            inv = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+            ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+            self.register_buffer("cos", torch.cat((ang.cos(), ang.cos()), -1).float()[None, :, None, :])
+            self.register_buffer("sin", torch.cat((ang.sin(), ang.sin()), -1).float()[None, :, None, :])
+
+        def forward(self, idx, targets):
+            x = self.embed_tokens(idx)
+            for b in self.layers:
+                x = b(x, self.cos, self.sin)
+            logits = self.lm_head(self.norm(x))
+            return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
     def sync():
         if dev == "cuda":
             torch.cuda.synchronize()
 
     rss_before = rss_now()
     torch.manual_seed(7)
-    model = GPT().to(dev)
+    model = (Llama() if m.get("family") == "llama" else GPT()).to(dev)
     fp8_context = fp8_recipe(args.precision, model)
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith("w")]
-    rest = [p for n, p in model.named_parameters() if p.dim() != 2 or n.startswith("w")]
+    embedding = ("w", "embed")  # GPT's wte/wpe, Llama's embed_tokens: no weight decay (mptrain: Linear weights only)
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(embedding)]
+    rest = [p for n, p in model.named_parameters() if p.dim() != 2 or n.startswith(embedding)]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
     try:
         opt = torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), fused=True)
@@ -445,6 +502,8 @@ def measure(args, env, model, precision, frameworks, errors):
                        "--vocab", str(m["vocab"]), "--seq", str(m["seq"]), "--batch", str(m["batch"]), "--precision",
                        precision, "--warmup", str(args.warmup), "--steps", str(args.steps), "--json", "-"]
                 cmd += ["--device", "cuda"] if args.device == "cuda" else []
+                if m.get("family") == "llama":
+                    cmd += ["--model", "llama", "--kv-heads", str(m["kv_heads"]), "--ffn", str(m["ffn"])]
             else:
                 cmd = worker_cmd(args, "train", model, precision, compile_=f.endswith("-compile"))
             try:
