@@ -1,5 +1,6 @@
 // tests/gpu/test_pointwise_gpu.cpp: the general op set (unary, binary, comparisons, where, cat, max/min, losses,
-// batched matmul) on cuda:0 against the CPU backend, forward and backward through autograd (skipped without a GPU).
+// batched matmul), the Llama ops and a Llama's training and generation on cuda:0 against the CPU backend, forward and
+// backward through autograd (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <functional>

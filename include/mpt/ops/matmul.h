@@ -64,6 +64,9 @@ struct MatmulOptions {
 
 // a: (m, k) or (batch, m, k) (with trans_a: (k, m) or (batch, k, m)); b: (k, n) or (batch, k, n) (trans_b: (n, k)).
 // A 2-d operand (or a batch of 1) is broadcast over the other's batch; the result is (m, n) or (batch, m, n).
+// More batch dimensions ((..., m, k) x (..., k, n), e.g. attention's (B, H, T, D)) broadcast NumPy-style and are
+// flattened onto the 3-d GEMM through recorded views (no FP8 scales, bias or epilogues there); the result is
+// (broadcast batch..., m, n).
 // Products accumulate in FP32 (f64 in f64) and the result is rounded once to the output dtype. Strided inputs
 // are read in place when one of their last two strides is 1 (a transposed view costs nothing); other layouts
 // are copied first. CUDA tensors run on cuBLASLt (kernels/cuda/lib; not yet run on a GPU: see docs/design.md).
