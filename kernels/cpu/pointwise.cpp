@@ -65,21 +65,7 @@ template <bool kMax, class T>
 void arg_reduce_impl(const T* x, T* values, int64_t* indices, const ReduceShape& s) {
   const int64_t outputs = s.outer * s.inner;
 #pragma omp parallel for schedule(static) if (outputs * s.len > kParallelThreshold)
-  for (int64_t r = 0; r < outputs; ++r) {
-    const int64_t o = r / s.inner, i = r % s.inner;
-    const T* row = x + o * s.len * s.inner + i;
-    auto best = math::load(row[0]);
-    int64_t at = 0;
-    for (int64_t j = 1; j < s.len; ++j) {
-      const auto v = math::load(row[j * s.inner]);
-      if (math::arg_better<kMax>(v, best)) {
-        best = v;
-        at = j;
-      }
-    }
-    values[r] = row[at * s.inner];
-    indices[r] = at;
-  }
+  for (int64_t r = 0; r < outputs; ++r) math::arg_reduce_output<kMax>(x, values, indices, s, r);
 }
 
 }  // namespace

@@ -26,21 +26,8 @@ __global__ void __launch_bounds__(kThreads) arg_reduce_kernel(const T* x, T* val
                                                               ReduceShape s) {
   const int64_t outputs = s.outer * s.inner;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < outputs; r += stride) {
-    const int64_t o = r / s.inner, i = r % s.inner;
-    const T* row = x + o * s.len * s.inner + i;
-    float best = math::load(row[0]);
-    int64_t at = 0;
-    for (int64_t j = 1; j < s.len; ++j) {
-      const float v = math::load(row[j * s.inner]);
-      if (math::arg_better<kMax>(v, best)) {
-        best = v;
-        at = j;
-      }
-    }
-    values[r] = row[at * s.inner];
-    indices[r] = at;
-  }
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < outputs; r += stride)
+    math::arg_reduce_output<kMax>(x, values, indices, s, r);
 }
 
 }  // namespace

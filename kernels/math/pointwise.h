@@ -9,7 +9,9 @@
 #include "kernels/math/activation.h"
 #include "kernels/math/common.h"
 #include "kernels/math/exp.h"
+#include "kernels/math/opmath.h"
 #include "kernels/math/random.h"
+#include "kernels/math/reduce_ops.h"
 #include "kernels/math/rounded.h"
 
 namespace mpt::kernels::math {
@@ -222,6 +224,25 @@ MPT_HD MPT_INLINE bool arg_better(F v, F best) {
   if (best != best) return false;
   if (v != v) return true;
   return kMax ? v > best : v < best;
+}
+
+// Output r of a max/min over the middle axis of x viewed as [outer, len, inner] (len >= 1): the chosen element's
+// value (copied as it is) and its index along the axis, scanned in order (the CPU loop and the CUDA thread alike).
+template <bool kMax, class T>
+MPT_HD MPT_INLINE void arg_reduce_output(const T* x, T* values, int64_t* indices, const ReduceShape& s, int64_t r) {
+  const int64_t o = r / s.inner, i = r % s.inner;
+  const T* row = x + o * s.len * s.inner + i;
+  auto best = load(row[0]);
+  int64_t at = 0;
+  for (int64_t j = 1; j < s.len; ++j) {
+    const auto v = load(row[j * s.inner]);
+    if (arg_better<kMax>(v, best)) {
+      best = v;
+      at = j;
+    }
+  }
+  values[r] = row[at * s.inner];
+  indices[r] = at;
 }
 
 // ---- host-side dispatch from a runtime kind to the functor's template argument (once per call)

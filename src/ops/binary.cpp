@@ -57,13 +57,19 @@ Tensor binary_op(BinaryKind kind, const Tensor& a, const Tensor& b) {
     }
   });
   const std::string node = std::string(op) + "Backward";
-  grad.record(node, {&y}, [kind, a = p.a.detach(), b = b.detach()](const std::vector<Tensor>& g) {
+  // Only the operands that require grad get one (x - 1.0 computes no gradient for the scalar).
+  grad.record(node, {&y}, [kind, a = p.a.detach(), b = b.detach(), need_a = a.requires_grad(),
+                           need_b = b.requires_grad()](const std::vector<Tensor>& g) {
     if (!g[0].defined()) return std::vector<Tensor>{Tensor{}, Tensor{}};
     const Tensor dy = g[0].to(a.dtype()).contiguous();
     const Tensor wide_b = b.expand(a.shape()).contiguous();
-    const Tensor db = binary_grad(kind, true, dy, a, wide_b);
-    return std::vector<Tensor>{binary_grad(kind, false, dy, a, wide_b),
-                               b.shape() == a.shape() ? db : sum_to_shape(db, b.shape())};
+    Tensor da, db;
+    if (need_a) da = binary_grad(kind, false, dy, a, wide_b);
+    if (need_b) {
+      db = binary_grad(kind, true, dy, a, wide_b);
+      if (b.shape() != a.shape()) db = sum_to_shape(db, b.shape());
+    }
+    return std::vector<Tensor>{da, db};
   });
   return y;
 }

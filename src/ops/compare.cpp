@@ -89,15 +89,18 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   const Tensor c = cond.expand(shape).contiguous();
   Tensor y = Tensor::empty(shape, a.dtype(), dev);
   where_into(c, a.contiguous(), b.contiguous(), y);
-  grad.record("WhereBackward", {&y}, [c](const std::vector<Tensor>& g) {
+  // Only the values that require grad get one (masked_fill's fill value never does).
+  grad.record("WhereBackward", {&y}, [c, need_a = a.requires_grad(), need_b = b.requires_grad()](
+                                         const std::vector<Tensor>& g) {
     if (!g[0].defined()) return std::vector<Tensor>{Tensor{}, Tensor{}};
     const Tensor dy = g[0].contiguous();
     const Tensor zero = Tensor::zeros(dy.shape(), dy.dtype(), dy.device());
-    Tensor da = Tensor::empty(dy.shape(), dy.dtype(), dy.device()), db = Tensor::empty(dy.shape(), dy.dtype(),
-                                                                                       dy.device());
-    where_into(c, dy, zero, da);
-    where_into(c, zero, dy, db);
-    return std::vector<Tensor>{da, db};
+    const auto routed = [&](bool where_true) {
+      Tensor d = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+      where_into(c, where_true ? dy : zero, where_true ? zero : dy, d);
+      return d;
+    };
+    return std::vector<Tensor>{need_a ? routed(true) : Tensor{}, need_b ? routed(false) : Tensor{}};
   });
   return y;
 }
