@@ -41,7 +41,7 @@ struct Run {
     model.loss(x, x).backward();
     opt.step();
   }
-  mpt::io::TrainingState state(int64_t step) {
+  mpt::train::TrainingState state(int64_t step) {
     return {.model = &model, .optimizer = &opt, .step = step, .precision = "fp32"};
   }
   mpt::nn::GPT model;
@@ -84,11 +84,11 @@ int main(int argc, char** argv) {
     int64_t step = 0;
     fs::path last;
     const double save_s = mpt::bench::median_seconds(reps, [&] {
-      last = mpt::io::save_checkpoint(dir, source.state(++step), {.keep = 1});
+      last = mpt::train::save_checkpoint(dir, source.state(++step), {.keep = 1});
     });
     const double load_s = mpt::bench::median_seconds(reps, [&] {
-      mpt::io::TrainingState s = target.state(0);
-      mpt::io::load_checkpoint(dir, s);
+      mpt::train::TrainingState s = target.state(0);
+      mpt::train::load_checkpoint(dir, s);
     });
     uint64_t total = 0;
     nlohmann::json files = nlohmann::json::object();

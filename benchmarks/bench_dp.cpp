@@ -11,7 +11,6 @@
 #include <omp.h>
 #include <random>
 
-#include "mpt/dist/data_parallel.h"
 #include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/optim/adamw.h"
@@ -55,15 +54,19 @@ int main(int argc, char** argv) {
     const int n = comm->size(), me = comm->rank();
     MPT_CHECK(batch % n == 0, "[bench_dp] --batch {} is not a multiple of the {} ranks", batch, n);
     const int64_t per_rank = batch / n;
-    const auto compress = compression == "bf16" ? mpt::dist::GradCompression::BF16
-                          : compression == "fp8" ? mpt::dist::GradCompression::FP8
-                                                 : mpt::dist::GradCompression::None;
+    const auto compress = compression == "bf16" ? mpt::train::GradCompression::BF16
+                          : compression == "fp8" ? mpt::train::GradCompression::FP8
+                                                 : mpt::train::GradCompression::None;
     MPT_CHECK(compression == "none" || compression == "bf16" || compression == "fp8",
               "[bench_dp] unknown --compression '{}'", compression);
     mpt::nn::GPT model(config);
-    mpt::dist::DataParallel dp(model, comm, {.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20)),
-                                             .compression = compress, .zero1 = zero1});
-    mpt::optim::AdamW opt(dp.shard(mpt::optim::weight_decay_groups(model.named_parameters(), 0.1)), {.lr = 1e-3});
+    // The Trainer's step, as train_gpt runs it: DataParallel's buckets, finish, clipping, AdamW, ZeRO-1's gather.
+    mpt::train::Trainer trainer(
+        model, mpt::train::adamw({.lr = 1e-3}),
+        {.clip = 1.0, .weight_decay = 0.1, .comm = comm,
+         .data_parallel = {.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20)), .compression = compress,
+                           .zero1 = zero1}});
+    mpt::train::DataParallel& dp = *trainer.data_parallel();
     std::mt19937_64 rng(1);
     std::vector<double> step_ms, forward_ms, backward_ms, hidden, wait_ms;
     for (int s = 0; s < warmup + steps; ++s) {
@@ -75,26 +78,22 @@ int main(int argc, char** argv) {
       const Tensor y = all.slice(1, 1, config.block_size + 1).contiguous();
       comm->barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      const Tensor loss = model.loss(x, y);
-      const auto t1 = std::chrono::steady_clock::now();
-      loss.backward();
-      const auto t2 = std::chrono::steady_clock::now();
-      dp.finish();
-      dp.clip_grad_norm_(1.0);
-      opt.step();
-      dp.sync_parameters();
-      opt.zero_grad();
-      model.zero_grad();
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::chrono::steady_clock::time_point t1;
+      const mpt::train::StepMetrics m = trainer.step([&](int64_t) {
+        Tensor loss = model.loss(x, y);
+        t1 = std::chrono::steady_clock::now();
+        return loss;
+      });
       if (s < warmup) continue;
-      step_ms.push_back(ms);
+      step_ms.push_back(m.seconds * 1e3);
+      // backward_done_seconds includes finish(): the exposed communication wait, reported beside it.
       forward_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      backward_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
-      hidden.push_back(dp.last_step().hidden_fraction());
-      wait_ms.push_back(dp.last_step().finish_wait_s * 1e3);
+      backward_ms.push_back(m.backward_done_seconds * 1e3 - forward_ms.back() - m.comm_wait_seconds * 1e3);
+      hidden.push_back(m.comm_hidden_fraction);
+      wait_ms.push_back(m.comm_wait_seconds * 1e3);
     }
     int64_t state_bytes = 0;
-    for (const auto& [k, t] : opt.state_dict())
+    for (const auto& [k, t] : trainer.optimizer().state_dict())
       if (k.find(".exp_avg") != std::string::npos) state_bytes += static_cast<int64_t>(t.nbytes());
     Tensor most = Tensor::full({1}, static_cast<double>(state_bytes), mpt::DType::F32);
     comm->all_reduce(most, mpt::dist::ReduceOp::Max)->wait();

@@ -1,6 +1,6 @@
 // benchmarks/bench_kernels.cpp: kernel throughput next to this machine's measured peaks (table + JSON); one function
-// per section: peaks (AVX-512 FMA loops), GEMM (the matmul op against the raw oneDNN primitive, side by side),
-// memory-bound ops (memory_bound.cpp).
+// per section: peaks (the library's register-only loops), GEMM (the matmul op against the raw oneDNN primitive, side
+// by side), memory-bound ops (memory_bound.cpp).
 #include <mpt/mpt.h>
 #include <mpt/ops/matmul.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
-#include <immintrin.h>
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "kernels/cpu/peak.h"
 #include "memory_bound.h"
 
 namespace {
@@ -30,71 +30,22 @@ double median(std::vector<double> v) {
 }
 
 // ---------------------------------------------------------------- peaks
-__attribute__((target("avx512f"))) double sum_lanes(const __m512* acc) {
-  alignas(64) float lanes[16];
-  double sum = 0;
-  for (int i = 0; i < 16; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    for (float x : lanes) sum += x;
-  }
-  return sum;
-}
-
-// Register-only loops with 16 independent accumulators (enough to cover FMA latency x throughput), one per thread.
-__attribute__((target("avx512f"))) double fma_loop(int64_t iters) {
-  __m512 acc[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);  // unrolled: acc lives in registers
-  }
-  return sum_lanes(acc);
-}
-
-__attribute__((target("avx512f,avx512bf16"))) double bf16_dot_loop(int64_t iters) {
-  __m512 acc[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3F80), y = (__m512bh)_mm512_set1_epi16(0x3380);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
-  }
-  return sum_lanes(acc);
-}
-
-// GFLOP/s of `loop` on every OpenMP thread at once, `flops_per_iter` per thread and iteration; best of 5.
-double peak_gflops(double (*loop)(int64_t), double flops_per_iter) {
-  const int64_t iters = 20'000'000;
-  double best = 0, sink = 0;
-  for (int r = 0; r < 5; ++r) {
-    int threads = 1;
-    const auto t0 = Clock::now();
-#pragma omp parallel reduction(+ : sink)
-    {
-      sink += loop(iters);
-#pragma omp single
-      threads = omp_get_num_threads();
-    }
-    best = std::max(best, threads * iters * flops_per_iter / seconds_since(t0) / 1e9);
-  }
-  if (sink == 1.2345) fmt::print(" ");  // keeps the loops from being optimised away
-  return best;
-}
-
+// The library's register-only loops (kernels/cpu/peak.h): the same figures mpt::dense_peak gives training programs.
 struct Peaks {
-  double fp32_fma = 0, bf16_dot = 0;
+  double fp32_fma = 0, bf16_dot = 0, amx_bf16 = 0;
+  // What a bf16 GEMM can reach: the faster bf16 unit, else the FP32 FMA (mpt::dense_peak's rule).
+  double bf16() const { return std::max({amx_bf16, bf16_dot, fp32_fma}); }
 };
 
 Peaks measure_peaks(nlohmann::json& out) {
-  Peaks p;
-  if (__builtin_cpu_supports("avx512f")) p.fp32_fma = peak_gflops(fma_loop, 16 * 16 * 2);
-  if (__builtin_cpu_supports("avx512bf16")) p.bf16_dot = peak_gflops(bf16_dot_loop, 16 * 32 * 2);
-  fmt::print("peaks ({} threads): FP32 AVX-512 FMA {:.0f} GFLOP/s, AVX512-BF16 dot product {:.0f} GFLOP/s\n\n",
-             omp_get_max_threads(), p.fp32_fma, p.bf16_dot);
-  out = {{"threads", omp_get_max_threads()}, {"fp32_fma_gflops", p.fp32_fma}, {"bf16_dot_gflops", p.bf16_dot}};
+  namespace kc = mpt::kernels::cpu;
+  const kc::PeakLoop fma = kc::fp32_fma_peak(), dot = kc::bf16_dot_peak(), amx = kc::amx_bf16_peak();
+  const Peaks p{fma.gflops, dot.gflops, amx.gflops};
+  fmt::print("peaks ({} threads): FP32 {} {:.0f} GFLOP/s, AVX512-BF16 dot product {:.0f} GFLOP/s, AMX-BF16 tile dot "
+             "product {:.0f} GFLOP/s\n\n",
+             omp_get_max_threads(), *fma.isa != '\0' ? fma.isa : "FMA", p.fp32_fma, p.bf16_dot, p.amx_bf16);
+  out = {{"threads", omp_get_max_threads()}, {"fp32_fma_gflops", p.fp32_fma}, {"bf16_dot_gflops", p.bf16_dot},
+         {"amx_bf16_gflops", p.amx_bf16}};
   return p;
 }
 
@@ -275,7 +226,7 @@ nlohmann::json bench_gemm(int64_t tokens, const std::vector<int64_t>& widths, in
         }
         const double flop = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
         const double op = flop / median(t_op) / 1e9, rw = flop / median(t_raw) / 1e9;
-        const double peak = wide ? peaks.fp32_fma : peaks.bf16_dot;
+        const double peak = wide ? peaks.fp32_fma : peaks.bf16();
         fmt::print("{:<22} {:<18} {:>9.0f} {:>9.0f} {:>6.0f}% {:>6.0f}%  {}\n",
                    fmt::format("{} {}x{}x{}", s.name.substr(0, 5), s.m, s.n, s.k), v.name, op, rw, 100 * op / rw,
                    peak > 0 ? 100 * op / peak : 0.0, raw.impl());

@@ -190,33 +190,27 @@ int main(int argc, char** argv) {
       model_ptr = std::make_unique<mpt::nn::GPT>(config);
     }
     mpt::nn::LanguageModel& model = *model_ptr;
-    const mpt::amp::Policy policy = mpt::amp::Policy::named(precision, config.n_layer, device,
-                                                            model_name == "llama" ? "model.layers" : "h");
-    mpt::amp::GradScaler scaler(mpt::amp::GradScalerOptions{.enabled = precision == "fp16"}, device);
-    mpt::optim::AdamW opt(mpt::optim::weight_decay_groups(model.named_parameters(), 0.1),
-                          {.lr = 3e-4, .betas = {0.9, 0.95}});
-    std::vector<mpt::Tensor> params;
-    for (const auto& p : model.named_parameters()) params.push_back(p.tensor);
+    // The step is the Trainer's, as in train_gpt: autocast, the FP16 loss scaler, clipping, AdamW, FP8 updates.
+    mpt::train::Trainer trainer(
+        model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}}),
+        {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, model_name == "llama" ? "model.layers" : "h"),
+         .precision_name = precision, .clip = 1.0, .weight_decay = 0.1});
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
     const mpt::Tensor x = x_cpu.to(device), y = y_cpu.to(device);
 
     // One training step; `phases` synchronizes the device after forward and backward (for their times).
     auto train_step = [&](bool phases, Clock::time_point* t1, Clock::time_point* t2) {
-      mpt::Tensor l;
-      {
-        mpt::amp::Autocast autocast(policy);
-        l = model.loss(x, y);
+      const auto t0 = Clock::now();
+      trainer.set_synchronize_phases(phases);
+      const mpt::train::StepMetrics m = trainer.step([&](int64_t) {
+        mpt::Tensor l = model.loss(x, y);
+        if (phases) sync(device), *t1 = Clock::now();
+        return l;
+      });
+      if (phases) {
+        *t2 = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(m.backward_done_seconds));
       }
-      if (phases) sync(device), *t1 = Clock::now();
-      scaler.scale(l).backward();
-      if (phases) sync(device), *t2 = Clock::now();
-      scaler.unscale_(opt);
-      mpt::optim::clip_grad_norm_(params, 1.0);
-      scaler.step(opt);
-      scaler.update();
-      if (policy.fp8_state) policy.fp8_state->update();
-      opt.zero_grad();
-      return l;
+      return m.loss;
     };
     std::vector<double> fwd, bwd, optim, total;
     double loss = 0;

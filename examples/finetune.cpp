@@ -16,8 +16,8 @@
 #include "mpt/amp/policy.h"
 #include "mpt/data/batching.h"
 #include "mpt/data/tokenizer.h"
-#include "mpt/io/checkpoint.h"
-#include "mpt/io/hf_gpt2.h"
+#include "mpt/train/checkpoint.h"
+#include "mpt/nn/hf_gpt2.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
@@ -54,43 +54,51 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 // The GPT of a train_gpt checkpoint: its config.json (Hugging Face GPT-2 layout) and weights, every file's checksum
-// verified (io::load_checkpoint of the model alone).
-std::unique_ptr<mpt::nn::GPT> load_model(const mpt::io::CheckpointInfo& info, mpt::Device device) {
-  mpt::nn::GPTConfig config = mpt::io::parse_hf_gpt2_config(read_file(info.path / "config.json"),
+// verified (train::load_checkpoint of the model alone).
+std::unique_ptr<mpt::nn::GPT> load_model(const mpt::train::CheckpointInfo& info, mpt::Device device) {
+  mpt::nn::GPTConfig config = mpt::nn::parse_hf_gpt2_config(read_file(info.path / "config.json"),
                                                             (info.path / "config.json").string());
   config.where.device = device;
   auto model = std::make_unique<mpt::nn::GPT>(config);
-  mpt::io::TrainingState state{.model = model.get(), .precision = info.precision};
-  mpt::io::load_checkpoint(info.path, state);
+  mpt::train::TrainingState state{.model = model.get(), .precision = info.precision};
+  mpt::train::load_checkpoint(info.path, state);
   return model;
 }
 
 // A classifier on the GPT: a linear layer on the final hidden states, pooled over each line's real tokens (mean) or
-// taken at its last real token (last).
-struct Classifier {
-  const mpt::nn::GPT& gpt;
-  mpt::nn::Linear& head;
-  bool mean_pool = true;
+// taken at its last real token (last). A Module, so the Trainer finds every trainable parameter in it.
+class Classifier : public mpt::nn::Module {
+ public:
+  Classifier(std::shared_ptr<mpt::nn::GPT> gpt, std::shared_ptr<mpt::nn::Linear> head, bool mean_pool)
+      : Module("Classifier"), gpt_(register_module("gpt", std::move(gpt))), head_(register_module("head", std::move(head))),
+        mean_pool_(mean_pool) {}
+
+  const mpt::nn::Linear& head() const { return *head_; }
 
   // ids [B, T] on the model's device, lengths (B,) i32 on the CPU -> logits [B, classes].
   mpt::Tensor operator()(const mpt::Tensor& ids, const mpt::Tensor& lengths) const {
     const int64_t B = ids.size(0), T = ids.size(1);
-    const mpt::Tensor h = gpt.features(ids, lengths);  // [B, T, C]
+    const mpt::Tensor h = gpt_->features(ids, lengths);  // [B, T, C]
     const auto len = lengths.to_vector<int32_t>();
-    if (mean_pool) {  // sum_t w[b, t] h[b, t] with w = 1 / len over the real positions, 0 over the padding
+    if (mean_pool_) {  // sum_t w[b, t] h[b, t] with w = 1 / len over the real positions, 0 over the padding
       std::vector<float> w(static_cast<size_t>(B * T), 0.0f);
       for (int64_t b = 0; b < B; ++b)
         for (int64_t t = 0; t < len[static_cast<size_t>(b)]; ++t)
           w[static_cast<size_t>(b * T + t)] = 1.0f / static_cast<float>(len[static_cast<size_t>(b)]);
       const mpt::Tensor weights = mpt::Tensor::from_vector(w, {B, T, 1}, ids.device()).to(h.dtype());
-      return head(mpt::ops::sum(mpt::ops::mul(h, weights), 1));
+      return (*head_)(mpt::ops::sum(mpt::ops::mul(h, weights), 1));
     }
     std::vector<int64_t> last(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) last[static_cast<size_t>(b)] = b * T + len[static_cast<size_t>(b)] - 1;
     // A gather of B rows of the [B * T, C] states (its backward scatters into them).
     const mpt::Tensor rows = mpt::Tensor::from_vector(last, {B}, ids.device());
-    return head(mpt::ops::embedding(rows, h.reshape({B * T, h.size(2)})));
+    return (*head_)(mpt::ops::embedding(rows, h.reshape({B * T, h.size(2)})));
   }
+
+ private:
+  std::shared_ptr<mpt::nn::GPT> gpt_;
+  std::shared_ptr<mpt::nn::Linear> head_;
+  bool mean_pool_;
 };
 
 struct Batch {
@@ -114,9 +122,7 @@ Batch make_batch(const std::vector<std::vector<int32_t>>& tokens, const std::vec
 // Held-out accuracy: the lines in order of length (little padding), `batch` at a time.
 double accuracy(const Classifier& model, const std::vector<std::vector<int32_t>>& tokens,
                 const std::vector<mpt_examples::SpeakerLine>& lines, int64_t count, const Options& o,
-                int64_t max_len, mpt::Device device, const mpt::amp::Policy& policy) {
-  mpt::autograd::NoGradGuard no_grad;
-  mpt::amp::Autocast autocast(policy);
+                int64_t max_len, mpt::Device device) {
   std::vector<int64_t> order(static_cast<size_t>(count));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
@@ -127,7 +133,7 @@ double accuracy(const Classifier& model, const std::vector<std::vector<int32_t>>
     const std::vector<int64_t> index(order.begin() + start, order.begin() + std::min(count, start + o.batch));
     const Batch b = make_batch(tokens, lines, index, max_len, device);
     const auto logits = model(b.ids, b.lengths).to(mpt::Device::cpu()).to(mpt::DType::F32).to_vector<float>();
-    const int64_t classes = model.head.out_features();
+    const int64_t classes = model.head().out_features();
     for (size_t r = 0; r < index.size(); ++r) {
       const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r) * classes;
       const auto best = std::max_element(row, row + classes) - row;
@@ -150,13 +156,13 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 void run(const Options& o) {
   const mpt::Device device = mpt::Device::best();
   fmt::print("device: {} ({})\n", device, mpt::Device::best_reason());
-  const mpt::io::CheckpointInfo info = mpt::io::read_checkpoint_info(o.checkpoint);
+  const mpt::train::CheckpointInfo info = mpt::train::read_checkpoint_info(o.checkpoint);
   const std::filesystem::path tok_path =
       o.tokenizer.empty() ? info.path.parent_path() / "tokenizer.json" : std::filesystem::path(o.tokenizer);
   MPT_CHECK(std::filesystem::is_regular_file(tok_path), "[finetune] no tokenizer at '{}': train_gpt writes it beside "
             "its checkpoints (a run before it did not: give --tokenizer)", tok_path.string());
   const std::unique_ptr<mpt::data::Tokenizer> tokenizer = mpt::data::load_tokenizer(tok_path);
-  std::unique_ptr<mpt::nn::GPT> gpt = load_model(info, device);
+  std::shared_ptr<mpt::nn::GPT> gpt = load_model(info, device);
   const mpt::nn::GPTConfig& c = gpt->config();
   MPT_CHECK(tokenizer->vocab_size() == c.vocab_size, "[finetune] the tokenizer '{}' has {} ids but the checkpoint's "
             "model {}: they come from different runs", tok_path.string(), tokenizer->vocab_size(), c.vocab_size);
@@ -195,21 +201,11 @@ void run(const Options& o) {
   gpt->wpe().requires_grad_(false);
   for (int64_t i = 0; i < freeze; ++i) gpt->block(static_cast<size_t>(i)).requires_grad_(false);
   mpt::Generator gen(o.seed);
-  mpt::nn::Linear head(c.n_embd, static_cast<int64_t>(set.names.size()), true, {mpt::DType::F32, device}, gen);
-  std::vector<mpt::nn::NamedParameter> params;
-  for (auto& p : gpt->named_parameters())
-    if (p.tensor.requires_grad()) params.push_back(p);
-  for (auto p : head.named_parameters()) {
-    p.name = "head." + p.name;
-    params.push_back(p);
-  }
-  int64_t trainable = 0;
-  std::vector<mpt::Tensor> trainable_tensors;
-  for (const auto& p : params) {
-    trainable += p.tensor.numel();
-    trainable_tensors.push_back(p.tensor);
-  }
-  const int64_t total = gpt->num_parameters() + head.num_parameters();
+  MPT_CHECK(o.pool == "mean" || o.pool == "last", "[finetune] unknown --pool '{}': expected mean or last", o.pool);
+  Classifier model(gpt, std::make_shared<mpt::nn::Linear>(c.n_embd, static_cast<int64_t>(set.names.size()), true,
+                                                          mpt::nn::Placement{mpt::DType::F32, device}, gen),
+                   o.pool == "mean");
+  const int64_t trainable = model.num_parameters(true), total = model.num_parameters();
   fmt::print("frozen: the embeddings and {} of {} blocks; {:.3f}M of {:.3f}M parameters train (a head of {} classes "
              "on the {})\n", freeze, c.n_layer, trainable / 1e6, total / 1e6, set.names.size(),
              o.pool == "mean" ? "mean of the real tokens' states" : "last real token's state");
@@ -217,18 +213,22 @@ void run(const Options& o) {
   MPT_CHECK(o.optimizer == "adamw" || o.optimizer == "adamw8bit", "[finetune] unknown --optimizer '{}': expected "
             "adamw or adamw8bit", o.optimizer);
   const auto moments = o.optimizer == "adamw8bit" ? mpt::ops::MomentStorage::Int8 : mpt::ops::MomentStorage::F32;
-  mpt::optim::AdamW opt(mpt::optim::weight_decay_groups(params, o.weight_decay), {.lr = o.lr, .moments = moments});
-  mpt::optim::WarmupCosineLr schedule(
-      opt, {.max_lr = o.lr, .min_lr = o.lr / 10, .warmup_steps = o.steps / 10, .total_steps = o.steps});
-  const mpt::amp::Policy policy = mpt::amp::Policy::named(o.precision, c.n_layer, device);
+  // The Trainer owns the step in every precision: FP16 gets its loss scaler, the FP8 recipes their scale updates. The
+  // blocks are "gpt.h.<i>"; the 8-class head stays in BF16 under FP8 (too narrow for FP8 GEMMs to pay).
+  mpt::amp::Policy policy = mpt::amp::Policy::named(o.precision, c.n_layer, device, "gpt.h");
+  if (policy.fp8_state != nullptr) policy.override_module("head", mpt::amp::Precision::BF16);
+  mpt::train::Trainer trainer(
+      model, mpt::train::adamw({.lr = o.lr, .moments = moments}),
+      {.policy = policy, .precision_name = o.precision, .clip = 1.0, .weight_decay = o.weight_decay,
+       .schedule = mpt::train::warmup_cosine(
+           {.max_lr = o.lr, .min_lr = o.lr / 10, .warmup_steps = o.steps / 10, .total_steps = o.steps})});
   const int64_t max_len = o.max_len > 0 ? std::min(o.max_len, c.block_size) : c.block_size;
   mpt::data::LengthBucketSampler sampler(
       {.lengths = lengths, .batch = o.batch, .bucket_batches = o.bucket_batches, .seed = o.seed});
-  MPT_CHECK(o.pool == "mean" || o.pool == "last", "[finetune] unknown --pool '{}': expected mean or last", o.pool);
-  const Classifier model{*gpt, head, o.pool == "mean"};
   fmt::print("training: {} steps of {} lines (dynamic padding, length buckets of {} batches, at most {} tokens), "
-             "{} ({} moments), lr {:g}, {}\n", o.steps, o.batch, o.bucket_batches, max_len, o.optimizer,
-             moments == mpt::ops::MomentStorage::Int8 ? "8-bit" : "FP32", o.lr, o.precision);
+             "{} ({} moments), lr {:g}, {}{}\n", o.steps, o.batch, o.bucket_batches, max_len, o.optimizer,
+             moments == mpt::ops::MomentStorage::Int8 ? "8-bit" : "FP32", o.lr, o.precision,
+             trainer.scaler().is_enabled() ? " with dynamic loss scaling" : "");
   fmt::print("majority-class baseline (always '{}'): held-out accuracy {:.4f}\n",
              set.names[static_cast<size_t>(majority)], baseline);
 
@@ -237,18 +237,11 @@ void run(const Options& o) {
   for (int64_t step = 0; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const Batch b = make_batch(train_tokens, set.train, sampler.next(), max_len, device);
-    opt.zero_grad();
-    mpt::Tensor loss;
-    {
-      mpt::amp::Autocast autocast(policy);
-      loss = mpt::ops::softmax_cross_entropy(model(b.ids, b.lengths), b.labels).loss;
-    }
-    loss.backward();
-    mpt::optim::clip_grad_norm_(trainable_tensors, 1.0);
-    const double lr = schedule.current_lr();
-    opt.step();
-    schedule.step();
-    loss_sum += loss.item<double>();
+    const mpt::train::StepMetrics m = trainer.step([&](int64_t) {
+      return mpt::ops::softmax_cross_entropy(model(b.ids, b.lengths), b.labels).loss;
+    });
+    const double lr = m.lr;
+    loss_sum += m.loss.item<double>();
     pad_sum += b.padding;
     ms_sum += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ++window;
@@ -260,16 +253,21 @@ void run(const Options& o) {
       window = 0;
     }
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
-      acc = accuracy(model, held_tokens, set.held_out, n_eval, o, max_len, device, policy);
+      acc = trainer.evaluate([&] { return accuracy(model, held_tokens, set.held_out, n_eval, o, max_len, device); });
       fmt::print("step {:4d} | held-out accuracy {:.4f} (majority baseline {:.4f})\n", step + 1, acc, baseline);
     }
   }
   fmt::print("final held-out accuracy {:.4f} on {} lines of {} speakers; majority-class baseline {:.4f}\n", acc,
              n_eval, set.names.size(), baseline);
+  if (trainer.scaler().is_enabled())
+    fmt::print("loss scaler: scale {:g} after {} steps, {} skipped\n", trainer.scaler().get_scale(), o.steps,
+               trainer.skipped_steps());
+  if (const mpt::fp8::Fp8ScalingState* fp8 = trainer.fp8_state())
+    fmt::print("fp8 scaling: {} updates of {} tensors' scales\n", fp8->num_updates(), fp8->metas().size());
 
   // What the optimizer holds, against FP32 AdamW (8 bytes per parameter) on every parameter.
   const bool int8 = moments == mpt::ops::MomentStorage::Int8;
-  const int64_t held = optimizer_bytes(opt), fp32_all = 8 * total, fp32_trainable = 8 * trainable;
+  const int64_t held = optimizer_bytes(trainer.optimizer()), fp32_all = 8 * total, fp32_trainable = 8 * trainable;
   fmt::print("optimizer state: {:.2f} MiB ({} moments on {:.3f}M trainable parameters); FP32 AdamW on all {:.3f}M "
              "would hold {:.2f} MiB: freezing saves {:.2f} MiB{}\n", mib(held), int8 ? "8-bit" : "FP32",
              trainable / 1e6, total / 1e6, mib(fp32_all), mib(fp32_all - fp32_trainable),
@@ -294,7 +292,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr, "peak learning rate (warmup 10%, cosine to a tenth)")->check(CLI::PositiveNumber);
   app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)")->check(CLI::NonNegativeNumber);
   app.add_option("--optimizer", o.optimizer, "adamw (FP32 moments) or adamw8bit (8-bit blockwise moments)");
-  app.add_option("--precision", o.precision, "fp32 or bf16 (autocast)");
+  app.add_option("--precision", o.precision, "fp32, bf16, fp16 (with dynamic loss scaling), fp8-delayed, fp8-current "
+                 "or fp8-block (the first and last blocks and the head in BF16)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8-delayed", "fp8-current", "fp8-block"}));
   app.add_option("--pool", o.pool, "what the head reads: mean (of the real tokens' final states) or last (token's)");
   app.add_option("--max-len", o.max_len, "tokens kept per line (0: the model's context)")
       ->check(CLI::NonNegativeNumber);

@@ -34,31 +34,30 @@ Tensor parameter(const mpt::Shape& shape, double std, mpt::Device device, mpt::G
   return Tensor::normal(shape, 0, std, DType::F32, device, gen).requires_grad_();
 }
 
-struct Mlp {
-  std::vector<Tensor> w, b;  // layer i: w[i] (out, in), b[i] (out)
-
-  Mlp(const std::vector<int64_t>& widths, mpt::Device device, mpt::Generator& gen) {
+// An nn::Module, so the Trainer can own its step: it finds the parameters through named_parameters().
+class Mlp : public mpt::nn::Module {
+ public:
+  Mlp(const std::vector<int64_t>& widths, mpt::Device device, mpt::Generator& gen) : Module("Mlp") {
     for (size_t i = 0; i + 1 < widths.size(); ++i) {
-      w.push_back(parameter({widths[i + 1], widths[i]}, 1.0 / std::sqrt(static_cast<double>(widths[i])), device, gen));
-      b.push_back(Tensor::zeros({widths[i + 1]}, DType::F32, device).requires_grad_());
+      const double std = 1.0 / std::sqrt(static_cast<double>(widths[i]));
+      w_.push_back(register_parameter(fmt::format("w{}", i), parameter({widths[i + 1], widths[i]}, std, device, gen)));
+      b_.push_back(register_parameter(fmt::format("b{}", i),
+                                      Tensor::zeros({widths[i + 1]}, DType::F32, device).requires_grad_(), false));
     }
   }
 
   // x (n, in) in the compute dtype: every layer x W^T + b, SiLU between layers. amp::compute_copy gives the cached
   // low-precision copy of each master, whose gradient is added into the master's FP32 gradient.
   Tensor operator()(Tensor h, DType dtype) const {
-    for (size_t i = 0; i < w.size(); ++i) {
-      h = ops::matmul(h, mpt::amp::compute_copy(w[i], dtype), {.trans_b = true}) + mpt::amp::compute_copy(b[i], dtype);
-      if (i + 1 < w.size()) h = ops::silu(h);
+    for (size_t i = 0; i < w_.size(); ++i) {
+      h = ops::matmul(h, mpt::amp::compute_copy(w_[i], dtype), {.trans_b = true}) + mpt::amp::compute_copy(b_[i], dtype);
+      if (i + 1 < w_.size()) h = ops::silu(h);
     }
     return h;
   }
 
-  std::vector<Tensor> parameters() const {
-    std::vector<Tensor> p = w;
-    p.insert(p.end(), b.begin(), b.end());
-    return p;
-  }
+ private:
+  std::vector<Tensor> w_, b_;  // layer i: w[i] (out, in), b[i] (out); handles sharing the registered parameters
 };
 
 }  // namespace
@@ -84,30 +83,28 @@ int main(int argc, char** argv) {
     mpt::Generator gen(static_cast<uint64_t>(seed));
     const Batch held_out = make_batch(4096, gen, device);
     Mlp model({8, hidden, hidden, 1}, device, gen);
-    mpt::optim::AdamW opt(model.parameters(), {.lr = lr, .weight_decay = 0.0});
-    // FP16 needs loss scaling (its gradients underflow); BF16 and FP32 do not.
-    mpt::amp::GradScaler scaler(device, {.enabled = dtype == DType::F16});
+    // The Trainer owns the step: BF16/FP16 autocast with FP32 masters, the loss scaler FP16 needs (its gradients
+    // underflow; BF16 and FP32 get none), AdamW and a cosine decay to 10% of the learning rate.
+    mpt::train::Trainer trainer(model, mpt::train::adamw({.lr = lr, .weight_decay = 0.0}),
+                                {.policy = mpt::amp::Policy::named(dtype_name, 0, device), .clip = 0,
+                                 .schedule = mpt::train::warmup_cosine(
+                                     {.max_lr = lr, .min_lr = lr / 10, .warmup_steps = 0, .total_steps = steps})});
     const double variance = ops::var(held_out.y, 0, false, 0).item<double>();
     const auto held_out_mse = [&] {
-      mpt::autograd::NoGradGuard no_grad;
-      return ops::mse_loss(model(held_out.x.to(dtype), dtype), held_out.y).item<double>();
+      return trainer.evaluate([&] { return ops::mse_loss(model(held_out.x.to(dtype), dtype), held_out.y).item<double>(); });
     };
     std::printf("regression: MLP 8 -> %lld -> %lld -> 1 (SiLU), %s compute, FP32 masters, AdamW, %s\n",
                 static_cast<long long>(hidden), static_cast<long long>(hidden), dtype_name.c_str(),
                 device.str().c_str());
     std::printf("held-out target variance %.4f (the MSE of predicting the mean)\n", variance);
     for (int64_t step = 0; step < steps; ++step) {
-      const double progress = static_cast<double>(step) / static_cast<double>(steps);
-      for (auto& group : opt.param_groups()) group.lr = lr * (0.1 + 0.45 * (1 + std::cos(M_PI * progress)));
       const Batch b = make_batch(batch, gen, device);
-      opt.zero_grad();
-      const Tensor loss = ops::mse_loss(model(b.x.to(dtype), dtype), b.y);  // computed in f32
-      scaler.scale(loss).backward();
-      scaler.step(opt);
-      scaler.update();
+      const mpt::train::StepMetrics m = trainer.step([&](int64_t) {
+        return ops::mse_loss(model(b.x.to(dtype), dtype), b.y);  // computed in f32
+      });
       if (step % (steps / 10 > 0 ? steps / 10 : 1) == 0 || step + 1 == steps) {
         std::printf("step %5lld | train mse %.4f | held-out mse %.4f\n", static_cast<long long>(step),
-                    loss.item<double>(), held_out_mse());
+                    m.loss.item<double>(), held_out_mse());
       }
     }
     const double mse = held_out_mse();

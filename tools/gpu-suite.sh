@@ -13,7 +13,7 @@ Stages (each runs when what it needs is there; a failure is recorded and the lat
   build    configure and build the `cuda` preset (build/cuda), or check the build given by --build-dir: every
            binary present, its shared libraries found (ldd)
   tests    test_gpu (every case), GptGolden.* on cuda:0, and the Cuda*/CublasLt*/OptimCuda*/Stream.Gpu* cases of
-           test_core, test_optim, test_kernels, test_nn, test_amp, test_ops; fails if one fails or skips (other than
+           test_core, test_optim, test_kernels, test_nn, test_amp, test_fp8, test_train, test_ops; fails if one fails or skips (other than
            the cases written for machines without a GPU: NoGpu, CudaWithoutGpu, NoDriver)
   kernels  benchmarks/bench_kernels (the host CPU's kernels and GEMMs next to its peaks: it has no device option)
   gemm     cuBLAS BF16 and FP8 GEMM TFLOP/s through torch (compare_pytorch.py --gemm-only): a square 8192 GEMM and
@@ -142,7 +142,7 @@ no_gpu_reason="not run: no GPU visible (--force runs it anyway)"
 
 # ---------------------------------------------------------------- build
 # Binaries each stage needs.
-test_bins=(test_gpu test_core test_optim test_kernels test_nn test_amp test_ops)
+test_bins=(test_gpu test_core test_optim test_kernels test_nn test_amp test_fp8 test_train test_ops)
 need=()
 wanted tests && need+=("${test_bins[@]}")
 wanted kernels && need+=(bench_kernels)
@@ -256,7 +256,7 @@ if wanted tests; then
     mkdir -p "$out/raw/tests"
     # tag|binary|gtest filter|MPT_TEST_DEVICE
     runs=("test_gpu|test_gpu|*|" "test_nn.GptGolden.on_cuda|test_nn|GptGolden.*|cuda:0")
-    for b in test_core test_optim test_kernels test_nn test_amp test_ops; do
+    for b in test_core test_optim test_kernels test_nn test_amp test_fp8 test_train test_ops; do
       runs+=("$b.cuda|$b|Cuda*:CublasLt*:OptimCuda*:Stream.Gpu*|")
     done
     failures=() summary=()

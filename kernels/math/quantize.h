@@ -38,6 +38,31 @@ MPT_HD MPT_INLINE uint32_t amax_bits(T x, bool ignore_nan) {
   return ignore_nan && b > kInfBits ? 0u : b;
 }
 
+// ---- scale from amax (TransformerEngine's compute_scale_from_amax, recipe_common.cuh)
+// s = (fp8_max * 2^-margin) / amax, one IEEE division. amax 0, Inf or NaN -> s = 1 (nothing to scale by);
+// an overflowing quotient (tiny amax) -> inf_value (FLT_MAX); power_of_2 floors s to a power of two (keeps only the
+// exponent), as TE's block scaling does by default. The quantizer stores scale_inv = 1 / s. The one amax -> scale
+// function of the project: current and block scaling, delayed scaling's update, FP8 weight copies and the FP8
+// gradient all-reduce all compute their scales with it.
+struct ScaleFromAmax {
+  float fp8_max = kE4M3Max;
+  int margin = 0;  // 0..64
+  bool power_of_2 = false;
+  float epsilon = 0.0f;  // TE's amax_epsilon: a smaller amax counts as epsilon
+  float inf_value = 0x1.fffffep127f;  // an overflowing quotient becomes this (TE: FLT_MAX, or the input dtype's max)
+
+  MPT_HD MPT_INLINE float operator()(float amax) const {
+    if (amax < epsilon) amax = epsilon;
+    const uint32_t a = numerics_detail::bit_cast<uint32_t>(amax);
+    if (amax == 0.0f || (a & kInfBits) == kInfBits) return 1.0f;
+    const float factor = numerics_detail::bit_cast<float>(static_cast<uint32_t>(127 - margin) << 23);
+    float s = (fp8_max * factor) / amax;
+    if ((numerics_detail::bit_cast<uint32_t>(s) & kAbsMask) == kInfBits) s = inf_value;
+    if (power_of_2) s = numerics_detail::bit_cast<float>(numerics_detail::bit_cast<uint32_t>(s) & 0xFF800000u);
+    return s;
+  }
+};
+
 // ---- delayed scaling: one tensor's update from its amax history (scaling-spec B1, TE's kernel_bulk)
 // h: the history [len] ([0] this step's amax, then past ones, newest last); buf: this step's (possibly all-reduced)
 // amax. An amax of 0 leaves everything untouched (the tensor was quantized nowhere this step). Otherwise the scale
@@ -60,34 +85,10 @@ MPT_HD MPT_INLINE void delayed_scaling_update(const DelayedUpdate& u, float* h, 
   const float amax = u.algo_max ? amax_max : a;
   const uint32_t bits = numerics_detail::bit_cast<uint32_t>(amax);
   if ((bits & kInfBits) == kInfBits || !(amax > 0.0f)) return;  // Inf or NaN or 0: the scale stays
-  const float factor = numerics_detail::bit_cast<float>(static_cast<uint32_t>(127 - u.margin) << 23);
-  float s = (u.fp8_max * factor) / amax;
-  if ((numerics_detail::bit_cast<uint32_t>(s) & kAbsMask) == kInfBits) s = 0x1.fffffep127f;
+  const float s = ScaleFromAmax{u.fp8_max, u.margin}(amax);
   *scale = s;
   *scale_inv = 1.0f / s;
 }
-
-// ---- scale from amax (TransformerEngine's compute_scale_from_amax, recipe_common.cuh)
-// s = (fp8_max * 2^-margin) / amax, one IEEE division. amax 0, Inf or NaN -> s = 1 (nothing to scale by);
-// an overflowing quotient (tiny amax) -> FLT_MAX; power_of_2 floors s to a power of two (keeps only the
-// exponent), as TE's block scaling does by default. The quantizer stores scale_inv = 1 / s.
-struct ScaleFromAmax {
-  float fp8_max = kE4M3Max;
-  int margin = 0;  // 0..64
-  bool power_of_2 = false;
-  float epsilon = 0.0f;  // TE's amax_epsilon: a smaller amax counts as epsilon
-
-  MPT_HD MPT_INLINE float operator()(float amax) const {
-    if (amax < epsilon) amax = epsilon;
-    const uint32_t a = numerics_detail::bit_cast<uint32_t>(amax);
-    if (amax == 0.0f || (a & kInfBits) == kInfBits) return 1.0f;
-    const float factor = numerics_detail::bit_cast<float>(static_cast<uint32_t>(127 - margin) << 23);
-    float s = (fp8_max * factor) / amax;
-    if ((numerics_detail::bit_cast<uint32_t>(s) & kAbsMask) == kInfBits) s = 0x1.fffffep127f;
-    if (power_of_2) s = numerics_detail::bit_cast<float>(numerics_detail::bit_cast<uint32_t>(s) & 0xFF800000u);
-    return s;
-  }
-};
 
 MPT_HD MPT_INLINE float reciprocal(float s) { return 1.0f / s; }
 

@@ -11,7 +11,7 @@
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
 #include "mpt/ops/elementwise.h"
-#include "mpt/ops/fp8_linear.h"
+#include "mpt/fp8/linear.h"
 
 namespace mpt::amp {
 
@@ -26,10 +26,10 @@ struct Entry {
 
 // An FP8 weight copy, keyed by (master, recipe kind).
 struct Fp8Entry {
-  std::shared_ptr<const ops::Fp8Weight> copy;
+  std::shared_ptr<const fp8::Fp8Weight> copy;
   const void* data = nullptr;                  // the master's storage when the copy was made
-  std::shared_ptr<Fp8TensorMeta> meta;         // the weight meta it was made (and records its amax) with
-  Fp8Recipe recipe;                            // the recipe it was made under
+  std::shared_ptr<fp8::Fp8TensorMeta> meta;         // the weight meta it was made (and records its amax) with
+  fp8::Fp8Recipe recipe;                            // the recipe it was made under
   std::shared_ptr<autograd::AutogradMeta> owner;
 };
 
@@ -75,35 +75,35 @@ Tensor make_copy(const Tensor& master, DType dtype, bool requires_grad) {
 }
 
 // Whether two recipes of one kind quantize a weight alike (delayed: by the meta's scale, compared separately).
-bool same_weight_quantization(const Fp8Recipe& a, const Fp8Recipe& b) {
+bool same_weight_quantization(const fp8::Fp8Recipe& a, const fp8::Fp8Recipe& b) {
   if (a.index() != b.index()) return false;
-  if (const auto* ca = std::get_if<CurrentScaling>(&a)) {
-    const auto& cb = std::get<CurrentScaling>(b);
+  if (const auto* ca = std::get_if<fp8::CurrentScaling>(&a)) {
+    const auto& cb = std::get<fp8::CurrentScaling>(b);
     return ca->power_2_scale == cb.power_2_scale &&
            std::bit_cast<uint32_t>(ca->amax_epsilon) == std::bit_cast<uint32_t>(cb.amax_epsilon);
   }
-  if (const auto* ba = std::get_if<BlockScaling>(&a)) {
-    return ba->power_2_scale == std::get<BlockScaling>(b).power_2_scale;
+  if (const auto* ba = std::get_if<fp8::BlockScaling>(&a)) {
+    return ba->power_2_scale == std::get<fp8::BlockScaling>(b).power_2_scale;
   }
   return true;  // delayed: every weight is E4M3 whatever the format
 }
 
-std::shared_ptr<const ops::Fp8Weight> quantize_weight(const Tensor& master, const Fp8Recipe& recipe,
-                                                      const std::shared_ptr<Fp8TensorMeta>& meta, bool transpose) {
+std::shared_ptr<const fp8::Fp8Weight> quantize_weight(const Tensor& master, const fp8::Fp8Recipe& recipe,
+                                                      const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool transpose) {
   autograd::NoGradGuard no_grad;
-  return std::make_shared<const ops::Fp8Weight>(ops::quantize_fp8_weight(master.detach(), recipe, meta, transpose));
+  return std::make_shared<const fp8::Fp8Weight>(fp8::quantize_fp8_weight(master.detach(), recipe, meta, transpose));
 }
 
 }  // namespace
 
-std::shared_ptr<const ops::Fp8Weight> fp8_weight_copy(const Tensor& master, const Fp8Recipe& recipe,
-                                                      const std::shared_ptr<Fp8TensorMeta>& weight_meta,
+std::shared_ptr<const fp8::Fp8Weight> fp8_weight_copy(const Tensor& master, const fp8::Fp8Recipe& recipe,
+                                                      const std::shared_ptr<fp8::Fp8TensorMeta>& weight_meta,
                                                       bool transpose) {
   MPT_CHECK(master.defined(), "[fp8_weight_copy] undefined master tensor");
   if (master.dtype() != DType::F32 || !master.is_leaf() || master.autograd_meta() == nullptr) {
     return quantize_weight(master, recipe, weight_meta, transpose);
   }
-  const bool delayed = std::holds_alternative<DelayedScaling>(recipe);
+  const bool delayed = std::holds_alternative<fp8::DelayedScaling>(recipe);
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   const std::pair key{static_cast<const autograd::AutogradMeta*>(master.autograd_meta().get()), recipe.index()};

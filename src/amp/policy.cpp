@@ -1,7 +1,7 @@
 // src/amp/policy.cpp: precision names, per-module policy lookup and the thread-local Autocast stack.
 #include "mpt/amp/policy.h"
 
-#include "mpt/amp/fp8.h"
+#include "mpt/fp8/scaling.h"
 #include "mpt/core/error.h"
 
 namespace mpt::amp {
@@ -52,8 +52,8 @@ Precision Policy::at(std::string_view path) const {
   return best;
 }
 
-Policy Policy::fp8(int64_t n_layer, std::shared_ptr<Fp8ScalingState> state, std::string_view block_prefix) {
-  MPT_CHECK(state != nullptr, "[amp] an FP8 policy needs an Fp8ScalingState (the recipe and its scales)");
+Policy Policy::fp8(int64_t n_layer, std::shared_ptr<mpt::fp8::Fp8ScalingState> state, std::string_view block_prefix) {
+  MPT_CHECK(state != nullptr, "[amp] an FP8 policy needs an mpt::fp8::Fp8ScalingState (the recipe and its scales)");
   Policy p{Precision::FP8, {}, std::move(state)};
   p.override_module("lm_head", Precision::BF16);
   if (n_layer > 0) {
@@ -68,9 +68,9 @@ Policy Policy::named(std::string_view name, int64_t n_layer, Device device, std:
   if (name == "fp32") return fp32();
   if (name == "bf16") return bf16();
   if (name == "fp16") return fp16();
-  if (name == "fp8-delayed") return fp8(n_layer, std::make_shared<Fp8ScalingState>(DelayedScaling{}, device), block_prefix);
-  if (name == "fp8-current") return fp8(n_layer, std::make_shared<Fp8ScalingState>(CurrentScaling{}, device), block_prefix);
-  if (name == "fp8-block") return fp8(n_layer, std::make_shared<Fp8ScalingState>(BlockScaling{}, device), block_prefix);
+  if (name == "fp8-delayed") return fp8(n_layer, std::make_shared<mpt::fp8::Fp8ScalingState>(mpt::fp8::DelayedScaling{}, device), block_prefix);
+  if (name == "fp8-current") return fp8(n_layer, std::make_shared<mpt::fp8::Fp8ScalingState>(mpt::fp8::CurrentScaling{}, device), block_prefix);
+  if (name == "fp8-block") return fp8(n_layer, std::make_shared<mpt::fp8::Fp8ScalingState>(mpt::fp8::BlockScaling{}, device), block_prefix);
   MPT_THROW("[amp] unknown precision '{}': expected fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block", name);
 }
 

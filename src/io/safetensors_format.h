@@ -80,7 +80,7 @@ struct FileDigest;  // io/checksum.h
 FileDigest save_safetensors_hashed(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
                                    const std::map<std::string, std::string>& metadata);
 
-// The crash-test hook of io::testing::set_save_hook (checkpoint.h): save_safetensors and save_checkpoint call
+// The crash-test hook of train::testing::set_save_hook (checkpoint.h): save_safetensors and save_checkpoint call
 // save_point() at every place a crash could land. A no-op unless a test set a hook.
 std::function<void(std::string_view)>& save_hook();
 inline void save_point(std::string_view label) {

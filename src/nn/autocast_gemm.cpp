@@ -1,12 +1,12 @@
 // src/nn/autocast_gemm.cpp: the policy-driven GEMM of Linear layers and the LM head.
 #include "autocast_gemm.h"
 
-#include "mpt/amp/fp8.h"
+#include "mpt/fp8/scaling.h"
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
 #include "mpt/autograd/grad_mode.h"
-#include "mpt/ops/fp8_linear.h"
-#include "mpt/ops/fp8_mlp.h"
+#include "mpt/fp8/linear.h"
+#include "mpt/fp8/mlp.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/mlp.h"
 
@@ -27,11 +27,11 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
       // The FP32 master weight and bias go in directly: fp8_linear quantizes the input (E4M3) and the gradient (per
       // the recipe) and adds the bias in FP32; dW lands in the master's FP32 gradient. The weight's E4M3 codes come
       // from the cast cache: made once per optimizer step, reused by every micro-batch.
-      const amp::Fp8Recipe& recipe = policy->fp8_state->recipe();
-      amp::Fp8LinearMetas metas = policy->fp8_state->register_linear(std::string(path));
+      const fp8::Fp8Recipe& recipe = policy->fp8_state->recipe();
+      fp8::Fp8LinearMetas metas = policy->fp8_state->register_linear(std::string(path));
       const bool need_wt = autograd::is_grad_enabled() && x.requires_grad();  // dgrad reads W^T's codes
       auto w8 = amp::fp8_weight_copy(weight, recipe, metas.weight, need_wt);
-      return ops::fp8_linear(x, weight, bias,
+      return fp8::fp8_linear(x, weight, bias,
                              {.recipe = recipe, .metas = std::move(metas), .out_dtype = amp::output_dtype(p),
                               .weight_fp8 = std::move(w8)});
     }
@@ -66,15 +66,15 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
     // layer's metas registered under its path), with the GELU in the first GEMM's epilogue and its derivative in the
     // second's dgrad.
     MPT_CHECK(policy->fp8_state != nullptr, "[MLP] '{}': the policy asks for FP8 but holds no Fp8ScalingState", path1);
-    const amp::Fp8Recipe& recipe = policy->fp8_state->recipe();
-    amp::Fp8LinearMetas m1 = policy->fp8_state->register_linear(std::string(path1));
-    amp::Fp8LinearMetas m2 = policy->fp8_state->register_linear(std::string(path2));
+    const fp8::Fp8Recipe& recipe = policy->fp8_state->recipe();
+    fp8::Fp8LinearMetas m1 = policy->fp8_state->register_linear(std::string(path1));
+    fp8::Fp8LinearMetas m2 = policy->fp8_state->register_linear(std::string(path2));
     const bool grad = autograd::is_grad_enabled();
     const bool need_w1t = grad && x.requires_grad();  // the backward's GEMMs read W^T's codes
     const bool need_w2t = grad && (x.requires_grad() || w1.requires_grad() || (b1.defined() && b1.requires_grad()));
     auto c1 = amp::fp8_weight_copy(w1, recipe, m1.weight, need_w1t);
     auto c2 = amp::fp8_weight_copy(w2, recipe, m2.weight, need_w2t);
-    return ops::fp8_mlp(x, w1, b1, w2, b2,
+    return fp8::fp8_mlp(x, w1, b1, w2, b2,
                         {.recipe = recipe, .metas1 = std::move(m1), .metas2 = std::move(m2),
                          .out_dtype = amp::output_dtype(p), .weight1_fp8 = std::move(c1), .weight2_fp8 = std::move(c2)});
   }

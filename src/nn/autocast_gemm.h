@@ -9,7 +9,7 @@ namespace mpt::nn::detail {
 
 // x: [N, K]; weight [M, K]; bias [M] or undefined. Outside Autocast x must have the weight's dtype. Under Autocast:
 // FP32 casts x to the weight's dtype; FP16/BF16 cast x (a recorded cast) and use the cached compute copies of the
-// FP32 master weight and bias (amp::compute_copy), the result in the low dtype; FP8 runs ops::fp8_linear with the
+// FP32 master weight and bias (amp::compute_copy), the result in the low dtype; FP8 runs fp8::fp8_linear with the
 // policy's recipe and this layer's scaling metas (registered under `path`), the result in BF16. `layer` names the
 // caller in errors.
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
@@ -17,7 +17,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
 // run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast
-// (with the cached compute copies of FP32 masters); ops::fp8_mlp under FP8 (each layer's metas registered under its
+// (with the cached compute copies of FP32 masters); fp8::fp8_mlp under FP8 (each layer's metas registered under its
 // path, the cached FP8 weight copies). Undefined otherwise (mixed precisions, non-FP32 masters under a low policy):
 // the caller then runs the layers one by one.
 Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::string_view path1, const Tensor& w2,

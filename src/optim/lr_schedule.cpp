@@ -16,11 +16,11 @@ void LrSchedule::step() {
   apply();
 }
 
-nn::StateDict LrSchedule::state_dict() const {
+StateDict LrSchedule::state_dict() const {
   return {{"step", Tensor::full({}, static_cast<double>(step_), DType::I64)}};
 }
 
-void LrSchedule::load_state_dict(const nn::StateDict& dict) {
+void LrSchedule::load_state_dict(const StateDict& dict) {
   const auto it = dict.find("step");
   MPT_CHECK(it != dict.end(), "[LrSchedule.load_state_dict] missing key 'step' (a 0-d i64 tensor)");
   for (const auto& [key, t] : dict) {

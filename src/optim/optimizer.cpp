@@ -17,7 +17,7 @@ Tensor f64_scalar(double v) { return Tensor::full({}, v, DType::F64); }
 
 // The 0-d tensor dict[key], checked; its value as T.
 template <class T>
-T scalar_entry(const nn::StateDict& dict, const std::string& key, DType dtype, const std::string& op) {
+T scalar_entry(const StateDict& dict, const std::string& key, DType dtype, const std::string& op) {
   const auto it = dict.find(key);
   MPT_CHECK(it != dict.end(), "[{}.load_state_dict] missing key '{}' (a 0-d {} tensor)", op, key, dtype);
   const Tensor& t = it->second;
@@ -29,11 +29,11 @@ T scalar_entry(const nn::StateDict& dict, const std::string& key, DType dtype, c
 
 }  // namespace
 
-std::vector<ParamGroup> weight_decay_groups(const std::vector<nn::NamedParameter>& params, double weight_decay) {
+std::vector<ParamGroup> weight_decay_groups(const std::vector<NamedParameter>& params, double weight_decay) {
   std::vector<ParamGroup> groups(2);
   groups[0].weight_decay = weight_decay;
   groups[1].weight_decay = 0.0;
-  for (const nn::NamedParameter& p : params) {
+  for (const NamedParameter& p : params) {
     if (!p.tensor.defined() || !p.tensor.requires_grad()) continue;
     ParamGroup& g = groups[p.weight_decay ? 0 : 1];
     g.params.push_back(p.tensor);
@@ -167,8 +167,8 @@ std::string Optimizer::key_of(size_t g, size_t i) const {
   return group.names.empty() ? fmt::format("group{}.param{}", g, i) : group.names[i];
 }
 
-nn::StateDict Optimizer::state_dict() const {
-  nn::StateDict dict;
+StateDict Optimizer::state_dict() const {
+  StateDict dict;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     const std::string prefix = fmt::format("group{}.", g);
@@ -186,7 +186,7 @@ nn::StateDict Optimizer::state_dict() const {
   return dict;
 }
 
-void Optimizer::load_state_dict(const nn::StateDict& dict) {
+void Optimizer::load_state_dict(const StateDict& dict) {
   const std::string op = name_;
   std::set<std::string> used;
   // Hyperparameters first: the state spec (SGD's momentum buffer) may depend on them.

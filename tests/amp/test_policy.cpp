@@ -4,7 +4,7 @@
 #include <cstring>
 #include <thread>
 
-#include "mpt/amp/fp8.h"
+#include "mpt/fp8/scaling.h"
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
 #include "mpt/mpt.h"
@@ -32,7 +32,7 @@ TEST(Policy, LongestWholeComponentPrefixWins) {
   EXPECT_EQ(p.at("h.1"), Precision::FP32);
   EXPECT_EQ(p.at("h.10.mlp.c_fc"), Precision::BF16);  // "h.1" is not a component prefix of "h.10"
   EXPECT_EQ(p.at("h.1.mlp.c_fc"), Precision::FP16);
-  const amp::Policy f = amp::Policy::fp8(12, std::make_shared<amp::Fp8ScalingState>());
+  const amp::Policy f = amp::Policy::fp8(12, std::make_shared<fp8::Fp8ScalingState>());
   EXPECT_EQ(f.at("h.0.mlp.c_fc"), Precision::BF16);
   EXPECT_EQ(f.at("h.5.mlp.c_fc"), Precision::FP8);
   EXPECT_EQ(f.at("h.11.attn.c_proj"), Precision::BF16);
@@ -158,7 +158,7 @@ TEST(Autocast, PerModuleOverrideKeepsABlockInFp32) {
   EXPECT_EQ(model.forward(Tensor::from_vector<int64_t>({1, 2, 3, 4}, {1, 4})).dtype(), DType::BF16);  // LM head
 }
 
-// A GPT under each FP8 recipe: the middle blocks' Linear layers run ops::fp8_linear with metas registered under
+// A GPT under each FP8 recipe: the middle blocks' Linear layers run fp8::fp8_linear with metas registered under
 // their paths, the first and last blocks and the LM head stay BF16, the loss stays close to FP32's (3 bits of
 // mantissa in E4M3: the derived bound below), master gradients are FP32, and delayed scaling's update moves scales.
 TEST(Autocast, GptUnderEachFp8Recipe) {
@@ -173,10 +173,10 @@ TEST(Autocast, GptUnderEachFp8Recipe) {
   const Tensor ids = Tensor::uniform({2, 17}, 0, 23, DType::F32, Device::cpu(), gen).to(DType::I64);
   const Tensor x = ids.slice(1, 0, 16).contiguous(), y = ids.slice(1, 1, 17).contiguous();
   const double fp32_loss = model.loss(x, y).item<double>();
-  for (const amp::Fp8Recipe& recipe :
-       {amp::Fp8Recipe{amp::DelayedScaling{.amax_history_len = 4}}, amp::Fp8Recipe{amp::CurrentScaling{}},
-        amp::Fp8Recipe{amp::BlockScaling{}}}) {
-    auto state = std::make_shared<amp::Fp8ScalingState>(recipe);
+  for (const fp8::Fp8Recipe& recipe :
+       {fp8::Fp8Recipe{fp8::DelayedScaling{.amax_history_len = 4}}, fp8::Fp8Recipe{fp8::CurrentScaling{}},
+        fp8::Fp8Recipe{fp8::BlockScaling{}}}) {
+    auto state = std::make_shared<fp8::Fp8ScalingState>(recipe);
     model.zero_grad();
     Tensor loss;
     {

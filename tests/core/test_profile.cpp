@@ -6,10 +6,10 @@
 #include <utility>
 #include <vector>
 
-#include "mpt/amp/grad_scaler.h"
+#include "mpt/train/grad_scaler.h"
 #include "mpt/core/profile.h"
 #include "mpt/dist/communicator.h"
-#include "mpt/dist/data_parallel.h"
+#include "mpt/train/data_parallel.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/nn/layers.h"
 #include "mpt/ops/reduction.h"
@@ -143,9 +143,9 @@ TEST(Profile, RecomputedBlocksRunInsideBackward) {
 
 TEST(Profile, ScalerAndDataParallelRangesAreOptimizerAndCommunication) {
   nn::GPT model = tiny_gpt(1);
-  dist::DataParallel dp(model, dist::single_process(), {.bucket_bytes = 1 << 20});  // one bucket
+  train::DataParallel dp(model, dist::single_process(), {.bucket_bytes = 1 << 20});  // one bucket
   optim::AdamW opt(optim::weight_decay_groups(model.named_parameters(), 0.1), {.lr = 1e-3});
-  amp::GradScaler scaler;
+  train::GradScaler scaler;
   const auto [x, y] = batch();
   Recorder rec;
   profile::set_nvtx(true);

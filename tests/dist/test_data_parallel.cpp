@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "mpt/dist/data_parallel.h"
+#include "mpt/train/data_parallel.h"
 #include "mpt/mpt.h"
 
 using namespace mpt;
@@ -49,7 +49,7 @@ double normwise(const Tensor& a, const Tensor& b) {
 }
 
 // grads: compare gradients (with zero1, only those this rank owns: `ours` lacks the others).
-double worst_difference(const std::vector<nn::NamedParameter>& ours, const std::vector<nn::NamedParameter>& theirs,
+double worst_difference(const std::vector<mpt::NamedParameter>& ours, const std::vector<mpt::NamedParameter>& theirs,
                         bool grads, double tol, bool only_ours = false) {
   double worst = 0;
   EXPECT_EQ(ours.size(), theirs.size());
@@ -69,7 +69,7 @@ double worst_difference(const std::vector<nn::NamedParameter>& ours, const std::
 }
 
 struct RunOptions {
-  dist::DataParallelOptions dp;
+  train::DataParallelOptions dp;
   bool adamw = false;
   int steps = 3;
 };
@@ -85,7 +85,7 @@ std::unique_ptr<nn::GPT> train_parallel(const RunOptions& o, const std::shared_p
                                         int64_t* optimizer_bytes = nullptr) {
   const int n = comm->size(), me = comm->rank();
   auto model = std::make_unique<nn::GPT>(tiny(100 + static_cast<uint64_t>(me)));  // rank 0's after the broadcast
-  dist::DataParallel dp(*model, comm, o.dp);
+  train::DataParallel dp(*model, comm, o.dp);
   const auto opt = make_optimizer(dp.shard(optim::weight_decay_groups(model->named_parameters(), 0.1)), o.adamw);
   for (int s = 0; s < std::max(o.steps, 1); ++s) {
     const auto [x, y] = global_batch(n, s);
@@ -130,7 +130,7 @@ TEST(DataParallel, ShardedGradientsAveragedEqualTheWholeBatchsGradients) {
   const auto comm = dist::world();
   const int n = comm->size(), me = comm->rank();
   nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));  // different weights until the broadcast
-  dist::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10});  // several buckets
+  train::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10});  // several buckets
   ASSERT_GT(dp.num_buckets(), 2);
   nn::GPT reference(tiny(100));  // rank 0's initial weights
   for (const auto& [k, t] : reference.state_dict()) {
@@ -156,14 +156,14 @@ TEST(DataParallel, NoSyncAccumulationEqualsTheWholeBatch) {
   const auto comm = dist::world();
   const int n = comm->size(), me = comm->rank();
   nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));
-  dist::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10});
+  train::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10});
   nn::GPT reference(tiny(100));
   // Two micro-batches per rank (one sequence each); the reference sees the same two global micro-batches.
   const auto [x, y] = global_batch(n);
   for (int micro = 0; micro < 2; ++micro) {
     const int64_t row = 2 * me + micro;
     if (micro == 0) {
-      dist::DataParallel::NoSync no_sync(dp);
+      train::DataParallel::NoSync no_sync(dp);
       model.loss(x.slice(0, row, row + 1), y.slice(0, row, row + 1)).backward();
       EXPECT_EQ(dp.buckets_started_in_backward(), 0) << "no collective inside no_sync";
     } else {
@@ -187,7 +187,7 @@ TEST(DataParallel, ParametersAfterStepsMatchOneProcess) {
   const int n = comm->size();
   struct Case {
     const char* name;
-    dist::DataParallelOptions dp;
+    train::DataParallelOptions dp;
     double grad_tol;  // the gradient's normwise error, which the parameters' error follows
   };
   // The compressed ones' budgets (normwise, per parameter): each rank's gradient rounds once to the wire format and
@@ -196,9 +196,9 @@ TEST(DataParallel, ParametersAfterStepsMatchOneProcess) {
   const double nd = n;
   for (const Case& c : {Case{"f32", {.bucket_bytes = 16 << 10}, 1e-5},
                         Case{"zero1", {.bucket_bytes = 16 << 10, .zero1 = true}, 1e-5},
-                        Case{"bf16", {.bucket_bytes = 16 << 10, .compression = dist::GradCompression::BF16},
+                        Case{"bf16", {.bucket_bytes = 16 << 10, .compression = train::GradCompression::BF16},
                              2 * nd * 0x1p-8},
-                        Case{"fp8", {.bucket_bytes = 16 << 10, .compression = dist::GradCompression::FP8},
+                        Case{"fp8", {.bucket_bytes = 16 << 10, .compression = train::GradCompression::FP8},
                              2 * nd * 0x1p-4}}) {
     SCOPED_TRACE(c.name);
     const RunOptions first{.dp = c.dp, .steps = 0};
@@ -261,7 +261,7 @@ TEST(DataParallel, ParametersWithoutAGradientOnSomeRanksNeitherHangNorDiverge) {
   for (bool zero1 : {false, true}) {
     if (zero1 && n > 3) continue;  // three parameters: a fourth rank would own none
     Partly m;
-    dist::DataParallel dp(m, comm, {.bucket_bytes = 8, .zero1 = zero1});  // one bucket per parameter
+    train::DataParallel dp(m, comm, {.bucket_bytes = 8, .zero1 = zero1});  // one bucket per parameter
     m.loss(me).backward();
     dp.finish();
     // a: mean over ranks of (r + 1); b: 2 b on rank 0, nothing elsewhere, averaged: 2 b / n; c: unused everywhere.
@@ -283,9 +283,9 @@ TEST(DataParallel, GradScalerFoundInfIsAgreedAcrossRanks) {
   const auto comm = dist::world();
   const int n = comm->size(), me = comm->rank();
   nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));
-  dist::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10, .zero1 = n > 1});
+  train::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10, .zero1 = n > 1});
   optim::SGD opt(dp.shard(optim::weight_decay_groups(model.named_parameters(), 0.0)), {.lr = 0.1});
-  amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024});
+  train::GradScaler scaler(train::GradScalerOptions{.init_scale = 1024});
   dp.attach(scaler);
   const auto [x, y] = global_batch(n);
   scaler.scale(model.loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2))).backward();
@@ -308,15 +308,15 @@ TEST(DataParallel, Fp8DelayedScalingAmaxesAreAgreedAcrossRanks) {
   const auto comm = dist::world();
   const int n = comm->size(), me = comm->rank();
   Partly m;
-  dist::DataParallel dp(m, comm);
-  amp::Fp8ScalingState fp8(amp::DelayedScaling{});
+  train::DataParallel dp(m, comm);
+  fp8::Fp8ScalingState fp8(fp8::DelayedScaling{});
   dp.attach(fp8);
-  const auto meta = fp8.register_tensor("x", amp::Fp8Role::Input);
+  const auto meta = fp8.register_tensor("x", fp8::Fp8Role::Input);
   // Each rank saw a different amax; every rank's scale must follow the largest, 2 n, as one process's would.
   meta->record_amax(static_cast<float>(2 * (me + 1)));
   fp8.update();
-  amp::Fp8ScalingState alone(amp::DelayedScaling{});
-  const auto want = alone.register_tensor("x", amp::Fp8Role::Input);
+  fp8::Fp8ScalingState alone(fp8::DelayedScaling{});
+  const auto want = alone.register_tensor("x", fp8::Fp8Role::Input);
   want->record_amax(static_cast<float>(2 * n));
   alone.update();
   EXPECT_EQ(meta->scale.to(DType::F32).item<float>(), want->scale.to(DType::F32).item<float>()) << "rank " << me;

@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "io/checkpoint_manifest.h"
+#include "train/checkpoint_manifest.h"
 #include "mpt/core/error.h"
 
 // Input: one byte choosing whether the checksum is verified (odd) or not (even: the field checks behind it are
@@ -12,9 +12,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool verify = (data[0] & 1) != 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    const mpt::io::detail::Manifest m = mpt::io::detail::parse_manifest(text, "fuzz", verify);
-    const mpt::io::detail::Manifest again =
-        mpt::io::detail::parse_manifest(mpt::io::detail::write_manifest(m), "fuzz (rewritten)", true);
+    const mpt::train::detail::Manifest m = mpt::train::detail::parse_manifest(text, "fuzz", verify);
+    const mpt::train::detail::Manifest again =
+        mpt::train::detail::parse_manifest(mpt::train::detail::write_manifest(m), "fuzz (rewritten)", true);
     if (again.step != m.step || again.files.size() != m.files.size() || again.precision != m.precision)
       __builtin_trap();
   } catch (const mpt::Error&) {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "device_test.h"
-#include "mpt/amp/fp8.h"
+#include "mpt/fp8/scaling.h"
 #include "mpt/mpt.h"
-#include "mpt/ops/fp8_linear.h"
+#include "mpt/fp8/linear.h"
 #include "op_test.h"
 
 namespace mpt {
@@ -111,7 +111,7 @@ TEST(GpuAttention, KeyPaddedForwardAndBackwardMatchCpu) {
 
 struct Recipe {
   const char* name;
-  amp::Fp8Recipe recipe;
+  fp8::Fp8Recipe recipe;
 };
 
 // One fp8_linear layer for a few steps on each device: x and W quantized (bit-identical codes: same inputs, same
@@ -126,12 +126,12 @@ void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq);
 TEST(GpuFp8Linear, RecipesMatchCpuIncludingScalingState) {
   MPT_REQUIRE_GPU(9);
   const std::vector<Recipe> recipes = {
-      {"delayed hybrid", amp::DelayedScaling{4, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid}},
-      {"delayed e4m3 most recent", amp::DelayedScaling{4, amp::AmaxAlgo::MostRecent, 1, amp::Fp8Format::E4M3}},
-      {"current", amp::CurrentScaling{}},
-      {"current pow2", amp::CurrentScaling{amp::Fp8Format::E4M3, true, 0.0f}},
-      {"block", amp::BlockScaling{}},
-      {"block f32 scales", amp::BlockScaling{false}}};
+      {"delayed hybrid", fp8::DelayedScaling{4, fp8::AmaxAlgo::Max, 0, fp8::Fp8Format::Hybrid}},
+      {"delayed e4m3 most recent", fp8::DelayedScaling{4, fp8::AmaxAlgo::MostRecent, 1, fp8::Fp8Format::E4M3}},
+      {"current", fp8::CurrentScaling{}},
+      {"current pow2", fp8::CurrentScaling{fp8::Fp8Format::E4M3, true, 0.0f}},
+      {"block", fp8::BlockScaling{}},
+      {"block f32 scales", fp8::BlockScaling{false}}};
   for (const Recipe& r : recipes)
     for (DType xdt : {DType::F32, DType::BF16}) check_fp8_linear(r, xdt, 48);
 }
@@ -140,15 +140,15 @@ TEST(GpuFp8Linear, RecipesMatchCpuIncludingScalingState) {
 // the same results (the API states no shape constraint for x beyond (..., K)).
 TEST(GpuFp8Linear, OddTokenCountMatchesCpu) {
   MPT_REQUIRE_GPU(9);
-  check_fp8_linear({"current, 129 tokens", amp::CurrentScaling{}}, DType::BF16, 43);
-  check_fp8_linear({"block, 129 tokens", amp::BlockScaling{}}, DType::BF16, 43);
+  check_fp8_linear({"current, 129 tokens", fp8::CurrentScaling{}}, DType::BF16, 43);
+  check_fp8_linear({"block, 129 tokens", fp8::BlockScaling{}}, DType::BF16, 43);
 }
 
 void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq) {
   const int64_t k = 160, m = 96, tps = tokens_per_seq;
   const std::string n = std::string(r.name) + " x " + name_of(xdt);
-  amp::Fp8ScalingState sc(r.recipe, Device::cpu()), sg(r.recipe, Device::cuda(0));
-  const amp::Fp8LinearMetas mc = sc.register_linear("fc"), mg = sg.register_linear("fc");
+  fp8::Fp8ScalingState sc(r.recipe, Device::cpu()), sg(r.recipe, Device::cuda(0));
+  const fp8::Fp8LinearMetas mc = sc.register_linear("fc"), mg = sg.register_linear("fc");
   const Tensor w0 = random_tensor({m, k}, DType::F32, 5, 0.1), b0 = random_tensor({m}, DType::F32, 6);
   Tensor wc = w0.clone().requires_grad_(), bc = b0.clone().requires_grad_();
   Tensor wg = to_gpu(w0).requires_grad_(), bg = to_gpu(b0).requires_grad_();
@@ -157,8 +157,8 @@ void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq) {
     const Tensor x0 = random_tensor({3, tps, k}, xdt, 7 + static_cast<uint64_t>(step), 2.0);
     const Tensor dy = random_tensor({3, tps, m}, xdt, 17 + static_cast<uint64_t>(step));
     Tensor xc = x0.clone().requires_grad_(), xg = to_gpu(x0).requires_grad_();
-    const Tensor yc = ops::fp8_linear(xc, wc, bc, {r.recipe, mc, std::nullopt});
-    const Tensor yg = ops::fp8_linear(xg, wg, bg, {r.recipe, mg, std::nullopt});
+    const Tensor yc = fp8::fp8_linear(xc, wc, bc, {r.recipe, mc, std::nullopt});
+    const Tensor yg = fp8::fp8_linear(xg, wg, bg, {r.recipe, mg, std::nullopt});
     ASSERT_TRUE(yg.device().is_cuda()) << s;
     const double wide = 1.3, fp8_u = testing::fp8_accumulation_roundoff();
     expect_gemm_close(yg, yc, ops::add(ops::matmul(abs64(x0), ops::scale(abs64(w0), wide), {.trans_b = true}),
@@ -183,7 +183,7 @@ void check_fp8_linear(const Recipe& r, DType xdt, int64_t tokens_per_seq) {
   }
 }
 
-// ops::fp8_mlp on CUDA (the GELU in the FP8 GEMMs' epilogues; block scaling: the GEMMs plain with the GELU kernels,
+// fp8::fp8_mlp on CUDA (the GELU in the FP8 GEMMs' epilogues; block scaling: the GEMMs plain with the GELU kernels,
 // the emulated cuBLASLt refusing GELU with block scales) against the CPU (the GEMMs, then the kernels). The hidden
 // activation and its gradient are quantized to FP8 between the GEMMs, so an element that lands on the other side of
 // an FP8 rounding boundary on one device (the GELU sees the FP32 sum on CUDA, the bf16-rounded one on the CPU) moves
@@ -195,25 +195,25 @@ TEST(GpuFp8Mlp, RecipesMatchCpu) {
   MPT_REQUIRE_GPU(9);
   const int64_t n = 96, c = 160, h = 384;
   const std::vector<Recipe> recipes = {
-      {"delayed hybrid", amp::DelayedScaling{4, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid}},
-      {"current", amp::CurrentScaling{}},
-      {"block", amp::BlockScaling{}}};
+      {"delayed hybrid", fp8::DelayedScaling{4, fp8::AmaxAlgo::Max, 0, fp8::Fp8Format::Hybrid}},
+      {"current", fp8::CurrentScaling{}},
+      {"block", fp8::BlockScaling{}}};
   const Tensor w1 = random_tensor({h, c}, DType::F32, 51, 0.15), b1 = random_tensor({h}, DType::F32, 52);
   const Tensor w2 = random_tensor({c, h}, DType::F32, 53, 0.1), b2 = random_tensor({c}, DType::F32, 54);
   const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
   for (const Recipe& r : recipes) {
-    amp::Fp8ScalingState sc(r.recipe, Device::cpu()), sg(r.recipe, Device::cuda(0));
-    const amp::Fp8LinearMetas c1 = sc.register_linear("fc"), c2 = sc.register_linear("proj");
-    const amp::Fp8LinearMetas g1 = sg.register_linear("fc"), g2 = sg.register_linear("proj");
+    fp8::Fp8ScalingState sc(r.recipe, Device::cpu()), sg(r.recipe, Device::cuda(0));
+    const fp8::Fp8LinearMetas c1 = sc.register_linear("fc"), c2 = sc.register_linear("proj");
+    const fp8::Fp8LinearMetas g1 = sg.register_linear("fc"), g2 = sg.register_linear("proj");
     for (int step = 0; step < 2; ++step) {
       const std::string s = std::string(r.name) + " step " + std::to_string(step);
       const Tensor x0 = random_tensor({n, c}, DType::BF16, 60 + static_cast<uint64_t>(step), 2.0);
       const Tensor dy = random_tensor({n, c}, DType::BF16, 70 + static_cast<uint64_t>(step));
-      auto run = [&](auto on, const amp::Fp8LinearMetas& m1, const amp::Fp8LinearMetas& m2, bool fp8) {
+      auto run = [&](auto on, const fp8::Fp8LinearMetas& m1, const fp8::Fp8LinearMetas& m2, bool fp8) {
         Tensor x = on(fp8 ? x0 : x0.to(DType::F32)).requires_grad_();
         Tensor p[4] = {on(w1).requires_grad_(), on(b1).requires_grad_(), on(w2).requires_grad_(),
                        on(b2).requires_grad_()};
-        const Tensor y = fp8 ? ops::fp8_mlp(x, p[0], p[1], p[2], p[3],
+        const Tensor y = fp8 ? fp8::fp8_mlp(x, p[0], p[1], p[2], p[3],
                                             {.recipe = r.recipe, .metas1 = m1, .metas2 = m2, .out_dtype = DType::BF16})
                              : ops::mlp(x, p[0], p[1], p[2], p[3]);
         y.backward(on(fp8 ? dy : dy.to(DType::F32)));

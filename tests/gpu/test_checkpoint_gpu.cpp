@@ -23,7 +23,7 @@ struct DeviceRun {
   DeviceRun(Device device, uint64_t seed)
       : device(device),
         model(config(device, seed)),
-        policy(amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(amp::DelayedScaling{.amax_history_len = 4},
+        policy(amp::Policy::fp8(3, std::make_shared<fp8::Fp8ScalingState>(fp8::DelayedScaling{.amax_history_len = 4},
                                                                            device))),
         opt(optim::weight_decay_groups(model.named_parameters(), 0.1),
             {.lr = 1e-2, .moments = ops::MomentStorage::Int8}),
@@ -47,7 +47,7 @@ struct DeviceRun {
       ++step;
     }
   }
-  io::TrainingState state() {
+  train::TrainingState state() {
     return {.model = &model, .optimizer = &opt, .fp8 = policy.fp8_state.get(), .step = step, .precision = "fp8"};
   }
   Device device;
@@ -81,10 +81,10 @@ TEST(GpuCheckpoint, ResumesADeviceRunBitForBitAndLoadsOnTheCpu) {
   DeviceRun first(gpu, 1);
   first.train(2);
   std::mt19937_64 data_after = first.data;
-  io::save_checkpoint(dir, first.state());
+  train::save_checkpoint(dir, first.state());
   DeviceRun second(gpu, 7);
-  io::TrainingState s = second.state();
-  io::load_checkpoint(dir, s);
+  train::TrainingState s = second.state();
+  train::load_checkpoint(dir, s);
   second.step = s.step;
   second.data = data_after;
   EXPECT_EQ(bytes_of(second.model.state_dict()), bytes_of(first.model.state_dict()));
@@ -98,8 +98,8 @@ TEST(GpuCheckpoint, ResumesADeviceRunBitForBitAndLoadsOnTheCpu) {
 
   // The same checkpoint into a run on the CPU: the weights and optimizer state arrive unchanged.
   DeviceRun cpu(Device::cpu(), 9);
-  io::TrainingState c = cpu.state();
-  io::load_checkpoint(dir, c);
+  train::TrainingState c = cpu.state();
+  train::load_checkpoint(dir, c);
   EXPECT_EQ(bytes_of(cpu.model.state_dict()), bytes_of(first.model.state_dict()));
   EXPECT_EQ(bytes_of(cpu.opt.state_dict()), bytes_of(first.opt.state_dict()));
   fs::remove_all(dir);

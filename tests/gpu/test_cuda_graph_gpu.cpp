@@ -29,7 +29,7 @@ nn::GPTConfig config(double dropout = 0) {
 
 amp::Policy policy_for(const std::string& p) {  // "fp16" or "fp8-delayed"
   if (p == "fp16") return amp::Policy::fp16();
-  return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(amp::DelayedScaling{}, Device::cuda(0)));
+  return amp::Policy::fp8(3, std::make_shared<fp8::Fp8ScalingState>(fp8::DelayedScaling{}, Device::cuda(0)));
 }
 
 // Step s's tokens, on the CPU.
@@ -47,7 +47,7 @@ struct Trainer {
   explicit Trainer(const std::string& precision)
       : model(config()),
         policy(policy_for(precision)),
-        scaler(amp::GradScalerOptions{.init_scale = 1024.0, .enabled = precision == "fp16"}, Device::cuda(0)),
+        scaler(train::GradScalerOptions{.init_scale = 1024.0, .enabled = precision == "fp16"}, Device::cuda(0)),
         opt(optim::weight_decay_groups(model.named_parameters(), 0.1), {.lr = lr_at(0), .betas = {0.9, 0.95}}) {
     for (const auto& p : model.named_parameters()) params.push_back(p.tensor);
   }
@@ -69,7 +69,7 @@ struct Trainer {
   }
   nn::GPT model;
   amp::Policy policy;
-  amp::GradScaler scaler;
+  train::GradScaler scaler;
   optim::AdamW opt;
   std::vector<Tensor> params;
   Tensor loss;
@@ -113,11 +113,11 @@ TEST(GpuCudaGraph, ReplayedStepsHaveTheBitsOfEagerSteps) {
       eager.step(xs.to(dev), ys.to(dev));
       EXPECT_TRUE(testing::same_bits(to_cpu(graphed.loss), to_cpu(eager.loss))) << precision << " loss at step " << s;
     }
-    const nn::StateDict g = graphed.model.state_dict(), e = eager.model.state_dict();
+    const mpt::StateDict g = graphed.model.state_dict(), e = eager.model.state_dict();
     for (const auto& [name, t] : e) {
       EXPECT_TRUE(testing::same_bits(to_cpu(g.at(name)), to_cpu(t))) << precision << " " << name;
     }
-    const nn::StateDict go = graphed.opt.state_dict(), eo = eager.opt.state_dict();
+    const mpt::StateDict go = graphed.opt.state_dict(), eo = eager.opt.state_dict();
     ASSERT_EQ(go.size(), eo.size());
     for (const auto& [name, t] : eo) {
       EXPECT_TRUE(testing::same_bits(to_cpu(go.at(name)), to_cpu(t))) << precision << " " << name;

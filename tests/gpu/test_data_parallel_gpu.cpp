@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "device_test.h"
-#include "mpt/dist/data_parallel.h"
+#include "mpt/train/data_parallel.h"
 #include "mpt/mpt.h"
 
 namespace mpt {
@@ -45,7 +45,7 @@ double normwise(const Tensor& a, const Tensor& b) {
 
 // `steps` SGD steps (0: one backward, gradients only) on every rank; the worst normwise difference from one CPU
 // process on the whole batch, of the gradients (steps 0) or the parameters.
-double worst_against_one_process(const dist::DataParallelOptions& options, int steps) {
+double worst_against_one_process(const train::DataParallelOptions& options, int steps) {
   const int n = std::min(4, cuda_status().device_count);
   // The reference: one CPU process, the whole batch.
   nn::GPT ref(tiny(100, Device::cpu()));
@@ -66,7 +66,7 @@ double worst_against_one_process(const dist::DataParallelOptions& options, int s
         const Device d = Device::cuda(r);
         const auto comm = dist::nccl_communicator(d, id, r, n);
         nn::GPT model(tiny(100 + static_cast<uint64_t>(r), d));  // rank 0's weights after the broadcast
-        dist::DataParallel dp(model, comm, options);
+        train::DataParallel dp(model, comm, options);
         optim::SGD opt(dp.shard(optim::weight_decay_groups(model.named_parameters(), 0.0)),
                        {.lr = 0.1, .momentum = 0.9});
         for (int s = 0; s < std::max(steps, 1); ++s) {
@@ -115,8 +115,8 @@ TEST(GpuDataParallel, NcclGradientsAndZero1StepsMatchOneCpuProcess) {
 TEST(GpuDataParallel, NcclCompressedGradientsStayWithinTheirBudgets) {
   MPT_REQUIRE_GPU(9);
   const double n = std::min(4, cuda_status().device_count);
-  const double bf16 = worst_against_one_process({.bucket_bytes = 16 << 10, .compression = dist::GradCompression::BF16}, 0);
-  const double fp8 = worst_against_one_process({.bucket_bytes = 16 << 10, .compression = dist::GradCompression::FP8}, 0);
+  const double bf16 = worst_against_one_process({.bucket_bytes = 16 << 10, .compression = train::GradCompression::BF16}, 0);
+  const double fp8 = worst_against_one_process({.bucket_bytes = 16 << 10, .compression = train::GradCompression::FP8}, 0);
   std::printf("NCCL compressed gradients over %g ranks: worst normwise difference BF16 %.3g, FP8 %.3g\n", n, bf16, fp8);
   EXPECT_LE(bf16, 2 * n * 0x1p-8);
   EXPECT_LE(fp8, 2 * n * 0x1p-4);
@@ -131,7 +131,7 @@ TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
   const Device d = Device::cuda(0);
   for (const bool zero1 : {false, true}) {
     nn::GPT plain(tiny(5, d)), wrapped(tiny(5, d));
-    dist::DataParallel dp(wrapped, dist::single_process(), {.bucket_bytes = 16 << 10, .zero1 = zero1});
+    train::DataParallel dp(wrapped, dist::single_process(), {.bucket_bytes = 16 << 10, .zero1 = zero1});
     optim::SGD plain_opt(optim::weight_decay_groups(plain.named_parameters(), 0.0), {.lr = 0.1, .momentum = 0.9});
     optim::SGD opt(dp.shard(optim::weight_decay_groups(wrapped.named_parameters(), 0.0)), {.lr = 0.1, .momentum = 0.9});
     for (int s = 0; s < 2; ++s) {

@@ -306,7 +306,7 @@ TEST(GpuMatmul, Fp8BlockScaledMatchesCpu) {
   }
 }
 
-// FP8 operands with the MLP's GELU epilogues (ops::fp8_mlp's GEMMs). Per-tensor scaling runs cuBLASLt's
+// FP8 operands with the MLP's GELU epilogues (fp8::fp8_mlp's GEMMs). Per-tensor scaling runs cuBLASLt's
 // GELU_AUX_BIAS and DGELU_BGRAD (the emulated device takes them; one matmul, no kernel of ours); block scaling, which the
 // emulated cuBLASLt refuses with a GELU epilogue, as real cuBLASLt may, runs the GEMM plain with the GELU kernels after
 // it, and the refusal is remembered. Bounds, elementwise, with m = |A||B| and u the bf16 output's unit roundoff:

@@ -165,7 +165,7 @@ nn::LlamaConfig gpu_llama(Device device) {
 
 struct LlamaRun {
   std::vector<double> losses;
-  nn::StateDict grads;  // the first step's, on the CPU
+  mpt::StateDict grads;  // the first step's, on the CPU
 };
 
 LlamaRun train_llama(const nn::Llama& init, Device dev, const char* precision) {

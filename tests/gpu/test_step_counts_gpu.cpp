@@ -39,12 +39,12 @@ amp::Policy policy_for(const std::string& p, int64_t n_layer) {
   const Device dev = Device::cuda(0);
   if (p == "bf16") return amp::Policy::bf16();
   if (p == "fp16") return amp::Policy::fp16();
-  auto fp8 = [&](amp::Fp8Recipe r) {
-    return amp::Policy::fp8(n_layer, std::make_shared<amp::Fp8ScalingState>(r, dev));
+  auto fp8 = [&](fp8::Fp8Recipe r) {
+    return amp::Policy::fp8(n_layer, std::make_shared<fp8::Fp8ScalingState>(r, dev));
   };
-  if (p == "fp8-delayed") return fp8(amp::DelayedScaling{16, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid});
-  if (p == "fp8-current") return fp8(amp::CurrentScaling{});
-  if (p == "fp8-block") return fp8(amp::BlockScaling{});
+  if (p == "fp8-delayed") return fp8(fp8::DelayedScaling{16, fp8::AmaxAlgo::Max, 0, fp8::Fp8Format::Hybrid});
+  if (p == "fp8-current") return fp8(fp8::CurrentScaling{});
+  if (p == "fp8-block") return fp8(fp8::BlockScaling{});
   return amp::Policy::fp32();
 }
 
@@ -62,7 +62,7 @@ class TrainLoop {
   explicit TrainLoop(const std::string& precision, int64_t n_layer = 3)
       : model_(config(n_layer)),
         policy_(policy_for(precision, n_layer)),
-        scaler_(amp::GradScalerOptions{.init_scale = 1024.0, .enabled = precision == "fp16"}, Device::cuda(0)),
+        scaler_(train::GradScalerOptions{.init_scale = 1024.0, .enabled = precision == "fp16"}, Device::cuda(0)),
         opt_(optim::weight_decay_groups(model_.named_parameters(), 0.1), {.lr = 3e-3, .betas = {0.9, 0.95}}),
         readback_(Device::cuda(0)) {
     // The data of every step, on the device before the first one (a data loader's pinned, asynchronous upload
@@ -83,11 +83,11 @@ class TrainLoop {
     const Tensor& targets = targets_[static_cast<size_t>(s)];
     const int64_t b = kB / kAccum;
     opt_.zero_grad();
-    const amp::AccumulateResult acc = amp::accumulate_gradients(
+    const train::AccumulateResult acc = train::accumulate_gradients(
         kAccum,
         [&](int64_t i) {
           amp::Autocast autocast(policy_);
-          return amp::MicroBatchLoss{model_.loss(ids.slice(0, i * b, (i + 1) * b), targets.slice(0, i * b, (i + 1) * b)),
+          return train::MicroBatchLoss{model_.loss(ids.slice(0, i * b, (i + 1) * b), targets.slice(0, i * b, (i + 1) * b)),
                                      b * kT};
         },
         {.scale_loss = [&](const Tensor& l) { return scaler_.scale(l); }});
@@ -105,20 +105,20 @@ class TrainLoop {
   }
 
   // Parameters and optimizer state, on the CPU.
-  nn::StateDict state() const {
-    nn::StateDict out;
+  mpt::StateDict state() const {
+    mpt::StateDict out;
     for (const auto& [k, t] : model_.state_dict()) out["model." + k] = t.to(Device::cpu());
     for (const auto& [k, t] : opt_.state_dict()) out["opt." + k] = t.to(Device::cpu());
     return out;
   }
   const ScalarReadback& readback() const { return readback_; }
   const Tensor& last_loss() const { return last_loss_; }
-  const amp::GradScaler& scaler() const { return scaler_; }
+  const train::GradScaler& scaler() const { return scaler_; }
 
  private:
   nn::GPT model_;
   amp::Policy policy_;
-  amp::GradScaler scaler_;
+  train::GradScaler scaler_;
   optim::AdamW opt_;
   ScalarReadback readback_;
   std::vector<Tensor> ids_, targets_;
@@ -180,9 +180,9 @@ TEST(GpuDeterminism, TwoRunsGiveTheSameBitsAndNoSplitKIsAsked) {
     return loop.state();
   };
   for (const std::string precision : {"bf16", "fp8-delayed"}) {
-    const nn::StateDict a = run(precision);
+    const mpt::StateDict a = run(precision);
     EXPECT_EQ(emu::cublaslt_last_reduction_mask(), static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE));
-    const nn::StateDict b = run(precision);
+    const mpt::StateDict b = run(precision);
     ASSERT_EQ(a.size(), b.size());
     for (const auto& [k, t] : a) EXPECT_TRUE(testing::same_bits(t, b.at(k))) << precision << " " << k;
   }

@@ -35,11 +35,11 @@ struct Trace {
   std::vector<double> losses;
   std::vector<bool> stepped;
   std::vector<double> scales;             // GradScaler's scale after each update
-  nn::StateDict grads1;                   // the first step's (unscaled) gradients, on the CPU
-  std::vector<nn::StateDict> grads;       // every step's, likewise
-  std::vector<nn::StateDict> params;      // after each step, on the CPU
-  nn::StateDict opt_state1;               // after the first step, on the CPU
-  nn::StateDict opt_state;                // at the end, on the CPU
+  mpt::StateDict grads1;                   // the first step's (unscaled) gradients, on the CPU
+  std::vector<mpt::StateDict> grads;       // every step's, likewise
+  std::vector<mpt::StateDict> params;      // after each step, on the CPU
+  mpt::StateDict opt_state1;               // after the first step, on the CPU
+  mpt::StateDict opt_state;                // at the end, on the CPU
   std::map<std::string, Tensor> fp8_state;
 };
 
@@ -58,15 +58,15 @@ nn::GPTConfig config(Device device, double dropout) {
 amp::Policy policy_for(const std::string& p, Device device) {
   if (p == "bf16") return amp::Policy::bf16();
   if (p == "fp16") return amp::Policy::fp16();
-  auto fp8 = [&](amp::Fp8Recipe r) { return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(r, device)); };
-  if (p == "fp8-delayed") return fp8(amp::DelayedScaling{16, amp::AmaxAlgo::Max, 0, amp::Fp8Format::Hybrid});
-  if (p == "fp8-current") return fp8(amp::CurrentScaling{});
-  if (p == "fp8-block") return fp8(amp::BlockScaling{});
+  auto fp8 = [&](fp8::Fp8Recipe r) { return amp::Policy::fp8(3, std::make_shared<fp8::Fp8ScalingState>(r, device)); };
+  if (p == "fp8-delayed") return fp8(fp8::DelayedScaling{16, fp8::AmaxAlgo::Max, 0, fp8::Fp8Format::Hybrid});
+  if (p == "fp8-current") return fp8(fp8::CurrentScaling{});
+  if (p == "fp8-block") return fp8(fp8::BlockScaling{});
   return amp::Policy::fp32();
 }
 
-nn::StateDict on_cpu(const nn::StateDict& d) {
-  nn::StateDict out;
+mpt::StateDict on_cpu(const mpt::StateDict& d) {
+  mpt::StateDict out;
   for (const auto& [k, t] : d) out[k] = t.defined() ? to_cpu(t).clone() : t;
   return out;
 }
@@ -80,7 +80,7 @@ Trace train(Device device, const TrainRun& run) {
   model.set_activation_checkpointing(run.checkpoint);
   const amp::Policy policy = policy_for(run.precision, device);
   if (policy.fp8_state) policy.fp8_state->set_collect_telemetry(true);
-  amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 2,
+  train::GradScaler scaler(train::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 2,
                                                 .enabled = run.precision == "fp16"},
                          device);
   optim::AdamW opt(optim::weight_decay_groups(model.named_parameters(), 0.1),
@@ -94,11 +94,11 @@ Trace train(Device device, const TrainRun& run) {
     const Tensor ids = all.slice(1, 0, T).contiguous().to(device), targets = all.slice(1, 1, T + 1).contiguous().to(device);
     const int64_t b = B / run.accum;
     opt.zero_grad();
-    const amp::AccumulateResult acc = amp::accumulate_gradients(
+    const train::AccumulateResult acc = train::accumulate_gradients(
         run.accum,
         [&](int64_t i) {
           amp::Autocast autocast(policy);
-          return amp::MicroBatchLoss{model.loss(ids.slice(0, i * b, (i + 1) * b), targets.slice(0, i * b, (i + 1) * b)),
+          return train::MicroBatchLoss{model.loss(ids.slice(0, i * b, (i + 1) * b), targets.slice(0, i * b, (i + 1) * b)),
                                      b * T};
         },
         {.scale_loss = [&](const Tensor& l) { return scaler.scale(l); }});

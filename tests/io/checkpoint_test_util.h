@@ -32,9 +32,9 @@ struct TinyRun {
     if (precision == "bf16") return amp::Policy::bf16();
     if (precision == "fp16") return amp::Policy::fp16();
     if (precision == "fp8-delayed")
-      return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(amp::DelayedScaling{.amax_history_len = 8}));
+      return amp::Policy::fp8(3, std::make_shared<fp8::Fp8ScalingState>(fp8::DelayedScaling{.amax_history_len = 8}));
     if (precision == "fp8-current")
-      return amp::Policy::fp8(3, std::make_shared<amp::Fp8ScalingState>(amp::CurrentScaling{}));
+      return amp::Policy::fp8(3, std::make_shared<fp8::Fp8ScalingState>(fp8::CurrentScaling{}));
     return amp::Policy::fp32();
   }
 
@@ -43,7 +43,7 @@ struct TinyRun {
       : precision(std::move(precision_)),
         model(config(seed)),
         policy(policy_of(precision)),
-        scaler(amp::GradScalerOptions{.init_scale = init_scale, .enabled = precision == "fp16"}),
+        scaler(train::GradScalerOptions{.init_scale = init_scale, .enabled = precision == "fp16"}),
         opt(optim::weight_decay_groups(model.named_parameters(), 0.1), {.lr = 1e-2, .moments = moments}),
         schedule(opt, {.max_lr = 1e-2, .min_lr = 1e-3, .warmup_steps = 2, .total_steps = 20}),
         data(seed) {
@@ -74,17 +74,17 @@ struct TinyRun {
     }
   }
 
-  io::TrainingState state() {
-    io::TrainingState s{.model = &model, .optimizer = &opt, .schedule = &schedule, .scaler = &scaler,
+  train::TrainingState state() {
+    train::TrainingState s{.model = &model, .optimizer = &opt, .schedule = &schedule, .scaler = &scaler,
                         .fp8 = policy.fp8_state.get(), .step = step, .precision = precision};
     std::ostringstream d;
     d << data;
     s.data_json = nlohmann::json{{"sampler", d.str()}}.dump();
     return s;
   }
-  io::CheckpointInfo load(const std::filesystem::path& path) {
-    io::TrainingState s = state();
-    io::CheckpointInfo info = io::load_checkpoint(path, s);
+  train::CheckpointInfo load(const std::filesystem::path& path) {
+    train::TrainingState s = state();
+    train::CheckpointInfo info = train::load_checkpoint(path, s);
     step = s.step;
     std::istringstream d(nlohmann::json::parse(s.data_json).at("sampler").get<std::string>());
     d >> data;
@@ -94,7 +94,7 @@ struct TinyRun {
   std::string precision;
   nn::GPT model;
   amp::Policy policy;
-  amp::GradScaler scaler;
+  train::GradScaler scaler;
   optim::AdamW opt;
   optim::WarmupCosineLr schedule;
   std::mt19937_64 data;

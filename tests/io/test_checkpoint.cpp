@@ -19,9 +19,9 @@ void expect_bit_exact_resume(const std::string& precision, double init_scale = 6
 
   TinyRun first(precision, 1, init_scale);
   first.train(3);
-  io::save_checkpoint(dir.path(), first.state());
+  train::save_checkpoint(dir.path(), first.state());
   TinyRun second(precision, 99, init_scale);  // other weights and data until the load replaces them
-  const io::CheckpointInfo info = second.load(dir.path());
+  const train::CheckpointInfo info = second.load(dir.path());
   EXPECT_EQ(info.step, 3);
   EXPECT_EQ(info.path, dir.path() / "step-00000003");
   second.losses = first.losses;
@@ -60,7 +60,7 @@ TEST(Checkpoint, DirectoryHoldsHuggingFaceWeightsOptimizerAndManifest) {
   TempDir dir;
   TinyRun run("fp8-delayed");
   run.train(2);
-  const fs::path ckpt = io::save_checkpoint(dir.path(), run.state());
+  const fs::path ckpt = train::save_checkpoint(dir.path(), run.state());
   EXPECT_EQ(ckpt, dir.path() / "step-00000002");
   EXPECT_EQ(dir.listing(), (std::vector<std::string>{"latest", "step-00000002"}));
   EXPECT_EQ(read_bytes(dir / "latest"), "step-00000002\n");
@@ -108,24 +108,24 @@ TEST(Checkpoint, KeepsTheNewestKAndPointsLatestAtTheNewest) {
   TinyRun run;
   for (int i = 0; i < 5; ++i) {
     run.train(1);
-    io::save_checkpoint(dir.path(), run.state(), {.keep = 2});
+    train::save_checkpoint(dir.path(), run.state(), {.keep = 2});
   }
   EXPECT_EQ(dir.listing(), (std::vector<std::string>{"latest", "step-00000004", "step-00000005"}));
-  EXPECT_EQ(io::resolve_checkpoint(dir.path()), dir.path() / "step-00000005");
-  EXPECT_EQ(io::read_checkpoint_info(dir.path()).step, 5);
+  EXPECT_EQ(train::resolve_checkpoint(dir.path()), dir.path() / "step-00000005");
+  EXPECT_EQ(train::read_checkpoint_info(dir.path()).step, 5);
 }
 
 TEST(Checkpoint, ResavingAStepReplacesItAndLeftoversOfKilledSavesGo) {
   TempDir dir;
   TinyRun run;
   run.train(1);
-  io::save_checkpoint(dir.path(), run.state());
+  train::save_checkpoint(dir.path(), run.state());
   fs::create_directories(dir / ".tmp-step-00000009-12345");
   fs::create_directories(dir / ".trash-step-00000000");
   run.train(1);
-  io::TrainingState s = run.state();
+  train::TrainingState s = run.state();
   s.step = 1;  // the same step again, with other weights
-  io::save_checkpoint(dir.path(), s);
+  train::save_checkpoint(dir.path(), s);
   EXPECT_EQ(dir.listing(), (std::vector<std::string>{"latest", "step-00000001"}));
   TinyRun other("fp32", 5);
   other.load(dir.path());
@@ -137,24 +137,24 @@ TEST(Checkpoint, ResolvesLatestOrTheHighestStep) {
   TinyRun run;
   for (int i = 0; i < 3; ++i) {
     run.train(1);
-    io::save_checkpoint(dir.path(), run.state());
+    train::save_checkpoint(dir.path(), run.state());
   }
   write_bytes(dir / "latest", "step-00000002\n");
-  EXPECT_EQ(io::resolve_checkpoint(dir.path()), dir.path() / "step-00000002");
+  EXPECT_EQ(train::resolve_checkpoint(dir.path()), dir.path() / "step-00000002");
   fs::remove(dir / "latest");
-  EXPECT_EQ(io::resolve_checkpoint(dir.path()), dir.path() / "step-00000003");
+  EXPECT_EQ(train::resolve_checkpoint(dir.path()), dir.path() / "step-00000003");
   write_bytes(dir / "latest", "../../etc\n");
-  EXPECT_NE(error_message([&] { io::resolve_checkpoint(dir.path()); })
+  EXPECT_NE(error_message([&] { train::resolve_checkpoint(dir.path()); })
                 .find("expected the name of a step-<number> directory, got \"../../etc\""),
             std::string::npos);
   write_bytes(dir / "latest", "step-00000007\n");
-  EXPECT_NE(error_message([&] { io::resolve_checkpoint(dir.path()); })
+  EXPECT_NE(error_message([&] { train::resolve_checkpoint(dir.path()); })
                 .find("names \"step-00000007\", which holds no state.json"),
             std::string::npos);
   TempDir empty;
-  EXPECT_NE(error_message([&] { io::resolve_checkpoint(empty.path()); }).find("holds no checkpoint"),
+  EXPECT_NE(error_message([&] { train::resolve_checkpoint(empty.path()); }).find("holds no checkpoint"),
             std::string::npos);
-  EXPECT_NE(error_message([&] { io::resolve_checkpoint(empty / "nope"); }).find("is not a directory"),
+  EXPECT_NE(error_message([&] { train::resolve_checkpoint(empty / "nope"); }).find("is not a directory"),
             std::string::npos);
 }
 
@@ -162,15 +162,15 @@ TEST(Checkpoint, AnyModuleIsSavedByItsStateDictNames) {
   TempDir dir;
   Generator other(77);  // b starts with other weights
   nn::Linear a(4, 3), b(4, 3, true, {}, other);
-  io::TrainingState sa{.model = &a};
-  io::save_checkpoint(dir.path(), sa);
+  train::TrainingState sa{.model = &a};
+  train::save_checkpoint(dir.path(), sa);
   EXPECT_TRUE(io::SafetensorsFile(dir / "step-00000000/model.safetensors").contains("weight"));
-  io::TrainingState sb{.model = &b};
-  io::load_checkpoint(dir.path(), sb);
+  train::TrainingState sb{.model = &b};
+  train::load_checkpoint(dir.path(), sb);
   EXPECT_EQ(bytes_of(a.state_dict()), bytes_of(b.state_dict()));
   nn::Linear c(5, 3);
-  io::TrainingState sc{.model = &c};
-  EXPECT_NE(error_message([&] { io::load_checkpoint(dir.path(), sc); })
+  train::TrainingState sc{.model = &c};
+  EXPECT_NE(error_message([&] { train::load_checkpoint(dir.path(), sc); })
                 .find("the model \"weight\" has shape [3, 4], but this run's is [3, 5]"),
             std::string::npos);
 }
@@ -178,9 +178,9 @@ TEST(Checkpoint, AnyModuleIsSavedByItsStateDictNames) {
 TEST(Checkpoint, RefusesToSaveInsideAnAccumulationWindow) {
   TempDir dir;
   TinyRun run;
-  io::TrainingState s = run.state();
+  train::TrainingState s = run.state();
   s.micro_step = 1;
-  EXPECT_NE(error_message([&] { io::save_checkpoint(dir.path(), s); }).find("checkpoints are taken at step boundaries"),
+  EXPECT_NE(error_message([&] { train::save_checkpoint(dir.path(), s); }).find("checkpoints are taken at step boundaries"),
             std::string::npos);
   EXPECT_TRUE(dir.listing().empty());
 }

@@ -10,7 +10,7 @@
 
 #include "crash_child_model.h"
 #include "io_test_util.h"
-#include "mpt/io/checkpoint.h"
+#include "mpt/train/checkpoint.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -74,8 +74,8 @@ TEST(CheckpointCrash, KilledAtEverySavePointTheLatestCheckpointStillLoads) {
 
     // latest names a complete checkpoint: step 1, or step 2 once its directory was renamed into place.
     CrashChildRun fresh(0);
-    io::TrainingState state = fresh.state();
-    const io::CheckpointInfo info = io::load_checkpoint(dir, state);
+    train::TrainingState state = fresh.state();
+    const train::CheckpointInfo info = train::load_checkpoint(dir, state);
     ASSERT_TRUE(info.step == 1 || info.step == 2) << info.step;
     latest_steps.insert(info.step);
     EXPECT_EQ(model_bytes(info.path), info.step == 1 ? step1 : step2);
@@ -85,8 +85,8 @@ TEST(CheckpointCrash, KilledAtEverySavePointTheLatestCheckpointStillLoads) {
       if (name == "latest" || name.starts_with(".")) continue;
       ASSERT_TRUE(name == "step-00000001" || name == "step-00000002") << name;
       CrashChildRun check(0);
-      io::TrainingState s = check.state();
-      EXPECT_NO_THROW(io::load_checkpoint(e.path(), s)) << name;
+      train::TrainingState s = check.state();
+      EXPECT_NO_THROW(train::load_checkpoint(e.path(), s)) << name;
     }
     // The next save cleans up after the killed one.
     ASSERT_EQ(run_child(dir, 3, -1, 1, work / "out").status, 0);

@@ -14,7 +14,7 @@ class CheckpointErrors : public ::testing::Test {
  protected:
   void SetUp() override {
     saved_.train(2);
-    ckpt_ = io::save_checkpoint(dir_.path(), saved_.state());
+    ckpt_ = train::save_checkpoint(dir_.path(), saved_.state());
   }
   // The message of loading the checkpoint into `run` (a fresh fp8-delayed TinyRun by default).
   std::string load_error(TinyRun* run = nullptr) {
@@ -107,7 +107,9 @@ TEST_F(CheckpointErrors, FieldsOfTheWrongTypeOrSizeAreNamed) {
               [](auto& j) { j["files"]["model.safetensors"]["xxh3"] = "xyz"; });
   expect_edit("model.safetensors: checksum mismatch: state.json records 1 bytes",
               [](auto& j) { j["files"]["model.safetensors"]["bytes"] = 1; });
-  expect_edit("key \"model.type\": expected \"gpt2\", \"llama\" or \"module\", got \"mamba\"",
+  expect_edit("key \"model.type\": expected \"module\" or a model's type (up to 64 lower-case letters, digits, '_' "
+              "and '-', such as \"gpt2\"), got \"Mamba 2\"", [](auto& j) { j["model"]["type"] = "Mamba 2"; });
+  expect_edit("key \"model.type\": the checkpoint holds a \"mamba\", this run's model is an nn::GPT (\"gpt2\")",
               [](auto& j) { j["model"]["type"] = "mamba"; });
   expect_edit("key \"model.type\": the checkpoint holds a \"llama\", this run's model is an nn::GPT",
               [](auto& j) { j["model"]["type"] = "llama"; });
@@ -142,8 +144,8 @@ TEST_F(CheckpointErrors, WeightsOfAnotherShapeAreNamedByFileAndTensor) {
   nn::GPTConfig wide = TinyRun::config(3);
   wide.n_embd = 64;
   nn::GPT model(wide);
-  io::TrainingState s{.model = &model, .precision = "fp8-delayed"};
-  const std::string msg = error_message([&] { io::load_checkpoint(dir_.path(), s); });
+  train::TrainingState s{.model = &model, .precision = "fp8-delayed"};
+  const std::string msg = error_message([&] { train::load_checkpoint(dir_.path(), s); });
   EXPECT_NE(msg.find("key \"model.config.n_embd\": the checkpoint's GPT has 32, this run's 64"), std::string::npos)
       << msg;
 }

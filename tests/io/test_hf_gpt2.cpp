@@ -36,7 +36,7 @@ std::string bytes_of(const Tensor& t) {
 }
 
 void expect_same_parameters(const nn::GPT& a, const nn::GPT& b) {
-  const nn::StateDict da = a.state_dict(), db = b.state_dict();
+  const mpt::StateDict da = a.state_dict(), db = b.state_dict();
   ASSERT_EQ(da.size(), db.size());
   for (const auto& [k, t] : da) EXPECT_EQ(bytes_of(t), bytes_of(db.at(k))) << k;
 }
@@ -46,7 +46,7 @@ void expect_same_parameters(const nn::GPT& a, const nn::GPT& b) {
 // transformers' GPT2LMHeadModel (random weights, every bias and LayerNorm perturbed) loaded into nn::GPT: the logits
 // match transformers' float64 logits within float32 rounding (transformers' own float32 run is 9.6e-8 away).
 TEST(HfGpt2, LoadsTransformersWeightsAndMatchesItsLogits) {
-  const auto model = io::load_hf_gpt2(kGoldens);
+  const auto model = nn::load_hf_gpt2(kGoldens);
   EXPECT_EQ(model->config().vocab_size, 67);
   EXPECT_EQ(model->config().block_size, 24);
   EXPECT_EQ(model->config().n_layer, 2);
@@ -60,7 +60,7 @@ TEST(HfGpt2, LoadsTransformersWeightsAndMatchesItsLogits) {
 TEST(HfGpt2, ExportIsWhatTransformersLoadedAndItsLogitsMatch) {
   const auto model = make_hf_test_model();
   TempDir dir;
-  io::save_hf_gpt2(dir.path(), *model);
+  nn::save_hf_gpt2(dir.path(), *model);
   EXPECT_EQ(read_bytes(dir / "model.safetensors"), read_bytes(kGoldens / "ours" / "model.safetensors"))
       << "the export changed: regenerate the goldens (docs/checkpoints.md)";
   EXPECT_EQ(read_bytes(dir / "config.json"), read_bytes(kGoldens / "ours" / "config.json"));
@@ -69,12 +69,12 @@ TEST(HfGpt2, ExportIsWhatTransformersLoadedAndItsLogitsMatch) {
   EXPECT_GT(scale, 0.1);
   EXPECT_LT(err, 1e-6);
   // And back: the export loads into an identical model.
-  expect_same_parameters(*model, *io::load_hf_gpt2(dir.path()));
+  expect_same_parameters(*model, *nn::load_hf_gpt2(dir.path()));
 }
 
 TEST(HfGpt2, LayoutTransposesConv1DWeightsAndLeavesTheTiedHeadOut) {
   const auto model = make_hf_test_model();
-  const nn::StateDict hf = io::hf_gpt2_state_dict(*model);
+  const mpt::StateDict hf = nn::hf_gpt2_state_dict(*model);
   EXPECT_EQ(hf.size(), 28u);
   EXPECT_EQ(hf.count("lm_head.weight"), 0u);
   EXPECT_EQ(bytes_of(hf.at("transformer.h.1.attn.c_attn.weight")),
@@ -84,25 +84,25 @@ TEST(HfGpt2, LayoutTransposesConv1DWeightsAndLeavesTheTiedHeadOut) {
 
 TEST(HfGpt2, AcceptsTheHubsVariantsOfTheNames) {
   const auto source = make_hf_test_model();
-  nn::StateDict hub;  // GPT2Model's names (no prefix), mask buffers, an explicit tied head
-  for (const auto& [k, t] : io::hf_gpt2_state_dict(*source)) hub.emplace(k.substr(12), t);
+  mpt::StateDict hub;  // GPT2Model's names (no prefix), mask buffers, an explicit tied head
+  for (const auto& [k, t] : nn::hf_gpt2_state_dict(*source)) hub.emplace(k.substr(12), t);
   hub.emplace("h.0.attn.bias", Tensor::ones({1, 1, 24, 24}));
   hub.emplace("h.0.attn.masked_bias", Tensor::full({}, -1e4));
   hub.emplace("lm_head.weight", source->wte().weight().clone());
   auto target = make_hf_test_model();
   target->wte().weight().detach().zero_();
-  io::load_hf_gpt2_state_dict(*target, hub);
+  nn::load_hf_gpt2_state_dict(*target, hub);
   expect_same_parameters(*source, *target);
 }
 
 TEST(HfGpt2, MismatchesAreNamed) {
   const auto model = make_hf_test_model();
-  const nn::StateDict good = io::hf_gpt2_state_dict(*model);
+  const mpt::StateDict good = nn::hf_gpt2_state_dict(*model);
   auto expect_error = [&](const std::string& expected, auto&& edit) {
-    nn::StateDict d = good;
+    mpt::StateDict d = good;
     edit(d);
     auto target = make_hf_test_model();
-    const std::string msg = error_message([&] { io::load_hf_gpt2_state_dict(*target, d, "x.safetensors"); });
+    const std::string msg = error_message([&] { nn::load_hf_gpt2_state_dict(*target, d, "x.safetensors"); });
     EXPECT_NE(msg.find(expected), std::string::npos) << msg;
   };
   expect_error("x.safetensors: missing tensor \"transformer.h.1.mlp.c_fc.bias\" (expected shape [128])",
@@ -117,14 +117,14 @@ TEST(HfGpt2, MismatchesAreNamed) {
 
 TEST(HfGpt2, ConfigsComputingAnotherFunctionAreRefused) {
   const std::string base = read_bytes(kGoldens / "config.json");
-  const nn::GPTConfig c = io::parse_hf_gpt2_config(base);
+  const nn::GPTConfig c = nn::parse_hf_gpt2_config(base);
   EXPECT_EQ(c.n_embd, 32);
   EXPECT_EQ(c.n_head, 4);
   auto expect_error = [&](const std::string& from, const std::string& to, const std::string& expected) {
     std::string text = base;
     ASSERT_NE(text.find(from), std::string::npos) << from;
     text.replace(text.find(from), from.size(), to);
-    const std::string msg = error_message([&] { io::parse_hf_gpt2_config(text); });
+    const std::string msg = error_message([&] { nn::parse_hf_gpt2_config(text); });
     EXPECT_NE(msg.find(expected), std::string::npos) << msg;
   };
   expect_error("\"gelu_new\"", "\"relu\"", "key \"activation_function\" is \"relu\"");
@@ -146,15 +146,15 @@ TEST(HfGpt2, AGptWithoutBiasesExportsZeroBiases) {
   c.n_embd = 8;
   c.bias = false;
   nn::GPT model(c);
-  const nn::StateDict hf = io::hf_gpt2_state_dict(model);
+  const mpt::StateDict hf = nn::hf_gpt2_state_dict(model);
   EXPECT_EQ(hf.size(), 16u);  // every GPT-2 tensor
   EXPECT_EQ(hf.at("transformer.h.0.mlp.c_fc.bias").to_vector<float>(), std::vector<float>(32, 0.0f));
   nn::GPT back(c);
-  io::load_hf_gpt2_state_dict(back, hf);
+  nn::load_hf_gpt2_state_dict(back, hf);
   expect_same_parameters(model, back);
-  nn::StateDict nonzero = hf;
+  mpt::StateDict nonzero = hf;
   nonzero["transformer.ln_f.bias"] = Tensor::ones({8});
-  EXPECT_NE(error_message([&] { io::load_hf_gpt2_state_dict(back, nonzero); })
+  EXPECT_NE(error_message([&] { nn::load_hf_gpt2_state_dict(back, nonzero); })
                 .find("\"transformer.ln_f.bias\" is not zero, but this GPT has no biases"),
             std::string::npos);
 }

@@ -62,8 +62,8 @@ class GptGolden : public ::testing::Test {
   static double torch_error(const std::string& run, const std::string& key) {
     return std::stod(file_->metadata().at("f64_err." + run + "." + key));
   }
-  static nn::StateDict initial_weights_of(const nn::Module& model) {
-    nn::StateDict sd;
+  static mpt::StateDict initial_weights_of(const nn::Module& model) {
+    mpt::StateDict sd;
     for (const auto& [name, t] : model.state_dict()) sd[name] = golden("init." + name);
     return sd;
   }

@@ -31,9 +31,9 @@ nn::LlamaConfig golden_config(int n, DType dtype) {
 }
 
 // The case's tensors, "caseN." stripped.
-nn::StateDict golden(int n) {
+mpt::StateDict golden(int n) {
   const std::string prefix = "case" + std::to_string(n) + ".";
-  nn::StateDict out;
+  mpt::StateDict out;
   for (auto& [name, t] : io::load_safetensors(MPT_GOLDENS_DIR "/llama_tiny.safetensors"))
     if (name.starts_with(prefix)) out[name.substr(prefix.size())] = t;
   return out;
@@ -47,9 +47,9 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return d;
 }
 
-std::unique_ptr<nn::Llama> loaded(int n, DType dtype, nn::StateDict& g) {
+std::unique_ptr<nn::Llama> loaded(int n, DType dtype, mpt::StateDict& g) {
   auto model = std::make_unique<nn::Llama>(golden_config(n, dtype));
-  nn::StateDict weights;
+  mpt::StateDict weights;
   for (const auto& [name, t] : g)
     if (name != "ids" && !name.starts_with("logits")) weights[name] = t;
   model->load_state_dict(weights, /*strict=*/true);
@@ -58,7 +58,7 @@ std::unique_ptr<nn::Llama> loaded(int n, DType dtype, nn::StateDict& g) {
 
 TEST(LlamaGolden, NamesAreHuggingFaces) {
   for (int n : {0, 1}) {
-    nn::StateDict g = golden(n);
+    mpt::StateDict g = golden(n);
     std::set<std::string> theirs, ours;
     for (const auto& [name, t] : g)
       if (name != "ids" && !name.starts_with("logits")) theirs.insert(name);
@@ -69,7 +69,7 @@ TEST(LlamaGolden, NamesAreHuggingFaces) {
 
 TEST(LlamaGolden, LogitsMatchTransformersInF32AndF64) {
   for (int n : {0, 1}) {
-    nn::StateDict g = golden(n);
+    mpt::StateDict g = golden(n);
     const Tensor& want = g.at("logits");
     for (DType dt : {DType::F64, DType::F32}) {
       const auto model = loaded(n, dt, g);
@@ -84,7 +84,7 @@ TEST(LlamaGolden, LogitsMatchTransformersInF32AndF64) {
 
 TEST(LlamaGolden, KvCacheGenerationMatchesTransformers) {
   for (int n : {0, 1}) {
-    nn::StateDict g = golden(n);
+    mpt::StateDict g = golden(n);
     const auto model = loaded(n, DType::F32, g);
     const Tensor ids = g.at("ids");
     nn::KvCache cache;

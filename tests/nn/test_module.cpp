@@ -20,7 +20,7 @@ nn::GPTConfig tiny_config() {
   return c;
 }
 
-std::vector<std::string> names_of(const std::vector<nn::NamedParameter>& ps) {
+std::vector<std::string> names_of(const std::vector<mpt::NamedParameter>& ps) {
   std::vector<std::string> out;
   for (const auto& p : ps) out.push_back(p.name);
   return out;
@@ -87,7 +87,7 @@ TEST(Module, StateDictRoundTripIntoAnotherModel) {
   autograd::NoGradGuard no_grad;
   EXPECT_EQ(b.forward(ids).to_vector<float>(), a.forward(ids).to_vector<float>());
   // The dict shares storage with the module: it is a view, not a copy.
-  const nn::StateDict sd = a.state_dict();
+  const mpt::StateDict sd = a.state_dict();
   EXPECT_TRUE(sd.at("wte.weight").shares_storage(a.wte().weight()));
   EXPECT_FALSE(sd.at("wte.weight").requires_grad());
   EXPECT_EQ(sd.size(), a.named_parameters().size());
@@ -96,19 +96,19 @@ TEST(Module, StateDictRoundTripIntoAnotherModel) {
 TEST(Module, LoadStateDictErrorsChangeNothing) {
   nn::GPT model(tiny_config());
   const std::vector<float> before = model.wte().weight().to_vector<float>();
-  nn::StateDict sd = model.state_dict();
+  mpt::StateDict sd = model.state_dict();
   for (auto& [k, v] : sd) v = Tensor::zeros(v.shape());
   sd.erase("ln_f.bias");
   sd["extra.weight"] = Tensor::zeros({2});
   EXPECT_MPT_ERROR(model.load_state_dict(sd), "missing keys [ln_f.bias], unexpected keys [extra.weight]");
   EXPECT_EQ(model.wte().weight().to_vector<float>(), before);
-  nn::StateDict wrong = model.state_dict();
+  mpt::StateDict wrong = model.state_dict();
   wrong["wpe.weight"] = Tensor::zeros({3, 8});
   wrong["wte.weight"] = Tensor::zeros({11, 8});
   EXPECT_MPT_ERROR(model.load_state_dict(wrong), "'wpe.weight': expected shape f32[8, 8]");
   EXPECT_EQ(model.wte().weight().to_vector<float>(), before);
   // Non-strict loading takes what matches and ignores the rest.
-  nn::StateDict partial{{"ln_f.bias", Tensor::full({8}, 0.5)}, {"unknown", Tensor::zeros({1})}};
+  mpt::StateDict partial{{"ln_f.bias", Tensor::full({8}, 0.5)}, {"unknown", Tensor::zeros({1})}};
   model.load_state_dict(partial, /*strict=*/false);
   EXPECT_EQ(model.ln_f().bias().to_vector<float>(), std::vector<float>(8, 0.5f));
 }

@@ -89,11 +89,11 @@ std::vector<Tensor> exact_grads(const std::function<Tensor(const std::vector<Ten
 class PointwiseGoldens : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    g_ = new nn::StateDict(io::load_safetensors(MPT_GOLDENS_DIR "/pointwise_lowp.safetensors"));
+    g_ = new mpt::StateDict(io::load_safetensors(MPT_GOLDENS_DIR "/pointwise_lowp.safetensors"));
   }
   static void TearDownTestSuite() { delete g_; }
   static const Tensor& at(const std::string& name) { return g_->at(name); }
-  static nn::StateDict* g_;
+  static mpt::StateDict* g_;
 
   void expect_agreement(const Tensor& got, const std::string& name, DType dt) {
     const Agreement a = compare(got, at(name), dt);
@@ -124,7 +124,7 @@ class PointwiseGoldens : public ::testing::Test {
   }
   int64_t exact_ = 0, total_ = 0, better_ = 0;
 };
-nn::StateDict* PointwiseGoldens::g_ = nullptr;
+mpt::StateDict* PointwiseGoldens::g_ = nullptr;
 
 TEST_F(PointwiseGoldens, UnaryOpsMatchPyTorchInBf16AndF16) {
   for (const char* dn : {"bf16", "f16"}) {

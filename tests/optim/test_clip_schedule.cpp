@@ -146,7 +146,7 @@ TEST(LrSchedule, StepSetsEveryGroupsLrAndResumes) {
   for (int i = 0; i < 7; ++i) s.step();
   EXPECT_EQ(s.current_step(), 7);
   EXPECT_DOUBLE_EQ(*opt.param_groups()[1].lr, nanogpt_lr(7, 0.6, 0.06, 3, 20));
-  const nn::StateDict d = s.state_dict();
+  const mpt::StateDict d = s.state_dict();
   EXPECT_EQ(d.at("step").dtype(), DType::I64);
   optim::SGD opt2(groups, {.lr = 0.3});
   optim::WarmupCosineLr s2(opt2, o);
@@ -178,7 +178,7 @@ TEST(LrSchedule, InvalidOptionsThrow) {
 TEST(ParamGroups, WeightDecayGroups) {
   Tensor w = leaf({1.0, 2.0}, {2}), b = leaf({3.0}, {1}), e = leaf({4.0}, {1}), w2 = leaf({5.0}, {1});
   Tensor frozen = Tensor::from_vector(std::vector<double>{6.0}, {1});
-  const std::vector<nn::NamedParameter> named = {
+  const std::vector<mpt::NamedParameter> named = {
       {"h.0.w", w, true}, {"h.0.b", b, false}, {"frozen.w", frozen, true}, {"wte", e, false}, {"h.1.w", w2, true}};
   const std::vector<optim::ParamGroup> g = optim::weight_decay_groups(named, 0.1);
   ASSERT_EQ(g.size(), 2u);

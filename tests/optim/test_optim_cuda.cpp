@@ -47,7 +47,7 @@ void expect_cuda_matches_cpu(Make make) {
   for (size_t i = 0; i < cpu_params.size(); ++i) {
     EXPECT_TRUE(same_bits(cpu_params[i], gpu_params[i].to(Device::cpu()))) << "parameter " << i;
   }
-  const nn::StateDict a = cpu_opt->state_dict(), b = gpu_opt->state_dict();
+  const mpt::StateDict a = cpu_opt->state_dict(), b = gpu_opt->state_dict();
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [key, t] : a) EXPECT_TRUE(same_bits(t, b.at(key).to(Device::cpu()))) << key;
 }

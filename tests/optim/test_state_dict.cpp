@@ -83,7 +83,7 @@ void expect_bit_exact_resume(const MakeOpt& make) {
   for (size_t i = 0; i < full.params.size(); ++i) {
     EXPECT_TRUE(same_bits(full.params[i], second.params[i])) << "parameter " << i;
   }
-  const nn::StateDict a = opt_full->state_dict(), b = opt_second->state_dict();
+  const mpt::StateDict a = opt_full->state_dict(), b = opt_second->state_dict();
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [key, t] : a) {
     ASSERT_TRUE(b.count(key)) << key;
@@ -115,7 +115,7 @@ TEST(OptimStateDict, KeysDtypesAndValues) {
   opt.step();
   m.params[1].set_grad({});
   opt.step();
-  const nn::StateDict d = opt.state_dict();
+  const mpt::StateDict d = opt.state_dict();
   const std::vector<std::string> keys = {"group0.beta1", "group0.beta2", "group0.eps", "group0.lr",
                                          "group0.weight_decay", "group1.beta1", "group1.beta2", "group1.eps",
                                          "group1.lr", "group1.weight_decay", "h.0.b.exp_avg", "h.0.b.exp_avg_sq",
@@ -143,7 +143,7 @@ TEST(OptimStateDict, KeysDtypesAndValues) {
 TEST(OptimStateDict, LoadRestoresHyperparameters) {
   Model m = make_model(4);
   optim::AdamW a(m.groups(true), {.lr = 0.01});
-  nn::StateDict d = a.state_dict();
+  mpt::StateDict d = a.state_dict();
   d["group1.lr"] = Tensor::full({}, 0.5, DType::F64);
   d["group0.beta2"] = Tensor::full({}, 0.95, DType::F64);
   a.load_state_dict(d);
@@ -156,23 +156,23 @@ TEST(OptimStateDict, LoadValidatesBeforeModifyingAnything) {
   optim::AdamW opt(m.groups(true), {.lr = 0.01});
   set_grads(m, 0);
   opt.step();
-  const nn::StateDict good = opt.state_dict();
+  const mpt::StateDict good = opt.state_dict();
   // Deep copy, to check that failed loads change nothing.
-  nn::StateDict snapshot;
+  mpt::StateDict snapshot;
   for (const auto& [k, t] : good) snapshot[k] = t.clone();
 
   auto with = [&](const std::string& key, Tensor t) {
-    nn::StateDict d = good;
+    mpt::StateDict d = good;
     d[key] = std::move(t);
     return d;
   };
   auto without = [&](const std::string& key) {
-    nn::StateDict d = good;
+    mpt::StateDict d = good;
     d.erase(key);
     return d;
   };
   // Every bad dict also carries a changed lr, which must not be applied.
-  auto lr_changed = [&](nn::StateDict d) {
+  auto lr_changed = [&](mpt::StateDict d) {
     d["group0.lr"] = Tensor::full({}, 0.123, DType::F64);
     return d;
   };
@@ -193,7 +193,7 @@ TEST(OptimStateDict, LoadValidatesBeforeModifyingAnything) {
   EXPECT_MPT_ERROR(opt.load_state_dict(lr_changed(with("group2.lr", Tensor::full({}, 1, DType::F64)))),
                    "unexpected key 'group2.lr'");
 
-  const nn::StateDict after = opt.state_dict();
+  const mpt::StateDict after = opt.state_dict();
   ASSERT_EQ(after.size(), snapshot.size());
   for (const auto& [k, t] : snapshot) EXPECT_TRUE(same_bits(after.at(k), t)) << k;
   EXPECT_EQ(*opt.param_groups()[0].lr, 0.01);

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "crash_child_model.h"
-#include "mpt/io/checkpoint.h"
+#include "mpt/train/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -20,10 +20,10 @@ int main(int argc, char** argv) {
     const int64_t step = std::stoll(argv[2]), kill_at = std::stoll(argv[3]), keep = std::stoll(argv[4]);
     mpt::testing::CrashChildRun run(step);
     int64_t points = 0;
-    mpt::io::testing::set_save_hook([&](std::string_view) {
+    mpt::train::testing::set_save_hook([&](std::string_view) {
       if (points++ == kill_at) ::kill(::getpid(), SIGKILL);
     });
-    mpt::io::save_checkpoint(argv[1], run.state(), {.keep = keep});
+    mpt::train::save_checkpoint(argv[1], run.state(), {.keep = keep});
     std::printf("points %lld\n", static_cast<long long>(points));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "checkpoint_crash_child: %s\n", e.what());

@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "mpt/io/checkpoint.h"
+#include "mpt/train/checkpoint.h"
 #include "mpt/nn/gpt.h"
 #include "mpt/optim/adamw.h"
 
@@ -35,7 +35,7 @@ struct CrashChildRun {
     }
     step = steps;
   }
-  io::TrainingState state() {
+  train::TrainingState state() {
     return {.model = &model, .optimizer = &opt, .step = step, .precision = "fp32"};
   }
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "mpt/dist/data_parallel.h"
+#include "mpt/train/data_parallel.h"
 #include "mpt/nn/gpt.h"
 
 int main(int argc, char** argv) {
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     mpt::nn::GPTConfig c;
     c.vocab_size = 16, c.block_size = 8, c.n_layer = 1, c.n_head = 2, c.n_embd = 16;
     mpt::nn::GPT model(c);
-    mpt::dist::DataParallel dp(model, w);
+    mpt::train::DataParallel dp(model, w);
     if (w->rank() == 1) {
       std::this_thread::sleep_for(std::chrono::seconds(4));  // never runs the step
       std::_Exit(0);

@@ -3,7 +3,7 @@
 #include <exception>
 
 #include "hf_test_model.h"
-#include "mpt/io/hf_gpt2.h"
+#include "mpt/nn/hf_gpt2.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    mpt::io::save_hf_gpt2(argv[1], *mpt::testing::make_hf_test_model());
+    mpt::nn::save_hf_gpt2(argv[1], *mpt::testing::make_hf_test_model());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hf_export_model: %s\n", e.what());
     return 1;

@@ -23,7 +23,7 @@ inline std::unique_ptr<nn::GPT> make_hf_test_model() {
   auto model = std::make_unique<nn::GPT>(c);
   autograd::NoGradGuard no_grad;
   Generator gen(4321);
-  for (const nn::NamedParameter& p : model->named_parameters()) {
+  for (const mpt::NamedParameter& p : model->named_parameters()) {
     Tensor t = p.tensor.detach();
     const bool ln = p.name.find("ln_") != std::string::npos;
     if (p.name.ends_with(".bias")) t.normal_(0, 0.02, gen);

@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "mpt/amp/fp8.h"
+#include "mpt/fp8/scaling.h"
 #include "mpt/core/tensor.h"
 
-namespace mpt::ops {
-struct Fp8Weight;  // mpt/ops/fp8_linear.h
+namespace mpt::fp8 {
+struct Fp8Weight;  // mpt/fp8/linear.h
 }
 
 namespace mpt::amp {
@@ -22,19 +22,19 @@ namespace mpt::amp {
 // A master that is not an F32 leaf, or already has `dtype`, is returned cast by a plain (recorded) to().
 Tensor compute_copy(const Tensor& master, DType dtype);
 
-// The FP8 copy of the master weight `master` (M, K) under `recipe` (ops::quantize_fp8_weight: E4M3 codes of W and,
-// when `transpose`, of W^T), for ops::fp8_linear's Fp8LinearConfig::weight_fp8. Cached beside the compute copies,
+// The FP8 copy of the master weight `master` (M, K) under `recipe` (fp8::quantize_fp8_weight: E4M3 codes of W and,
+// when `transpose`, of W^T), for fp8::fp8_linear's fp8::Fp8LinearConfig::weight_fp8. Cached beside the compute copies,
 // one per (master, recipe kind): made once and reused by every micro-batch until the same invalidations drop it (an
 // optimizer step, Module::load_state_dict, Module::to). The copy holds no gradient: fp8_linear still takes the
 // master, so dW lands in its FP32 gradient as without the cache. It is also remade, as a miss, when the master's
 // storage, weight_meta or the recipe's weight parameters differ, when W^T is asked for and the copy lacks it, and
-// under delayed scaling after any Fp8ScalingState::update() or load_state_dict (weight_meta's scale_version moved:
+// under delayed scaling after any fp8::Fp8ScalingState::update() or load_state_dict (weight_meta's scale_version moved:
 // the scale may have, and the host does not read the device to find out; a frozen weight is thus re-quantized once
 // per step, as TransformerEngine re-casts its weights every step). Delayed scaling: making the copy records max |W|
 // into weight_meta's history slot, which only those two calls reset, so reuses need not record it again. Telemetry is
 // measured when the copy is made. A master that is not an F32 leaf is quantized afresh, uncached (and uncounted).
-std::shared_ptr<const ops::Fp8Weight> fp8_weight_copy(const Tensor& master, const Fp8Recipe& recipe,
-                                                      const std::shared_ptr<Fp8TensorMeta>& weight_meta,
+std::shared_ptr<const fp8::Fp8Weight> fp8_weight_copy(const Tensor& master, const fp8::Fp8Recipe& recipe,
+                                                      const std::shared_ptr<fp8::Fp8TensorMeta>& weight_meta,
                                                       bool transpose = true);
 
 // Drops the cached copies (FP16/BF16 and FP8) of one parameter, or of all.

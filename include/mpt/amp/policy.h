@@ -10,9 +10,11 @@
 #include "mpt/core/device.h"
 #include "mpt/core/dtype.h"
 
-namespace mpt::amp {
+namespace mpt::fp8 {
+class Fp8ScalingState;  // mpt/fp8/scaling.h
+}  // namespace mpt::fp8
 
-class Fp8ScalingState;  // mpt/amp/fp8.h
+namespace mpt::amp {
 
 // What a GEMM-like op (Linear, the LM head, and through their outputs attention and the MLP activation) computes in.
 // FP8 GEMMs take FP8 operands and produce BF16 (the FP8 recipe decides formats and scales).
@@ -33,7 +35,7 @@ struct Policy {
   std::map<std::string, Precision> overrides;
   // FP8 GEMMs: the recipe and its scaling state (delayed-scaling histories, telemetry), shared by every FP8 layer;
   // each Linear registers its metas under its path on first use. Call fp8_state->update() once per optimizer step.
-  std::shared_ptr<Fp8ScalingState> fp8_state;
+  std::shared_ptr<mpt::fp8::Fp8ScalingState> fp8_state;
 
   Precision at(std::string_view path) const;
   Policy& override_module(std::string path, Precision p) {
@@ -47,7 +49,7 @@ struct Policy {
   // FP8 GEMMs with the first and last blocks and the LM head kept in BF16 (the usual FP8 recipe: those layers are
   // the most sensitive; DeepSeek-V3 and TE's examples keep them in higher precision).
   // block_prefix: the module path of the blocks, "h" (GPT: h.0 ...) or "model.layers" (Llama).
-  static Policy fp8(int64_t n_layer, std::shared_ptr<Fp8ScalingState> state, std::string_view block_prefix = "h");
+  static Policy fp8(int64_t n_layer, std::shared_ptr<mpt::fp8::Fp8ScalingState> state, std::string_view block_prefix = "h");
   // The policy a training recipe name selects (train_gpt's --precision, the benchmarks): "fp32", "bf16", "fp16",
   // "fp8-delayed" (TE's defaults: HYBRID formats, a 1024-step amax history, max), "fp8-current" or "fp8-block"
   // (DeepSeek-style 1x128 / 128x128), the FP8 ones through fp8() with a fresh scaling state on `device`.

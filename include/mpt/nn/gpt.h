@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mpt/nn/exportable.h"
 #include "mpt/nn/language_model.h"
 #include "mpt/nn/layers.h"
 #include "mpt/ops/softmax.h"
@@ -78,7 +79,8 @@ class Block : public Module {
 // (ln_f) and an LM head tied to wte (logits = x wte^T; no separate parameter). Parameter names follow nanoGPT
 // without its "transformer." prefix. GPT-2 initialisation: weights N(0, 0.02), the residual projections
 // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 and 0, from config.seed.
-class GPT : public LanguageModel {
+// Checkpoints store it in Hugging Face's GPT-2 layout (Exportable, implemented in hf_gpt2.cpp).
+class GPT : public LanguageModel, public Exportable {
  public:
   explicit GPT(const GPTConfig& config);
   const GPTConfig& config() const { return config_; }
@@ -115,6 +117,14 @@ class GPT : public LanguageModel {
   void freeze(int64_t blocks) override;  // wte (and so the tied LM head), wpe and blocks [0, blocks)
   double flops_per_token(int64_t seq) const override;
   std::string describe() const override;
+
+  // Exportable: "gpt2"; the GPTConfig fields; hf_gpt2_config_json, hf_gpt2_state_dict and from_hf_gpt2_state_dict.
+  std::string model_type() const override { return "gpt2"; }
+  std::string config_json() const override;
+  std::optional<ConfigDifference> config_difference(std::string_view saved) const override;
+  std::string export_config_json() const override;
+  StateDict export_state_dict() const override;
+  StateDict import_state_dict(const StateDict& tensors, const std::string& where) const override;
 
   Embedding& wte() const { return *wte_; }
   Embedding& wpe() const { return *wpe_; }

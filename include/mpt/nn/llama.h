@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "mpt/nn/exportable.h"
 #include "mpt/nn/language_model.h"
 #include "mpt/nn/layers.h"
 #include "mpt/ops/rope.h"
@@ -88,7 +89,8 @@ class LlamaBlock : public Module {
 // mlp.{gate,up,down}_proj), model.norm and lm_head (absent when tied): transformers.LlamaForCausalLM's state-dict
 // names, so a state_dict() saved as safetensors loads there, and theirs here. Initialisation: N(0, 0.02) weights, the
 // residual projections (o_proj, down_proj) N(0, 0.02 / sqrt(2 n_layer)) as GPT-2's, norms 1, from config.seed.
-class Llama : public LanguageModel {
+// Checkpoints store it as LlamaForCausalLM stores it (Exportable, implemented in hf_llama.cpp).
+class Llama : public LanguageModel, public Exportable {
  public:
   explicit Llama(const LlamaConfig& config);
   const LlamaConfig& config() const { return config_; }
@@ -108,6 +110,15 @@ class Llama : public LanguageModel {
   void freeze(int64_t blocks) override;  // embed_tokens (and a tied lm_head) and blocks [0, blocks)
   double flops_per_token(int64_t seq) const override;
   std::string describe() const override;
+
+  // Exportable: "llama"; the LlamaConfig fields; hf_llama_config_json; state_dict() as it is (Hugging Face's names),
+  // importing with every name and shape checked (a tied lm_head.weight, if present, must equal embed_tokens).
+  std::string model_type() const override { return "llama"; }
+  std::string config_json() const override;
+  std::optional<ConfigDifference> config_difference(std::string_view saved) const override;
+  std::string export_config_json() const override;
+  StateDict export_state_dict() const override;
+  StateDict import_state_dict(const StateDict& tensors, const std::string& where) const override;
 
   LlamaBlock& block(size_t i) const { return (*layers_)[i]; }
   Embedding& embed_tokens() const { return *embed_; }

@@ -8,20 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "mpt/core/state_dict.h"
 #include "mpt/core/tensor.h"
 
 namespace mpt::nn {
 
-// A parameter as the optimizer sees it: its dotted name ("h.0.attn.c_attn.weight"), the tensor (a leaf that
-// requires grad unless frozen; copies of the handle share its gradient) and whether weight decay applies to it
-// by default (the weights of Linear layers; not biases, LayerNorm parameters or embeddings).
-struct NamedParameter {
-  std::string name;
-  Tensor tensor;
-  bool weight_decay = true;
-};
-
-using StateDict = std::map<std::string, Tensor>;
+// NamedParameter and StateDict live in core (the optimizer and checkpoints use them without nn).
+using mpt::NamedParameter;
+using mpt::StateDict;
 
 class Module {
  public:

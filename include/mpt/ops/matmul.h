@@ -49,7 +49,7 @@ struct MatmulOptions {
   // bias gradient of a weight-gradient GEMM dW = dy^T x: db = column sums of dy), in c's dtype. CUDA: cuBLASLt's
   // BGRADA epilogue (no pass of its own); CPU: summed in f32 (f64) beside the GEMM. Not recorded by autograd.
   Tensor bias_grad{};
-  // The MLP's GELU fused into its GEMMs (ops::mlp, ops::fp8_mlp; 2-d, a non-FP8 output, alpha 1, beta 0, not
+  // The MLP's GELU fused into its GEMMs (ops::mlp, fp8::fp8_mlp; 2-d, a non-FP8 output, alpha 1, beta 0, not
   // recorded by autograd; FP8 operands too). CUDA: cuBLASLt's GELU_AUX(_BIAS) and DGELU(_BGRAD) epilogues; where
   // cuBLASLt has no algorithm for one (FP8 block scaling, and FP8 DGELU on some GPUs: outside its documented tables)
   // the GEMM runs plain with the GELU kernels after it, as on the CPU, and that kind is not asked again. tanh GELU.

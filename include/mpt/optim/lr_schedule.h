@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "mpt/nn/module.h"
+#include "mpt/core/state_dict.h"
 #include "mpt/optim/optimizer.h"
 
 namespace mpt::optim {
@@ -25,8 +25,8 @@ class LrSchedule {
   double current_lr() const { return lr_at(step_); }
 
   // {"step": 0-d i64}. Loading sets the counter and applies its lr to the groups.
-  nn::StateDict state_dict() const;
-  void load_state_dict(const nn::StateDict& dict);
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& dict);
 
  protected:
   explicit LrSchedule(Optimizer& optimizer) : optimizer_(optimizer) {}

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mpt/core/tensor.h"
-#include "mpt/nn/module.h"
+#include "mpt/core/state_dict.h"
 #include "mpt/ops/optim.h"
 
 namespace mpt::optim {
@@ -30,7 +30,7 @@ struct ParamGroup {
 
 // Two groups, in this order: the trainable parameters with weight_decay == true (decay `weight_decay`), and the
 // other trainable ones (decay 0). Frozen parameters (requires_grad false) are left out; names are kept.
-std::vector<ParamGroup> weight_decay_groups(const std::vector<nn::NamedParameter>& params, double weight_decay);
+std::vector<ParamGroup> weight_decay_groups(const std::vector<NamedParameter>& params, double weight_decay);
 
 // A parameter's state: its step count (steps taken: a 0-d i64 on the parameter's device, advanced by the step
 // kernels themselves so that a step skipped on the device does not count) and named tensors ("exp_avg",
@@ -68,11 +68,11 @@ class Optimizer {
   // Every tensor of state: "{key}.step" (0-d i64) and "{key}.{tensor}" per parameter with state, where key is the
   // parameter's name or "group{g}.param{i}"; "group{g}.{hyperparameter}" (0-d f64) per group. State tensors are
   // shared with the optimizer (like torch; clone to snapshot), the others are fresh.
-  nn::StateDict state_dict() const;
+  StateDict state_dict() const;
   // Restores a state_dict of an optimizer of the same kind over the same parameters: the optimizer then continues
   // bit-identically. A missing or unexpected key, a wrong shape or dtype, or an invalid hyperparameter throws
   // naming the key and what was expected, before anything is modified. Tensors are copied to the params' devices.
-  void load_state_dict(const nn::StateDict& dict);
+  void load_state_dict(const StateDict& dict);
 
  protected:
   // defaults: "lr", "weight_decay" and every option with its default value.

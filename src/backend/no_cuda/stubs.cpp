@@ -48,16 +48,3 @@ bool event_query(void*) { not_built(); }
 float event_elapsed_ms(void*, void*) { not_built(); }
 
 }  // namespace mpt::cuda_backend
-
-// NCCL: CUDA only.
-#include "mpt/dist/communicator.h"
-
-namespace mpt::dist {
-
-NcclId nccl_unique_id() { MPT_THROW("[dist.nccl] {}", cuda_backend::kNotBuilt); }
-std::shared_ptr<Communicator> nccl_communicator(Device, const NcclId&, int, int) {
-  MPT_THROW("[dist.nccl] {}", cuda_backend::kNotBuilt);
-}
-std::shared_ptr<Communicator> nccl_world() { MPT_THROW("[dist.nccl] {}", cuda_backend::kNotBuilt); }
-
-}  // namespace mpt::dist

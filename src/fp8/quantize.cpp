@@ -1,0 +1,127 @@
+// src/fp8/quantize.cpp: the one home of recipe-driven FP8 quantization: a tensor of a role (input, weight,
+// grad_output) quantized under delayed, current or block scaling for the GEMMs that read it, on its device.
+#include "fp8/quantize.h"
+
+#include <string>
+#include <tuple>
+#include <variant>
+
+#include "mpt/ops/cast.h"
+#include "mpt/fp8/linear.h"
+
+// The FP8 ops are built from the ops layer below (cast, matmul, reductions, dispatch).
+using namespace mpt::ops;  // NOLINT(google-build-using-namespace)
+
+namespace mpt::fp8 {
+namespace detail {
+namespace {
+
+using fp8::Fp8Role;
+
+// Per-tensor scaling (delayed or current): one pass quantizes t and, if asked, its transpose with one scale. Every
+// scale and amax stays on t's device: delayed scaling reads the meta's scale and folds max |t| into its history
+// (TE's amax_history[0]) in the same pass; current scaling computes amax and scale in a first pass.
+Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
+                            const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool columnwise) {
+  const DType fmt = fp8::fp8_dtype(recipe, role);
+  const auto* delayed = std::get_if<fp8::DelayedScaling>(&recipe);
+  QuantizeOptions o;
+  o.amax_ignore_nan = true;  // TE's amax skips NaN elements (scaling-spec B2, C5 and C6)
+  if (delayed != nullptr) {
+    o.scale = meta->scale;
+    o.amax = Tensor::empty({}, DType::F32, t.device());
+  } else {
+    const auto& c = std::get<fp8::CurrentScaling>(recipe);
+    o.power_of_2 = c.power_2_scale;
+    o.amax_epsilon = c.amax_epsilon;
+  }
+  ops::Quantized q, qt;
+  if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
+  else q = quantize_fp8(t, fmt, o);
+  if (delayed != nullptr) meta->record_amax(o.amax);
+  if (meta && meta->collect_telemetry) {  // a debugging aid: reads the device
+    const auto* c = std::get_if<fp8::CurrentScaling>(&recipe);
+    const float scale = c ? fp8::compute_scale_from_amax(fp8::amax_ignore_nan(t), fp8::fp8_max(fmt), c->power_2_scale,
+                                                         c->amax_epsilon)
+                          : meta->scale.item<float>();
+    meta->measure(t, q, scale);
+  }
+  return {q, qt, delayed != nullptr ? o.amax : Tensor{}};
+}
+
+// Block scaling: weights 128x128 (the transposed codes share the tile scales), activations and gradients 1x128 with
+// the columnwise copy quantized again from t along the other axis (scaling-spec B3).
+Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role,
+                       const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
+  const BlockQuantizeOptions o{r.power_2_scale};
+  const bool telemetry = meta && meta->collect_telemetry;
+  Fp8Pair p;
+  ops::Quantized q;
+  if (role == Fp8Role::Weight) {
+    q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block128x128, o);
+    if (columnwise) p.columnwise = {q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128};
+  } else {
+    if (rowwise || telemetry) q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, o);
+    if (columnwise) {
+      BlockQuantizeOptions ot = o;
+      ot.transpose = true;  // t^T's codes without its transposed copy
+      p.columnwise = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, ot);
+    }
+  }
+  if (telemetry) meta->measure(t, q, 0.0f);
+  if (rowwise) p.rowwise = q;
+  return p;
+}
+
+}  // namespace
+
+Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
+                 const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
+  if (const auto* b = std::get_if<fp8::BlockScaling>(&recipe)) {
+    return quantize_block(t, *b, role, meta, rowwise, columnwise);
+  }
+  return quantize_per_tensor(t, recipe, role, meta, columnwise);
+}
+
+bool is_wide_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+
+void check_fp8_meta(const char* kOp, const std::shared_ptr<fp8::Fp8TensorMeta>& meta, const char* slot, Fp8Role role,
+                    const fp8::Fp8Recipe& recipe, Device dev) {
+  const bool delayed = std::holds_alternative<fp8::DelayedScaling>(recipe);
+  if (!meta) {
+    MPT_CHECK(!delayed, "[{}] delayed scaling needs {} (fp8::Fp8ScalingState::register_linear)", kOp, slot);
+    return;
+  }
+  MPT_CHECK(meta->role == role, "[{}] {} is '{}', registered as {}", kOp, slot, meta->name,
+            fp8::to_string(meta->role));
+  MPT_CHECK(meta->dtype == fp8::fp8_dtype(recipe, role),
+            "[{}] {} ('{}') is {} but the recipe quantizes it to {}: the scaling state was made for another "
+            "recipe", kOp, slot, meta->name, meta->dtype, fp8::fp8_dtype(recipe, role));
+  MPT_CHECK(!delayed || meta->scale.device() == dev, "[{}] {} ('{}') lives on {} but the operands on {}", kOp,
+            slot, meta->name, meta->scale.device().str(), dev.str());
+}
+
+}  // namespace detail
+
+Fp8Weight quantize_fp8_weight(const Tensor& weight, const fp8::Fp8Recipe& recipe,
+                              const std::shared_ptr<fp8::Fp8TensorMeta>& weight_meta, bool transpose) {
+  MPT_CHECK(weight.defined() && weight.dim() == 2 && detail::is_wide_dtype(weight.dtype()) && weight.numel() > 0,
+            "[quantize_fp8_weight] weight must be a non-empty 2-d f32, bf16 or f16 tensor, got {}",
+            weight.defined() ? weight.meta_str() : std::string("undefined"));
+  detail::check_fp8_meta("quantize_fp8_weight", weight_meta, "metas.weight", fp8::Fp8Role::Weight, recipe,
+                         weight.device());
+  Fp8Weight w;
+  w.recipe_index = recipe.index();
+  // Delayed: the version of the meta's scale the codes are made with (it changes only in Fp8ScalingState::update()
+  // and load_state_dict, which bump it; amp::fp8_weight_copy compares it before reusing the copy).
+  if (weight_meta) w.scale_version = weight_meta->scale_version;
+  const detail::Fp8Pair p =
+      detail::quantize_for_gemm(weight, recipe, fp8::Fp8Role::Weight, weight_meta, true, transpose);
+  w.rowwise = p.rowwise;
+  w.columnwise = p.columnwise;
+  w.amax = p.amax;
+  return w;
+}
+
+}  // namespace mpt::fp8

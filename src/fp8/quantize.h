@@ -1,0 +1,36 @@
+// src/fp8/quantize.h: recipe-driven FP8 quantization for the FP8 GEMMs (fp8_linear, quantize_fp8_weight,
+// amp::fp8_weight_copy): which layout, scale and amax bookkeeping each recipe and role takes, in one place. The
+// element kernels are cast.h's primitives.
+#pragma once
+
+#include <memory>
+
+#include "mpt/fp8/scaling.h"
+#include "mpt/ops/cast.h"
+
+namespace mpt::fp8::detail {
+
+// One 2-d tensor quantized for the GEMMs that read it. rowwise: K along its columns, as stored (x and dy in the
+// GEMM that contracts their last dim, W in fprop). columnwise: its transpose (rows become K: x and dy in wgrad, W in
+// dgrad). Only the usages asked for are defined. amax: under delayed scaling, max |t| (NaN ignored) as recorded into
+// the meta (0-d f32 on t's device; what a cached weight copy records again), else undefined.
+struct Fp8Pair {
+  ops::Quantized rowwise, columnwise;
+  Tensor amax;
+};
+
+// t (2-d) quantized under `recipe` as a tensor of `role`: rowwise and/or columnwise codes (block scaling: weights
+// 128x128 with the transposed codes sharing the tile scales, activations and gradients 1x128 quantized along each
+// axis; per tensor: one pass for both, with the meta's scale (delayed, its amax folded into the history) or the
+// tensor's own (current)). Telemetry is measured into the meta when it collects it.
+Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp8Role role,
+                          const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise);
+
+bool is_wide_dtype(DType t);  // f32, bf16 or f16: what FP8 quantization reads
+
+// A meta given for `slot` (its name in errors: "metas.input") fits the recipe and role (delayed scaling needs one, on
+// the operands' device).
+void check_fp8_meta(const char* op, const std::shared_ptr<fp8::Fp8TensorMeta>& meta, const char* slot,
+                    fp8::Fp8Role role, const fp8::Fp8Recipe& recipe, Device dev);
+
+}  // namespace mpt::fp8::detail

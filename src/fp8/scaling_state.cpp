@@ -1,0 +1,152 @@
+// src/fp8/scaling_state.cpp: Fp8ScalingState: registration, the delayed-scaling update, state dicts, telemetry.
+#include <cfloat>
+#include <cmath>
+#include <utility>
+
+#include "mpt/fp8/scaling.h"
+#include "mpt/ops/cast.h"
+
+// The FP8 ops are built from the ops layer below (cast, matmul, reductions, dispatch).
+using namespace mpt::ops;  // NOLINT(google-build-using-namespace)
+
+namespace mpt::fp8 {
+namespace {
+
+Tensor host_snapshot(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
+
+}  // namespace
+
+const char* to_string(Fp8Role r) {
+  switch (r) {
+    case Fp8Role::Input: return "input";
+    case Fp8Role::Weight: return "weight";
+    case Fp8Role::GradOutput: return "grad_output";
+  }
+  return "?";
+}
+
+Fp8ScalingState::Fp8ScalingState(Fp8Recipe recipe, Device device) : recipe_(std::move(recipe)), device_(device) {
+  if (const auto* d = std::get_if<DelayedScaling>(&recipe_)) {
+    MPT_CHECK(d->amax_history_len >= 1, "[fp8] amax_history_len must be at least 1, got {}", d->amax_history_len);
+    MPT_CHECK(d->margin >= 0 && d->margin <= 64, "[fp8] margin must be in [0, 64], got {}", d->margin);
+  }
+  if (const auto* c = std::get_if<CurrentScaling>(&recipe_)) {
+    MPT_CHECK(std::isfinite(c->amax_epsilon) && c->amax_epsilon >= 0.0f,
+              "[fp8] amax_epsilon must be finite and >= 0, got {}", c->amax_epsilon);
+  }
+}
+
+std::shared_ptr<Fp8TensorMeta> Fp8ScalingState::register_tensor(const std::string& name, Fp8Role role) {
+  MPT_CHECK(!name.empty(), "[fp8] an FP8 tensor needs a name");
+  if (auto it = index_.find(name); it != index_.end()) {
+    const std::shared_ptr<Fp8TensorMeta>& m = metas_[it->second];
+    MPT_CHECK(m->role == role, "[fp8] '{}' is registered as {}, not {}", name, to_string(m->role), to_string(role));
+    return m;
+  }
+  const auto* delayed = std::get_if<DelayedScaling>(&recipe_);
+  auto m = std::make_shared<Fp8TensorMeta>();
+  m->name = name;
+  m->role = role;
+  m->dtype = fp8_dtype(recipe_, role);
+  m->scale = Tensor::ones({}, DType::F32, device_);
+  m->scale_inv = Tensor::ones({}, DType::F32, device_);
+  m->amax_history = Tensor::zeros({delayed ? delayed->amax_history_len : 1}, DType::F32, device_);
+  m->collect_telemetry = collect_telemetry_;
+  index_.emplace(name, metas_.size());
+  metas_.push_back(m);
+  return m;
+}
+
+Fp8LinearMetas Fp8ScalingState::register_linear(const std::string& prefix) {
+  return {register_tensor(prefix + ".input", Fp8Role::Input), register_tensor(prefix + ".weight", Fp8Role::Weight),
+          register_tensor(prefix + ".grad_output", Fp8Role::GradOutput)};
+}
+
+std::shared_ptr<Fp8TensorMeta> Fp8ScalingState::meta(const std::string& name) const {
+  const auto it = index_.find(name);
+  MPT_CHECK(it != index_.end(), "[fp8] no FP8 tensor named '{}' is registered ({} are)", name, metas_.size());
+  return metas_[it->second];
+}
+
+void Fp8ScalingState::update() {
+  const auto* r = std::get_if<DelayedScaling>(&recipe_);
+  if (r == nullptr) return;
+  ++num_updates_;
+  if (metas_.empty()) return;
+  std::vector<Tensor> amaxes;  // this step's amax per meta: the history's current slot, or the hook's result
+  amaxes.reserve(metas_.size());
+  for (const auto& m : metas_) amaxes.push_back(m->amax_history.slice(0, 0, 1));
+  if (reduction_) {
+    for (Tensor& a : amaxes) a = a.reshape({}).clone();
+    reduction_(amaxes);
+    MPT_CHECK(amaxes.size() == metas_.size(), "[fp8] the amax reduction must leave {} amaxes, left {}",
+              metas_.size(), amaxes.size());
+  }
+  std::vector<ops::DelayedScalingSlot> slots;
+  slots.reserve(metas_.size());
+  for (size_t j = 0; j < metas_.size(); ++j) {
+    Fp8TensorMeta& m = *metas_[j];
+    MPT_CHECK(amaxes[j].defined() && amaxes[j].numel() == 1 && amaxes[j].dtype() == DType::F32,
+              "[fp8] the amax reduction must leave one f32 element per tensor, got {} for '{}'",
+              amaxes[j].defined() ? amaxes[j].meta_str() : std::string("undefined"), m.name);
+    const Tensor a = amaxes[j].device() == device_ ? amaxes[j].contiguous() : amaxes[j].to(device_);
+    slots.push_back({m.amax_history, a, m.scale, m.scale_inv, fp8_max(m.dtype)});
+    ++m.scale_version;
+  }
+  ops::delayed_scaling_update_(slots, r->algo == AmaxAlgo::Max, r->margin);  // one kernel, no host read
+}
+
+std::map<std::string, Tensor> Fp8ScalingState::state_dict() const {
+  std::map<std::string, Tensor> dict;
+  if (!std::holds_alternative<DelayedScaling>(recipe_)) return dict;  // nothing carries over between steps
+  for (const auto& m : metas_) {
+    dict.emplace(m->name + ".scale", host_snapshot(m->scale));
+    dict.emplace(m->name + ".scale_inv", host_snapshot(m->scale_inv));
+    dict.emplace(m->name + ".amax_history", host_snapshot(m->amax_history));
+  }
+  return dict;
+}
+
+void Fp8ScalingState::load_state_dict(const std::map<std::string, Tensor>& dict, bool strict) {
+  std::map<std::string, Tensor> targets;
+  if (std::holds_alternative<DelayedScaling>(recipe_)) {
+    for (const auto& m : metas_) {
+      targets.emplace(m->name + ".scale", m->scale);
+      targets.emplace(m->name + ".scale_inv", m->scale_inv);
+      targets.emplace(m->name + ".amax_history", m->amax_history);
+    }
+  }
+  std::vector<std::pair<Tensor, Tensor>> copies;
+  for (const auto& [key, value] : dict) {
+    const auto it = targets.find(key);
+    if (it == targets.end()) {
+      MPT_CHECK(!strict, "[fp8] load_state_dict: unexpected key '{}' (no registered delayed-scaling tensor has it)",
+                key);
+      continue;
+    }
+    MPT_CHECK(value.defined() && value.dtype() == DType::F32 && value.shape() == it->second.shape(),
+              "[fp8] load_state_dict: '{}' must be f32 with shape {}, got {}", key, shape_str(it->second.shape()),
+              value.defined() ? value.meta_str() : std::string("undefined"));
+    copies.emplace_back(it->second, value);
+  }
+  if (strict) {
+    for (const auto& [key, target] : targets) {
+      MPT_CHECK(dict.count(key) == 1, "[fp8] load_state_dict: missing key '{}'", key);
+    }
+  }
+  for (auto& [target, value] : copies) target.copy_(value);
+  for (const auto& m : metas_) ++m->scale_version;
+}
+
+void Fp8ScalingState::set_collect_telemetry(bool on) {
+  collect_telemetry_ = on;
+  for (const auto& m : metas_) m->collect_telemetry = on;
+}
+
+std::map<std::string, Fp8TensorStats> Fp8ScalingState::telemetry() const {
+  std::map<std::string, Fp8TensorStats> out;
+  for (const auto& m : metas_) out.emplace(m->name, m->stats);
+  return out;
+}
+
+}  // namespace mpt::fp8

@@ -1,0 +1,403 @@
+// src/train/data_parallel.cpp: DataParallel: parameter broadcast, gradient buckets reduced from backward's hooks,
+// compression, ZeRO-1 ownership.
+#include "mpt/train/data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/math/numerics.h"
+#include "kernels/math/quantize.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/core/error.h"
+#include "mpt/core/profile.h"
+#include "mpt/ops/cast.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/optim/clip.h"
+
+namespace mpt::train {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// MS-AMP's compute_scaling_factor(amax, old = 1, fp_max, margin = 0): fp_max / amax floored to a power of two, 1 for
+// an amax of 0, Inf or NaN (docs/distributed.md); the project's one amax -> scale function with power_of_2.
+double pow2_scaling_factor(double amax, float fp_max) {
+  return kernels::math::ScaleFromAmax{fp_max, 0, /*power_of_2=*/true}(static_cast<float>(amax));
+}
+
+// The MAX all-reduce of a list of 0-d f32 tensors (one collective on `device`, the communicator's), in place.
+void max_reduce_scalars(dist::Communicator& comm, Device device, std::vector<Tensor>& values) {
+  if (values.empty()) return;
+  std::vector<float> packed;
+  for (const Tensor& v : values) packed.push_back(v.to(DType::F32).item<float>());
+  Tensor t = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())}).to(device);
+  comm.all_reduce(t, dist::ReduceOp::Max)->wait();
+  const std::vector<float> out = t.to(Device::cpu()).to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i].copy_(Tensor::full({}, out[i], DType::F32).to(values[i].dtype()).to(values[i].device()));
+}
+
+}  // namespace
+
+const char* to_string(GradCompression c) {
+  switch (c) {
+    case GradCompression::None: return "none";
+    case GradCompression::BF16: return "bf16";
+    case GradCompression::FP8: return "fp8";
+  }
+  return "?";
+}
+
+double DataParallel::StepTiming::hidden_fraction() const {
+  int64_t all = 0, hidden = 0;
+  for (size_t b = 0; b < bytes.size(); ++b) {
+    all += bytes[b];
+    if (done_before_finish[b]) hidden += bytes[b];
+  }
+  return all == 0 ? 0.0 : static_cast<double>(hidden) / static_cast<double>(all);
+}
+
+struct DataParallel::Bucket {
+  std::vector<size_t> params;    // indices into params_, in flat order: grouped by owner rank
+  std::vector<int64_t> offsets;  // of each parameter in flat
+  std::vector<int64_t> counts;   // elements per owner rank (the reduce-scatter split)
+  Tensor flat;                   // F32: the concatenated gradients, then the reduced ones
+  Tensor wire;                   // what travels (flat itself, its BF16 or FP8 codes, or this rank's F32 shard)
+  Tensor meta;                   // F32 [used flags | amaxes], MAX-reduced (on the parameters' device)
+  std::vector<double> scale;     // FP8: per parameter
+  size_t ready = 0;
+  std::vector<bool> is_ready;
+  std::unique_ptr<dist::Work> work, meta_work;
+  bool launched = false;
+  Tensor part(size_t k, const Tensor& of) const;  // parameter k's slice of flat (`of`: the parameter)
+};
+
+DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicator> comm, const DataParallelOptions& options)
+    : comm_(std::move(comm)), options_(options), alive_(std::make_shared<bool>(true)) {
+  MPT_CHECK(comm_ != nullptr, "[DataParallel] no communicator");
+  MPT_CHECK(options.bucket_bytes > 0, "[DataParallel] bucket_bytes {} must be positive", options.bucket_bytes);
+  MPT_CHECK(!(options.zero1 && options.compression != GradCompression::None),
+            "[DataParallel] zero1 with {} compression is not supported: the reduce-scatter travels in F32",
+            to_string(options.compression));
+  autograd::NoGradGuard no_grad;
+  // Rank 0's parameters and buffers everywhere (blocking, in registration order).
+  for (auto& [name, t] : module.state_dict()) {
+    if (!device_set_) device_ = t.device(), device_set_ = true;
+    MPT_CHECK(t.device() == device_ && t.is_contiguous(), "[DataParallel] {} {}: every tensor must be contiguous and "
+              "on {} (the module's first tensor's device)", name, t.meta_str(), device_);
+    if (t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16) {
+      Tensor view = t;
+      comm_->broadcast(view, 0)->wait();
+    }
+  }
+  std::vector<nn::NamedParameter> named = module.named_parameters();
+  std::reverse(named.begin(), named.end());  // backward finishes the last layers first
+  for (const nn::NamedParameter& p : named) {
+    if (!p.tensor.requires_grad()) continue;
+    MPT_CHECK(p.tensor.dtype() == DType::F32, "[DataParallel] parameter {} is {}: F32 masters only", p.name,
+              p.tensor.dtype());
+    params_.push_back(p.tensor);
+    names_.push_back(p.name);
+  }
+  // Owners: each parameter to the rank with the fewest elements so far (deterministic, the same on every rank).
+  const int n = comm_->size();
+  std::vector<int64_t> load(static_cast<size_t>(n), 0);
+  for (const Tensor& p : params_) {
+    const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner_.push_back(options.zero1 ? static_cast<int>(r) : comm_->rank());
+    load[r] += p.numel();
+  }
+  // Buckets of consecutive parameters up to bucket_bytes; inside one, the flat order groups them by owner.
+  std::vector<std::vector<size_t>> groups;
+  int64_t bytes = options.bucket_bytes;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t b = params_[i].numel() * 4;
+    if (groups.empty() || bytes + b > options.bucket_bytes) groups.emplace_back(), bytes = 0;
+    groups.back().push_back(i);
+    bytes += b;
+  }
+  bucket_of_.resize(params_.size());
+  for (const auto& g : groups) {
+    auto b = std::make_unique<Bucket>();
+    b->counts.assign(static_cast<size_t>(n), 0);
+    std::vector<size_t> order = g;
+    if (options.zero1)
+      std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return owner_[x] < owner_[y]; });
+    int64_t at = 0;
+    for (size_t i : order) {
+      b->params.push_back(i);
+      b->offsets.push_back(at);
+      at += params_[i].numel();
+      if (options.zero1) b->counts[static_cast<size_t>(owner_[i])] += params_[i].numel();
+      bucket_of_[i] = buckets_.size();
+    }
+    b->flat = Tensor::zeros({at}, DType::F32, device_);
+    b->is_ready.assign(order.size(), false);
+    b->scale.assign(order.size(), 1.0);
+    if (options.zero1) b->wire = Tensor::zeros({b->counts[static_cast<size_t>(comm_->rank())]}, DType::F32, device_);
+    buckets_.push_back(std::move(b));
+  }
+  timing_.launched_s.assign(buckets_.size(), 0);
+  timing_.done_before_finish.assign(buckets_.size(), false);
+  timing_.bytes.assign(buckets_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::weak_ptr<bool> alive = alive_;
+    params_[i].register_post_accumulate_grad_hook([this, i, alive](const Tensor&) {
+      if (alive.lock()) on_grad_ready(i);
+    });
+  }
+}
+
+DataParallel::~DataParallel() {
+  for (auto& b : buckets_) {  // collectives still in flight write into the buckets: let them land first
+    try {
+      if (b->meta_work) b->meta_work->wait();
+      if (b->work) b->work->wait();
+    } catch (...) {  // a peer died (the error already reached, or will reach, whoever waits): never throw here
+    }
+  }
+}
+
+int64_t DataParallel::num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
+
+bool DataParallel::owns(const Tensor& param) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].data_ptr() == param.data_ptr()) return owner_[i] == comm_->rank();
+  return !options_.zero1;
+}
+
+void DataParallel::wait_for(const Bucket& b, dist::Work& work) const {
+  try {
+    work.wait();
+  } catch (const Error& e) {
+    const size_t index = bucket_of_[b.params.front()];
+    MPT_THROW("[DataParallel] gradient bucket {} of {} ({} parameters, {} .. {}): {}", index, buckets_.size(),
+              b.params.size(), names_[b.params.front()], names_[b.params.back()], e.what());
+  }
+}
+
+void DataParallel::on_grad_ready(size_t param) {
+  if (!sync_) return;
+  if (!step_started_) step_started_ = true, step_t0_ = now_s();
+  Bucket& b = *buckets_[bucket_of_[param]];
+  const size_t slot = static_cast<size_t>(std::find(b.params.begin(), b.params.end(), param) - b.params.begin());
+  if (!b.is_ready[slot] && !b.launched) {  // else a second backward before finish(): the bucket already left
+    b.is_ready[slot] = true;
+    if (++b.ready == b.params.size()) launch_ready();
+  }
+  progress();
+}
+
+void DataParallel::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->ready == buckets_[next_launch_]->params.size()) {
+    timing_.launched_s[next_launch_] = now_s() - step_t0_;
+    launch(*buckets_[next_launch_++]);
+    ++started_in_backward_;
+  }
+}
+
+void DataParallel::progress() {
+  for (auto& b : buckets_)
+    if (b->work) b->work->test();
+}
+
+Tensor DataParallel::Bucket::part(size_t k, const Tensor& of) const {
+  const int64_t n = of.numel();
+  return flat.slice(0, offsets[k], offsets[k] + n);
+}
+
+void DataParallel::launch(Bucket& b) {
+  const profile::Range range("communication/bucket {}", bucket_of_[b.params.front()]);
+  autograd::NoGradGuard no_grad;
+  const size_t np = b.params.size();
+  std::vector<float> meta(2 * np, 0.0f);  // [used | amax] per parameter
+  for (size_t k = 0; k < np; ++k) {
+    const Tensor& p = params_[b.params[k]];
+    const Tensor g = p.grad();
+    Tensor dst = b.part(k, p);
+    meta[k] = g.defined() ? 1.0f : 0.0f;
+    if (!g.defined()) {
+      dst.zero_();
+      continue;
+    }
+    dst.copy_(g.reshape({-1}));
+    if (options_.compression == GradCompression::FP8) {  // NaN counts as inf: MAX keeps it on every rank
+      const float amax = ops::amax(dst).item<float>();
+      meta[np + k] = std::isnan(amax) ? std::numeric_limits<float>::infinity() : amax;
+    }
+  }
+  b.meta = Tensor::from_vector(meta, {static_cast<int64_t>(meta.size())}).to(device_);
+  b.meta_work = comm_->all_reduce(b.meta, dist::ReduceOp::Max);
+  const int64_t numel = b.flat.numel();
+  switch (options_.compression) {
+    case GradCompression::None:
+      if (options_.zero1)
+        b.work = comm_->reduce_scatter_v(b.flat, b.wire, b.counts, dist::ReduceOp::Avg);
+      else
+        b.work = comm_->all_reduce(b.flat, dist::ReduceOp::Avg);
+      break;
+    case GradCompression::BF16:
+      b.wire = b.flat.to(DType::BF16);
+      b.work = comm_->all_reduce_on_wire(b.wire, dist::ReduceOp::Sum);
+      break;
+    case GradCompression::FP8: {
+      wait_for(b, *b.meta_work);  // the shared amaxes set the scales (MS-AMP waits here too)
+      b.meta_work.reset();
+      const std::vector<float> shared = b.meta.to(Device::cpu()).to_vector<float>();
+      const double pre = 1.0 / std::sqrt(static_cast<double>(comm_->size()));
+      b.wire = Tensor::empty({numel}, DType::F8E4M3, device_);
+      for (size_t k = 0; k < np; ++k) {  // codes = saturate(g * s), one quantization per parameter
+        b.scale[k] = pow2_scaling_factor(shared[np + k], kE4M3Max) * pre;
+        const Tensor& p = params_[b.params[k]];
+        const Tensor scale = Tensor::full({}, b.scale[k], DType::F32, device_);
+        b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel())
+            .copy_(ops::quantize_fp8(b.part(k, p), DType::F8E4M3, {.scale = scale}).data);
+      }
+      b.work = comm_->all_reduce_on_wire(b.wire, dist::ReduceOp::Sum);
+      break;
+    }
+  }
+  timing_.bytes[bucket_of_[b.params[0]]] =
+      numel * (options_.compression == GradCompression::BF16 ? 2 : options_.compression == GradCompression::FP8 ? 1 : 4);
+  b.launched = true;
+}
+
+void DataParallel::finish() {
+  const profile::Range range("communication/finish");
+  autograd::NoGradGuard no_grad;
+  const double t_finish = now_s();
+  if (!step_started_) step_t0_ = t_finish;
+  timing_.finish_called_s = t_finish - step_t0_;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = *buckets_[i];
+    timing_.done_before_finish[i] = b.launched && b.work && b.work->test();
+  }
+  while (next_launch_ < buckets_.size()) {  // buckets a parameter without a gradient left incomplete, in order
+    timing_.launched_s[next_launch_] = t_finish - step_t0_;
+    launch(*buckets_[next_launch_++]);
+  }
+  const int me = comm_->rank(), n = comm_->size();
+  for (auto& bp : buckets_) {
+    Bucket& b = *bp;
+    if (b.meta_work) wait_for(b, *b.meta_work);
+    wait_for(b, *b.work);
+    const size_t np = b.params.size();
+    const std::vector<float> meta = b.meta.to(Device::cpu()).to_vector<float>();
+    if (options_.compression == GradCompression::BF16) {
+      b.flat.copy_(ops::scale(b.wire.to(DType::F32), 1.0 / n));  // the BF16 sum, averaged in F32
+    } else if (options_.compression == GradCompression::FP8) {
+      for (size_t k = 0; k < np; ++k) {  // g = sum * 1 / (s * n); a non-finite shared amax gives NaN everywhere
+        const Tensor& p = params_[b.params[k]];
+        Tensor dst = b.part(k, p);
+        if (!std::isfinite(meta[np + k])) {
+          dst.fill_(std::numeric_limits<double>::quiet_NaN());
+          continue;
+        }
+        const ops::Quantized sum{b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel()),
+                                 Tensor::full({}, static_cast<float>(1.0 / (b.scale[k] * n)), DType::F32, device_)};
+        dst.copy_(ops::dequantize(sum));
+      }
+    }
+    // With zero1 this rank's shard starts at the offset of its first parameter in the bucket.
+    int64_t shard_start = 0;
+    for (int r = 0; r < me && options_.zero1; ++r) shard_start += b.counts[static_cast<size_t>(r)];
+    for (size_t k = 0; k < np; ++k) {
+      const Tensor& p = params_[b.params[k]];
+      const bool mine = owner_[b.params[k]] == me;
+      if (meta[k] == 0.0f || !mine) {  // used on no rank, or (zero1) another rank's: no gradient here
+        if (options_.zero1 && !mine) p.set_grad(Tensor());
+        continue;
+      }
+      const Tensor avg = (options_.zero1 ? b.wire.slice(0, b.offsets[k] - shard_start,
+                                                        b.offsets[k] - shard_start + p.numel())
+                                         : b.part(k, p))
+                             .view(p.shape());
+      Tensor g = p.grad();
+      if (g.defined())
+        g.copy_(avg);
+      else
+        p.set_grad(avg.clone());
+    }
+    b.work.reset();
+    b.ready = 0;
+    b.launched = false;
+    std::fill(b.is_ready.begin(), b.is_ready.end(), false);
+  }
+  next_launch_ = 0;
+  step_started_ = false;
+  timing_.finish_wait_s = now_s() - t_finish;
+}
+
+std::vector<optim::ParamGroup> DataParallel::shard(std::vector<optim::ParamGroup> groups) const {
+  if (!options_.zero1) return groups;
+  std::vector<optim::ParamGroup> mine;
+  for (optim::ParamGroup& g : groups) {
+    optim::ParamGroup kept = g;
+    kept.params.clear();
+    kept.names.clear();
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (!owns(g.params[i])) continue;
+      kept.params.push_back(g.params[i]);
+      if (!g.names.empty()) kept.names.push_back(g.names[i]);
+    }
+    mine.push_back(std::move(kept));  // kept when empty: every rank numbers the groups alike (checkpoints)
+  }
+  return mine;
+}
+
+void DataParallel::sync_parameters() {
+  if (!options_.zero1) return;
+  const profile::Range range("communication/sync_parameters");
+  autograd::NoGradGuard no_grad;
+  const int me = comm_->rank();
+  std::vector<std::unique_ptr<dist::Work>> works;
+  std::vector<Tensor> sends;
+  for (auto& bp : buckets_) {  // every bucket in flight at once, then unpacked
+    Bucket& b = *bp;
+    Tensor send = Tensor::empty({b.counts[static_cast<size_t>(me)]}, DType::F32, device_);
+    int64_t at = 0;
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      if (owner_[b.params[k]] != me) continue;
+      const Tensor& p = params_[b.params[k]];
+      send.slice(0, at, at + p.numel()).copy_(p.detach().reshape({-1}));
+      at += p.numel();
+    }
+    sends.push_back(send);
+    works.push_back(comm_->all_gather_v(sends.back(), b.flat, b.counts));
+  }
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    works[i]->wait();
+    Bucket& b = *buckets_[i];
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& p = params_[b.params[k]];
+      if (owner_[b.params[k]] != me) p.detach().copy_(b.part(k, p).view(p.shape()));
+    }
+  }
+}
+
+Tensor DataParallel::clip_grad_norm_(double max_norm) {
+  if (!options_.zero1) return optim::clip_grad_norm_(params_, max_norm);
+  return optim::clip_grad_norm_(params_, max_norm, [this](double local_sum_sq) {
+    Tensor t = Tensor::full({1}, local_sum_sq, DType::F32, device_);
+    comm_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+    return static_cast<double>(t.to(Device::cpu()).to_vector<float>()[0]);
+  });
+}
+
+void DataParallel::attach(train::GradScaler& scaler) {
+  auto comm = comm_;
+  scaler.set_found_inf_reduction(
+      [comm, d = device_](std::vector<Tensor>& found) { max_reduce_scalars(*comm, d, found); });
+}
+
+void DataParallel::attach(fp8::Fp8ScalingState& fp8) {
+  auto comm = comm_;
+  fp8.set_amax_reduction([comm, d = device_](std::vector<Tensor>& amaxes) { max_reduce_scalars(*comm, d, amaxes); });
+}
+
+}  // namespace mpt::train
