@@ -458,10 +458,14 @@ def main():
                 if not rs:
                     continue
                 row = median_row(model, precision, f, rs)
-                # Roofline: model FLOPs per second over the peak of the GEMMs' arithmetic (FP32 FMA for fp32, the
-                # AVX512-BF16 dot product for bf16 and FP8, which runs on it), per phase.
+                # Roofline: model FLOPs per second over the peak of the GEMMs' arithmetic (FP32 FMA for fp32; for
+                # bf16 and FP8, which runs as bf16, the faster of the AVX512-BF16 dot product and the AMX-BF16 tiles,
+                # as mpt::dense_peak takes it; amx_bf16_gflops is absent from older bench_kernels JSON), per phase.
                 flops = model_flops_per_token(m) * rs[0]["tokens_per_step"]
-                peak = peaks.get("fp32_fma_gflops" if precision == "fp32" else "bf16_dot_gflops") or 0
+                if precision == "fp32":
+                    peak = peaks.get("fp32_fma_gflops") or 0
+                else:
+                    peak = max(peaks.get("bf16_dot_gflops") or 0, peaks.get("amx_bf16_gflops") or 0)
                 row["model_gflop_per_step"] = flops / 1e9
                 if peak:
                     row["peak_fraction"] = flops / row["step_s"] / 1e9 / peak
@@ -690,8 +694,8 @@ def markdown_table(result):
 
 
 def measure_peaks(args, env):
-    """The machine's FP32 FMA and BF16 dot-product peaks and memcpy bandwidth (bench_kernels --peaks-only, beside
-    bench_train), for the roofline columns."""
+    """The machine's FP32 FMA, BF16 dot-product and AMX-BF16 tile peaks and memcpy bandwidth (bench_kernels
+    --peaks-only, beside bench_train), for the roofline columns."""
     kernels = os.path.join(os.path.dirname(args.bench), "bench_kernels")
     if not os.path.exists(kernels):
         return {}
@@ -699,8 +703,9 @@ def measure_peaks(args, env):
         subprocess.run([kernels, "--peaks-only", "-n", str(64 << 20), "-r", "3", "--json", f.name], env=env,
                        capture_output=True, check=True)
         peaks = json.load(open(f.name))["peaks"]
-    print("peaks (%d threads): FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, memcpy %.1f GB/s (256 MiB)" % (
-        peaks["threads"], peaks["fp32_fma_gflops"], peaks["bf16_dot_gflops"], peaks["memcpy_gbps"]))
+    print("peaks (%d threads): FP32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, AMX-BF16 %.0f GFLOP/s, memcpy %.1f GB/s "
+          "(256 MiB)" % (peaks["threads"], peaks["fp32_fma_gflops"], peaks["bf16_dot_gflops"],
+                         peaks.get("amx_bf16_gflops") or 0, peaks["memcpy_gbps"]))
     return peaks
 
 

@@ -123,4 +123,22 @@ void edit_state_json(const std::filesystem::path& dir, F&& edit) {
   write_bytes(dir / "state.json", j.dump(1));
 }
 
+// The one-block models of the checkpoint goldens and the init_from tests (vocab 16, width 16, 2 heads, context 8).
+inline nn::GPTConfig tiny_gpt_config(uint64_t seed, int64_t vocab = 16, int64_t width = 16) {
+  return {.vocab_size = vocab, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = width, .seed = seed};
+}
+
+inline nn::LlamaConfig tiny_llama_config(uint64_t seed) {
+  nn::LlamaConfig c;
+  c.vocab_size = 16;
+  c.block_size = 8;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.n_embd = 16;
+  c.intermediate_size = 32;
+  c.seed = seed;
+  return c;
+}
+
 }  // namespace mpt::testing

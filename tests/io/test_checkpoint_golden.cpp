@@ -30,22 +30,6 @@ std::string digest(const StateDict& dict) {
   return fmt::format("{:016x}", XXH3_64bits(all.data(), all.size()));
 }
 
-nn::GPTConfig gpt_config(uint64_t seed) {
-  return {.vocab_size = 16, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 16, .seed = seed};
-}
-
-nn::LlamaConfig llama_config(uint64_t seed) {
-  nn::LlamaConfig c;
-  c.vocab_size = 16;
-  c.block_size = 8;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.n_embd = 16;
-  c.intermediate_size = 32;
-  c.seed = seed;
-  return c;
-}
 
 // A model with AdamW and a schedule; train() takes deterministic steps on tokens drawn from a fixed stream.
 template <class Model>
@@ -122,13 +106,13 @@ constexpr const char* kGoldenLlamaOptimizer = "9223e5face3e059a";
 
 }  // namespace
 
-TEST(CheckpointGolden, DISABLED_WriteGpt) { write_golden<nn::GPT>(gpt_config(3), "checkpoint_v1_gpt"); }
-TEST(CheckpointGolden, DISABLED_WriteLlama) { write_golden<nn::Llama>(llama_config(3), "checkpoint_v1_llama"); }
+TEST(CheckpointGolden, DISABLED_WriteGpt) { write_golden<nn::GPT>(tiny_gpt_config(3), "checkpoint_v1_gpt"); }
+TEST(CheckpointGolden, DISABLED_WriteLlama) { write_golden<nn::Llama>(tiny_llama_config(3), "checkpoint_v1_llama"); }
 
 TEST(CheckpointGolden, V1GptLoadsBitExactly) {
-  expect_golden_loads<nn::GPT>(gpt_config(11), "checkpoint_v1_gpt", kGoldenGptModel, kGoldenGptOptimizer);
+  expect_golden_loads<nn::GPT>(tiny_gpt_config(11), "checkpoint_v1_gpt", kGoldenGptModel, kGoldenGptOptimizer);
 }
 
 TEST(CheckpointGolden, V1LlamaLoadsBitExactly) {
-  expect_golden_loads<nn::Llama>(llama_config(11), "checkpoint_v1_llama", kGoldenLlamaModel, kGoldenLlamaOptimizer);
+  expect_golden_loads<nn::Llama>(tiny_llama_config(11), "checkpoint_v1_llama", kGoldenLlamaModel, kGoldenLlamaOptimizer);
 }

@@ -13,22 +13,6 @@ using json = nlohmann::json;
 
 namespace {
 
-nn::GPTConfig gpt_config(uint64_t seed, int64_t vocab = 16, int64_t width = 16) {
-  return {.vocab_size = vocab, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = width, .seed = seed};
-}
-
-nn::LlamaConfig llama_config(uint64_t seed) {
-  nn::LlamaConfig c;
-  c.vocab_size = 16;
-  c.block_size = 8;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.n_embd = 16;
-  c.intermediate_size = 32;
-  c.seed = seed;
-  return c;
-}
 
 // Every parameter and buffer of `a` and `b`, bit for bit.
 void expect_same_state(const nn::Module& a, const nn::Module& b) {
@@ -38,31 +22,31 @@ void expect_same_state(const nn::Module& a, const nn::Module& b) {
 }  // namespace
 
 TEST(HfConfig, TokenIdsAreNullUnlessTheVocabularyHasThem) {
-  const json small = json::parse(nn::hf_gpt2_config_json(gpt_config(1, 65)));
+  const json small = json::parse(nn::hf_gpt2_config_json(tiny_gpt_config(1, 65)));
   EXPECT_TRUE(small.at("bos_token_id").is_null());
   EXPECT_TRUE(small.at("eos_token_id").is_null());
-  const json gpt2 = json::parse(nn::hf_gpt2_config_json(gpt_config(1, 50257)));
+  const json gpt2 = json::parse(nn::hf_gpt2_config_json(tiny_gpt_config(1, 50257)));
   EXPECT_EQ(gpt2.at("bos_token_id"), 50256);
   EXPECT_EQ(gpt2.at("eos_token_id"), 50256);
   // Parsing accepts both, and a config of the hub's with numbers.
   EXPECT_EQ(nn::parse_hf_gpt2_config(small.dump()).vocab_size, 65);
   EXPECT_EQ(nn::parse_hf_gpt2_config(gpt2.dump()).vocab_size, 50257);
 
-  nn::LlamaConfig tiny = llama_config(1);
+  nn::LlamaConfig tiny = tiny_llama_config(1);
   tiny.vocab_size = 2;  // LlamaConfig's defaults: bos 1, eos 2
   const json llama_small = json::parse(nn::hf_llama_config_json(tiny));
   EXPECT_EQ(llama_small.at("bos_token_id"), 1);
   EXPECT_TRUE(llama_small.at("eos_token_id").is_null());
-  const json llama = json::parse(nn::hf_llama_config_json(llama_config(1)));
+  const json llama = json::parse(nn::hf_llama_config_json(tiny_llama_config(1)));
   EXPECT_EQ(llama.at("bos_token_id"), 1);
   EXPECT_EQ(llama.at("eos_token_id"), 2);
 }
 
 TEST(InitFrom, HuggingFaceGpt2DirectoryLoadsBitExactly) {
   TempDir dir;
-  const nn::GPT source(gpt_config(1));
+  const nn::GPT source(tiny_gpt_config(1));
   nn::save_hf_gpt2(dir.path(), source);
-  nn::GPT target(gpt_config(2));
+  nn::GPT target(tiny_gpt_config(2));
   ASSERT_NE(bytes_of(source.state_dict()), bytes_of(target.state_dict()));
   train::init_from(target, dir.path());
   expect_same_state(source, target);
@@ -70,10 +54,10 @@ TEST(InitFrom, HuggingFaceGpt2DirectoryLoadsBitExactly) {
 
 TEST(InitFrom, HuggingFaceLlamaDirectoryLoadsBitExactly) {
   TempDir dir;
-  const nn::Llama source(llama_config(1));
+  const nn::Llama source(tiny_llama_config(1));
   io::save_safetensors(dir / "model.safetensors", source.export_state_dict(), {{"format", "pt"}});
   write_bytes(dir / "config.json", source.export_config_json());
-  nn::Llama target(llama_config(2));
+  nn::Llama target(tiny_llama_config(2));
   ASSERT_NE(bytes_of(source.state_dict()), bytes_of(target.state_dict()));
   train::init_from(target, dir.path());
   expect_same_state(source, target);
@@ -81,12 +65,12 @@ TEST(InitFrom, HuggingFaceLlamaDirectoryLoadsBitExactly) {
 
 TEST(InitFrom, CheckpointGivesTheWeightsOnly) {
   TempDir dir;
-  nn::GPT source(gpt_config(1));
+  nn::GPT source(tiny_gpt_config(1));
   optim::AdamW opt(source.parameters());
   train::TrainingState s{.model = &source, .optimizer = &opt, .step = 7, .precision = "bf16"};
   const fs::path step = train::save_checkpoint(dir.path(), s);
   for (const fs::path& from : {dir.path(), step}) {  // a save directory (its latest) or one checkpoint
-    nn::GPT target(gpt_config(2));
+    nn::GPT target(tiny_gpt_config(2));
     train::init_from(target, from);
     expect_same_state(source, target);
   }
@@ -103,31 +87,31 @@ TEST(InitFrom, CheckpointGivesTheWeightsOnly) {
 
 TEST(InitFrom, LlamaCheckpointLoads) {
   TempDir dir;
-  nn::Llama source(llama_config(1));
+  nn::Llama source(tiny_llama_config(1));
   train::TrainingState s{.model = &source};
   train::save_checkpoint(dir.path(), s);
-  nn::Llama target(llama_config(2));
+  nn::Llama target(tiny_llama_config(2));
   train::init_from(target, dir.path());
   expect_same_state(source, target);
 }
 
 TEST(InitFrom, AnotherShapeIsRefusedNamingTheTensorAndBothShapes) {
   TempDir dir;
-  nn::save_hf_gpt2(dir.path(), nn::GPT(gpt_config(1)));
-  nn::GPT bigger_vocab(gpt_config(2, 20));
+  nn::save_hf_gpt2(dir.path(), nn::GPT(tiny_gpt_config(1)));
+  nn::GPT bigger_vocab(tiny_gpt_config(2, 20));
   const auto before = bytes_of(bigger_vocab.state_dict());
   EXPECT_MPT_ERROR(train::init_from(bigger_vocab, dir.path()),
                         fmt::format("[init_from] transformer.wte.weight: the model has [20, 16], {} has [16, 16]",
                                     dir.path().string()));
   EXPECT_EQ(bytes_of(bigger_vocab.state_dict()), before) << "nothing is copied when a check fails";
   // Conv1D weights are compared in the file's layout, [in, out].
-  nn::GPT wider(gpt_config(2, 16, 32));
+  nn::GPT wider(tiny_gpt_config(2, 16, 32));
   EXPECT_MPT_ERROR(train::init_from(wider, dir.path()),
                         fmt::format("[init_from] transformer.h.0.attn.c_attn.bias: the model has [96], {} has [48]",
                                     dir.path().string()));
   // And from a checkpoint.
   TempDir ckpt;
-  nn::GPT small(gpt_config(1));
+  nn::GPT small(tiny_gpt_config(1));
   train::TrainingState s{.model = &small};
   train::save_checkpoint(ckpt.path(), s);
   EXPECT_MPT_ERROR(train::init_from(bigger_vocab, ckpt.path()), "transformer.wte.weight: the model has [20, 16]");
@@ -135,15 +119,15 @@ TEST(InitFrom, AnotherShapeIsRefusedNamingTheTensorAndBothShapes) {
 
 TEST(InitFrom, AnotherModelTypeOrNoModelIsRefused) {
   TempDir dir;
-  nn::save_hf_gpt2(dir.path(), nn::GPT(gpt_config(1)));
-  nn::Llama llama(llama_config(1));
+  nn::save_hf_gpt2(dir.path(), nn::GPT(tiny_gpt_config(1)));
+  nn::Llama llama(tiny_llama_config(1));
   EXPECT_MPT_ERROR(train::init_from(llama, dir.path()),
                         "holds a \"gpt2\" model, but the model is an nn::Llama (\"llama\")");
   nn::Linear linear(4, 3);
   EXPECT_MPT_ERROR(train::init_from(linear, dir.path()), "but the model is an nn::Linear (\"module\")");
 
   TempDir empty;
-  nn::GPT gpt(gpt_config(1));
+  nn::GPT gpt(tiny_gpt_config(1));
   EXPECT_MPT_ERROR(train::init_from(gpt, empty.path()),
                         "holds no model: expected a Hugging Face model directory (config.json and model.safetensors; "
                         "neither is there) or a checkpoint (state.json");
@@ -208,7 +192,7 @@ TEST(CheckpointExportable, AnyModelThatDescribesItselfIsSavedInItsLayout) {
   train::TrainingState sw{.model = &wide};
   EXPECT_MPT_ERROR(train::load_checkpoint(dir.path(), sw),
                         "key \"model.config.width\": the checkpoint's Toy has 3, this run's 4");
-  nn::GPT gpt(gpt_config(1));
+  nn::GPT gpt(tiny_gpt_config(1));
   train::TrainingState sg{.model = &gpt};
   EXPECT_MPT_ERROR(train::load_checkpoint(dir.path(), sg),
                         "key \"model.type\": the checkpoint holds a \"toy\", this run's model is an nn::GPT "
