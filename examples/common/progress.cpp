@@ -79,11 +79,12 @@ void Progress::after_step(const mpt::train::StepMetrics& m, mpt::train::Trainer&
   // Time the step waited for its batches (the loader's worker was behind), per step of the window.
   const double data_wait_ms = loader.take_wait_seconds() * 1e3 / static_cast<double>(window_steps_);
   const mpt::DensePeak& peak = trainer.peak();  // each rank has its own device and peak
-  const double mfu = peak.flops > 0 ? tps / world_ * trainer.options().flops_per_token / peak.flops : 0.0;
+  const double mfu = mpt::mfu(tps / world_ * trainer.options().flops_per_token, peak);
   const bool scaled = trainer.scaler().is_enabled();
   fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s | data wait "
              "{:.2f} ms | MFU {} | peak mem {:.0f} MiB | ETA {}:{:02}{}{}\n", step, o_.steps, loss, m.lr, norm,
-             seconds * 1e3, tps, data_wait_ms, peak.flops > 0 ? fmt::format("{:.1f}%", 100 * mfu) : "n/a",
+             seconds * 1e3, tps, data_wait_ms, peak.flops > 0 ? fmt::format("{:.1f}%{}", 100 * mfu, mfu > 1 ? " (above the peak: the peak is wrong)" : "")
+                             : "n/a",
              static_cast<double>(m.peak_memory_bytes) / (1 << 20), eta_s / 60, eta_s % 60,
              scaled ? fmt::format(" | scale {:g}", trainer.scaler().get_scale()) : std::string(),
              world_ > 1 ? fmt::format(" | comm hidden {:.0f}%, wait {:.1f} ms", 100 * hidden_sum_ / window_steps_,

@@ -14,8 +14,8 @@ struct Options {
   std::string program = "train_gpt";  // the name errors start with: "[train_gpt] ..."
   std::string model = "gpt";  // the family: gpt (GPT-2) or llama
   int64_t kv_heads = 0;       // llama: key/value heads (grouped-query attention); 0: --heads
-  std::string data;
-  std::string tokens;              // mpt-tokenize's directory (train.tok, val.tok, tokenizer.json) instead of --data
+  std::string data{};
+  std::string tokens{};            // mpt-tokenize's directory (train.tok, val.tok, tokenizer.json) instead of --data
   std::string tokenizer = "char";  // for --data: char or bpe (trained on the text's first nine tenths)
   int64_t vocab_size = 2048;       // the BPE vocabulary
   // The defaults train on the built-in tinyshakespeare to a validation loss near 1.62 in about 3 minutes on 2 CPU
@@ -27,18 +27,18 @@ struct Options {
   bool checkpoint = false;  // activation checkpointing
   std::string precision = "fp32";
   int64_t grad_accum = 1;
-  std::string log_json;
+  std::string log_json{};
   std::string moments = "f32";      // AdamW moment storage: f32, bf16, int8
   std::string optimizer = "adamw";  // adamw, or adamw8bit (AdamW with int8 blockwise moments)
   int64_t freeze = -1;              // >= 0: freeze the embeddings and the first `freeze` blocks
   int64_t fp8_telemetry = 0;        // > 0: every this many steps, print and log each FP8 tensor's quantization stats
   double init_scale = 65536;        // the fp16 GradScaler's initial scale
   // Checkpoints (not part of the saved configuration except save_every and keep).
-  std::string save_dir, resume;
+  std::string save_dir{}, resume{};
   int64_t save_every = 0, keep = 3, stop_after = 0;
   // Pretrained weights to start from (weights only: a fresh optimizer at step 0). Recorded in the checkpoint's
   // configuration but never restored from it: a resumed run continues its own weights.
-  std::string init_from;
+  std::string init_from{};
   // Data parallelism under mpirun (not saved: a run may resume with other settings).
   double bucket_mb = 25;
   bool zero1 = false;

@@ -118,8 +118,7 @@ StepMetrics Trainer::step(const std::function<MicroBatchLoss(int64_t micro)>& mi
   const int64_t world = world_size();
   m.tokens = options_.tokens_per_micro_batch > 0 ? options_.tokens_per_micro_batch * k * world : acc.tokens * world;
   if (m.seconds > 0) m.tokens_per_second = static_cast<double>(m.tokens) / m.seconds;
-  if (peak_.flops > 0 && options_.flops_per_token > 0)
-    m.mfu = m.tokens_per_second / static_cast<double>(world) * options_.flops_per_token / peak_.flops;
+  m.mfu = mfu(m.tokens_per_second / static_cast<double>(world) * options_.flops_per_token, peak_);
   m.peak_memory_bytes = memory_stats(device_).peak_bytes;
   if (dp_ != nullptr) {
     m.comm_hidden_fraction = dp_->last_step().hidden_fraction();

@@ -24,9 +24,9 @@ namespace mpt::train {
 // A part of a run whose state a checkpoint keeps, by name: small tensors (counters, scales, an EMA's few values) that
 // state.json stores exactly as JSON values. state_dict() is read at save and, for the layout check, at load.
 struct StatefulPart {
-  std::string name;  // unique within a TrainingState: [a-z0-9_.-], 1 to 64 characters
-  std::function<StateDict()> state_dict;
-  std::function<void(const StateDict&)> load_state_dict;
+  std::string name{};  // unique within a TrainingState: 1 to 64 of [a-z0-9_-]
+  std::function<StateDict()> state_dict{};
+  std::function<void(const StateDict&)> load_state_dict{};
 };
 
 // The parts of a training run. save_checkpoint writes every part that is set; load_checkpoint restores every part
@@ -54,7 +54,7 @@ struct TrainingState {
   bool optimizer_sharded = false;
   // Further named parts of the run, saved under state.json's "parts"; a part set here must be in the checkpoint, and
   // its tensors' names, dtypes and shapes must match before anything is restored.
-  std::vector<StatefulPart> parts;
+  std::vector<StatefulPart> parts{};
 };
 
 struct SaveOptions {

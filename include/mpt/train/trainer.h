@@ -41,18 +41,18 @@ struct TrainerOptions {
   amp::Policy policy = amp::Policy::fp32();
   // The recipe's name as checkpoints record it ("fp32", "bf16", "fp16", "fp8-delayed", ...): a run of another precision
   // refuses the checkpoint. Empty: the policy's compute precision ("fp8" for any FP8 recipe).
-  std::string precision_name;
+  std::string precision_name{};
   int64_t grad_accum = 1;  // micro-batches per optimizer step
   LossNormalization normalization = LossNormalization::MicroBatchMean;
   double clip = 1.0;  // the global gradient-norm threshold (over every rank, ZeRO-aware); 0: no clipping, no norm
   GradScalerOptions scaler{};  // FP16 only (`enabled` is set from the policy)
   // The parameters and their groups. Empty: optim::weight_decay_groups(model.named_parameters(), weight_decay), which
   // leaves frozen parameters out.
-  std::vector<optim::ParamGroup> param_groups;
+  std::vector<optim::ParamGroup> param_groups{};
   double weight_decay = 0.0;
-  ScheduleFactory schedule;  // none: a constant learning rate
+  ScheduleFactory schedule{};  // none: a constant learning rate
   // Data parallelism: the gradients' communicator (null or one process: none), and buckets, compression, ZeRO-1.
-  std::shared_ptr<dist::Communicator> comm;
+  std::shared_ptr<dist::Communicator> comm{};
   DataParallelOptions data_parallel{};
   // Metrics: tokens of one micro-batch on one rank (tokens/s), model FLOPs per token (MFU against the device's dense
   // peak, mpt/core/peak.h). 0: not reported.
@@ -67,8 +67,8 @@ struct TrainerOptions {
 // What one step did. loss and grad_norm stay on the device: reading them (Trainer::read_loss, item()) waits for it.
 struct StepMetrics {
   int64_t step = 0;        // the index of the step taken (0-based)
-  Tensor loss;             // this rank's batch loss, 0-d, detached
-  Tensor grad_norm;        // before clipping; undefined when clip is 0
+  Tensor loss{};           // this rank's batch loss, 0-d, detached
+  Tensor grad_norm{};      // before clipping; undefined when clip is 0
   double lr = 0;           // the learning rate the step used
   StepResult stepped{true};  // false when the loss scaler skipped it (reading it waits for the device)
   // Host wall time of step() and of its part up to the end of backward (the averaged gradients). On a GPU the device
@@ -81,7 +81,7 @@ struct StepMetrics {
   // Data parallel: the fraction of gradient bytes whose collective finished during backward, the time finish()
   // waited for the rest.
   double comm_hidden_fraction = 0, comm_wait_seconds = 0;
-  std::map<std::string, fp8::Fp8TensorStats> fp8_telemetry;  // on telemetry steps only
+  std::map<std::string, fp8::Fp8TensorStats> fp8_telemetry{};  // on telemetry steps only
 };
 
 class Trainer {
