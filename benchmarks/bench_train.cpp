@@ -191,9 +191,10 @@ int main(int argc, char** argv) {
     }
     mpt::nn::LanguageModel& model = *model_ptr;
     // The step is the Trainer's, as in train_gpt: autocast, the FP16 loss scaler, clipping, AdamW, FP8 updates.
+    const char* blocks = model_name == "llama" ? "model.layers" : "h";
     mpt::train::Trainer trainer(
         model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}}),
-        {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, model_name == "llama" ? "model.layers" : "h"),
+        {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, blocks),
          .precision_name = precision, .clip = 1.0, .weight_decay = 0.1});
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
     const mpt::Tensor x = x_cpu.to(device), y = y_cpu.to(device);

@@ -12,6 +12,7 @@
 #include <map>
 #include <numeric>
 #include <sstream>
+#include <variant>
 
 #include "mpt/amp/policy.h"
 #include "mpt/data/batching.h"
@@ -70,7 +71,9 @@ std::unique_ptr<mpt::nn::GPT> load_model(const mpt::train::CheckpointInfo& info,
 class Classifier : public mpt::nn::Module {
  public:
   Classifier(std::shared_ptr<mpt::nn::GPT> gpt, std::shared_ptr<mpt::nn::Linear> head, bool mean_pool)
-      : Module("Classifier"), gpt_(register_module("gpt", std::move(gpt))), head_(register_module("head", std::move(head))),
+      : Module("Classifier"),
+        gpt_(register_module("gpt", std::move(gpt))),
+        head_(register_module("head", std::move(head))),
         mean_pool_(mean_pool) {}
 
   const mpt::nn::Linear& head() const { return *head_; }
@@ -262,8 +265,12 @@ void run(const Options& o) {
   if (trainer.scaler().is_enabled())
     fmt::print("loss scaler: scale {:g} after {} steps, {} skipped\n", trainer.scaler().get_scale(), o.steps,
                trainer.skipped_steps());
-  if (const mpt::fp8::Fp8ScalingState* fp8 = trainer.fp8_state())
-    fmt::print("fp8 scaling: {} updates of {} tensors' scales\n", fp8->num_updates(), fp8->metas().size());
+  if (const mpt::fp8::Fp8ScalingState* fp8 = trainer.fp8_state()) {
+    if (std::holds_alternative<mpt::fp8::DelayedScaling>(fp8->recipe()))
+      fmt::print("fp8 scaling: {} updates of {} tensors' scales\n", fp8->num_updates(), fp8->metas().size());
+    else
+      fmt::print("fp8 scaling: {} tensors scaled by their own amax at every quantization\n", fp8->metas().size());
+  }
 
   // What the optimizer holds, against FP32 AdamW (8 bytes per parameter) on every parameter.
   const bool int8 = moments == mpt::ops::MomentStorage::Int8;

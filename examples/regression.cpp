@@ -50,7 +50,8 @@ class Mlp : public mpt::nn::Module {
   // low-precision copy of each master, whose gradient is added into the master's FP32 gradient.
   Tensor operator()(Tensor h, DType dtype) const {
     for (size_t i = 0; i < w_.size(); ++i) {
-      h = ops::matmul(h, mpt::amp::compute_copy(w_[i], dtype), {.trans_b = true}) + mpt::amp::compute_copy(b_[i], dtype);
+      h = ops::matmul(h, mpt::amp::compute_copy(w_[i], dtype), {.trans_b = true}) +
+          mpt::amp::compute_copy(b_[i], dtype);
       if (i + 1 < w_.size()) h = ops::silu(h);
     }
     return h;
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
                                      {.max_lr = lr, .min_lr = lr / 10, .warmup_steps = 0, .total_steps = steps})});
     const double variance = ops::var(held_out.y, 0, false, 0).item<double>();
     const auto held_out_mse = [&] {
-      return trainer.evaluate([&] { return ops::mse_loss(model(held_out.x.to(dtype), dtype), held_out.y).item<double>(); });
+      return trainer.evaluate(
+          [&] { return ops::mse_loss(model(held_out.x.to(dtype), dtype), held_out.y).item<double>(); });
     };
     std::printf("regression: MLP 8 -> %lld -> %lld -> 1 (SiLU), %s compute, FP32 masters, AdamW, %s\n",
                 static_cast<long long>(hidden), static_cast<long long>(hidden), dtype_name.c_str(),

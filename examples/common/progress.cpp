@@ -11,6 +11,15 @@
 #include "mpt/core/memory.h"
 
 namespace mpt_examples {
+namespace {
+
+// "12.3%", flagged when above 100% (a register-only or datasheet peak cannot be beaten: the peak is wrong), or "n/a".
+std::string mfu_text(double mfu, const mpt::DensePeak& peak) {
+  if (peak.flops <= 0) return "n/a";
+  return fmt::format("{:.1f}%{}", 100 * mfu, mfu > 1 ? " (above the peak: the peak is wrong)" : "");
+}
+
+}  // namespace
 
 JsonLog::JsonLog(const std::string& path, bool append) {
   if (path.empty()) return;
@@ -83,8 +92,7 @@ void Progress::after_step(const mpt::train::StepMetrics& m, mpt::train::Trainer&
   const bool scaled = trainer.scaler().is_enabled();
   fmt::print("step {:5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.1f} ms | {:8.0f} tok/s | data wait "
              "{:.2f} ms | MFU {} | peak mem {:.0f} MiB | ETA {}:{:02}{}{}\n", step, o_.steps, loss, m.lr, norm,
-             seconds * 1e3, tps, data_wait_ms, peak.flops > 0 ? fmt::format("{:.1f}%{}", 100 * mfu, mfu > 1 ? " (above the peak: the peak is wrong)" : "")
-                             : "n/a",
+             seconds * 1e3, tps, data_wait_ms, mfu_text(mfu, peak),
              static_cast<double>(m.peak_memory_bytes) / (1 << 20), eta_s / 60, eta_s % 60,
              scaled ? fmt::format(" | scale {:g}", trainer.scaler().get_scale()) : std::string(),
              world_ > 1 ? fmt::format(" | comm hidden {:.0f}%, wait {:.1f} ms", 100 * hidden_sum_ / window_steps_,

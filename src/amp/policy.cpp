@@ -68,9 +68,10 @@ Policy Policy::named(std::string_view name, int64_t n_layer, Device device, std:
   if (name == "fp32") return fp32();
   if (name == "bf16") return bf16();
   if (name == "fp16") return fp16();
-  if (name == "fp8-delayed") return fp8(n_layer, std::make_shared<mpt::fp8::Fp8ScalingState>(mpt::fp8::DelayedScaling{}, device), block_prefix);
-  if (name == "fp8-current") return fp8(n_layer, std::make_shared<mpt::fp8::Fp8ScalingState>(mpt::fp8::CurrentScaling{}, device), block_prefix);
-  if (name == "fp8-block") return fp8(n_layer, std::make_shared<mpt::fp8::Fp8ScalingState>(mpt::fp8::BlockScaling{}, device), block_prefix);
+  using State = mpt::fp8::Fp8ScalingState;
+  if (name == "fp8-delayed") return fp8(n_layer, std::make_shared<State>(mpt::fp8::DelayedScaling{}, device), block_prefix);
+  if (name == "fp8-current") return fp8(n_layer, std::make_shared<State>(mpt::fp8::CurrentScaling{}, device), block_prefix);
+  if (name == "fp8-block") return fp8(n_layer, std::make_shared<State>(mpt::fp8::BlockScaling{}, device), block_prefix);
   MPT_THROW("[amp] unknown precision '{}': expected fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block", name);
 }
 

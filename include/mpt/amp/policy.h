@@ -49,7 +49,8 @@ struct Policy {
   // FP8 GEMMs with the first and last blocks and the LM head kept in BF16 (the usual FP8 recipe: those layers are
   // the most sensitive; DeepSeek-V3 and TE's examples keep them in higher precision).
   // block_prefix: the module path of the blocks, "h" (GPT: h.0 ...) or "model.layers" (Llama).
-  static Policy fp8(int64_t n_layer, std::shared_ptr<mpt::fp8::Fp8ScalingState> state, std::string_view block_prefix = "h");
+  static Policy fp8(int64_t n_layer, std::shared_ptr<mpt::fp8::Fp8ScalingState> state,
+                    std::string_view block_prefix = "h");
   // The policy a training recipe name selects (train_gpt's --precision, the benchmarks): "fp32", "bf16", "fp16",
   // "fp8-delayed" (TE's defaults: HYBRID formats, a 1024-step amax history, max), "fp8-current" or "fp8-block"
   // (DeepSeek-style 1x128 / 128x128), the FP8 ones through fp8() with a fresh scaling state on `device`.

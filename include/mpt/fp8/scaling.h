@@ -1,4 +1,4 @@
-// mpt/fp8/scaling.h: FP8 recipes (delayed, current, block scaling), per-tensor scaling state and its manager, telemetry.
+// mpt/fp8/scaling.h: FP8 recipes (delayed, current, block scaling), per-tensor scaling state, its manager, telemetry.
 #pragma once
 
 #include <cfloat>

@@ -1,5 +1,5 @@
-// mpt/train/data_parallel.h: data-parallel gradients: rank 0's weights everywhere, bucketed all-reduces during backward,
-// optional BF16/FP8 compression and ZeRO-1 optimizer sharding.
+// mpt/train/data_parallel.h: data-parallel gradients: rank 0's weights everywhere, bucketed all-reduces during
+// backward, optional BF16/FP8 compression and ZeRO-1 optimizer sharding.
 #pragma once
 
 #include <cstdint>

@@ -93,9 +93,9 @@ class Trainer {
 
   // One optimizer step. micro_batch(i), i = 0 .. grad_accum - 1, returns micro-batch i's loss (a Tensor, or a
   // MicroBatchLoss with its token count under TokenSum); it runs under the policy's Autocast, and its backward under
-  // DataParallel's no_sync for all but the last. Then: the averaged gradients, unscale, clip, the optimizer step (skipped
-  // on the device when the FP16 scaler found an inf/NaN), the ZeRO-1 parameter gather, the scaler and FP8 updates and
-  // the schedule. Gradients are zeroed before the first micro-batch.
+  // DataParallel's no_sync for all but the last. Then: the averaged gradients, unscale, clip, the optimizer step
+  // (skipped on the device when the FP16 scaler found an inf/NaN), the ZeRO-1 parameter gather, the scaler and FP8
+  // updates and the schedule. Gradients are zeroed before the first micro-batch.
   // total_tokens: under TokenSum, the tokens of all micro-batches of this step (the loss divisor).
   StepMetrics step(const std::function<MicroBatchLoss(int64_t micro)>& micro_batch, int64_t total_tokens = 0);
 
