@@ -73,24 +73,12 @@ class RangeTimer {
   }
 
  private:
-  static std::string folded(std::string_view name) {
-    std::string out;
-    for (size_t i = 0; i < name.size(); ++i) {
-      if (name[i] >= '0' && name[i] <= '9' && i > 0 && name[i - 1] == '.') {
-        while (i + 1 < name.size() && name[i + 1] >= '0' && name[i + 1] <= '9') ++i;
-        out += '*';
-      } else {
-        out += name[i];
-      }
-    }
-    return out;
-  }
   void on_range(std::string_view name, bool push) noexcept {
     try {
       if (synchronize_) sync(device_);
       const auto now = Clock::now();
       if (push) {
-        open_.push_back({folded(name), now, 0});
+        open_.push_back({mpt::bench::fold_layer_indices(name), now, 0});
         return;
       }
       if (open_.empty()) return;

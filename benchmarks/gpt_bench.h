@@ -4,6 +4,8 @@
 #include <mpt/mpt.h>
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "mpt/nn/gpt.h"
@@ -26,6 +28,20 @@ inline std::pair<Tensor, Tensor> random_tokens(const nn::GPTConfig& config, int6
                                      DType::F32, Device::cpu(), gen)
                          .to(DType::I64);
   return {ids.slice(1, 0, config.block_size).contiguous(), ids.slice(1, 1, config.block_size + 1).contiguous()};
+}
+
+// A profile range's name with its layer indices folded ("h.3.mlp" -> "h.*.mlp"), so that a table sums over layers.
+inline std::string fold_layer_indices(std::string_view name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] >= '0' && name[i] <= '9' && i > 0 && name[i - 1] == '.') {
+      while (i + 1 < name.size() && name[i + 1] >= '0' && name[i + 1] <= '9') ++i;
+      out += '*';
+    } else {
+      out += name[i];
+    }
+  }
+  return out;
 }
 
 }  // namespace mpt::bench

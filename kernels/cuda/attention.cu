@@ -87,6 +87,17 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// Score elements the passes read: the causal triangle of each [t, t] block, t (t + 1) / 2 of them. Under key padding
+// the lengths live in device memory, unknowable here: the unpadded triangle is counted (an upper bound), plus the
+// lengths (one int32 per sample).
+uint64_t causal_elements(int64_t rows, int64_t t) {
+  return static_cast<uint64_t>(rows / t) * (static_cast<uint64_t>(t) * static_cast<uint64_t>(t + 1) / 2);
+}
+
+uint64_t padding_bytes(int64_t rows, int64_t t, math::KeyPadding pad) {
+  return pad.lengths == nullptr ? 0 : static_cast<uint64_t>((rows / t + pad.heads - 1) / pad.heads) * sizeof(int32_t);
+}
+
 bool valid_rows(int64_t rows, int64_t t, float scale, math::KeyPadding pad) {
   return rows >= 0 && t >= 1 && rows <= 2147483647 && rows % t == 0 && std::isfinite(scale) && scale > 0 &&
          pad.heads >= 1;
@@ -103,7 +114,12 @@ cudaError_t causal_softmax_forward(const T* x, T* y, float* lse, int64_t rows, i
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = t % kWidth == 0 && is_aligned16(x) && is_aligned16(y);
   const int threads = row_block_threads(vec ? t / kWidth : t, kMaxThreads);
-  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  // x over the causal triangle; y whole (zeros past the diagonal), lse when given.
+  const uint64_t read_bytes = causal_elements(rows, t) * sizeof(T) + padding_bytes(rows, t, padding);
+  const uint64_t written_bytes = static_cast<uint64_t>(rows) * static_cast<uint64_t>(t) * sizeof(T) +
+                                 (lse != nullptr ? static_cast<uint64_t>(rows) * sizeof(float) : 0);
+  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
+                            read_bytes, written_bytes};
   return vec ? launch(causal_softmax_forward_kernel<T, true>, config, x, y, lse, t, scale, padding)
              : launch(causal_softmax_forward_kernel<T, false>, config, x, y, lse, t, scale, padding);
 }
@@ -117,7 +133,11 @@ cudaError_t causal_softmax_backward(const T* dy, const T* y, T* dx, int64_t rows
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = t % kWidth == 0 && is_aligned16(dy) && is_aligned16(y) && is_aligned16(dx);
   const int threads = row_block_threads(vec ? t / kWidth : t, kMaxThreads);
-  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  // dy and y over the causal triangle; dx whole (zeros past the diagonal).
+  const uint64_t read_bytes = 2 * causal_elements(rows, t) * sizeof(T) + padding_bytes(rows, t, padding);
+  const uint64_t written_bytes = static_cast<uint64_t>(rows) * static_cast<uint64_t>(t) * sizeof(T);
+  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
+                            read_bytes, written_bytes};
   return vec ? launch(causal_softmax_backward_kernel<T, true>, config, dy, y, dx, t, scale, padding)
              : launch(causal_softmax_backward_kernel<T, false>, config, dy, y, dx, t, scale, padding);
 }

@@ -63,7 +63,12 @@ cudaError_t launch_broadcast(const Params<Out, T, F>& p, cudaStream_t stream) {
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = sizeof(Out) == sizeof(T) && p.period % kWidth == 0 && is_aligned16(p.out) && is_aligned16(p.a) &&
                    is_aligned16(p.b);
-  const LaunchConfig config{dim3(grid_for(vec ? p.n / kWidth : p.n)), dim3(kThreads), 0, stream};
+  // a once, b's period once (re-read through the cache, counted once), out too when accumulating.
+  const uint64_t n = static_cast<uint64_t>(p.n);
+  const uint64_t read_bytes =
+      n * sizeof(T) + static_cast<uint64_t>(p.period) * sizeof(T) + (kAccumulate ? n * sizeof(Out) : 0);
+  const LaunchConfig config{dim3(grid_for(vec ? p.n / kWidth : p.n)), dim3(kThreads), 0, stream, read_bytes,
+                            n * sizeof(Out)};
   if constexpr (sizeof(Out) == sizeof(T)) {
     if (vec) return launch(broadcast_kernel<true, kAccumulate, Out, T, F>, config, p);
   }

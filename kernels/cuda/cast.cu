@@ -36,7 +36,8 @@ cudaError_t convert(const Src* src, Dst* dst, int64_t n, Fp8Saturation sat, cuda
   if (n == 0) return cudaSuccess;
   if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
   const bool vec = pack8_aligned(src) && pack8_aligned(dst);
-  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
+  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(n) * sizeof(Src), static_cast<uint64_t>(n) * sizeof(Dst)};
   return vec ? launch(convert_kernel<Dst, Src, true>, config, src, dst, n, sat)
              : launch(convert_kernel<Dst, Src, false>, config, src, dst, n, sat);
 }

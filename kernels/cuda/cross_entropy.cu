@@ -149,8 +149,11 @@ cudaError_t cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p
     return cudaErrorInvalidValue;
   // Every row can be split into aligned vectors as long as the elements themselves are aligned.
   const bool vec = reinterpret_cast<uintptr_t>(p.logits) % sizeof(T) == 0;
+  const uint64_t rows = static_cast<uint64_t>(p.rows);
+  // logits and targets in; the loss and lse per row out.
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(row_threads<T>(p.vocab))),
-                            0, stream};
+                            0, stream, rows * static_cast<uint64_t>(p.vocab) * sizeof(T) + rows * sizeof(I),
+                            2 * rows * sizeof(math::opmath_t<T>)};
   return vec ? launch(cross_entropy_forward_kernel<T, I, true>, config, p)
              : launch(cross_entropy_forward_kernel<T, I, false>, config, p);
 }
@@ -162,8 +165,14 @@ cudaError_t cross_entropy_reduce(const math::CrossEntropyReduceParams<T, I>& p, 
       (p.reduction != math::CrossEntropyReduction::None && p.loss == nullptr))
     return cudaErrorInvalidValue;
   const int threads = row_block_threads(p.rows > 0 ? p.rows : 1, kReduceThreads);
+  // row_loss and targets in; count, bad_row and (unless None) the loss out. The error sink's report of a bad
+  // target happens only on bad data and is not counted.
+  const uint64_t rows = static_cast<uint64_t>(p.rows);
+  const uint64_t read_bytes = rows * (sizeof(math::opmath_t<T>) + sizeof(I));
+  const uint64_t written_bytes = sizeof(math::opmath_t<T>) + sizeof(int64_t) +
+                                 (p.reduction != math::CrossEntropyReduction::None ? sizeof(math::opmath_t<T>) : 0);
   return launch(cross_entropy_reduce_kernel<T, I>,
-                LaunchConfig{dim3(1), dim3(static_cast<unsigned>(threads)), 0, stream}, p);
+                LaunchConfig{dim3(1), dim3(static_cast<unsigned>(threads)), 0, stream, read_bytes, written_bytes}, p);
 }
 
 template <class T, class I>
@@ -175,8 +184,14 @@ cudaError_t cross_entropy_backward(const math::CrossEntropyBackwardParams<T, I>&
     return cudaErrorInvalidValue;
   const auto x = reinterpret_cast<uintptr_t>(p.logits), d = reinterpret_cast<uintptr_t>(p.dlogits);
   const bool vec = x % sizeof(T) == 0 && (x > d ? x - d : d - x) % 16 == 0;
+  // logits (and dlogits when accumulating), then per row the target, lse and dloss (one shared when the stride is
+  // 0; counted for every row although ignored rows skip theirs), and the divisor when given.
+  const uint64_t rows = static_cast<uint64_t>(p.rows), elems = rows * static_cast<uint64_t>(p.vocab);
+  using F = math::opmath_t<T>;
+  const uint64_t read_bytes = elems * sizeof(T) * (p.accumulate ? 2 : 1) + rows * (sizeof(I) + sizeof(F)) +
+                              (p.dloss_stride == 0 ? 1 : rows) * sizeof(F) + (p.divisor != nullptr ? sizeof(F) : 0);
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(row_threads<T>(p.vocab))),
-                            0, stream};
+                            0, stream, read_bytes, elems * sizeof(T)};
   return vec ? launch(cross_entropy_backward_kernel<T, I, true>, config, p)
              : launch(cross_entropy_backward_kernel<T, I, false>, config, p);
 }

@@ -65,7 +65,9 @@ cudaError_t dropout(const T* in, T* out, int64_t n, const DropoutArgs& args, cud
   if (in == nullptr || out == nullptr) return cudaErrorInvalidValue;
   // The same float scale as the CPU kernel computes.
   const DropoutParams<T> p{in, out, n, args, 1.0f / (1.0f - args.p)};
-  const LaunchConfig config{dim3(grid_for((n + 3) / 4)), dim3(kThreads), 0, stream};
+  const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(T);
+  const LaunchConfig config{dim3(grid_for((n + 3) / 4)), dim3(kThreads), 0, stream,
+                            args.accumulate ? 2 * bytes : bytes, bytes};
   return args.accumulate ? launch(dropout_kernel<true, T>, config, p) : launch(dropout_kernel<false, T>, config, p);
 }
 

@@ -86,7 +86,11 @@ cudaError_t embedding_forward(const I* ids, const T* table, T* out, const Embedd
   const bool vec = s.channels % kWidth == 0 && is_aligned16(table) && is_aligned16(out);
   const int64_t units = vec ? s.channels / kWidth : s.channels;
   const int threads = units >= kThreads ? kThreads : static_cast<int>((units + 31) / 32 * 32);
-  const LaunchConfig config{dim3(grid_x(s.n)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  // The ids, the n gathered rows (an out-of-range id's row is not read, but ids live on the device: every row is
+  // counted) and the n output rows.
+  const uint64_t row_bytes = static_cast<uint64_t>(s.n) * static_cast<uint64_t>(s.channels) * sizeof(T);
+  const LaunchConfig config{dim3(grid_x(s.n)), dim3(static_cast<unsigned>(threads)), 0, stream,
+                            static_cast<uint64_t>(s.n) * sizeof(I) + row_bytes, row_bytes};
   const ForwardParams<T, I> p{ids, table, out, s, errors};
   return vec ? launch(forward_kernel<true, T, I>, config, p) : launch(forward_kernel<false, T, I>, config, p);
 }
@@ -98,7 +102,13 @@ cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable,
   if (b.starts == nullptr || dtable == nullptr) return cudaErrorInvalidValue;
   const int64_t blocks_y = (channels + kThreads - 1) / kThreads;
   if (blocks_y > 65535) return cudaErrorInvalidValue;
-  const LaunchConfig config{dim3(grid_x(b.rows), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream};
+  // What this kernel touches depends on the buckets, which live on the device: the positions and dout rows
+  // (starts[rows] of each) and the table rows of the tokens present. Only the bound the launcher knows is counted:
+  // starts (rows + 1) and every table row read and written (untouched rows are in fact skipped); dout and positions,
+  // whose length the launcher does not know, are not counted.
+  const uint64_t table_bytes = static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(channels) * sizeof(T);
+  const LaunchConfig config{dim3(grid_x(b.rows), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream,
+                            (static_cast<uint64_t>(b.rows) + 1) * sizeof(int64_t) + table_bytes, table_bytes};
   return launch(backward_kernel<T>, config, BackwardParams<T>{b, dout, dtable, channels});
 }
 

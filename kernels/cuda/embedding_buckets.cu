@@ -133,23 +133,43 @@ cudaError_t embedding_buckets(const BucketArgs<I>& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   const int64_t counters = s.chunks * s.vocab;
+  const uint64_t n = static_cast<uint64_t>(s.n), vocab = static_cast<uint64_t>(s.vocab);
+  const uint64_t histogram_bytes = static_cast<uint64_t>(counters) * sizeof(int32_t);
+  const uint64_t ids_bytes = n * sizeof(I);
+  // The counters and starts a chunk's ids touch depend on the ids (device memory): at most one per position, so
+  // min(n, counters) counters and min(n, vocab) starts are counted (a bound; bad ids touch none).
+  const uint64_t touched_counters = (n < static_cast<uint64_t>(counters) ? n : static_cast<uint64_t>(counters)) *
+                                    sizeof(int32_t);
+  const uint64_t touched_starts = (n < vocab ? n : vocab) * sizeof(int64_t);
   if (counters > 0) {
-    const LaunchConfig config{dim3(grid_for((counters + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream};
+    const LaunchConfig config{dim3(grid_for((counters + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream, 0,
+                              histogram_bytes};
     if (const cudaError_t e = launch(zero_kernel, config, a.histogram, counters); e != cudaSuccess) return e;
   }
-  const LaunchConfig per_chunk{dim3(grid_for(s.chunks)), dim3(kThreads), 0, stream};
   if (s.n > 0) {
+    // The ids; each touched counter's atomic add reads and writes it.
+    const LaunchConfig per_chunk{dim3(grid_for(s.chunks)), dim3(kThreads), 0, stream, ids_bytes + touched_counters,
+                                 touched_counters};
     if (const cudaError_t e = launch(count_kernel<I>, per_chunk, a); e != cudaSuccess) return e;
   }
   if (s.vocab > 0) {
-    const LaunchConfig config{dim3(grid_for((s.vocab + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream};
+    const LaunchConfig config{dim3(grid_for((s.vocab + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream,
+                              histogram_bytes, histogram_bytes + vocab * sizeof(int64_t)};
     if (const cudaError_t e = launch(column_kernel<I>, config, a); e != cudaSuccess) return e;
   }
-  if (const cudaError_t e = launch(scan_kernel<I>, LaunchConfig{dim3(1), dim3(kScanThreads), 0, stream}, a);
+  if (const cudaError_t e = launch(scan_kernel<I>,
+                                   LaunchConfig{dim3(1), dim3(kScanThreads), 0, stream, vocab * sizeof(int64_t),
+                                                (vocab + 1) * sizeof(int64_t)},
+                                   a);
       e != cudaSuccess) {
     return e;
   }
-  if (s.n > 0 && s.vocab > 0) return launch(scatter_kernel<I>, per_chunk, a);
+  if (s.n > 0 && s.vocab > 0) {
+    // The ids, the touched starts and counters (read, and the counters advanced), one position per id written.
+    const LaunchConfig per_chunk{dim3(grid_for(s.chunks)), dim3(kThreads), 0, stream,
+                                 ids_bytes + touched_starts + touched_counters, n * sizeof(int64_t) + touched_counters};
+    return launch(scatter_kernel<I>, per_chunk, a);
+  }
   return cudaSuccess;
 }
 

@@ -32,7 +32,9 @@ cudaError_t block_scales_to_lt(GemmScaleMode mode, const float* ours, float* lt,
   if (total == 0) return cudaSuccess;
   if (ours == nullptr || lt == nullptr) return cudaErrorInvalidValue;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, kMaxBlocks);
-  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream};
+  const uint64_t floats_read = static_cast<uint64_t>(our_scale_count(mode, rows, k)) * static_cast<uint64_t>(batch);
+  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream,
+                            floats_read * sizeof(float), static_cast<uint64_t>(total) * sizeof(float)};
   return launch(block_scales_kernel, config, mode, ours, lt, rows, k, batch);
 }
 

@@ -30,6 +30,11 @@ struct LaunchConfig {
   dim3 block;
   size_t shared_bytes = 0;  // dynamic shared memory per block
   cudaStream_t stream = nullptr;
+  // Global-memory bytes the launch reads and writes, computed by the launcher from its sizes (each element counted
+  // once per pass that touches it; shared memory and caches ignored). No GPU sees them: the emulation counts them
+  // (cuda_emu Counters::kernel_bytes_read/written) as the device-work proxy of a step. Every launcher sets them.
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
 };
 
 #if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)
@@ -41,8 +46,9 @@ template <class... Params, class... Args>
 cudaError_t launch(void (*kernel)(Params...), const LaunchConfig& config, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: wrong number of kernel arguments");
 #if defined(MPT_CUDA_EMULATION)
-  return ::mpt::cuda_emu::launch(kernel, config.grid, config.block, config.shared_bytes, config.stream,
-                                 std::forward<Args>(args)...);
+  return ::mpt::cuda_emu::launch_sized(::mpt::cuda_emu::Traffic{config.bytes_read, config.bytes_written}, kernel,
+                                       config.grid, config.block, config.shared_bytes, config.stream,
+                                       std::forward<Args>(args)...);
 #else
   if (config.shared_bytes > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

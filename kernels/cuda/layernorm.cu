@@ -174,7 +174,15 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P>& p, cuda
   const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.y) &&
                    (!fused || (is_aligned16(p.residual) && is_aligned16(p.sum)));
   const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kMaxThreads);
-  const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  // x (and residual) once, weight (and bias) once for the launch; y (and sum), mean and rstd written. The later
+  // passes' re-reads of x, or of the sum this launch wrote, count nothing more.
+  const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
+  const uint64_t cols = static_cast<uint64_t>(p.cols);
+  const uint64_t read_bytes = elems * sizeof(T) * (fused ? 2 : 1) + cols * sizeof(P) * (p.bias != nullptr ? 2 : 1);
+  const uint64_t written_bytes =
+      elems * sizeof(T) * (fused ? 2 : 1) + 2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>);
+  const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
+                            read_bytes, written_bytes};
   return vec ? launch(layer_norm_forward_kernel<T, P, true>, config, p)
              : launch(layer_norm_forward_kernel<T, P, false>, config, p);
 }
@@ -192,13 +200,26 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p, fl
   const int64_t blocks = p.rows < kGradBlocks ? p.rows : kGradBlocks;
   const int64_t partial_bytes = 2 * p.cols * static_cast<int64_t>(sizeof(float));
   const bool use_shared = partial_bytes <= kSharedPartialBytes;
+  // dy, x (and dx when accumulating), weight, mean and rstd in; dx and the (blocks, 2, cols) partials out. Without
+  // shared memory the partials are accumulated in place, so they are read too.
+  const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
+  const uint64_t cols = static_cast<uint64_t>(p.cols);
+  const uint64_t partials = static_cast<uint64_t>(blocks) * static_cast<uint64_t>(partial_bytes);
+  const uint64_t read_bytes = elems * sizeof(T) * (p.accumulate_dx ? 3 : 2) + cols * sizeof(P) +
+                              2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
+                              (use_shared ? 0 : partials);
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
-                            use_shared ? static_cast<size_t>(partial_bytes) : 0, stream};
+                            use_shared ? static_cast<size_t>(partial_bytes) : 0, stream, read_bytes,
+                            elems * sizeof(T) + partials};
   const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, true>, config, p, scratch, use_shared)
                             : launch(layer_norm_backward_kernel<T, P, false>, config, p, scratch, use_shared);
   if (e != cudaSuccess) return e;
+  // The partials in; dweight (and dbias) out, read first when accumulated.
+  const uint64_t param_read = partials + (p.accumulate_dweight ? cols * sizeof(P) : 0) +
+                              (p.dbias != nullptr && p.accumulate_dbias ? cols * sizeof(P) : 0);
+  const uint64_t param_written = cols * sizeof(P) * (p.dbias != nullptr ? 2 : 1);
   const LaunchConfig reduce{dim3(static_cast<unsigned>((p.cols + kParamThreads - 1) / kParamThreads)),
-                            dim3(kParamThreads), 0, stream};
+                            dim3(kParamThreads), 0, stream, param_read, param_written};
   return launch(layer_norm_param_grad_kernel<T, P>, reduce, p, static_cast<const float*>(scratch), blocks);
 }
 

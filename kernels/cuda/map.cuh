@@ -52,8 +52,11 @@ cudaError_t launch_map(Out* out, int64_t n, F f, cudaStream_t stream, const In*.
                    ((sizeof(In) == sizeof(Out)) && ...);
   const int64_t units = vec ? n / kWidth : n;
   const int64_t blocks = (units + kThreads - 1) / kThreads;
+  // Each input once, plus out when accumulating; out written once.
+  const uint64_t elems = static_cast<uint64_t>(n);
+  const uint64_t read_bytes = elems * (uint64_t{0} + ... + sizeof(In)) + (kAccumulate ? elems * sizeof(Out) : 0);
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8)), dim3(kThreads), 0,
-                            stream};
+                            stream, read_bytes, elems * sizeof(Out)};
   return vec ? launch(map_kernel<true, kAccumulate, Out, F, In...>, config, out, n, f, in...)
              : launch(map_kernel<false, kAccumulate, Out, F, In...>, config, out, n, f, in...);
 }

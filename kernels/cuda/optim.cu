@@ -1,11 +1,14 @@
 // kernels/cuda/optim.cu: multi-tensor optimizer kernels over a tensor table passed as a kernel argument, applying
 // the math of kernels/math/optim.h (the same operations in the same order as kernels/cpu/optim.cpp).
+#include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/optim.h"
 #include "kernels/math/opmath.h"
 #include "kernels/math/reduce.h"
+#include "kernels/math/rounded.h"
 
 namespace mpt::kernels::cuda {
 
@@ -173,11 +176,11 @@ cudaError_t advance_steps(const T* tensors, int64_t count, math::StepGuards guar
     if (k < count && tensors[k].step != nullptr) list.steps[list.count++] = tensors[k].step;
     if (list.count > 0 && (list.count == StepList::kMax || k == count)) {
       const unsigned blocks = static_cast<unsigned>((list.count + kThreads - 1) / kThreads);
-      if (const cudaError_t e = launch(advance_steps_kernel, LaunchConfig{dim3(blocks), dim3(kThreads), 0, stream},
-                                       list, guards);
-          e != cudaSuccess) {
-        return e;
-      }
+      // Each step count read and written (unless found_inf skips the step), the found_inf flag read.
+      const uint64_t steps = static_cast<uint64_t>(list.count) * sizeof(int64_t);
+      const uint64_t guards_read = guards.found_inf != nullptr ? sizeof(float) : 0;
+      const LaunchConfig config{dim3(blocks), dim3(kThreads), 0, stream, steps + guards_read, steps};
+      if (const cudaError_t e = launch(advance_steps_kernel, config, list, guards); e != cudaSuccess) return e;
       list.count = 0;
     }
   }
@@ -230,6 +233,34 @@ __global__ void __launch_bounds__(kThreads)
   if (found) atomicExch(found_inf, 1.0f);
 }
 
+template <class G>
+struct ReadSlot {
+  const G* x;
+  int64_t n;
+};
+
+// Each thread block: the sum of the squares of its chunk of one tensor (in f32, each thread over kIlp elements in a
+// fixed order, then the block's tree), written to partials[blockIdx.x]. Deterministic for a given table.
+template <class G>
+__global__ void __launch_bounds__(kThreads)
+    sum_squares_kernel(const TensorTable<ReadSlot<G>> table, float* partials) {
+  __shared__ float scratch[math::kBlockReduceScratch];
+  const int s = table_slot(table);
+  const ReadSlot<G> t = table.tensors[s];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
+  float v[kIlp];
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = begin + k * kThreads;
+    v[k] = i < t.n ? static_cast<float>(math::load(t.x[i])) : 0.0f;
+  }
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) acc = math::add_rn(acc, math::mul_rn(v[k], v[k]));
+  acc = math::block_allreduce(acc, math::SumOp{}, 0.0f, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
 // Fills tables of up to kMax tensors (ceil(n / per_block) thread blocks each) and calls launch(table, blocks)
 // for each; empty tensors are skipped.
 template <class T, class Launch>
@@ -262,8 +293,62 @@ cudaError_t launch_tables(const T* tensors, int64_t count, int64_t per_block, La
   return flush();
 }
 
-LaunchConfig config_for(int64_t blocks, cudaStream_t stream) {
-  return LaunchConfig{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream};
+LaunchConfig config_for(int64_t blocks, cudaStream_t stream, uint64_t read_bytes, uint64_t written_bytes) {
+  return LaunchConfig{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, read_bytes, written_bytes};
+}
+
+// Global-memory traffic of one launch. A step the guards skip (found_inf set on the device) touches only the flag,
+// but the launcher cannot know: the full step is counted. Every launch reads the guards it is given.
+struct Traffic {
+  uint64_t read = 0, written = 0;
+};
+
+uint64_t guard_bytes(const math::StepGuards& g) {
+  return (g.found_inf != nullptr ? sizeof(float) : 0) + (g.grad_scale_inv != nullptr ? sizeof(float) : 0);
+}
+
+template <class T>
+uint64_t step_count_bytes(const T& t) {
+  return t.step != nullptr ? sizeof(int64_t) : 0;
+}
+
+// Dense AdamW: grad, param and both moments read; param and moments written; the tensor's step count read.
+template <class G, class M>
+void add_traffic(Traffic& tr, const math::AdamWTensor<float, G, M>& t) {
+  const uint64_t n = static_cast<uint64_t>(t.n);
+  if constexpr (std::is_same_v<M, uint8_t>) {
+    // 8-bit states: also one absmax pair per 256-element block, read and written. (A non-finite gradient skips its
+    // param read and write; counted anyway.)
+    const uint64_t absmax = 2 * ((n + math::kQuantBlock - 1) / math::kQuantBlock) * sizeof(float);
+    tr.read += n * (sizeof(G) + sizeof(float) + 2 * sizeof(M)) + absmax + step_count_bytes(t);
+    tr.written += n * (sizeof(float) + 2 * sizeof(M)) + absmax;
+  } else {
+    tr.read += n * (sizeof(G) + sizeof(float) + 2 * sizeof(M)) + step_count_bytes(t);
+    tr.written += n * (sizeof(float) + 2 * sizeof(M));
+  }
+}
+
+// SGD: grad and param read, param written, the momentum buffer read and written when there is one.
+template <class G>
+void add_traffic(Traffic& tr, const math::SgdTensor<float, G>& t) {
+  const uint64_t n = static_cast<uint64_t>(t.n), buf = t.momentum_buffer != nullptr ? n * sizeof(float) : 0;
+  tr.read += n * (sizeof(G) + sizeof(float)) + buf + step_count_bytes(t);
+  tr.written += n * sizeof(float) + buf;
+}
+
+// Unscale: each gradient read and written back (the write is skipped when *inv_scale == 1, which the launcher cannot
+// see); the found_inf flag, set only on an overflow, is not counted.
+template <class G>
+void add_traffic(Traffic& tr, const GradSlot<G>& t) {
+  tr.read += static_cast<uint64_t>(t.n) * sizeof(G);
+  tr.written += static_cast<uint64_t>(t.n) * sizeof(G);
+}
+
+template <class T>
+Traffic table_traffic(const TensorTable<T>& table) {
+  Traffic tr;
+  for (int32_t k = 0; k < table.count; ++k) add_traffic(tr, table.tensors[k]);
+  return tr;
 }
 
 }  // namespace
@@ -281,11 +366,17 @@ cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t co
     }
     e = launch_tables(tensors, count, int64_t{kQuantBlocksPerChunk} * math::kQuantBlock,
                       [&](const auto& table, int64_t blocks) {
-                        return launch(adamw_8bit_kernel<G>, config_for(blocks, stream), table, maps, h, step, guards);
+                        const Traffic tr = table_traffic(table);
+                        const uint64_t scalars = guard_bytes(guards) + (h.lr_wd != nullptr ? 2 * sizeof(double) : 0);
+                        return launch(adamw_8bit_kernel<G>, config_for(blocks, stream, tr.read + scalars, tr.written),
+                                      table, maps, h, step, guards);
                       });
   } else {
     e = launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
-      return launch(adamw_dense_kernel<G, M>, config_for(blocks, stream), table, h, step, guards);
+      const Traffic tr = table_traffic(table);
+      const uint64_t scalars = guard_bytes(guards) + (h.lr_wd != nullptr ? 2 * sizeof(double) : 0);
+      return launch(adamw_dense_kernel<G, M>, config_for(blocks, stream, tr.read + scalars, tr.written), table, h,
+                    step, guards);
     });
   }
   return e != cudaSuccess ? e : advance_steps(tensors, count, guards, stream);
@@ -297,7 +388,9 @@ cudaError_t sgd_step(const math::SgdTensor<float, G>* tensors, int64_t count, co
   if (count < 0 || (count > 0 && tensors == nullptr)) return cudaErrorInvalidValue;
   const auto cf = c.to<float>();
   const cudaError_t e = launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
-    return launch(sgd_kernel<G>, config_for(blocks, stream), table, cf, guards);
+    const Traffic tr = table_traffic(table);
+    return launch(sgd_kernel<G>, config_for(blocks, stream, tr.read + guard_bytes(guards), tr.written), table, cf,
+                  guards);
   });
   return e != cudaSuccess ? e : advance_steps(tensors, count, guards, stream);
 }
@@ -315,7 +408,41 @@ cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, 
     const int64_t m = count - k0 < kBatch ? count - k0 : kBatch;
     for (int64_t k = 0; k < m; ++k) slots[k] = GradSlot<G>{grads[k0 + k], sizes[k0 + k]};
     const cudaError_t e = launch_tables(slots, m, kDenseChunk, [&](const auto& table, int64_t blocks) {
-      return launch(unscale_kernel<G>, config_for(blocks, stream), table, inv_scale, found_inf);
+      const Traffic tr = table_traffic(table);
+      return launch(unscale_kernel<G>, config_for(blocks, stream, tr.read + sizeof(float), tr.written), table,
+                    inv_scale, found_inf);
+    });
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+int64_t sum_squares_partials(const int64_t* sizes, int64_t count) {
+  int64_t blocks = 0;
+  for (int64_t k = 0; k < count; ++k) blocks += (std::max<int64_t>(sizes[k], 0) + kDenseChunk - 1) / kDenseChunk;
+  return blocks;
+}
+
+template <class G>
+cudaError_t sum_squares_multi(const G* const* xs, const int64_t* sizes, int64_t count, float* partials,
+                              cudaStream_t stream) {
+  if (count < 0 || (count > 0 && (xs == nullptr || sizes == nullptr || partials == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr int64_t kBatch = 256;  // descriptors converted per pass (host stack)
+  float* out = partials;
+  for (int64_t k0 = 0; k0 < count; k0 += kBatch) {
+    ReadSlot<G> slots[kBatch];
+    const int64_t m = count - k0 < kBatch ? count - k0 : kBatch;
+    for (int64_t k = 0; k < m; ++k) slots[k] = ReadSlot<G>{xs[k0 + k], sizes[k0 + k]};
+    const cudaError_t e = launch_tables(slots, m, kDenseChunk, [&](const auto& table, int64_t blocks) {
+      uint64_t read = 0;
+      for (int32_t j = 0; j < table.count; ++j) read += static_cast<uint64_t>(table.tensors[j].n) * sizeof(G);
+      const cudaError_t le = launch(sum_squares_kernel<G>,
+                                    config_for(blocks, stream, read, static_cast<uint64_t>(blocks) * sizeof(float)),
+                                    table, out);
+      out += blocks;
+      return le;
     });
     if (e != cudaSuccess) return e;
   }
@@ -331,7 +458,13 @@ cudaError_t grad_scaler_update(const math::ScalerUpdate& u, const float* const* 
   FoundList list{};
   list.count = static_cast<int32_t>(count);
   for (int64_t k = 0; k < count; ++k) list.found[k] = found_inf[k];
-  return launch(grad_scaler_update_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, u, list, scale, inv, trackers);
+  // The flags, scale and the three trackers read; scale, inv and the trackers written (which of them depends on
+  // the flags: all are counted).
+  const uint64_t state = sizeof(float) + 3 * sizeof(int32_t);
+  return launch(grad_scaler_update_kernel,
+                LaunchConfig{dim3(1), dim3(1), 0, stream, static_cast<uint64_t>(count) * sizeof(float) + state,
+                             state + sizeof(float)},
+                u, list, scale, inv, trackers);
 }
 
 #define MPT_INSTANTIATE(G)                                                                                        \
@@ -343,6 +476,7 @@ cudaError_t grad_scaler_update(const math::ScalerUpdate& u, const float* const* 
                                               const math::AdamWHyper&, int64_t, math::StepGuards, cudaStream_t);    \
   template cudaError_t sgd_step<G>(const math::SgdTensor<float, G>*, int64_t, const math::SgdCoefficients<double>&, \
                                    math::StepGuards, cudaStream_t);                                                 \
+  template cudaError_t sum_squares_multi<G>(const G* const*, const int64_t*, int64_t, float*, cudaStream_t);        \
   template cudaError_t unscale_check<G>(G* const*, const int64_t*, int64_t, const float*, float*, cudaStream_t);
 MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE

@@ -33,6 +33,14 @@ template <class G>
 cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const float* inv_scale,
                           float* found_inf, cudaStream_t stream);
 
+// Gradient clipping's norm without a launch per tensor: partials[b] = the sum of squares (f32) of the b-th chunk of
+// 2048 elements, tensor by tensor in order, sum_squares_partials(sizes, count) of them; then sqrt_of_sum
+// (kernels/cuda/reduction.h) over the partials. G in {float, bf16, f16}.
+int64_t sum_squares_partials(const int64_t* sizes, int64_t count);
+template <class G>
+cudaError_t sum_squares_multi(const G* const* xs, const int64_t* sizes, int64_t count, float* partials,
+                              cudaStream_t stream);
+
 // math::grad_scaler_update on the device (one thread) from the sum of up to kMaxFoundInf found_inf flags
 // (device pointers, summed in order); cudaErrorInvalidValue for more.
 inline constexpr int kMaxFoundInf = 8;

@@ -81,7 +81,12 @@ cudaError_t where(const uint8_t* cond, const T* a, const T* b, T* out, int64_t n
   if (n < 0 || (n > 0 && (cond == nullptr || a == nullptr || b == nullptr || out == nullptr)))
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  return launch(where_kernel<T>, LaunchConfig{dim3(grid_for(n)), dim3(kThreads), 0, stream}, cond, a, b, out, n);
+  // cond, and a or b as cond says (device data): both counted, as whole sectors of each are fetched anyway.
+  const uint64_t elems = static_cast<uint64_t>(n);
+  return launch(where_kernel<T>,
+                LaunchConfig{dim3(grid_for(n)), dim3(kThreads), 0, stream, elems * (sizeof(uint8_t) + 2 * sizeof(T)),
+                             elems * sizeof(T)},
+                cond, a, b, out, n);
 }
 
 template <class T>
@@ -91,7 +96,10 @@ cudaError_t arg_reduce(bool is_max, const T* x, T* values, int64_t* indices, con
   const int64_t outputs = s.outer * s.inner;
   if (outputs == 0) return cudaSuccess;
   if (x == nullptr || values == nullptr || indices == nullptr) return cudaErrorInvalidValue;
-  const LaunchConfig config{dim3(grid_for(outputs)), dim3(kThreads), 0, stream};
+  const uint64_t out_count = static_cast<uint64_t>(outputs);
+  const LaunchConfig config{dim3(grid_for(outputs)), dim3(kThreads), 0, stream,
+                            out_count * static_cast<uint64_t>(s.len) * sizeof(T),
+                            out_count * (sizeof(T) + sizeof(int64_t))};
   return is_max ? launch(arg_reduce_kernel<true, T>, config, x, values, indices, s)
                 : launch(arg_reduce_kernel<false, T>, config, x, values, indices, s);
 }

@@ -28,7 +28,7 @@ __global__ void zero_kernel(unsigned* bits) { *bits = 0; }
 inline unsigned* amax_bits_ptr(float* amax) { return reinterpret_cast<unsigned*>(amax); }
 
 cudaError_t zero_amax(float* amax, cudaStream_t stream) {
-  return launch(zero_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, amax_bits_ptr(amax));
+  return launch(zero_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream, 0, sizeof(float)}, amax_bits_ptr(amax));
 }
 
 template <class T, bool kVec>
@@ -262,7 +262,9 @@ cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool i
   cudaError_t e = zero_amax(amax, stream);
   if (e != cudaSuccess || n == 0) return e;
   const bool vec = pack8_aligned(x);
-  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
+  // x; the amax's atomicMax reads and writes it.
+  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(n) * sizeof(T) + sizeof(float), sizeof(float)};
   return vec ? launch(amax_kernel<T, true>, config, x, n, amax_bits_ptr(amax), ignore_nan)
              : launch(amax_kernel<T, false>, config, x, n, amax_bits_ptr(amax), ignore_nan);
 }
@@ -274,7 +276,17 @@ cudaError_t delayed_scaling_update(const DelayedUpdateEntry* entries, int64_t co
     table.count = static_cast<int32_t>(count - k0 < DelayedTable::kMax ? count - k0 : DelayedTable::kMax);
     for (int32_t k = 0; k < table.count; ++k) table.entries[k] = entries[k0 + k];
     const unsigned blocks = static_cast<unsigned>((table.count + 63) / 64);
-    const cudaError_t e = launch(delayed_update_kernel, LaunchConfig{dim3(blocks), dim3(64), 0, stream}, table);
+    // Per entry: the amax (unless it is history[0]) and the history read; the history rolled, scale and scale_inv
+    // written (an amax of 0 leaves them alone: counted anyway).
+    uint64_t read_bytes = 0, written_bytes = 0;
+    for (int32_t k = 0; k < table.count; ++k) {
+      const DelayedUpdateEntry& d = table.entries[k];
+      const uint64_t history = static_cast<uint64_t>(d.update.len) * sizeof(float);
+      read_bytes += history + (d.amax != d.history ? sizeof(float) : 0);
+      written_bytes += history + 2 * sizeof(float);
+    }
+    const cudaError_t e = launch(delayed_update_kernel,
+                                 LaunchConfig{dim3(blocks), dim3(64), 0, stream, read_bytes, written_bytes}, table);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -282,13 +294,17 @@ cudaError_t delayed_scaling_update(const DelayedUpdateEntry* entries, int64_t co
 
 cudaError_t fold_amax(const float* amax, float* into, cudaStream_t stream) {
   if (amax == nullptr || into == nullptr) return cudaErrorInvalidValue;
-  return launch(fold_amax_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, amax, into);
+  return launch(fold_amax_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream, 2 * sizeof(float), sizeof(float)}, amax,
+                into);
 }
 
 cudaError_t scale_from_amax(const float* amax, float* scale, float* scale_inv, const math::ScaleFromAmax& f,
                             cudaStream_t stream) {
   if (amax == nullptr || scale == nullptr) return cudaErrorInvalidValue;
-  return launch(scale_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, amax, scale, scale_inv, f);
+  return launch(scale_kernel,
+                LaunchConfig{dim3(1), dim3(1), 0, stream, sizeof(float),
+                             sizeof(float) + (scale_inv != nullptr ? sizeof(float) : 0)},
+                amax, scale, scale_inv, f);
 }
 
 template <class Q, class T>
@@ -301,7 +317,12 @@ cudaError_t quantize(const T* x, Q* q, int64_t n, const QuantizeArgs& args, cuda
   const bool vec = pack8_aligned(x) && pack8_aligned(q);
   const QuantizeParams<Q, T> p{x, q, n, args.scale, args.scale_inv, args.amax ? amax_bits_ptr(args.amax) : nullptr,
                                args.sat, args.amax_ignore_nan};
-  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
+  // x and the scale read, q written, scale_inv when given; the amax's atomicMax reads and writes it.
+  const uint64_t amax_bytes = args.amax != nullptr ? sizeof(float) : 0;
+  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(n) * sizeof(T) + sizeof(float) + amax_bytes,
+                            static_cast<uint64_t>(n) * sizeof(Q) + (args.scale_inv != nullptr ? sizeof(float) : 0) +
+                                amax_bytes};
   return vec ? launch(quantize_kernel<Q, T, true>, config, p) : launch(quantize_kernel<Q, T, false>, config, p);
 }
 
@@ -323,8 +344,12 @@ cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const 
                                 args.scale, args.scale_inv, args.amax ? amax_bits_ptr(args.amax) : nullptr,
                                 args.sat,   args.amax_ignore_nan};
   // An empty matrix still runs one (idle) block, so scale_inv is written.
+  // x and the scale read, q and qt written, scale_inv when given; the amax's atomicMax reads and writes it.
+  const uint64_t amax_bytes = args.amax != nullptr ? sizeof(float) : 0;
   const LaunchConfig config{dim3(static_cast<unsigned>(tiles > 0 ? tiles : 1)), dim3(kTile, kTileRowsPerPass), 0,
-                            stream};
+                            stream, static_cast<uint64_t>(n) * sizeof(T) + sizeof(float) + amax_bytes,
+                            2 * static_cast<uint64_t>(n) * sizeof(Q) +
+                                (args.scale_inv != nullptr ? sizeof(float) : 0) + amax_bytes};
   return launch(quantize_transpose_kernel<Q, T>, config, p);
 }
 
@@ -341,7 +366,10 @@ cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::B
   constexpr int64_t kWarpsPerBlock = kPackThreads / 32;
   const int64_t grid = layout.block_rows == 1 ? (blocks + kWarpsPerBlock - 1) / kWarpsPerBlock : blocks;
   if (grid > 2147483647) return cudaErrorInvalidValue;
-  const LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kPackThreads), 0, stream};
+  // x read (both passes: once), q and one scale_inv per block written.
+  const uint64_t n = static_cast<uint64_t>(layout.rows) * static_cast<uint64_t>(layout.cols);
+  const LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kPackThreads), 0, stream, n * sizeof(T),
+                            n * sizeof(Q) + static_cast<uint64_t>(blocks) * sizeof(float)};
   return layout.block_rows == 1 ? launch(quantize_1x128_kernel<Q, T>, config, p)
                                 : launch(quantize_128x128_kernel<Q, T>, config, p);
 }
@@ -352,7 +380,9 @@ cudaError_t dequantize(const Q* q, Out* out, int64_t n, const float* scale_inv, 
   if (n == 0) return cudaSuccess;
   if (q == nullptr || out == nullptr || scale_inv == nullptr) return cudaErrorInvalidValue;
   const bool vec = pack8_aligned(q) && pack8_aligned(out);
-  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream};
+  const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(n) * sizeof(Q) + sizeof(float),
+                            static_cast<uint64_t>(n) * sizeof(Out)};
   return vec ? launch(dequantize_kernel<Out, Q, true>, config, q, out, n, scale_inv)
              : launch(dequantize_kernel<Out, Q, false>, config, q, out, n, scale_inv);
 }
@@ -366,7 +396,11 @@ cudaError_t dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, c
   const int64_t n = layout.rows * layout.cols;
   if (n == 0) return cudaSuccess;
   if (q == nullptr || out == nullptr || scale_inv == nullptr) return cudaErrorInvalidValue;
-  const LaunchConfig config{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream};
+  // q, and every block's scale_inv once.
+  const uint64_t scales = static_cast<uint64_t>(layout.scale_rows()) * static_cast<uint64_t>(layout.scale_cols());
+  const LaunchConfig config{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(n) * sizeof(Q) + scales * sizeof(float),
+                            static_cast<uint64_t>(n) * sizeof(Out)};
   return launch(dequantize_blockwise_kernel<Out, Q>, config, q, out, scale_inv, layout);
 }
 

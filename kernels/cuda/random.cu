@@ -50,7 +50,8 @@ cudaError_t launch_fill(T* out, int64_t n, uint64_t seed, uint64_t offset, Op op
   if (n <= 0) return cudaSuccess;
   const int64_t groups = (n + 3) / 4;
   const int64_t blocks = std::min<int64_t>((groups + kThreads - 1) / kThreads, kMaxBlocks);
-  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream};
+  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, 0,
+                            static_cast<uint64_t>(n) * sizeof(T)};
   return launch(fill_kernel<T, Op>, config, out, n, seed, offset, op);
 }
 

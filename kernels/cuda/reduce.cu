@@ -50,7 +50,9 @@ cudaError_t sum_accumulate(const T* x, int64_t n, float* out, cudaStream_t strea
   const int64_t nvec = (n - head) / kWidth;
   const int64_t wanted = (nvec + kThreads - 1) / kThreads;
   const int64_t blocks = wanted < 1 ? 1 : (wanted > kMaxBlocks ? kMaxBlocks : wanted);
-  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream};
+  // x; *out is read and written by the blocks' atomicAdds.
+  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream,
+                            static_cast<uint64_t>(n) * sizeof(T) + sizeof(float), sizeof(float)};
   return launch(sum_kernel<T>, config, x, n, head, out);
 }
 

@@ -41,6 +41,16 @@ struct OutputStore {
   }
 };
 
+// Global-memory bytes one stored result reads (an accumulated output) and writes.
+struct StoreBytes {
+  uint64_t read, written;
+};
+inline StoreBytes store_bytes(const FloatStore&) { return {0, sizeof(float)}; }
+template <class T>
+StoreBytes store_bytes(const OutputStore<T>& s) {
+  return {s.accumulate ? sizeof(T) : 0, sizeof(T)};
+}
+
 // A reduction pass: the middle axis of [outer, len, inner] split into `chunks` segments of chunk_len; each
 // (o, chunk, i) gives one reduce32 result, stored at index (o * chunks + chunk) * inner + i.
 template <class Src, class Op, class Store>
@@ -97,12 +107,20 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(PassParams<Src, Op, S
 
 template <class Src, class Op, class Store>
 cudaError_t run_pass(const PassParams<Src, Op, Store>& p, cudaStream_t stream) {
+  // The whole [outer, len, inner] input once; one stored result per (outer, chunk, inner).
+  const uint64_t inputs = static_cast<uint64_t>(p.shape.outer) * static_cast<uint64_t>(p.shape.len) *
+                          static_cast<uint64_t>(p.shape.inner);
+  const uint64_t results = static_cast<uint64_t>(p.shape.outer) * static_cast<uint64_t>(p.chunks) *
+                           static_cast<uint64_t>(p.shape.inner);
+  const StoreBytes sb = store_bytes(p.store);
+  const uint64_t read_bytes = inputs * sizeof(Src) + results * sb.read, written_bytes = results * sb.written;
   if (p.shape.inner == 1) {
-    const LaunchConfig config{dim3(blocks_for(p.shape.outer * p.chunks, kWarps)), dim3(kThreads), 0, stream};
+    const LaunchConfig config{dim3(blocks_for(p.shape.outer * p.chunks, kWarps)), dim3(kThreads), 0, stream,
+                              read_bytes, written_bytes};
     return launch(rows_kernel<Src, Op, Store>, config, p);
   }
   const LaunchConfig config{dim3(blocks_for(p.shape.outer * p.chunks * p.shape.inner, kThreads)), dim3(kThreads), 0,
-                            stream};
+                            stream, read_bytes, written_bytes};
   return launch(columns_kernel<Src, Op, Store>, config, p);
 }
 
@@ -128,10 +146,16 @@ __global__ void __launch_bounds__(kThreads) empty_axis_kernel(Store store, int64
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) store(i, 0.0f);
 }
 
-__global__ void sqrt_of_sum_kernel(const float* partials, int64_t count, float* out) {
+// One block: thread j sums partials j, j + 256, ... in order, then the block's tree (deterministic; the partials of
+// a multi-tensor norm number one per 2048 gradient elements, too many for one thread).
+constexpr int kSqrtOfSumThreads = 256;
+__global__ void __launch_bounds__(kSqrtOfSumThreads) sqrt_of_sum_kernel(const float* partials, int64_t count,
+                                                                        float* out) {
+  __shared__ float scratch[math::kBlockReduceScratch];
   float total = 0.0f;
-  for (int64_t k = 0; k < count; ++k) total = math::add_rn(total, partials[k]);
-  *out = math::sqrt_rn(total);
+  for (int64_t k = threadIdx.x; k < count; k += kSqrtOfSumThreads) total = math::add_rn(total, partials[k]);
+  total = math::block_allreduce(total, math::SumOp{}, 0.0f, scratch);
+  if (threadIdx.x == 0) *out = math::sqrt_rn(total);
 }
 
 __global__ void clip_coefficient_kernel(const float* total, float max_norm, float* coef) {
@@ -159,8 +183,9 @@ cudaError_t sum_axis(const T* x, T* out, const ReduceShape& s, float divisor, bo
   const OutputStore<T> store{out, divisor, accumulate};
   if (s.len == 0) {
     const int64_t n = s.outer * s.inner;
+    const StoreBytes sb = store_bytes(store);
     return launch(empty_axis_kernel<OutputStore<T>>, LaunchConfig{dim3(blocks_for(n, kThreads)), dim3(kThreads), 0,
-                  stream}, store, n);
+                  stream, static_cast<uint64_t>(n) * sb.read, static_cast<uint64_t>(n) * sb.written}, store, n);
   }
   return reduce(x, s, math::IdentityOp{}, store, workspace, stream);
 }
@@ -169,28 +194,34 @@ template <class T>
 cudaError_t sum_squares(const T* x, int64_t n, float* result, float* workspace, cudaStream_t stream) {
   if (n < 0 || result == nullptr || (n > 0 && x == nullptr)) return cudaErrorInvalidValue;
   if (n == 0) {
-    return launch(empty_axis_kernel<FloatStore>, LaunchConfig{dim3(1), dim3(32), 0, stream}, FloatStore{result},
-                  int64_t{1});
+    return launch(empty_axis_kernel<FloatStore>, LaunchConfig{dim3(1), dim3(32), 0, stream, 0, sizeof(float)},
+                  FloatStore{result}, int64_t{1});
   }
   return reduce(x, ReduceShape{1, n, 1}, math::SquareOp{}, FloatStore{result}, workspace, stream);
 }
 
 cudaError_t sqrt_of_sum(const float* partials, int64_t count, float* out, cudaStream_t stream) {
   if (count < 0 || out == nullptr || (count > 0 && partials == nullptr)) return cudaErrorInvalidValue;
-  return launch(sqrt_of_sum_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, partials, count, out);
+  return launch(sqrt_of_sum_kernel,
+                LaunchConfig{dim3(1), dim3(kSqrtOfSumThreads), 0, stream, static_cast<uint64_t>(count) * sizeof(float), sizeof(float)},
+                partials, count, out);
 }
 
 cudaError_t clip_coefficient(const float* total, float max_norm, float* coef, cudaStream_t stream) {
   if (total == nullptr || coef == nullptr) return cudaErrorInvalidValue;
-  return launch(clip_coefficient_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream}, total, max_norm, coef);
+  return launch(clip_coefficient_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream, sizeof(float), sizeof(float)}, total,
+                max_norm, coef);
 }
 
 template <class T>
 cudaError_t check_finite(const T* x, int64_t n, uint8_t* flag, cudaStream_t stream) {
   if (n < 0 || flag == nullptr || (n > 0 && x == nullptr)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  return launch(check_finite_kernel<T>, LaunchConfig{dim3(blocks_for(n, kThreads)), dim3(kThreads), 0, stream}, x, n,
-                flag);
+  // x read; the flag is written only when an element is not finite (not counted).
+  return launch(check_finite_kernel<T>,
+                LaunchConfig{dim3(blocks_for(n, kThreads)), dim3(kThreads), 0, stream,
+                             static_cast<uint64_t>(n) * sizeof(T), 0},
+                x, n, flag);
 }
 
 #define MPT_INSTANTIATE(T)                                                                                   \

@@ -36,8 +36,14 @@ cudaError_t rope(const T* x, T* y, const float* cos, const float* sin, const Rop
   if (pairs == 0) return cudaSuccess;
   if (x == nullptr || y == nullptr || cos == nullptr || sin == nullptr) return cudaErrorInvalidValue;
   const int64_t blocks = (pairs + kThreads - 1) / kThreads;
+  // x in, y out; of the cos and sin tables, head_dim / 2 entries of each position the rows cover (min(seq,
+  // ceil(rows / heads)) positions).
+  const uint64_t elems = static_cast<uint64_t>(s.rows) * static_cast<uint64_t>(s.head_dim);
+  const int64_t row_groups = (s.rows + s.heads - 1) / s.heads;
+  const uint64_t positions = static_cast<uint64_t>(row_groups < s.seq ? row_groups : s.seq);
+  const uint64_t table_bytes = 2 * positions * static_cast<uint64_t>(s.head_dim / 2) * sizeof(float);
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8)), dim3(kThreads), 0,
-                            stream};
+                            stream, elems * sizeof(T) + table_bytes, elems * sizeof(T)};
   return launch(rope_kernel<T>, config, x, y, cos, sin, s);
 }
 

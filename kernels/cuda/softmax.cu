@@ -100,7 +100,10 @@ cudaError_t softmax_backward_rows(const T* dy, const T* y, T* dx, int64_t rows, 
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = cols % kWidth == 0 && is_aligned16(dy) && is_aligned16(y) && is_aligned16(dx);
   const int threads = row_block_threads(vec ? cols / kWidth : cols, kMaxThreads);
-  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  // dy and y (and dx when accumulating) in, dx out.
+  const uint64_t bytes = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols) * sizeof(T);
+  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
+                            bytes * (accumulate ? 3 : 2), bytes};
   return vec ? launch(softmax_backward_rows_kernel<T, true>, config, dy, y, dx, cols, accumulate)
              : launch(softmax_backward_rows_kernel<T, false>, config, dy, y, dx, cols, accumulate);
 }
@@ -114,7 +117,9 @@ cudaError_t softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, cudaStrea
   const bool vec = cols % kWidth == 0 && is_aligned16(x) && is_aligned16(y);
   const int64_t units = vec ? cols / kWidth : cols;  // what one thread handles per step
   const int64_t threads = units >= kMaxThreads ? kMaxThreads : (units + 31) / 32 * 32;
-  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream};
+  const uint64_t bytes = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols) * sizeof(T);
+  const LaunchConfig config{dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream, bytes,
+                            bytes};
   return vec ? launch(softmax_rows_kernel<T, true>, config, x, y, cols)
              : launch(softmax_rows_kernel<T, false>, config, x, y, cols);
 }

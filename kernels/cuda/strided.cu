@@ -134,14 +134,23 @@ bool is_transpose(const StridedDims& d) {
          d.shape[nd - 2] >= 16;
 }
 
-LaunchConfig grid_stride_config(int64_t n, cudaStream_t stream) {
-  return LaunchConfig{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream};
+LaunchConfig grid_stride_config(int64_t n, cudaStream_t stream, uint64_t read_bytes, uint64_t written_bytes) {
+  return LaunchConfig{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream, read_bytes, written_bytes};
+}
+
+// Distinct source elements of a copy: a dimension the source broadcasts (stride 0) reads its elements once.
+uint64_t distinct_source_elements(const StridedDims& d) {
+  uint64_t n = 1;
+  for (int k = 0; k < d.ndim; ++k) n *= d.src[k] != 0 ? static_cast<uint64_t>(d.shape[k]) : 1;
+  return n;
 }
 
 template <class T>
 cudaError_t launch_copy(void* dst, const void* src, const StridedDims& d, cudaStream_t stream) {
   auto* out = static_cast<T*>(dst);
   const auto* in = static_cast<const T*>(src);
+  const uint64_t read_bytes = distinct_source_elements(d) * sizeof(T);
+  const uint64_t written_bytes = static_cast<uint64_t>(math::strided_numel(d)) * sizeof(T);
   if constexpr (sizeof(T) <= 8) {
     if (is_transpose(d)) {
       const int nd = d.ndim;
@@ -152,13 +161,15 @@ cudaError_t launch_copy(void* dst, const void* src, const StridedDims& d, cudaSt
           math::strided_numel(outer) * ((t.rows + kTile - 1) / kTile) * ((t.cols + kTile - 1) / kTile);
       const int64_t blocks = tiles < (int64_t{1} << 20) ? tiles : (int64_t{1} << 20);
       return launch(transpose_kernel<T>,
-                    LaunchConfig{dim3(static_cast<unsigned>(blocks)), dim3(kTile, kTileRows), 0, stream}, out, in,
-                    outer, t, tiles);
+                    LaunchConfig{dim3(static_cast<unsigned>(blocks)), dim3(kTile, kTileRows), 0, stream, read_bytes,
+                                 written_bytes},
+                    out, in, outer, t, tiles);
     }
   }
   const int64_t n = math::strided_numel(d);
-  return n <= int64_t{UINT32_MAX} ? launch(copy_kernel<T, uint32_t>, grid_stride_config(n, stream), out, in, d, n)
-                                  : launch(copy_kernel<T, int64_t>, grid_stride_config(n, stream), out, in, d, n);
+  const LaunchConfig config = grid_stride_config(n, stream, read_bytes, written_bytes);
+  return n <= int64_t{UINT32_MAX} ? launch(copy_kernel<T, uint32_t>, config, out, in, d, n)
+                                  : launch(copy_kernel<T, int64_t>, config, out, in, d, n);
 }
 
 template <class T>
@@ -167,8 +178,10 @@ cudaError_t launch_fill(void* dst, const unsigned char* word, const StridedDims&
   std::memcpy(&value, word, sizeof(T));
   auto* out = static_cast<T*>(dst);
   const int64_t n = math::strided_numel(d);
-  return n <= int64_t{UINT32_MAX} ? launch(fill_kernel<T, uint32_t>, grid_stride_config(n, stream), out, d, value, n)
-                                  : launch(fill_kernel<T, int64_t>, grid_stride_config(n, stream), out, d, value, n);
+  // Writes only: the value travels as a kernel argument.
+  const LaunchConfig config = grid_stride_config(n, stream, 0, static_cast<uint64_t>(n) * sizeof(T));
+  return n <= int64_t{UINT32_MAX} ? launch(fill_kernel<T, uint32_t>, config, out, d, value, n)
+                                  : launch(fill_kernel<T, int64_t>, config, out, d, value, n);
 }
 
 bool has_zero_extent(const int64_t* shape, int ndim) {
@@ -220,7 +233,10 @@ cudaError_t convert_with_integers(const Src* src, Dst* dst, int64_t n, Fp8Satura
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
-  return launch(convert_kernel<Dst, Src>, grid_stride_config(n, stream), src, dst, n, sat);
+  return launch(convert_kernel<Dst, Src>,
+                grid_stride_config(n, stream, static_cast<uint64_t>(n) * sizeof(Src),
+                                   static_cast<uint64_t>(n) * sizeof(Dst)),
+                src, dst, n, sat);
 }
 
 #define MPT_CONVERT_INSTANTIATE(D, S) \

@@ -1,13 +1,15 @@
 // tests/emu/test_reduction_emu.cpp: the CUDA sum/mean, sum-of-squares, norm finish and finite check under
-// emulation against the CPU kernels: the same canonical order, so bit for bit.
+// emulation against the CPU kernels (the same canonical order, so bit for bit) or float64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "kernels/cpu/reduction.h"
+#include "kernels/cuda/optim.h"
 #include "kernels/cuda/reduction.h"
 #include "kernels/math/numerics.h"
 #include "mpt/core/tensor.h"
@@ -68,10 +70,60 @@ TEST(ReductionEmu, SumOfSquaresAndNormFinishMatchCpu) {
     EXPECT_EQ(got, cpu::sum_squares(x.data(), n)) << n;
     EXPECT_EQ(got_b, cpu::sum_squares(xb.data() + 1, n)) << n;
   }
-  const std::vector<float> partials = {3.5f, 0.25f, 1e-3f, 7.0f};
+  // The finish sums in a block tree (one block, thread j over partials j, j + 256, ...): against float64.
+  for (int64_t count : {1, 4, 256, 5000}) {
+    const auto p = random_values<float>(count, 300 + count);
+    std::vector<float> partials(p.size());
+    double want = 0;
+    for (size_t k = 0; k < p.size(); ++k) want += static_cast<double>(partials[k] = std::abs(p[k]));
+    float norm = NAN;
+    ASSERT_EQ(cuda::sqrt_of_sum(partials.data(), count, &norm, nullptr), cudaSuccess);
+    EXPECT_NEAR(norm, std::sqrt(want), 2e-7 * std::sqrt(want)) << count;
+  }
+}
+
+// Gradient clipping's multi-tensor sum of squares: one partial per 2048-element chunk of each tensor, in order,
+// each the chunk's sum of squares (f32, against float64); tables of tensors flushed (more than fit one launch's
+// arguments) and batches of descriptors (more than 256 tensors) keep the order.
+template <class T>
+void check_sum_squares_multi(const std::vector<int64_t>& sizes) {
+  std::vector<std::vector<T>> xs;
+  std::vector<const T*> ptrs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    xs.push_back(random_values<T>(sizes[k] + 1, 50 + k));
+    ptrs.push_back(xs.back().data());
+  }
+  const int64_t count = static_cast<int64_t>(sizes.size());
+  const int64_t blocks = cuda::sum_squares_partials(sizes.data(), count);
+  int64_t want_blocks = 0;
+  for (int64_t n : sizes) want_blocks += (n + 2047) / 2048;
+  ASSERT_EQ(blocks, want_blocks);
+  std::vector<float> partials(static_cast<size_t>(blocks) + 1, NAN);
+  ASSERT_EQ(cuda::sum_squares_multi(ptrs.data(), sizes.data(), count, partials.data(), nullptr), cudaSuccess);
+  EXPECT_TRUE(std::isnan(partials.back())) << "written past the last partial";
+  size_t b = 0;
+  double total = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    for (int64_t begin = 0; begin < sizes[k]; begin += 2048, ++b) {
+      double want = 0;
+      for (int64_t i = begin; i < std::min<int64_t>(begin + 2048, sizes[k]); ++i) {
+        const double v = static_cast<double>(static_cast<float>(xs[k][static_cast<size_t>(i)]));
+        want += v * v;
+      }
+      total += want;
+      ASSERT_NEAR(partials[b], want, 1e-6 * want + 1e-30) << "tensor " << k << " chunk at " << begin;
+    }
+  }
   float norm = NAN;
-  ASSERT_EQ(cuda::sqrt_of_sum(partials.data(), 4, &norm, nullptr), cudaSuccess);
-  EXPECT_EQ(norm, std::sqrt(((3.5f + 0.25f) + 1e-3f) + 7.0f));
+  ASSERT_EQ(cuda::sqrt_of_sum(partials.data(), blocks, &norm, nullptr), cudaSuccess);
+  EXPECT_NEAR(norm, std::sqrt(total), 1e-6 * std::sqrt(total));
+}
+
+TEST(ReductionEmu, MultiTensorSumOfSquaresPerChunk) {
+  check_sum_squares_multi<float>({0, 1, 31, 2048, 2049, 7000});
+  check_sum_squares_multi<mpt::bf16>({5, 4100, 0, 2047});
+  check_sum_squares_multi<mpt::f16>({3000, 1});
+  check_sum_squares_multi<float>(std::vector<int64_t>(300, 3));  // 3 tables of 96 and 2 descriptor batches
 }
 
 TEST(ReductionEmu, CheckFiniteFindsNaNAndInf) {

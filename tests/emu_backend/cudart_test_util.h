@@ -18,7 +18,9 @@ __global__ inline void add_one(const float* x, float* y, int n) {
 }
 
 inline cudaError_t launch_add_one(const float* x, float* y, int n, cudaStream_t s) {
-  return mpt::cuda_emu::launch(add_one, dim3((n + 63) / 64), dim3(64), 0, s, x, y, n);
+  const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
+  return mpt::cuda_emu::launch_sized(mpt::cuda_emu::Traffic{bytes, bytes}, add_one, dim3((n + 63) / 64), dim3(64), 0,
+                                     s, x, y, n);
 }
 
 // A device copy of `host` (cudaMalloc + a synchronous upload).

@@ -80,7 +80,7 @@ TEST_F(Capture, RecordsWithoutRunningAndReplaysInOrder) {
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   // A replayed step costs one graph launch; its nodes count as the work they do.
   EXPECT_EQ(mpt::cuda_emu::to_string(mpt::cuda_emu::counters()),
-            "kernel_launches=2 graph_launches=1 d2d=1 d2d_bytes=12 memsets=1 stream_syncs=1 syncs=1 event_records=1");
+            "kernel_launches=2 kernel_bytes_read=24 kernel_bytes_written=24 graph_launches=1 d2d=1 d2d_bytes=12 memsets=1 stream_syncs=1 syncs=1 event_records=1");
   EXPECT_EQ(cudaEventQuery(ev), cudaSuccess);
   EXPECT_EQ(to_host(y, 3), (std::vector<float>{2, 3, 4}));
   EXPECT_EQ(to_host(z, 3), (std::vector<float>{3, 4, 5}));

@@ -247,12 +247,17 @@ TEST_F(EmuCounters, KernelLaunchesAndRefusedLaunches) {
   auto* x = static_cast<float*>(device_bytes(64 * sizeof(float)));
   auto* y = static_cast<float*>(device_bytes(64 * sizeof(float)));
   reset_counters();
-  ASSERT_EQ(mpt::cuda_emu::launch(add_one, dim3(2), dim3(32), 0, s, x, y, 64), cudaSuccess);
+  // The first launch says what it moves (the bytes its launcher computed: 64 floats read, 64 written), the second
+  // does not; refused launches move nothing.
+  const mpt::cuda_emu::Traffic traffic{64 * sizeof(float), 64 * sizeof(float)};
+  ASSERT_EQ(mpt::cuda_emu::launch_sized(traffic, add_one, dim3(2), dim3(32), 0, s, x, y, 64), cudaSuccess);
   ASSERT_EQ(mpt::cuda_emu::launch(add_one, dim3(1), dim3(64), 0, s, x, y, 64), cudaSuccess);
-  EXPECT_EQ(mpt::cuda_emu::launch(add_one, dim3(1), dim3(2048), 0, s, x, y, 64), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(mpt::cuda_emu::launch_sized(traffic, add_one, dim3(1), dim3(2048), 0, s, x, y, 64),
+            cudaErrorInvalidConfiguration);
   EXPECT_EQ(mpt::cuda_emu::launch(add_one, dim3(1), dim3(64), 300 * 1024, s, x, y, 64), cudaErrorInvalidValue);
   (void)cudaGetLastError();
-  EXPECT_EQ(counted(), "kernel_launches=2 kernel_launches_refused=2");
+  EXPECT_EQ(counted(), "kernel_launches=2 kernel_launches_refused=2 kernel_bytes_read=256 kernel_bytes_written=256 "
+                       "kernel_launches_unsized=1");
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   cudaFree(x);
   cudaFree(y);
@@ -290,8 +295,40 @@ TEST_F(EmuCountersLt, MatmulsThatRanAreCounted) {
   ASSERT_EQ(g.run(2.0f, A.p, B.p, 0.0f, nullptr, D.p), CUBLAS_STATUS_SUCCESS);
   void* unaligned_workspace = reinterpret_cast<char*>(D.p) + 4;
   EXPECT_EQ(g.run(1.0f, A.p, B.p, 0.0f, nullptr, D.p, nullptr, unaligned_workspace, 8), CUBLAS_STATUS_INVALID_VALUE);
-  EXPECT_EQ(counted(), "matmuls=2");
+  // 2 x (2 M N K = 2*2*2*3 = 24 FLOPs; A 6 + B 6 + D 4 floats = 64 bytes, C not read with beta 0).
+  EXPECT_EQ(counted(), "matmuls=2 matmul_flops=48 matmul_bytes=128");
   EXPECT_EQ(D.get(), (std::vector<float>{8, 20, 10, 22}));
+}
+
+// Record-only mode (MPT_EMU_DEVICE_WORK=record-only): everything is issued, checked and counted as usual, but kernel
+// bodies, GEMM arithmetic, device-to-device copies and memsets do not run; new memory is not poisoned (it reads
+// zeros), host<->device copies move their bytes.
+TEST_F(EmuCountersLt, RecordOnlyCountsWhatWouldRunWithoutRunningIt) {
+  using namespace mpt::lt_test;
+  Dev<float> A(kA), B(kB), D(4);
+  Gemm g(handle, Mat{CUDA_R_32F, 2, 3, 2}, Mat{CUDA_R_32F, 3, 2, 3}, Mat{CUDA_R_32F, 2, 2, 2},
+         Mat{CUDA_R_32F, 2, 2, 2});
+  ASSERT_EQ(g.run(1.0f, A.p, B.p, 0.0f, nullptr, D.p), CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> before = D.get();
+  mpt::cuda_emu::set_record_only(true);
+  float* fresh = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&fresh), 4 * sizeof(float)), cudaSuccess);
+  reset_counters();
+  ASSERT_EQ(g.run(2.0f, A.p, B.p, 0.0f, nullptr, D.p), CUBLAS_STATUS_SUCCESS);
+  const mpt::cuda_emu::Traffic traffic{4 * sizeof(float), 4 * sizeof(float)};
+  ASSERT_EQ(mpt::cuda_emu::launch_sized(traffic, add_one, dim3(1), dim3(32), 0, nullptr, A.p, D.p, 4), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(D.p, 0, 4 * sizeof(float), nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(D.p, A.p, 4 * sizeof(float), cudaMemcpyDeviceToDevice, nullptr), cudaSuccess);
+  std::vector<float> fresh_host(4, -1.0f);
+  ASSERT_EQ(cudaMemcpy(fresh_host.data(), fresh, 4 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  const std::vector<float> after = D.get();
+  mpt::cuda_emu::set_record_only(false);
+  EXPECT_EQ(counted(), "kernel_launches=1 kernel_bytes_read=16 kernel_bytes_written=16 matmuls=1 matmul_flops=24 "
+                       "matmul_bytes=64 d2h=2 d2h_bytes=32 d2d=1 d2d_bytes=16 pageable_copies=2 sync_copies=2 "
+                       "memsets=1 syncs=2");
+  EXPECT_EQ(after, before) << "no GEMM, kernel, memset or device copy ran";
+  EXPECT_EQ(fresh_host, std::vector<float>(4, 0.0f)) << "unpoisoned, unwritten memory reads zeros, without an error";
+  ASSERT_EQ(cudaFree(fresh), cudaSuccess);
 }
 
 class EmuCountersNccl : public mpt::nccl_test::NcclDouble {};

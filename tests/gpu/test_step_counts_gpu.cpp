@@ -148,6 +148,9 @@ void check_precision(const std::string& precision) {
     EXPECT_EQ(c.pool_grows, 0u) << what << " (the pool serves every allocation from memory it holds)";
     EXPECT_GT(c.kernel_launches, 0u) << what;
     EXPECT_GT(c.matmuls, 0u) << what;
+    EXPECT_EQ(c.kernel_launches_unsized, 0u) << what << ": every launcher says what its kernel reads and writes";
+    EXPECT_GT(c.kernel_bytes_read, 0u) << what;
+    EXPECT_GT(c.kernel_bytes_written, 0u) << what;
   }
   EXPECT_EQ(plain.c.d2h, 0u) << precision;
   EXPECT_EQ(logged.c.d2h, 1u) << precision << ": the loss and the scale, one pinned copy";
@@ -220,6 +223,22 @@ TEST(GpuStepCounts, PerBlock) {
     EXPECT_EQ(c[1].matmuls - c[0].matmuls, 38u) << precision;
     EXPECT_EQ(c[1].h2d + c[1].d2h + c[1].syncs, 0u) << precision;
   }
+}
+
+// The device-work proxy's GEMM FLOPs are the model's (bench_step_cost reports them beside the kernel bytes): per
+// token, 6 x (12 C^2 per block + the tied LM head's V C) for the Linears' forward, dgrad and wgrad; attention's GEMM
+// path (no cuDNN under emulation) runs 7 GEMMs of 2 T^2 hd per head and sample: S and P V forward, S again, dV, dP,
+// dQ, dK. 2 micro-batches of 2 sequences.
+TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
+  MPT_REQUIRE_GPU(8);
+  constexpr uint64_t L = 3, C = 64, V = kVocab, T = kT, B = kB, N = B * T;
+  TrainLoop loop("bf16", L);
+  loop.step(0, false);
+  emu::reset_counters();
+  loop.step(1, false);
+  const emu::Counters c = emu::counters();
+  EXPECT_EQ(c.matmul_flops, 6 * (12 * C * C * L + V * C) * N + 14 * B * T * T * C * L) << emu::to_string(c);
+  EXPECT_EQ(c.kernel_launches_unsized, 0u) << emu::to_string(c);
 }
 
 // With the CUDA block cache on (the default outside emulation, mpt/core/memory.h): after warm-up a step's tensors

@@ -15,7 +15,9 @@ struct Field {
 };
 #define MPT_EMU_FIELD(f) Field{#f, &Counters::f}
 constexpr Field kFields[] = {
-    MPT_EMU_FIELD(kernel_launches), MPT_EMU_FIELD(kernel_launches_refused), MPT_EMU_FIELD(matmuls),
+    MPT_EMU_FIELD(kernel_launches), MPT_EMU_FIELD(kernel_launches_refused), MPT_EMU_FIELD(kernel_bytes_read),
+    MPT_EMU_FIELD(kernel_bytes_written), MPT_EMU_FIELD(kernel_launches_unsized), MPT_EMU_FIELD(matmuls),
+    MPT_EMU_FIELD(matmul_flops), MPT_EMU_FIELD(matmul_bytes),
     MPT_EMU_FIELD(collectives), MPT_EMU_FIELD(graph_launches), MPT_EMU_FIELD(h2d), MPT_EMU_FIELD(h2d_bytes),
     MPT_EMU_FIELD(d2h), MPT_EMU_FIELD(d2h_bytes), MPT_EMU_FIELD(d2d), MPT_EMU_FIELD(d2d_bytes),
     MPT_EMU_FIELD(pageable_copies), MPT_EMU_FIELD(sync_copies), MPT_EMU_FIELD(memsets), MPT_EMU_FIELD(stream_syncs),

@@ -167,10 +167,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     throw MisuseError(std::string(kApi) + ": C and D overlap without being the same matrix (in place needs C == D)");
 
   // By value: a capturing stream keeps the work for replay (counted when it runs, not when it is recorded).
-  const cudaError_t err = run_on_stream(stream, kApi, acc, [p, args, workspace, need_ws] {
-    if (need_ws > 0) std::memset(workspace, 0xA5, need_ws);  // scratch: nothing may rely on its contents
-    compute_matmul(p, args);
+  const uint64_t flops = 2 * static_cast<uint64_t>(p.m) * static_cast<uint64_t>(p.n) * static_cast<uint64_t>(p.k) *
+                         static_cast<uint64_t>(std::max<int64_t>(p.batch, 1));
+  const uint64_t traffic = a_bytes + b_bytes + d_bytes + (reads_c ? c_bytes : 0);
+  const cudaError_t err = run_on_stream(stream, kApi, acc, [p, args, workspace, need_ws, flops, traffic] {
+    if (!record_only()) {
+      if (need_ws > 0) std::memset(workspace, 0xA5, need_ws);  // scratch: nothing may rely on its contents
+      compute_matmul(p, args);
+    }
     detail::count(&Counters::matmuls);
+    detail::count(&Counters::matmul_flops, flops);
+    detail::count(&Counters::matmul_bytes, traffic);
   });
   if (err != cudaSuccess)
     return fail(CUBLAS_STATUS_EXECUTION_FAILED, std::string(kApi) + ": the stream reported " + cudaGetErrorName(err));

@@ -47,7 +47,7 @@ void run_copy(std::unique_lock<std::mutex>& lock, StreamState& st, void* dst, co
   {
     const DeviceAccessScope access;
     const DeviceCodeMark device_code;
-    std::memmove(dst, src, bytes);
+    if (!(record_only() && kind == cudaMemcpyDeviceToDevice)) std::memmove(dst, src, bytes);
   }
   if (host_waits) {
     lock.lock();
@@ -122,7 +122,7 @@ cudaError_t fill(void* dst, int value, size_t bytes, cudaStream_t stream, const 
   {
     const DeviceAccessScope access;
     const DeviceCodeMark device_code;
-    std::memset(dst, value, bytes);
+    if (!record_only()) std::memset(dst, value, bytes);
   }
   count(&Counters::memsets);
   return cudaSuccess;

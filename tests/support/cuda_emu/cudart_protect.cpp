@@ -62,7 +62,7 @@ void say(const char* text) { (void)!write(2, text, std::strlen(text)); }
 
 // MPT_EMU_UNINITIALISED=ignore lets device code read the poison; read once at start-up (not in the handler).
 bool g_uninitialised_fatal = true;
-bool uninitialised_reads_fatal() { return g_uninitialised_fatal; }
+bool uninitialised_reads_fatal() { return g_uninitialised_fatal && !record_only(); }  // record-only: nothing is written
 
 void on_fault(int sig, siginfo_t* info, void* context) {
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
@@ -160,7 +160,7 @@ void* map_device_memory(size_t bytes, size_t* mapped) {
   *mapped = (std::max<size_t>(bytes, 1) + page_size() - 1) / page_size() * page_size();
   void* p = mmap(nullptr, *mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return nullptr;
-  std::memset(p, kPoison, *mapped);
+  if (!record_only()) std::memset(p, kPoison, *mapped);  // record-only: never read, so left unmapped (no RAM)
   (void)mprotect(p, *mapped, PROT_NONE);
   return p;
 }

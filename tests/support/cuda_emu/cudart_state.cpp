@@ -1,5 +1,6 @@
 // tests/support/cuda_emu/cudart_state.cpp: the cudart double's core: devices, happens-before clocks, access checks, pending work, run_on_stream.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,11 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 }
 
 std::chrono::milliseconds g_timeout{env_int("MPT_EMU_WAIT_TIMEOUT_MS", 60000, 1, 3600000)};
+
+std::atomic<bool> g_record_only{[] {
+  const char* v = std::getenv("MPT_EMU_DEVICE_WORK");
+  return v != nullptr && std::strcmp(v, "record-only") == 0;
+}()};
 
 StreamState* make_stream(State& s, int device, bool blocking, bool legacy) {
   auto st = std::make_unique<StreamState>();
@@ -211,7 +217,7 @@ void check_and_record(State& s, StreamState& st, OpId op, const char* api, std::
     if (a.write) {
       for (const auto& [sid, seq] : al->reads)
         if (!ordered(st, OpId{sid, seq})) race(s, st, api, a, *al, "overwrites what was read from", OpId{sid, seq});
-    } else if (check_reads_initialised && !al->written && al->device >= 0) {
+    } else if (check_reads_initialised && !al->written && al->device >= 0 && !record_only()) {
       m << "reads " << describe(*al) << ", which nothing has written yet (uninitialised device memory; it holds "
            "0xFF poison bytes here)";
       throw MisuseError(m.str());
@@ -325,6 +331,9 @@ int pointer_device(const void* p) {
   return a == nullptr || a->freed ? -1 : a->device;
 }
 
+void set_record_only(bool on) { g_record_only.store(on); }
+bool record_only() { return g_record_only.load(std::memory_order_relaxed); }
+
 std::chrono::milliseconds wait_timeout() { return g_timeout; }
 void set_wait_timeout(std::chrono::milliseconds timeout) { g_timeout = timeout; }
 
@@ -354,7 +363,8 @@ void inject_sticky_error(cudaError_t error) {
 void clear_sticky_error() { inject_sticky_error(cudaSuccess); }
 
 cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                             std::span<const KernelPointer> pointers, const char* signature, KernelBody body) {
+                             std::span<const KernelPointer> pointers, const char* signature, KernelBody body,
+                             Traffic traffic) {
   static const char* const kNames[] = {"pointer argument 1", "pointer argument 2", "pointer argument 3",
                                       "pointer argument 4", "pointer argument 5", "pointer argument 6",
                                       "pointer argument 7", "pointer argument 8"};
@@ -366,9 +376,10 @@ cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
   if (body.clone != nullptr && capturing_anywhere()) {
     // The node keeps a copy of the converted argument values; a replay launches it again with every check.
     const Replay replay = [grid, block, shared_bytes, ptrs = std::vector<KernelPointer>(pointers.begin(), pointers.end()),
-                           signature, fn = body.fn, clone = body.clone,
-                           args = body.clone(body.ctx)](cudaStream_t t) {
-      return launch_on_stream(grid, block, shared_bytes, t, ptrs, signature, KernelBody{fn, args.get(), clone});
+                           signature, fn = body.fn, clone = body.clone, args = body.clone(body.ctx),
+                           traffic](cudaStream_t t) {
+      return launch_on_stream(grid, block, shared_bytes, t, ptrs, signature, KernelBody{fn, args.get(), clone},
+                              traffic);
     };
     if (captured(stream, std::string("the kernel ") + signature, replay, &status)) return status;
   }
@@ -377,7 +388,12 @@ cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
   // A kernel's pointer may be optional or read only in part: what device code really reads unwritten is caught
   // precisely by the fault handler (cudart_memory.cpp), not here.
   const cudaError_t e = run_checked(
-      stream, api.c_str(), accesses, [&] { launch_status = run_kernel(grid, block, shared_bytes, body); }, false);
+      stream, api.c_str(), accesses,
+      [&] {
+        launch_status = record_only() ? check_launch(grid, block, shared_bytes) : run_kernel(grid, block, shared_bytes, body);
+      },
+      false);
+  if (e == cudaSuccess && launch_status == cudaSuccess) count_traffic(traffic);
   return e != cudaSuccess ? e : launch_status;
 }
 

@@ -48,12 +48,7 @@ cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody bo
   if (detail::BlockRunner::current() != nullptr) {
     throw KernelError("[cuda_emu] a kernel launched a kernel: dynamic parallelism is not emulated");
   }
-  if (const cudaError_t e = validate(grid, block, shared_bytes); e != cudaSuccess) {
-    detail::count(&Counters::kernel_launches_refused);
-    t_last_error = e;
-    return e;
-  }
-  detail::count(&Counters::kernel_launches);
+  if (const cudaError_t e = detail::check_launch(grid, block, shared_bytes); e != cudaSuccess) return e;
   const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
@@ -94,8 +89,10 @@ cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody bo
 #if !defined(MPT_EMU_DOUBLES)
 // The kernel-only harness: no emulated runtime behind it, so no stream, memory or pointer checks.
 cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::span<const KernelPointer>,
-                             const char*, KernelBody body) {
-  return run_kernel(grid, block, shared_bytes, body);
+                             const char*, KernelBody body, Traffic traffic) {
+  const cudaError_t e = run_kernel(grid, block, shared_bytes, body);
+  if (e == cudaSuccess) detail::count_traffic(traffic);
+  return e;
 }
 #endif
 
@@ -164,6 +161,25 @@ cudaError_t cudaPeekAtLastError() { return t_last_error; }
 
 namespace detail {
 void set_last_error(cudaError_t e) { t_last_error = e; }
+
+cudaError_t check_launch(dim3 grid, dim3 block, size_t shared_bytes) {
+  if (const cudaError_t e = validate(grid, block, shared_bytes); e != cudaSuccess) {
+    count(&Counters::kernel_launches_refused);
+    t_last_error = e;
+    return e;
+  }
+  count(&Counters::kernel_launches);
+  return cudaSuccess;
+}
+
+void count_traffic(Traffic traffic) {
+  if (traffic.read == 0 && traffic.written == 0) {
+    count(&Counters::kernel_launches_unsized);
+    return;
+  }
+  count(&Counters::kernel_bytes_read, traffic.read);
+  count(&Counters::kernel_bytes_written, traffic.written);
+}
 DeviceCodeMark::DeviceCodeMark() { ++t_device_depth; }
 DeviceCodeMark::~DeviceCodeMark() { --t_device_depth; }
 bool in_device_code() { return t_device_depth > 0; }

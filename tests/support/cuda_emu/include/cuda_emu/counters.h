@@ -13,7 +13,13 @@ struct Counters {
   // Kernels (mpt::cuda_emu::launch, and run_kernel in the kernel-only harness).
   uint64_t kernel_launches = 0;          // grids that ran (a kernel that throws KernelError counts: it started)
   uint64_t kernel_launches_refused = 0;  // cudaErrorInvalidConfiguration / InvalidValue for the launch shape
+  // Global-memory bytes of the launches that ran, as their launchers declared them (LaunchConfig::bytes_read /
+  // bytes_written); launches that declared nothing are kernel_launches_unsized.
+  uint64_t kernel_bytes_read = 0, kernel_bytes_written = 0;
+  uint64_t kernel_launches_unsized = 0;
   uint64_t matmuls = 0;                  // cublasLtMatmul calls that ran on their stream
+  // Their multiply-adds x 2 (2 M N K per batch entry) and the bytes of A, B, C (when beta != 0) and D.
+  uint64_t matmul_flops = 0, matmul_bytes = 0;
   uint64_t collectives = 0;              // NCCL collectives issued, one per rank's call
   // cudaGraphLaunch calls that ran. A replayed graph's operations count in their own fields when replayed (a kernel
   // node is a kernel launch, a memcpy node a copy, ...); nothing counts while a stream only records (capture).

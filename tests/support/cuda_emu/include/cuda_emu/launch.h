@@ -41,6 +41,14 @@ struct KernelBody {
 // the grid to completion (synchronously) and returns cudaSuccess; a failing kernel throws KernelError.
 cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody body);
 
+// The global-memory bytes a launch reads and writes, as its launcher computes them from its sizes (LaunchConfig's
+// bytes_read / bytes_written): counted per launch that runs (Counters::kernel_bytes_*), a proxy of the device time of
+// a memory-bound kernel. {0, 0} means the launcher did not say (Counters::kernel_launches_unsized).
+struct Traffic {
+  uint64_t read = 0;
+  uint64_t written = 0;
+};
+
 // A pointer argument of a kernel: the emulated runtime checks it is device memory of the launch's device and
 // records the access (a pointer to non-const counts as a write) for its cross-stream ordering checks.
 struct KernelPointer {
@@ -53,7 +61,8 @@ struct KernelPointer {
 // kernel-only harness (test_emu) it is run_kernel and the stream is ignored. `signature` names the kernel's
 // parameter types in error messages.
 cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                             std::span<const KernelPointer> pointers, const char* signature, KernelBody body);
+                             std::span<const KernelPointer> pointers, const char* signature, KernelBody body,
+                             Traffic traffic = {});
 
 namespace detail {
 // Marks the calling OS thread as running device code for its lifetime (kernel workers, emulated library work):
@@ -67,14 +76,17 @@ class DeviceCodeMark {
 };
 bool in_device_code();
 void set_last_error(cudaError_t e);  // what cudaGetLastError reports next on this thread
+// run_kernel without running: the configuration check and the launch counters only (record-only mode).
+cudaError_t check_launch(dim3 grid, dim3 block, size_t shared_bytes);
+void count_traffic(Traffic traffic);  // Counters::kernel_bytes_read/written, or kernel_launches_unsized
 }  // namespace detail
 
 // Number of OS threads that run blocks (at least 2, so block-level concurrency is always exercised).
 unsigned worker_threads();
 
 template <class... Params, class... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                   Args&&... args) {
+cudaError_t launch_sized(Traffic traffic, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                         cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "cuda_emu: wrong number of kernel arguments");
   static_assert((!std::is_reference_v<Params> && ...),
                 "cuda_emu: kernel parameters are copied to the device; a reference parameter would alias host memory");
@@ -105,7 +117,15 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
             ...);
       },
       bound.args);
-  return launch_on_stream(grid, block, shared_bytes, stream, pointers, __PRETTY_FUNCTION__, KernelBody{thunk, &bound, clone});
+  return launch_on_stream(grid, block, shared_bytes, stream, pointers, __PRETTY_FUNCTION__, KernelBody{thunk, &bound, clone},
+                          traffic);
+}
+
+// A launch whose launcher does not say what it reads and writes (tests of the harness itself).
+template <class... Params, class... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   Args&&... args) {
+  return launch_sized(Traffic{}, kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace mpt::cuda_emu
