@@ -1,12 +1,15 @@
 // src/ops/reduction.cpp: sum/mean over an axis, sum_to_shape, global L2 norm and the finite check.
 #include "mpt/ops/reduction.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/reduction.h"
 #include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/optim.h"
 #include "kernels/cuda/reduction.h"
 #endif
 
@@ -191,27 +194,42 @@ Tensor global_l2_norm(const std::vector<Tensor>& tensors) {
     return f64 ? Tensor::full({}, std::sqrt(total64), DType::F64) : Tensor::full({}, std::sqrt(total32), DType::F32);
   }
 #if defined(MPT_WITH_CUDA)
+  // One multi-tensor launch per dtype (and per table of tensors) writes a partial sum per 2048 elements; one block
+  // sums them (kernels/cuda/optim.h): a handful of launches however many parameters there are.
   const auto stream = static_cast<cudaStream_t>(detail::stream_of(dev));
-  int64_t workspace_floats = 1;
+  std::vector<Tensor> contiguous;
+  std::vector<int64_t> sizes;
   for (const Tensor& t : tensors) {
-    const ReduceShape rs{1, t.numel(), 1};
-    workspace_floats = std::max(workspace_floats, static_cast<int64_t>(kernels::cuda::sum_axis_workspace(rs)));
+    MPT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+              "[{}] expected f32, bf16 or f16 tensors on {}, got {}", op, dev.str(), t.meta_str());
+    contiguous.push_back(t.contiguous());
+    sizes.push_back(t.numel());
   }
-  const Tensor workspace = Tensor::empty({workspace_floats}, DType::F32, dev);
-  const Tensor partials = Tensor::empty({static_cast<int64_t>(tensors.size())}, DType::F32, dev);
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    const Tensor t = tensors[k].contiguous();
-    visit_float(t.dtype(), op, [&](auto tag) {
+  const int64_t count = static_cast<int64_t>(tensors.size());
+  const Tensor partials =
+      Tensor::empty({std::max<int64_t>(kernels::cuda::sum_squares_partials(sizes.data(), count), 1)}, DType::F32, dev);
+  int64_t offset = 0;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    std::vector<const void*> xs;
+    std::vector<int64_t> ns;
+    for (size_t k = 0; k < contiguous.size(); ++k) {
+      if (contiguous[k].dtype() != dt) continue;
+      xs.push_back(contiguous[k].data_ptr());
+      ns.push_back(sizes[k]);
+    }
+    if (xs.empty()) continue;
+    const int64_t m = static_cast<int64_t>(xs.size());
+    visit_float(dt, op, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, double>) {
-        MPT_CUDA_KERNEL(kernels::cuda::sum_squares(t.data<T>(), t.numel(), partials.data<float>() + k,
-                                                   workspace.data<float>(), stream));
+        MPT_CUDA_KERNEL(kernels::cuda::sum_squares_multi(reinterpret_cast<const T* const*>(xs.data()), ns.data(), m,
+                                                         partials.data<float>() + offset, stream));
       }
     });
+    offset += kernels::cuda::sum_squares_partials(ns.data(), m);
   }
   Tensor norm = Tensor::empty({}, DType::F32, dev);
-  MPT_CUDA_KERNEL(kernels::cuda::sqrt_of_sum(partials.data<float>(), static_cast<int64_t>(tensors.size()),
-                                             norm.data<float>(), stream));
+  MPT_CUDA_KERNEL(kernels::cuda::sqrt_of_sum(partials.data<float>(), offset, norm.data<float>(), stream));
   return norm;
 #else
   MPT_CUDA_KERNEL(0);

@@ -41,13 +41,20 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
   return Tensor::full({}, total, DType::F32);
 }
 
+ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_norm) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = defined_grads(params, max_norm);
+  if (grads.empty()) return {};
+  Tensor total = ops::global_l2_norm(grads);
+  return {total, ops::clip_coefficient(total, max_norm)};
+}
+
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   autograd::NoGradGuard no_grad;
-  std::vector<Tensor> grads = defined_grads(params, max_norm);
-  if (grads.empty()) return Tensor::zeros({});
-  Tensor total = ops::global_l2_norm(grads);
-  ops::mul_(grads, ops::clip_coefficient(total, max_norm));  // on the device; a coefficient of 1 keeps the bits
-  return total;
+  const ClipCoefficient c = clip_coefficient(params, max_norm);
+  if (!c.total_norm.defined()) return Tensor::zeros({});
+  ops::mul_(defined_grads(params, max_norm), c.coefficient);  // on the device; a coefficient of 1 keeps the bits
+  return c.total_norm;
 }
 
 }  // namespace mpt::optim

@@ -177,9 +177,9 @@ const std::vector<Tensor>& GradScaler::found_inf(OptState& st) const {
   return st.found_inf;
 }
 
-StepResult GradScaler::step(optim::Optimizer& optimizer) {
+StepResult GradScaler::step(optim::Optimizer& optimizer, const Tensor& grad_multiplier) {
   if (!enabled_) {
-    optimizer.step();
+    optimizer.step(ops::GradScaling{grad_multiplier, {}});
     return true;
   }
   OptState& st = states_[&optimizer];
@@ -191,12 +191,12 @@ StepResult GradScaler::step(optim::Optimizer& optimizer) {
   st.stage = OptStage::Stepped;
   // The gradients are already unscaled: the optimizer gets found_inf only, and its kernels skip on the device.
   if (found.size() == 1) {
-    optimizer.step(ops::GradScaling{{}, found[0]});
+    optimizer.step(ops::GradScaling{grad_multiplier, found[0]});
     return StepResult(found[0]);
   }
   float sum = 0.0f;  // gradients on several devices: one host read per device
   for (const Tensor& f : found) sum += f.item<float>();
-  if (sum == 0.0f) optimizer.step();
+  if (sum == 0.0f) optimizer.step(ops::GradScaling{grad_multiplier, {}});
   return sum == 0.0f;
 }
 

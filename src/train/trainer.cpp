@@ -99,11 +99,23 @@ StepMetrics Trainer::step(const std::function<MicroBatchLoss(int64_t micro)>& mi
   if (options_.synchronize_phases && device_.is_cuda()) Stream::current(device_).synchronize();
   m.backward_done_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   scaler_.unscale_(*optimizer_);      // clipping sees the true gradients
-  if (options_.clip > 0)
-    m.grad_norm = dp_ != nullptr ? dp_->clip_grad_norm_(options_.clip) : optim::clip_grad_norm_(params_, options_.clip);
+  // Clipping: the optimizer multiplies each gradient by the coefficient as it reads it (one pass over the gradients
+  // fewer than scaling them in place first). With data parallelism the gradients are scaled in place (ZeRO-aware).
+  Tensor clip_multiplier;
+  if (options_.clip > 0 && dp_ != nullptr) {
+    m.grad_norm = dp_->clip_grad_norm_(options_.clip);
+  } else if (options_.clip > 0) {
+    optim::ClipCoefficient c = optim::clip_coefficient(params_, options_.clip);
+    if (c.coefficient.defined() && c.coefficient.dtype() != DType::F32) {
+      m.grad_norm = optim::clip_grad_norm_(params_, options_.clip);  // f64 gradients (CPU): scaled in place
+    } else {
+      m.grad_norm = c.total_norm.defined() ? c.total_norm : Tensor::zeros({});
+      clip_multiplier = std::move(c.coefficient);
+    }
+  }
   m.lr = schedule_ != nullptr ? schedule_->current_lr() : optimizer_->param_groups().front().lr.value_or(0.0);
   // The skip happens on the device; whether it did is read only with a loss scaler (it waits for the device).
-  m.stepped = scaler_.step(*optimizer_);
+  m.stepped = scaler_.step(*optimizer_, clip_multiplier);
   if (dp_ != nullptr) dp_->sync_parameters();  // ZeRO-1: every rank's updated shard everywhere
   scaler_.update();
   if (telemetry) {

@@ -16,6 +16,16 @@ namespace mpt::optim {
 // become zeros, infinite ones NaN) and NaN makes every gradient NaN, so check the returned norm and skip the step.
 // max_norm must be >= 0 (torch does not check).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+
+// clip_grad_norm_ without touching the gradients: the total norm and the coefficient (0-d f32 on the gradients'
+// device; undefined tensors when there are no gradients). An optimizer step given the coefficient as its gradient
+// multiplier (ops::GradScaling::grad_scale_inv) computes what clip_grad_norm_ then step() would, bit for bit for
+// f32 gradients, without the pass that rewrites every gradient (llm.c and PyTorch's fused AdamW fold it the same way).
+struct ClipCoefficient {
+  Tensor total_norm;
+  Tensor coefficient;
+};
+ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_norm);
 // The same over gradients sharded across processes (ZeRO): `combine` maps this process's sum of squares to the
 // global one (a SUM all-reduce); every process then scales its own gradients by the same coef (computed in double on
 // the host: this overload reads the local norm, one synchronisation).

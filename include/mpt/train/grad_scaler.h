@@ -77,8 +77,10 @@ class GradScaler {
   void unscale_(optim::Optimizer& optimizer);
   // unscale_ unless already done; then optimizer.step() with found_inf, which skips the step on the device when an
   // inf/NaN was found. Returns whether it stepped (lazily: see StepResult). Throws if called twice for one
-  // optimizer before update(), or when the optimizer has no gradient at all.
-  StepResult step(optim::Optimizer& optimizer);
+  // optimizer before update(), or when the optimizer has no gradient at all. `grad_multiplier` (0-d f32 on the
+  // gradients' device, e.g. optim::clip_coefficient's): the optimizer multiplies every gradient by it as it reads
+  // them (ops::GradScaling::grad_scale_inv), enabled or not.
+  StepResult step(optim::Optimizer& optimizer, const Tensor& grad_multiplier = {});
   // Sums found_inf over every optimizer unscaled since the last update: non-zero backs the scale off
   // (scale = float(scale * backoff), growth tracker 0; see hysteresis and min_scale); zero increments the growth
   // tracker and, when tracker + 1 == growth_interval, sets scale = float(scale * growth) unless that is inf and
