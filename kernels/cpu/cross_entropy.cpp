@@ -19,13 +19,13 @@ template <class T, class I>
 void cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p) {
   using F = math::opmath_t<T>;
   if (p.rows <= 0 || p.vocab <= 0) return;
-  const int64_t n = p.vocab;
+  const int64_t n = p.vocab, stride = math::ce_row_stride(p);  // the op checked stride >= vocab
 #pragma omp parallel if (p.rows * n > kParallelElements)
   {
     OpmathRow<T> row(n);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < p.rows; ++r) {
-      const F* x = row.load(p.logits + r * n, n);
+      const F* x = row.load(p.logits + r * stride, n);
       const F max = rowmath::max(x, n);
       // The exps are opmath; their sum is double, so its rounding error does not grow with the vocabulary.
       double sum;
@@ -66,19 +66,24 @@ template <class T, class I>
 void cross_entropy_backward(const math::CrossEntropyBackwardParams<T, I>& p) {
   using F = math::opmath_t<T>;
   if (p.rows <= 0 || p.vocab <= 0) return;
-  const int64_t n = p.vocab;
+  const int64_t n = p.vocab, stride = math::ce_row_stride(p);  // the op checked stride >= vocab
 #pragma omp parallel if (p.rows * n > kParallelElements)
   {
     OpmathRow<T> xrow(n), drow(n), oldrow(n);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < p.rows; ++r) {
-      const F* x = xrow.load(p.logits + r * n, n);
-      const F* old = p.accumulate ? oldrow.load(p.dlogits + r * n, n) : nullptr;
-      F* d = drow.out(p.dlogits + r * n);
+      const F* x = xrow.load(p.logits + r * stride, n);
+      T* dst = p.dlogits + r * stride;
+      const F* old = p.accumulate ? oldrow.load(dst, n) : nullptr;
+      F* d = drow.out(dst);
       const F scale = math::ce_grad_scale(p, r), lse = p.lse[r];
       const int64_t t = static_cast<int64_t>(p.targets[r]);
       rowmath::ce_dlogits(x, old, d, n, lse, t, scale);
-      drow.store(p.dlogits + r * n, n);
+      drow.store(dst, n);
+      // The padding columns take no part in the softmax: their gradient is 0 (kept as they are when accumulating).
+      if (!p.accumulate) {
+        for (int64_t c = n; c < stride; ++c) dst[c] = math::store<T>(F(0));
+      }
     }
   }
 }

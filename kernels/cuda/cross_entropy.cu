@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_forward_kernel(const math::CrossEntropyForwardParams<T, I> p) {
   __shared__ float scratch[math::kBlockReduceScratch];
   const int64_t n = p.vocab;
-  const T* x = p.logits + static_cast<int64_t>(blockIdx.x) * n;
+  const T* x = p.logits + static_cast<int64_t>(blockIdx.x) * math::ce_row_stride(p);
   math::OnlineLogSumExp<float> acc;
   for_row<T, kVec>(
       x, n, [&](int64_t c) { acc.add(math::load(x[c])); },
@@ -102,11 +102,12 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
 }
 
-// dlogits and logits rows share their alignment (the launcher checks), so one split serves both.
+// dlogits and logits rows share their alignment (the launcher checks), so one split serves both. The padding
+// columns [vocab, stride) get 0 unless accumulating.
 template <class T, class I, bool kVec>
 __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_backward_kernel(const math::CrossEntropyBackwardParams<T, I> p) {
-  const int64_t n = p.vocab, offset = static_cast<int64_t>(blockIdx.x) * n;
+  const int64_t n = p.vocab, stride = math::ce_row_stride(p), offset = static_cast<int64_t>(blockIdx.x) * stride;
   const T* x = p.logits + offset;
   T* d = p.dlogits + offset;
   const float scale = math::ce_grad_scale(p, blockIdx.x), lse = p.lse[blockIdx.x];
@@ -130,9 +131,14 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
         v.store(d + c);
       });
+  if (!p.accumulate) {
+    for (int64_t c = n + threadIdx.x; c < stride; c += blockDim.x) d[c] = math::store<T>(0.0f);
+  }
 }
 
-bool bad_shape(int64_t rows, int64_t vocab) { return rows < 0 || vocab < 1 || rows > 2147483647; }
+bool bad_shape(int64_t rows, int64_t vocab, int64_t row_stride) {
+  return rows < 0 || vocab < 1 || rows > 2147483647 || (row_stride != 0 && row_stride < vocab);
+}
 
 template <class T>
 int row_threads(int64_t vocab) {
@@ -143,14 +149,15 @@ int row_threads(int64_t vocab) {
 
 template <class T, class I>
 cudaError_t cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p, cudaStream_t stream) {
-  if (bad_shape(p.rows, p.vocab)) return cudaErrorInvalidValue;
+  if (bad_shape(p.rows, p.vocab, p.row_stride)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   if (p.logits == nullptr || p.targets == nullptr || p.loss == nullptr || p.lse == nullptr)
     return cudaErrorInvalidValue;
-  // Every row can be split into aligned vectors as long as the elements themselves are aligned.
+  // Every row can be split into aligned vectors as long as the elements themselves are aligned: each block finds
+  // its own row's scalar head (split_row), so any row stride (padded or not, a multiple of 16 bytes or not) works.
   const bool vec = reinterpret_cast<uintptr_t>(p.logits) % sizeof(T) == 0;
   const uint64_t rows = static_cast<uint64_t>(p.rows);
-  // logits and targets in; the loss and lse per row out.
+  // logits (the vocab columns of each row; the padding is never read) and targets in; the loss and lse per row out.
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(row_threads<T>(p.vocab))),
                             0, stream, rows * static_cast<uint64_t>(p.vocab) * sizeof(T) + rows * sizeof(I),
                             2 * rows * sizeof(math::opmath_t<T>)};
@@ -177,21 +184,26 @@ cudaError_t cross_entropy_reduce(const math::CrossEntropyReduceParams<T, I>& p, 
 
 template <class T, class I>
 cudaError_t cross_entropy_backward(const math::CrossEntropyBackwardParams<T, I>& p, cudaStream_t stream) {
-  if (bad_shape(p.rows, p.vocab)) return cudaErrorInvalidValue;
+  if (bad_shape(p.rows, p.vocab, p.row_stride)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   if (p.logits == nullptr || p.targets == nullptr || p.lse == nullptr || p.dloss == nullptr || p.dlogits == nullptr ||
       (p.accumulate && static_cast<const void*>(p.dlogits) == static_cast<const void*>(p.logits)))
     return cudaErrorInvalidValue;
   const auto x = reinterpret_cast<uintptr_t>(p.logits), d = reinterpret_cast<uintptr_t>(p.dlogits);
+  // Row r of logits and of dlogits start at x + r * stride and d + r * stride: their distance, hence their relative
+  // alignment, is the same on every row whatever the stride, and each block splits its own row (split_row), so the
+  // vector path needs only aligned elements and a distance that is a multiple of 16 bytes.
   const bool vec = x % sizeof(T) == 0 && (x > d ? x - d : d - x) % 16 == 0;
-  // logits (and dlogits when accumulating), then per row the target, lse and dloss (one shared when the stride is
-  // 0; counted for every row although ignored rows skip theirs), and the divisor when given.
+  // logits (and dlogits when accumulating; the vocab columns), then per row the target, lse and dloss (one shared
+  // when the stride is 0; counted for every row although ignored rows skip theirs), and the divisor when given.
+  // Written: every dlogits row in full (the padding gets 0), or only its vocab columns when accumulating.
   const uint64_t rows = static_cast<uint64_t>(p.rows), elems = rows * static_cast<uint64_t>(p.vocab);
+  const uint64_t written = p.accumulate ? elems : rows * static_cast<uint64_t>(math::ce_row_stride(p));
   using F = math::opmath_t<T>;
   const uint64_t read_bytes = elems * sizeof(T) * (p.accumulate ? 2 : 1) + rows * (sizeof(I) + sizeof(F)) +
                               (p.dloss_stride == 0 ? 1 : rows) * sizeof(F) + (p.divisor != nullptr ? sizeof(F) : 0);
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(row_threads<T>(p.vocab))),
-                            0, stream, read_bytes, elems * sizeof(T)};
+                            0, stream, read_bytes, written * sizeof(T)};
   return vec ? launch(cross_entropy_backward_kernel<T, I, true>, config, p)
              : launch(cross_entropy_backward_kernel<T, I, false>, config, p);
 }

@@ -13,8 +13,10 @@ namespace mpt::kernels::cuda {
 // the row once (an online max and sum), 16-byte vector loads on the aligned middle of each row, so odd
 // vocabularies such as 50257 vectorise too. A target out of range cannot throw here: its row's loss and
 // gradient are NaN and cross_entropy_reduce reports the first such row in *bad_row, which the caller reads
-// after the stream work is done. Asynchronous on `stream`; cudaErrorInvalidValue for rows < 0, vocab < 1,
-// rows > 2^31 - 1 or a missing pointer. T: float, mpt::f16, mpt::bf16; I: int32_t, int64_t.
+// after the stream work is done. Padded rows (row_stride > vocab, llm.c's 50304-wide logits of 50257 classes):
+// only the vocab columns are read, the backward zeroes the padding unless accumulating; the vector path holds for
+// any stride. Asynchronous on `stream`; cudaErrorInvalidValue for rows < 0, vocab < 1, rows > 2^31 - 1,
+// 0 < row_stride < vocab (or a negative one) or a missing pointer. T: float, mpt::f16, mpt::bf16; I: int32_t, int64_t.
 template <class T, class I>
 cudaError_t cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p, cudaStream_t stream);
 

@@ -16,16 +16,29 @@ namespace mpt::kernels::math {
 // loss and NaN gradients and is reported by the reduction step (bad_row), never read out of bounds.
 // Statistics in opmath (float; double for double logits). Only logsumexp is saved for backward:
 // exp(x - lse) <= 1 cannot overflow, so the row max is not needed again.
+//
+// Padded vocabularies (llm.c pads GPT-2's 50257 classes to 50304 for aligned GEMMs): `vocab` is always the
+// number of classes, the columns [0, vocab) that take part in the softmax and that a target may name;
+// `row_stride` is the number of elements between the starts of consecutive rows of logits (and dlogits),
+// 0 meaning `vocab` (dense rows), otherwise >= vocab. The padding columns [vocab, row_stride) are never read;
+// the backward writes 0 to them unless it accumulates (then it leaves them as they are).
 template <class T, class I>
 struct CrossEntropyForwardParams {
-  const T* logits = nullptr;    // (rows, vocab)
+  const T* logits = nullptr;    // (rows, row_stride): columns [0, vocab) are read
   const I* targets = nullptr;   // (rows)
   opmath_t<T>* loss = nullptr;  // (rows)
   opmath_t<T>* lse = nullptr;   // (rows)
   int64_t rows = 0;
   int64_t vocab = 0;
   int64_t ignore_index = -100;
+  int64_t row_stride = 0;       // elements from one row of logits to the next; 0: vocab
 };
+
+// The elements from one row to the next: row_stride, or vocab when it is 0 (either params struct).
+template <class P>
+MPT_HD MPT_INLINE int64_t ce_row_stride(const P& p) {
+  return p.row_stride == 0 ? p.vocab : p.row_stride;
+}
 
 enum class CrossEntropyReduction : uint8_t { None, Mean, Sum };
 
@@ -48,19 +61,22 @@ struct CrossEntropyReduceParams {
 // dlogits_rj = (exp(logits_rj - lse_r) - [j == target_r]) * g_r with g_r = dloss[r * dloss_stride]
 // (divided by *divisor when divisor is given: the Mean reduction's count), 0 for ignored rows. dlogits may
 // be logits itself (the gradient overwrites the logits, llm.c's memory saving; accumulate must be false).
+// With row_stride > vocab the padding columns [vocab, row_stride) of every dlogits row are set to 0 when not
+// accumulating (so a fresh or in-place padded gradient is exact) and left untouched when accumulating.
 template <class T, class I>
 struct CrossEntropyBackwardParams {
-  const T* logits = nullptr;              // (rows, vocab)
+  const T* logits = nullptr;              // (rows, row_stride): columns [0, vocab) are read
   const I* targets = nullptr;             // (rows)
   const opmath_t<T>* lse = nullptr;       // (rows)
   const opmath_t<T>* dloss = nullptr;     // (1) or (rows)
   const opmath_t<T>* divisor = nullptr;   // (1) or null
-  T* dlogits = nullptr;                   // (rows, vocab)
+  T* dlogits = nullptr;                   // (rows, row_stride)
   int64_t dloss_stride = 0;               // 0: one dloss for every row, 1: one per row
   int64_t rows = 0;
   int64_t vocab = 0;
   int64_t ignore_index = -100;
   bool accumulate = false;                // dlogits += ... instead of =
+  int64_t row_stride = 0;                 // elements from one row of logits / dlogits to the next; 0: vocab
 };
 
 template <class F>

@@ -13,7 +13,7 @@
 namespace mpt::nn::detail {
 
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
-                       const char* layer) {
+                       const char* layer, int64_t out_padded) {
   const amp::Policy* policy = amp::current_policy();
   Tensor xc = x, w = weight;
   if (policy == nullptr) {
@@ -45,11 +45,11 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
         autograd::NoGradGuard no_grad;
         copy = amp::compute_copy(weight, dt);
       }
-      return ops::linear(xc, weight, bias, {.compute_weight = std::move(copy)});
+      return ops::linear(xc, weight, bias, {.compute_weight = std::move(copy), .out_padded = out_padded});
     }
     w = amp::compute_copy(weight, dt);  // a master in another dtype: a recorded cast
   }
-  return ops::linear(xc, w, bias);
+  return ops::linear(xc, w, bias, {.out_padded = out_padded});
 }
 
 Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::string_view path1, const Tensor& w2,

@@ -1,6 +1,7 @@
 // src/nn/autocast_gemm.h: y = x W^T + b in the precision the current policy gives a module (shared by Linear and GPT's LM head).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "mpt/core/tensor.h"
@@ -11,9 +12,10 @@ namespace mpt::nn::detail {
 // FP32 casts x to the weight's dtype; FP16/BF16 cast x (a recorded cast) and use the cached compute copies of the
 // FP32 master weight and bias (amp::compute_copy), the result in the low dtype; FP8 runs fp8::fp8_linear with the
 // policy's recipe and this layer's scaling metas (registered under `path`), the result in BF16. `layer` names the
-// caller in errors.
+// caller in errors. out_padded (no bias): ops::LinearOptions::out_padded, in every precision but FP8 (whose result
+// keeps M columns).
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
-                       const char* layer);
+                       const char* layer, int64_t out_padded = 0);
 
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
 // run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast

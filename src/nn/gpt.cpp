@@ -155,13 +155,32 @@ GPT::GPT(const GPTConfig& c) : LanguageModel("GPT"), config_(c) {
 
 Tensor GPT::forward(const Tensor& ids, const Tensor& lengths) const {
   const profile::Range range("forward");  // the phase; module ranges nest inside, the loss follows it
-  const Tensor x = features(ids, lengths);
-  const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
+  return head(features(ids, lengths), 0);
+}
+
+Tensor GPT::loss_logits(const Tensor& ids, const Tensor& lengths) const {
+  const profile::Range range("forward");
+  return head(features(ids, lengths), padded_head_width(ids.device()));
+}
+
+Tensor GPT::head(const Tensor& x, int64_t out_padded) const {
+  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd;
   // The LM head, tied to wte; a policy addresses it as "lm_head".
   const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
   const profile::Range head_range(head);
-  return detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT")
-      .reshape({B, T, config_.vocab_size});
+  const Tensor logits = detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT",
+                                                out_padded > config_.vocab_size ? out_padded : 0);
+  return logits.reshape({B, T, logits.size(1)});
+}
+
+void GPT::set_padded_head(int64_t multiple) {
+  MPT_CHECK(multiple >= -1, "[GPT] set_padded_head: expected -1 (automatic), 0 (never) or a multiple, got {}", multiple);
+  padded_head_ = multiple;
+}
+
+int64_t GPT::padded_head_width(int64_t vocab, int64_t multiple, bool cuda) {
+  if (multiple < 0) multiple = cuda && vocab % 8 != 0 ? 64 : 0;
+  return multiple > 1 ? (vocab + multiple - 1) / multiple * multiple : vocab;
 }
 
 Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const {
@@ -231,9 +250,10 @@ std::string GPT::describe() const {
 
 Tensor LanguageModel::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction,
                            const Tensor& lengths) const {
-  const Tensor logits = forward(ids, lengths);
+  const Tensor logits = loss_logits(ids, lengths);
   const profile::Range range("loss");
-  return cross_entropy(logits, targets, reduction);
+  MPT_CHECK(reduction != ops::LossReduction::None, "[cross_entropy] expected Mean or Sum reduction (a scalar loss)");
+  return ops::softmax_cross_entropy(logits, targets, {.reduction = reduction, .classes = vocab_size()}).loss;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::LossReduction reduction) {

@@ -2,6 +2,7 @@
 #include "mpt/ops/linear.h"
 
 #include "kernels/cpu/reduction.h"
+#include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/reduction.h"
 #include "ops/dispatch.h"
@@ -44,13 +45,24 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
               weight.size(0), bias.meta_str());
   detail::check_same_device({&x, &weight, &w}, op);
   if (bias.defined()) detail::check_same_device({&x, &bias}, op);
+  const int64_t rows = weight.size(0);
+  MPT_CHECK(opt.out_padded == 0 || (opt.out_padded >= rows && !bias.defined()),
+            "[linear] out_padded must be 0 or at least the weight's {} rows, without a bias: got {} (bias {})", rows,
+            opt.out_padded, bias.defined() ? bias.meta_str() : "none");
+  const bool pad = opt.out_padded > rows;
 
   const detail::GradRecorder grad({&x, &weight, &bias});
-  Tensor y = matmul(x, w, {.trans_b = true, .bias = bias.defined() ? bias.detach() : Tensor{}});
+  Tensor wp = w;  // the weight the GEMMs read: zero rows appended when padding
+  if (pad) {
+    autograd::NoGradGuard no_grad;
+    wp = Tensor::zeros({opt.out_padded, w.size(1)}, w.dtype(), w.device());
+    wp.slice(0, 0, rows).copy_(w);
+  }
+  Tensor y = matmul(x, wp, {.trans_b = true, .bias = bias.defined() ? bias.detach() : Tensor{}});
   // Saved only for the gradients wanted: a frozen weight keeps no activation alive, a frozen input no weight copy.
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   grad.record("LinearBackward", {&y},
-              [x = need_w ? x.detach() : Tensor{}, w = need_x ? w.detach() : Tensor{}, need_x, need_w,
+              [x = need_w ? x.detach() : Tensor{}, w = need_x ? wp.detach() : Tensor{}, need_x, need_w, rows, pad,
                need_b = bias.defined() && bias.requires_grad(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
                b_dtype = bias.defined() ? bias.dtype() : DType::F32](const std::vector<Tensor>& g) {
                 const Tensor dy = (g[0].dtype() == x_dtype ? g[0] : g[0].to(x_dtype)).contiguous();
@@ -60,6 +72,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
                 Tensor db;
                 if (need_w && need_b && w_dtype != DType::F64) db = Tensor::empty({dy.size(1)}, w_dtype, dy.device());
                 if (need_w) d[1] = matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = db});
+                if (need_w && pad) d[1] = d[1].slice(0, 0, rows);  // a prefix of rows: contiguous, no copy
                 if (need_b && !db.defined()) db = detail::bias_grad(dy);
                 if (need_b) d[2] = db.dtype() == b_dtype ? db : db.to(b_dtype);
                 return d;

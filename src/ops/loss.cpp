@@ -86,8 +86,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   MPT_CHECK(o.label_smoothing >= 0 && o.label_smoothing <= 1, "[{}] label_smoothing must be in [0, 1], got {}", op,
             o.label_smoothing);
   if (o.label_smoothing == 0) {
-    return softmax_cross_entropy(logits, targets, {.ignore_index = o.ignore_index, .reduction = o.reduction}).loss;
+    return softmax_cross_entropy(logits, targets,
+                                 {.ignore_index = o.ignore_index, .reduction = o.reduction, .classes = o.classes})
+        .loss;
   }
+  // The smoothing term averages the logits over the classes, which the padding columns would join.
+  MPT_CHECK(o.classes == 0, "[{}] label_smoothing ({}) with padded logits (classes = {} of {}) is not supported", op,
+            o.label_smoothing, o.classes, logits.meta_str());
   const CrossEntropyResult ce =
       softmax_cross_entropy(logits, targets, {.ignore_index = o.ignore_index, .reduction = LossReduction::None});
   const double eps = o.label_smoothing;

@@ -34,29 +34,39 @@ void visit_index(DType t, const char* op, F&& f) {
 
 struct CeShape {
   int64_t rows;
-  int64_t vocab;
+  int64_t vocab;   // the classes: the first `vocab` entries of the last dimension
+  int64_t stride;  // the last dimension: elements from one row to the next (> vocab when padded)
 };
 
-CeShape check_ce(const Tensor& logits, const Tensor& targets, const char* op) {
+CeShape check_ce(const Tensor& logits, const Tensor& targets, int64_t classes, const char* op) {
   detail::check_f64_on_cpu(logits, op);
-  const int64_t vocab = last_dim(logits, op);
-  MPT_CHECK(vocab >= 1, "[{}] the class dimension is empty: {}", op, logits.meta_str());
+  const int64_t stride = last_dim(logits, op);
+  MPT_CHECK(stride >= 1, "[{}] the class dimension is empty: {}", op, logits.meta_str());
+  MPT_CHECK(classes >= 0 && classes <= stride,
+            "[{}] options.classes must be 0 (every entry of the last dimension) or in [1, {}] for logits {}, got {}",
+            op, stride, logits.meta_str(), classes);
+  const int64_t vocab = classes == 0 ? stride : classes;
   MPT_CHECK(targets.dtype() == DType::I64 || targets.dtype() == DType::I32, "[{}] targets must be i64 or i32, got {}",
             op, targets.meta_str());
   const Shape& ls = logits.shape();
   const Shape lead(ls.begin(), ls.end() - 1);
   MPT_CHECK(targets.shape() == lead, "[{}] targets must have shape {} for logits {}, got {}", op, shape_str(lead),
             logits.meta_str(), targets.meta_str());
-  const int64_t rows = logits.numel() / vocab;
+  const int64_t rows = logits.numel() / stride;
   MPT_CHECK(logits.device().is_cpu() || rows <= 2147483647, "[{}] at most 2^31 - 1 rows on CUDA, got {}", op, rows);
-  return {rows, vocab};
+  return {rows, vocab, stride};
 }
 
-[[noreturn]] void throw_bad_target(const Tensor& targets, int64_t row, int64_t vocab, int64_t ignore_index,
+[[noreturn]] void throw_bad_target(const Tensor& targets, int64_t row, const CeShape& shape, int64_t ignore_index,
                                    const char* op) {
   const int64_t value = targets.reshape({-1}).select(0, row).item<int64_t>();
-  MPT_THROW("[{}] target {} at row {} is out of range [0, {}) and is not ignore_index {}", op, value, row, vocab,
-            ignore_index);
+  if (shape.stride == shape.vocab) {
+    MPT_THROW("[{}] target {} at row {} is out of range [0, {}) and is not ignore_index {}", op, value, row,
+              shape.vocab, ignore_index);
+  }
+  MPT_THROW("[{}] target {} at row {} is out of range [0, {}) ({} classes; the other {} of the last dimension's {} "
+            "entries are padding) and is not ignore_index {}",
+            op, value, row, shape.vocab, shape.vocab, shape.stride - shape.vocab, shape.stride, ignore_index);
 }
 
 // The first row whose target is outside [0, vocab) and not ignore_index (CPU targets), or -1.
@@ -90,7 +100,8 @@ Tensor ce_backward(const Tensor& dloss_in, const Tensor& logits_in, const Tensor
                    const char* op) {
   const Device dev =
       detail::check_same_device({&dloss_in, &logits_in, &targets_in, &saved.lse, &saved.valid_count}, op);
-  const auto [rows, vocab] = check_ce(logits_in, targets_in, op);
+  const CeShape shape = check_ce(logits_in, targets_in, options.classes, op);
+  const auto [rows, vocab, stride] = shape;
   const DType acc = stats_dtype(logits_in.dtype());
   MPT_CHECK(dloss_in.dtype() == acc, "[{}] dloss must be {} (the loss's dtype), got {}", op, acc, dloss_in.meta_str());
   if (options.reduction == LossReduction::None) {
@@ -124,7 +135,7 @@ Tensor ce_backward(const Tensor& dloss_in, const Tensor& logits_in, const Tensor
   const Tensor lse = saved.lse.contiguous();
   if (dev.is_cpu()) {
     const int64_t bad = first_bad_target(targets, vocab, options.ignore_index);
-    if (bad >= 0) throw_bad_target(targets, bad, vocab, options.ignore_index, op);
+    if (bad >= 0) throw_bad_target(targets, bad, shape, options.ignore_index, op);
   }
   visit_float(logits.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -141,6 +152,7 @@ Tensor ce_backward(const Tensor& dloss_in, const Tensor& logits_in, const Tensor
       p.dloss_stride = options.reduction == LossReduction::None ? 1 : 0;
       p.rows = rows;
       p.vocab = vocab;
+      p.row_stride = stride;
       p.ignore_index = options.ignore_index;
       p.accumulate = accumulate && !in_place;
       if (dev.is_cpu()) {
@@ -219,7 +231,8 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
   const char* op = "softmax_cross_entropy";
   const detail::GradRecorder grad({&logits_in});
   const Device dev = detail::check_same_device({&logits_in, &targets_in}, op);
-  const auto [rows, vocab] = check_ce(logits_in, targets_in, op);
+  const CeShape shape = check_ce(logits_in, targets_in, options.classes, op);
+  const auto [rows, vocab, stride] = shape;
   const DType acc = stats_dtype(logits_in.dtype());
   const Tensor logits = logits_in.contiguous(), targets = targets_in.contiguous();
   const Tensor row_loss = Tensor::empty({rows}, acc, dev);
@@ -239,6 +252,7 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
       f.lse = out.saved.lse.data<F>();
       f.rows = rows;
       f.vocab = vocab;
+      f.row_stride = stride;
       f.ignore_index = options.ignore_index;
       math::CrossEntropyReduceParams<T, I> r;
       r.row_loss = row_loss.data<F>();
@@ -262,13 +276,14 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
   });
   if (dev.is_cpu()) {
     const int64_t bad = bad_row.item<int64_t>();
-    if (bad >= 0) throw_bad_target(targets, bad, vocab, options.ignore_index, op);
+    if (bad >= 0) throw_bad_target(targets, bad, shape, options.ignore_index, op);
   }
   // The fused classifier, llm.c style: the gradient is written over the logits when nothing else holds them (GPT's
   // loss: the LM head's output is read only here) and this graph will not run again, saving a [rows, V] buffer
   // (GPT-2 at 8 x 1024 tokens: 0.8 GB in BF16). A caller who kept the logits, or a view of them, gets a fresh
   // buffer, as in PyTorch's gradient stealing. The loss and lse come from one pass over the logits, the gradient
-  // from a second, in place: the upstream gradient (loss scale, accumulation) is known only then.
+  // from a second, in place: the upstream gradient (loss scale, accumulation) is known only then. `options` carries
+  // `classes` to the backward: a padded gradient has the logits' full shape, 0 in the padding columns.
   grad.record("SoftmaxCrossEntropyBackward", {&out.loss},
               [logits = logits.detach(), targets, saved = out.saved, options](const std::vector<Tensor>& g) {
                 const bool sole = logits.is_contiguous() && logits.storage().use_count() == 1 &&

@@ -41,12 +41,23 @@ std::vector<int64_t> make_targets(int64_t rows, int64_t vocab, int64_t bad_row) 
 // |lse| + |loss| <= ~40, which the stated 2^-24 * 40 * (vocab / 1024 + 64) covers.
 double forward_tolerance(int64_t vocab) { return 0x1p-24 * 40 * (static_cast<double>(vocab) / 1024 + 64); }
 
+// Padding columns [vocab, stride) of a padded buffer: values the kernels must never read (+inf, NaN, huge).
 template <class T>
-void check_cross_entropy(int64_t rows, int64_t vocab, int64_t misalign, int64_t bad_row) {
-  SCOPED_TRACE(testing::Message() << "rows " << rows << " vocab " << vocab << " misalign " << misalign << " sizeof(T) "
-                                  << sizeof(T) << " bad row " << bad_row);
-  const int64_t n = rows * vocab;
-  const auto x_all = random_values<T>(n + misalign, 10 + n, 3.0);
+void fill_padding(T* rows_start, int64_t rows, int64_t vocab, int64_t stride) {
+  const float specials[] = {INFINITY, NAN, 1e30f, -INFINITY};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = vocab; c < stride; ++c) rows_start[r * stride + c] = static_cast<T>(specials[(r + c) % 4]);
+}
+
+// stride: elements from one row to the next (0: vocab, dense rows); the padding columns hold inf and NaN.
+template <class T>
+void check_cross_entropy(int64_t rows, int64_t vocab, int64_t misalign, int64_t bad_row, int64_t row_stride = 0) {
+  const int64_t stride = row_stride == 0 ? vocab : row_stride;
+  SCOPED_TRACE(testing::Message() << "rows " << rows << " vocab " << vocab << " stride " << stride << " misalign "
+                                  << misalign << " sizeof(T) " << sizeof(T) << " bad row " << bad_row);
+  const int64_t n = rows * stride;
+  auto x_all = random_values<T>(n + misalign, 10 + n, 3.0);
+  fill_padding(x_all.data() + misalign, rows, vocab, stride);
   const T* x = x_all.data() + misalign;
   const std::vector<int64_t> t = make_targets(rows, vocab, bad_row);
   std::vector<float> loss_cpu(rows, NAN), lse_cpu(rows, NAN), loss_emu(rows, NAN), lse_emu(rows, NAN);
@@ -55,6 +66,7 @@ void check_cross_entropy(int64_t rows, int64_t vocab, int64_t misalign, int64_t 
   f.targets = t.data();
   f.rows = rows;
   f.vocab = vocab;
+  f.row_stride = row_stride;
   f.loss = loss_cpu.data();
   f.lse = lse_cpu.data();
   cpu::cross_entropy_forward(f);
@@ -101,11 +113,16 @@ void check_cross_entropy(int64_t rows, int64_t vocab, int64_t misalign, int64_t 
   }
 
   // Backward from the same saved lse: elementwise with the same functor, so bit for bit. Plain, accumulating,
-  // and in place over a copy of the logits.
+  // in place over a copy of the logits, and plain into dlogits one element off the logits' alignment (the
+  // buffers are malloc'd, 16-byte aligned: their distance is then no multiple of 16 bytes and the launcher takes
+  // the scalar kernel, where modes 0 and 1 take the vector one). The padding columns become 0, except when
+  // accumulating (kept).
   const float dloss = 0.8f, count = static_cast<float>(rows - 1);
-  for (int mode = 0; mode < 3; ++mode) {
-    const auto base = random_values<T>(n + misalign, 20 + n, 1.0);
-    std::vector<T> d_cpu(base.begin() + misalign, base.end()), d_emu = base;
+  for (int mode = 0; mode < 4; ++mode) {
+    auto base = random_values<T>(n + misalign + 1, 20 + n, 1.0);
+    fill_padding(base.data() + misalign, rows, vocab, stride);
+    std::vector<T> d_cpu(base.begin() + misalign, base.begin() + misalign + n), d_emu = base;
+    const int64_t d_offset = misalign + (mode == 3 ? 1 : 0);
     std::vector<T> x_copy(x_all);
     math::CrossEntropyBackwardParams<T, int64_t> b;
     b.targets = t.data();
@@ -114,16 +131,24 @@ void check_cross_entropy(int64_t rows, int64_t vocab, int64_t misalign, int64_t 
     b.divisor = &count;
     b.rows = rows;
     b.vocab = vocab;
+    b.row_stride = row_stride;
     b.accumulate = mode == 1;
     b.dlogits = d_cpu.data();
     b.logits = x;
     cpu::cross_entropy_backward(b);
     b.logits = mode == 2 ? x_copy.data() + misalign : x;
-    b.dlogits = mode == 2 ? x_copy.data() + misalign : d_emu.data() + misalign;
+    b.dlogits = mode == 2 ? x_copy.data() + misalign : d_emu.data() + d_offset;
     ASSERT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaSuccess);
     const T* got = b.dlogits;
+    const T zero = static_cast<T>(0.0f);
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t o = r * vocab;
+      const int64_t o = r * stride;
+      for (int64_t c = vocab; c < stride; ++c) {
+        const T& want = mode == 1 ? base[static_cast<size_t>(misalign + o + c)] : zero;
+        EXPECT_TRUE(same_bits(got + o + c, &want, 1)) << "backward mode " << mode << " row " << r << " padding " << c;
+        EXPECT_TRUE(same_bits(d_cpu.data() + o + c, &want, 1))
+            << "CPU mode " << mode << " row " << r << " padding " << c;
+      }
       if (r == bad_row) {
         EXPECT_TRUE(std::isnan(static_cast<float>(got[o]))) << "bad target row gradient";
         continue;
@@ -151,6 +176,32 @@ TEST(CrossEntropyEmu, MatchesCpu) {
 TEST(CrossEntropyEmu, Gpt2Vocabulary) {
   check_cross_entropy<bf16>(3, 50257, 0, -1);
   check_cross_entropy<float>(2, 50257, 1, -1);
+}
+
+// Padded rows (row_stride > vocab): only the vocab columns are read (the padding holds inf and NaN) and the
+// backward zeroes the padding unless accumulating. Strides whose byte size is a multiple of 16 (every row starts
+// at the same alignment) and strides that are not (bf16 V + 3, f32 V + 1: each row's scalar head and vector body
+// move from row to row, as with the unpadded 50257), with and without a misaligned buffer; the backward runs both
+// the vector and the scalar kernel (check_cross_entropy's mode 3).
+TEST(CrossEntropyEmu, PaddedRowsMatchCpu) {
+  for (int64_t misalign : {0, 3}) {
+    check_cross_entropy<bf16>(4, 65, misalign, -1, 72);   // 144 bytes: a multiple of 16
+    check_cross_entropy<bf16>(4, 65, misalign, -1, 68);   // V + 3: 136 bytes, not a multiple of 16
+    check_cross_entropy<bf16>(3, 7, misalign, -1, 8);
+    check_cross_entropy<bf16>(3, 7, misalign, -1, 10);
+    check_cross_entropy<float>(4, 65, misalign, -1, 128);
+    check_cross_entropy<float>(4, 65, misalign, -1, 66);  // 264 bytes
+    check_cross_entropy<float>(3, 1000, misalign, -1, 1024);
+  }
+  check_cross_entropy<f16>(3, 65, 1, -1, 67);
+  check_cross_entropy<bf16>(5, 33, 0, 3, 40);            // an out-of-range target in a padded row: still NaN
+  check_cross_entropy<float>(5, 33, 1, 0, 35);
+}
+
+// llm.c's GPT-2 logits: 50257 classes in rows of 50304 (100608 bytes in bf16, a multiple of 16).
+TEST(CrossEntropyEmu, Gpt2PaddedVocabulary) {
+  check_cross_entropy<bf16>(2, 50257, 0, -1, 50304);
+  check_cross_entropy<float>(2, 50257, 1, -1, 50304);
 }
 
 TEST(CrossEntropyEmu, OutOfRangeTargetGivesNaNAndIsReported) {
@@ -203,6 +254,18 @@ TEST(CrossEntropyEmu, RejectsInvalidArguments) {
   b.vocab = 4;
   b.accumulate = true;  // accumulating into the logits it reads
   EXPECT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaErrorInvalidValue);
+  // A row stride shorter than the rows (or negative): rows would overlap.
+  b.accumulate = false;
+  b.dlogits = out;
+  b.vocab = 2;
+  for (int64_t stride : {1, -2}) {
+    b.row_stride = stride;
+    EXPECT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaErrorInvalidValue) << "stride " << stride;
+    f.vocab = 2;
+    f.rows = 1;
+    f.row_stride = stride;
+    EXPECT_EQ(cuda::cross_entropy_forward(f, nullptr), cudaErrorInvalidValue) << "stride " << stride;
+  }
   math::CrossEntropyReduceParams<float, int64_t> r;
   r.row_loss = out;
   r.targets = t;

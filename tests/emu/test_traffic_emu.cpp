@@ -316,6 +316,47 @@ TEST(TrafficEmu, CrossEntropyForwardReduceBackward) {
   EXPECT_TRAFFIC(2 * rows * vocab * 2 + rows * 8 + rows * 4 + rows * 4, rows * vocab * 2, 1);
 }
 
+// Padded rows (llm.c's layout): only the vocab columns are read; the backward writes whole rows (the padding gets
+// 0), or only the vocab columns when accumulating.
+TEST(TrafficEmu, CrossEntropyPaddedRows) {
+  constexpr int64_t rows = 4, vocab = 50, stride = 64;
+  const auto logits = filled<bf16>(rows * stride);
+  const std::vector<int64_t> targets = {3, -100, 7, 49};
+  std::vector<float> loss(rows), lse(rows);
+  math::CrossEntropyForwardParams<bf16, int64_t> f;
+  f.logits = logits.data();
+  f.targets = targets.data();
+  f.loss = loss.data();
+  f.lse = lse.data();
+  f.rows = rows;
+  f.vocab = vocab;
+  f.row_stride = stride;
+  emu::reset_counters();
+  ASSERT_EQ(cuda::cross_entropy_forward(f, nullptr), cudaSuccess);
+  EXPECT_TRAFFIC(rows * vocab * 2 + rows * 8, 2 * rows * 4, 1);
+
+  auto dlogits = filled<bf16>(rows * stride);
+  const float dloss = 1.0f, divisor = 3.0f;
+  math::CrossEntropyBackwardParams<bf16, int64_t> b;
+  b.logits = logits.data();
+  b.targets = targets.data();
+  b.lse = lse.data();
+  b.dloss = &dloss;
+  b.divisor = &divisor;
+  b.dlogits = dlogits.data();
+  b.rows = rows;
+  b.vocab = vocab;
+  b.row_stride = stride;
+  emu::reset_counters();
+  ASSERT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaSuccess);
+  EXPECT_TRAFFIC(rows * vocab * 2 + rows * 8 + rows * 4 + 4 + 4, rows * stride * 2, 1);
+
+  b.accumulate = true;
+  emu::reset_counters();
+  ASSERT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaSuccess);
+  EXPECT_TRAFFIC(2 * rows * vocab * 2 + rows * 8 + rows * 4 + 4 + 4, rows * vocab * 2, 1);
+}
+
 TEST(TrafficEmu, CausalSoftmax) {
   constexpr int64_t bh = 2, t = 7, rows = bh * t;
   const auto x = filled<float>(rows * t), dy = filled<float>(rows * t);

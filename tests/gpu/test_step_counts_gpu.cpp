@@ -226,18 +226,21 @@ TEST(GpuStepCounts, PerBlock) {
 }
 
 // The device-work proxy's GEMM FLOPs are the model's (bench_step_cost reports them beside the kernel bytes): per
-// token, 6 x (12 C^2 per block + the tied LM head's V C) for the Linears' forward, dgrad and wgrad; attention's GEMM
+// token, 6 x (12 C^2 per block + the tied LM head's Vp C) for the Linears' forward, dgrad and wgrad; attention's GEMM
 // path (no cuDNN under emulation) runs 7 GEMMs of 2 T^2 hd per head and sample: S and P V forward, S again, dV, dP,
 // dQ, dK. 2 micro-batches of 2 sequences.
 TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
   MPT_REQUIRE_GPU(8);
-  constexpr uint64_t L = 3, C = 64, V = kVocab, T = kT, B = kB, N = B * T;
+  constexpr uint64_t L = 3, C = 64, T = kT, B = kB, N = B * T;
   TrainLoop loop("bf16", L);
   loop.step(0, false);
   emu::reset_counters();
   loop.step(1, false);
   const emu::Counters c = emu::counters();
-  EXPECT_EQ(c.matmul_flops, 6 * (12 * C * C * L + V * C) * N + 14 * B * T * T * C * L) << emu::to_string(c);
+  // The LM head runs at its padded width on CUDA (65 -> 128, GPT::set_padded_head): its GEMMs' FLOPs are Vp's.
+  const uint64_t Vp = static_cast<uint64_t>(nn::GPT::padded_head_width(kVocab, -1, true));
+  ASSERT_EQ(Vp, 128u);
+  EXPECT_EQ(c.matmul_flops, 6 * (12 * C * C * L + Vp * C) * N + 14 * B * T * T * C * L) << emu::to_string(c);
   EXPECT_EQ(c.kernel_launches_unsized, 0u) << emu::to_string(c);
 }
 

@@ -200,3 +200,38 @@ TEST(Linear, Fp8GemmAddsTheBiasInItsEpilogueBeforeTheOneRounding) {
     }
   }
 }
+
+// out_padded: y [N, Mp] whose first M columns are x W^T (float64 reference) and the rest exactly 0; dx from a dy
+// whose padding columns are 0 is the unpadded dx, and dW is the first M rows of the padded GEMM's gradient, both
+// against float64; a bias or a width below M is refused.
+TEST(Linear, OutPaddedWritesZeroColumnsAndKeepsTheGradients) {
+  mpt::testing::PoisonAllocations poison;
+  const int64_t n = 24, k = 40, m = 65, mp = 128;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(fmt::format("{}", dt));
+    const Tensor x0 = random_tensor({n, k}, dt, 3), w0 = random_tensor({m, k}, DType::F32, 4);
+    const Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true);
+    const Tensor wc = w0.to(dt);
+    const Tensor y = dt == DType::F32 ? ops::linear(x, w, {}, {.out_padded = mp})
+                                      : ops::linear(x, w, {}, {.compute_weight = wc, .out_padded = mp});
+    ASSERT_EQ(y.shape(), (Shape{n, mp}));
+    expect_gemm_close(y.slice(1, 0, m).contiguous(), linear_reference(x0, wc, {}), dt, "padded forward", 0x1p-24);
+    const std::vector<double> pad = y.slice(1, m, mp).contiguous().to_vector<double>();
+    for (double v : pad) ASSERT_EQ(v, 0.0);
+    // dy: random in the classes, zero in the padding (what the padded cross-entropy writes).
+    const Tensor g = random_tensor({n, m}, dt, 5);
+    Tensor dy = Tensor::zeros({n, mp}, dt);
+    dy.slice(1, 0, m).copy_(g);
+    y.backward(dy);
+    ASSERT_EQ(w.grad().shape(), (Shape{m, k}));
+    EXPECT_EQ(w.grad().dtype(), DType::F32);
+    expect_gemm_close(x.grad(), gemm_reference(HostOperand(g, false, true), HostOperand(wc, false, false), 1.0, {n, k}),
+                      dt, "padded dx", 0x1p-24);
+    expect_gemm_close(w.grad(), gemm_reference(HostOperand(g, true, true), HostOperand(x0, false, false), 1.0, {m, k}),
+                      DType::F32, "padded dW", 0x1p-24);
+  }
+  const Tensor x = random_tensor({4, 8}, DType::F32, 6), w = random_tensor({5, 8}, DType::F32, 7);
+  EXPECT_THROW(ops::linear(x, w, random_tensor({5}, DType::F32, 8), {.out_padded = 8}), Error);
+  EXPECT_THROW(ops::linear(x, w, {}, {.out_padded = 4}), Error);
+  EXPECT_EQ(ops::linear(x, w, {}, {.out_padded = 5}).shape(), (Shape{4, 5}));  // no padding: M itself
+}

@@ -152,3 +152,37 @@ TEST(Losses, RejectBadInputs) {
                                      }),
                                      "label_smoothing"));
 }
+
+// `classes` passes through to ops::softmax_cross_entropy: padded logits [rows, Vp] give the loss of their first V
+// columns (the bits of the unpadded [rows, V] copy), and autograd's gradient is 0 in the padding.
+TEST(CrossEntropy, PaddedClassesPassThrough) {
+  const int64_t rows = 6, v = 9, vp = 16;
+  const Tensor dense = random_tensor({rows, v}, DType::F32, 20, 3.0);
+  const Tensor targets = Tensor::from_vector<int64_t>({1, -100, 8, 0, 4, -100}, {rows});
+  std::vector<float> values(rows * vp, INFINITY);  // padding: +inf, never read
+  const auto d = dense.to_vector<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < v; ++j) values[r * vp + j] = d[r * v + j];
+  for (auto red : {ops::LossReduction::Mean, ops::LossReduction::Sum, ops::LossReduction::None}) {
+    Tensor padded = Tensor::from_vector(values, {rows, vp});
+    padded.requires_grad_();
+    const Tensor loss = ops::cross_entropy(padded, targets, {.reduction = red, .classes = v});
+    const Tensor want = ops::cross_entropy(dense, targets, {.reduction = red});
+    EXPECT_EQ(loss.to_vector<double>(), want.to_vector<double>()) << "reduction " << static_cast<int>(red);
+    (red == ops::LossReduction::None ? ops::sum(loss) : loss).backward();
+    const auto g = padded.grad().to_vector<double>();
+    ASSERT_EQ(g.size(), static_cast<size_t>(rows * vp));
+    for (int64_t r = 0; r < rows; ++r) {
+      double row_sum = 0;
+      for (int64_t j = 0; j < v; ++j) row_sum += g[r * vp + j];
+      EXPECT_NEAR(row_sum, 0.0, 1e-6) << "softmax - onehot sums to 0 over the classes, row " << r;
+      for (int64_t j = v; j < vp; ++j) EXPECT_EQ(g[r * vp + j], 0.0) << "padding row " << r << " column " << j;
+    }
+  }
+  EXPECT_MPT_ERROR(ops::cross_entropy(random_tensor({rows, vp}, DType::F32, 21), targets,
+                                      {.label_smoothing = 0.1, .classes = v}),
+                   "[cross_entropy] label_smoothing (0.1) with padded logits (classes = 9 of f32[6, 16] cpu) is not "
+                   "supported");
+  EXPECT_MPT_ERROR(ops::cross_entropy(random_tensor({rows, vp}, DType::F32, 21), targets, {.classes = vp + 1}),
+                   "[softmax_cross_entropy] options.classes must be 0");
+}

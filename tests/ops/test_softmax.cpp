@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "mpt/ops/operators.h"
 #include "mpt/ops/softmax.h"
 #include "op_test.h"
 #include "test_util.h"
@@ -341,4 +342,215 @@ TEST(SoftmaxCrossEntropy, RejectsBadArguments) {
                    "dlogits to accumulate into must be contiguous");
   EXPECT_MPT_ERROR(ops::softmax_cross_entropy_backward_in_place(one, Tensor::zeros({5, 3}).t(), t, saved),
                    "in-place backward needs contiguous logits");
+}
+
+// ---- padded vocabularies (options.classes): logits [rows, Vp] of which only the first V columns are classes
+
+namespace {
+
+// The case's [rows, V] logits widened to [rows, vp]: the first V columns are the case's, the rest padding that must
+// not matter: +inf in the first padding column, 1e30 (inf in f16) in the last, the others random, huge, -inf or NaN.
+Tensor pad_logits(const CeCase& c, int64_t vp, uint64_t seed) {
+  std::vector<double> v(static_cast<size_t>(c.rows * vp));
+  std::mt19937_64 rng(seed);
+  const double specials[] = {1e30, -1e30, INFINITY, -INFINITY, NAN};
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t j = 0; j < vp; ++j) {
+      double& e = v[static_cast<size_t>(r * vp + j)];
+      if (j < c.vocab) {
+        e = c.x[r * c.vocab + j];
+      } else if (j == c.vocab) {
+        e = INFINITY;
+      } else if (j == vp - 1) {
+        e = 1e30;
+      } else {
+        e = rng() % 2 == 0 ? specials[rng() % 5] : static_cast<double>(rng() % 2001) / 10.0 - 100.0;
+      }
+    }
+  }
+  return Tensor::from_vector(v, {c.rows, vp}).to(c.logits.dtype());
+}
+
+struct Padding {
+  int64_t classes, width;
+};
+constexpr Padding kPaddings[] = {{65, 128}, {7, 8}};
+
+Tensor class_columns(const Tensor& g, int64_t v) { return g.slice(-1, 0, v).contiguous(); }
+Tensor padding_columns(const Tensor& g, int64_t v) { return g.slice(-1, v, g.size(-1)).contiguous(); }
+
+// Every padding column of the gradient is +0.
+void expect_zero_padding(const Tensor& g, int64_t v, const std::string& what) {
+  const auto p = padding_columns(g, v).to_vector<double>();
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_TRUE(p[i] == 0.0 && !std::signbit(p[i])) << what << ": padding element " << i << " is " << p[i];
+  }
+}
+
+}  // namespace
+
+TEST(SoftmaxCrossEntropy, PaddedClassesMatchFloat64Reference) {
+  mpt::testing::PoisonAllocations poison;  // a padding column the backward forgot to write would read NaN
+  for (DType dt : {DType::F32, DType::BF16, DType::F64}) {
+    for (const auto [v, vp] : kPaddings) {
+      for (DType index : {DType::I64, DType::I32}) {
+        const CeCase c = make_case(7, v, dt, index, 300 + v);  // rows 1 and 4 ignored
+        const Tensor padded = pad_logits(c, vp, 301 + v);
+        ASSERT_EQ(padded.shape(), Shape({7, vp}));
+        for (ops::LossReduction red : kReductions) {
+          const ops::CrossEntropyOptions o{.reduction = red, .classes = v};
+          const std::string what = fmt::format("{} V={} Vp={} {} reduction {}", dtype_name(dt), v, vp,
+                                               dtype_name(index), static_cast<int>(red));
+          const auto r = ops::softmax_cross_entropy(padded, c.targets, o);
+          EXPECT_EQ(r.loss.shape(), red == ops::LossReduction::None ? Shape({7}) : Shape({})) << what;
+          mpt::testing::expect_close(r.loss, loss_ref(c, red), loss_tolerance(dt), what + " loss");
+          std::vector<double> lse;
+          for (int64_t row = 0; row < c.rows; ++row) lse.push_back(logsumexp_ref(&c.x[row * v], v));
+          mpt::testing::expect_close(r.saved.lse, Tensor::from_vector(lse, {c.rows}), loss_tolerance(dt),
+                                     what + " lse");
+          EXPECT_EQ(r.saved.valid_count.item<double>(), static_cast<double>(valid_rows(c))) << what;
+
+          const Tensor dloss = red == ops::LossReduction::None ? random_tensor({7}, r.loss.dtype(), 302)
+                                                                : Tensor::full({}, 2.5, r.loss.dtype());
+          const Tensor g = ops::softmax_cross_entropy_backward(dloss, padded, c.targets, r.saved, o);
+          EXPECT_EQ(g.shape(), padded.shape()) << what;
+          EXPECT_EQ(g.dtype(), dt) << what;
+          mpt::testing::expect_close(class_columns(g, v), grad_ref(c, red, dloss.to_vector<double>()),
+                                     grad_tolerance(dt), what + " dlogits");
+          expect_zero_padding(g, v, what + " dlogits");
+
+          Tensor over = padded.clone();
+          const Tensor in_place = ops::softmax_cross_entropy_backward_in_place(dloss, over, c.targets, r.saved, o);
+          EXPECT_TRUE(in_place.shares_storage(over)) << what;
+          EXPECT_EQ(in_place.shape(), padded.shape()) << what;
+          EXPECT_TRUE(same_bits(in_place, g)) << what << ": in place gives the out-of-place bits, padding included";
+        }
+      }
+    }
+  }
+}
+
+// Accumulating adds to the class columns only: the padding columns of the given gradient keep their bits.
+TEST(SoftmaxCrossEntropy, PaddedBackwardAccumulatesOnlyIntoTheClasses) {
+  for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+    const int64_t v = 65, vp = 128;
+    const CeCase c = make_case(6, v, dt, DType::I64, 310);
+    const Tensor padded = pad_logits(c, vp, 311);
+    const ops::CrossEntropyOptions o{.classes = v};
+    const auto saved = ops::softmax_cross_entropy(padded, c.targets, o).saved;
+    const Tensor dloss = Tensor::full({}, 1.5, saved.lse.dtype());
+    const Tensor fresh = ops::softmax_cross_entropy_backward(dloss, padded, c.targets, saved, o);
+    Tensor into = pad_logits(make_case(6, v, dt, DType::I64, 312), vp, 313);  // padding: inf, NaN, huge, random
+    const Tensor before = into.clone();
+    EXPECT_TRUE(ops::softmax_cross_entropy_backward(dloss, padded, c.targets, saved, o, into).shares_storage(into));
+    const std::string what = fmt::format("{} accumulate", dtype_name(dt));
+    EXPECT_TRUE(same_bits(padding_columns(into, v), padding_columns(before, v))) << what << ": padding untouched";
+    const auto got = class_columns(into, v).to_vector<double>(), old = class_columns(before, v).to_vector<double>(),
+               add = class_columns(fresh, v).to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (dt == DType::F64) {
+        EXPECT_EQ(got[i], old[i] + add[i]) << what << " element " << i;
+      } else if (dt == DType::F32) {
+        // old + (the float gradient): one float addition of the two, as the kernel does.
+        EXPECT_EQ(got[i], static_cast<double>(static_cast<float>(old[i]) + static_cast<float>(add[i])))
+            << what << " element " << i;
+      } else {
+        EXPECT_NEAR(got[i], old[i] + add[i], 2 * 0x1p-8 * (std::fabs(old[i]) + std::fabs(add[i])) + 1e-30)
+            << what << " element " << i;
+      }
+    }
+  }
+}
+
+// The same kernels over the same values in the same order: padding changes nothing but where the rows start.
+TEST(SoftmaxCrossEntropy, PaddedF32IsBitIdenticalToTheUnpaddedCopy) {
+  for (const auto [v, vp] : {Padding{65, 128}, Padding{7, 8}, Padding{1000, 1024}, Padding{50257, 50304}}) {
+    const CeCase c = make_case(9, v, DType::F32, DType::I64, 320 + v);
+    const Tensor padded = pad_logits(c, vp, 321 + v);
+    for (ops::LossReduction red : kReductions) {
+      const std::string what = fmt::format("V={} Vp={} reduction {}", v, vp, static_cast<int>(red));
+      const auto dense = ops::softmax_cross_entropy(c.logits, c.targets, {.reduction = red});
+      const ops::CrossEntropyOptions o{.reduction = red, .classes = v};
+      const auto pad = ops::softmax_cross_entropy(padded, c.targets, o);
+      EXPECT_TRUE(same_bits(pad.loss, dense.loss)) << what << " loss";
+      EXPECT_TRUE(same_bits(pad.saved.lse, dense.saved.lse)) << what << " lse";
+      EXPECT_TRUE(same_bits(pad.saved.valid_count, dense.saved.valid_count)) << what << " count";
+      const Tensor dloss =
+          red == ops::LossReduction::None ? random_tensor({9}, DType::F32, 322) : Tensor::full({}, 0.75);
+      const Tensor g_dense = ops::softmax_cross_entropy_backward(dloss, c.logits, c.targets, dense.saved,
+                                                                 {.reduction = red});
+      const Tensor g_pad = ops::softmax_cross_entropy_backward(dloss, padded, c.targets, pad.saved, o);
+      EXPECT_TRUE(same_bits(class_columns(g_pad, v), g_dense)) << what << " dlogits";
+      expect_zero_padding(g_pad, v, what);
+      Tensor over = padded.clone();
+      ops::softmax_cross_entropy_backward_in_place(dloss, over, c.targets, pad.saved, o);
+      EXPECT_TRUE(same_bits(class_columns(over, v), g_dense)) << what << " dlogits in place";
+      expect_zero_padding(over, v, what + " in place");
+    }
+  }
+}
+
+// Through autograd: the recorded node passes `classes` to its backward; the leaf's gradient has the padded shape.
+TEST(SoftmaxCrossEntropy, PaddedAutogradGradientHasZeroPadding) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const int64_t v = 65, vp = 128;
+    const CeCase c = make_case(5, v, dt, DType::I64, 330);
+    const ops::CrossEntropyOptions o{.classes = v};
+    Tensor leaf = pad_logits(c, vp, 331);
+    leaf.requires_grad_();
+    const auto r = ops::softmax_cross_entropy(leaf, c.targets, o);
+    r.loss.backward();
+    ASSERT_TRUE(leaf.grad().defined());
+    const Tensor want = ops::softmax_cross_entropy_backward(Tensor::full({}, 1.0, r.loss.dtype()), leaf.detach(),
+                                                            c.targets, r.saved, o);
+    EXPECT_EQ(leaf.grad().shape(), Shape({5, vp}));
+    EXPECT_TRUE(same_bits(leaf.grad().contiguous(), want)) << dtype_name(dt);
+    expect_zero_padding(leaf.grad(), v, fmt::format("{} autograd", dtype_name(dt)));
+    // The sole owner of the logits gets the gradient written over them, padding zeroed too.
+    Tensor owned = pad_logits(c, vp, 332);
+    owned.requires_grad_();
+    const auto r2 = ops::softmax_cross_entropy(owned * 1.0, c.targets, o);  // logits held by the graph alone
+    r2.loss.backward();
+    EXPECT_TRUE(same_bits(owned.grad().contiguous(), want)) << dtype_name(dt) << " through the in-place node";
+  }
+}
+
+TEST(SoftmaxCrossEntropy, ClassesOptionIsValidatedAndZeroMeansAll) {
+  const Tensor x = random_tensor({3, 8}, DType::F32, 340);
+  const Tensor t = Tensor::from_vector<int64_t>({0, 6, -100}, {3});
+  // 0 (the default) and the full width are every column.
+  const auto all = ops::softmax_cross_entropy(x, t);
+  for (int64_t classes : {0, 8}) {
+    const ops::CrossEntropyOptions o{.classes = classes};
+    const auto r = ops::softmax_cross_entropy(x, t, o);
+    EXPECT_TRUE(same_bits(r.loss, all.loss)) << "classes " << classes;
+    EXPECT_TRUE(same_bits(ops::softmax_cross_entropy_backward(Tensor::full({}, 1.0), x, t, r.saved, o),
+                          ops::softmax_cross_entropy_backward(Tensor::full({}, 1.0), x, t, all.saved)))
+        << "classes " << classes;
+  }
+  // A target among the padding columns is out of range, and the message names the class count.
+  EXPECT_MPT_ERROR(ops::softmax_cross_entropy(x, t, {.classes = 6}),
+                   "[softmax_cross_entropy] target 6 at row 1 is out of range [0, 6) (6 classes; the other 2 of the "
+                   "last dimension's 8 entries are padding) and is not ignore_index -100");
+  EXPECT_MPT_ERROR(ops::softmax_cross_entropy(x, Tensor::from_vector<int32_t>({7, 0, 0}, {3}), {.classes = 7}),
+                   "target 7 at row 0 is out of range [0, 7) (7 classes");
+  const auto saved = ops::softmax_cross_entropy(x, t, {.classes = 7}).saved;
+  EXPECT_MPT_ERROR(
+      ops::softmax_cross_entropy_backward(Tensor::full({}, 1.0), x, t, saved, {.classes = 5}),
+      "[softmax_cross_entropy_backward] target 6 at row 1 is out of range [0, 5) (5 classes");
+  {
+    Tensor over = x.clone();
+    EXPECT_MPT_ERROR(
+        ops::softmax_cross_entropy_backward_in_place(Tensor::full({}, 1.0), over, t, saved, {.classes = 6}),
+        "[softmax_cross_entropy_backward_in_place] target 6 at row 1 is out of range [0, 6) (6 classes");
+  }
+  // More classes than columns, or a negative count: an error naming the op, the logits and the value.
+  for (int64_t classes : {9, -1}) {
+    const std::string m = mpt::testing::error_message([&] { ops::softmax_cross_entropy(x, t, {.classes = classes}); });
+    EXPECT_TRUE(mpt::testing::contains(m, "[softmax_cross_entropy] options.classes") &&
+                mpt::testing::contains(m, "f32[3, 8]") && mpt::testing::contains(m, fmt::format("got {}", classes)))
+        << m;
+    EXPECT_MPT_ERROR(ops::softmax_cross_entropy_backward(Tensor::full({}, 1.0), x, t, saved, {.classes = classes}),
+                     "[softmax_cross_entropy_backward] options.classes must be 0");
+  }
 }

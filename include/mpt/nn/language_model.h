@@ -51,6 +51,11 @@ class LanguageModel : public Module {
   virtual double flops_per_token(int64_t seq) const = 0;
   // One line for logs: "GPT-2 2 layers, 2 heads, 64 wide, context 64".
   virtual std::string describe() const = 0;
+
+ protected:
+  // The logits loss() reads: [B, T, W] with W >= vocab_size(), whose first vocab_size() columns are the classes (the
+  // rest padding that takes no part; GPT::set_padded_head). Default: forward(ids, lengths).
+  virtual Tensor loss_logits(const Tensor& ids, const Tensor& lengths) const { return forward(ids, lengths); }
 };
 
 // Token cross-entropy: logits [..., V] against targets [...] (-100 ignored), reduced to a scalar f32 (f64 for f64)

@@ -10,6 +10,12 @@ struct LinearOptions {
   // undefined: `weight` itself. It is not differentiated: the weight gradient goes to `weight`, in weight's dtype,
   // so a BF16 GEMM writes an FP32 master's gradient in FP32 directly (no BF16 rounding, no cast, no second pass).
   Tensor compute_weight{};
+  // 0, or the output width padded to `out_padded` >= M columns (no bias): the GEMMs read the weight with zero rows
+  // appended, so y's columns [M, out_padded) are 0, every GEMM dimension is the padded one (GPT-2's vocabulary of
+  // 50257 as 50304: cuBLASLt's fast kernels want multiples of 8) and nothing is copied to or from an unpadded
+  // buffer; the weight gradient is the first M rows of the padded one (a view). dy's padding columns are ignored
+  // only if they are 0 (ops::softmax_cross_entropy with `classes` writes them so).
+  int64_t out_padded = 0;
 };
 
 // x: [N, K]; weight: [M, K]; bias: [M] or undefined (any float dtype but FP8). Returns y [N, M] in x's dtype (f32,

@@ -35,6 +35,10 @@ struct CrossEntropyLossOptions {
   // eps in [0, 1]: the target distribution is (1 - eps) onehot + eps / V, i.e.
   // loss_r = (1 - eps) (lse_r - x_r[t_r]) + eps (lse_r - mean_j x_rj) (torch's label_smoothing).
   double label_smoothing = 0;
+  // As ops::CrossEntropyOptions::classes: 0, every entry of the last dimension is a class; otherwise only the first
+  // `classes` are and the rest are padding (no part in the softmax, gradient 0). Not supported together with
+  // label_smoothing > 0 (an mpt::Error).
+  int64_t classes = 0;
 };
 // Cross-entropy of logits [..., V] (f32, f16, bf16; f64 on the CPU) against class indices [...] (i64 or i32): the
 // fused ops::softmax_cross_entropy, plus the smoothing term when label_smoothing > 0 (its gradient

@@ -24,6 +24,10 @@ struct CrossEntropyOptions {
   // next synchronisation with the device (src/core/device_errors.h; no read-back in the step). Without it such rows
   // silently give a NaN loss and NaN gradients. The CPU always checks, at once.
   bool check_targets = true;
+  // 0: every entry of the last dimension is a class; otherwise only the first `classes` are (1 <= classes <= last
+  // dim) and the rest are padding: they take no part in the softmax, their gradient is 0. For logits padded to an
+  // aligned width (llm.c's GPT-2: 50257 classes in rows of 50304), read in place, with no copy to an unpadded buffer.
+  int64_t classes = 0;
 };
 
 // What backward needs besides the logits and targets: f32 (f64 for f64 logits).
@@ -38,14 +42,18 @@ struct CrossEntropyResult {
 };
 
 // loss_r = logsumexp(logits_r) - logits_r[targets_r] for logits [..., V] (f32, f16, bf16; f64 on the CPU)
-// and targets [...] (i64 or i32) of the same leading shape, reduced per options. A target outside [0, V)
-// other than ignore_index is an mpt::Error (on CUDA: deferred to the next synchronisation, see check_targets).
+// and targets [...] (i64 or i32) of the same leading shape, reduced per options. With options.classes = C > 0
+// the logits are [..., Vp] (C <= Vp) and only their first C columns are classes (V = C below). A target outside
+// [0, V) other than ignore_index is an mpt::Error (on CUDA: deferred to the next synchronisation, see
+// check_targets); so is a `classes` outside [0, Vp].
 CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
                                          const CrossEntropyOptions& options = {});
 
 // dlogits = (softmax(logits) - onehot(targets)) * dloss (/ valid_count for Mean), recomputed from the
 // logits and saved.lse and written directly: no probabilities are materialised. dloss has the loss's shape
 // and dtype. When `dlogits` is given (logits' shape and dtype, contiguous) the result is accumulated into it.
+// With options.classes the result has the logits' full shape: the padding columns are 0 in a fresh (or in-place)
+// gradient and left as they were in an accumulated one.
 Tensor softmax_cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
                                       const CrossEntropySaved& saved, const CrossEntropyOptions& options = {},
                                       Tensor dlogits = {});
