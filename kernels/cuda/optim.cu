@@ -17,6 +17,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kIlp = 8;                                // elements per thread per dense chunk
 constexpr int kDenseChunk = kThreads * kIlp;           // elements per thread block (dense kernels)
+static_assert(kDenseChunk == kSumSquaresChunk, "sum_squares_partials counts the sum-of-squares kernel's blocks");
 constexpr int kQuantBlocksPerChunk = 8;                // 8-bit kernel: absmax blocks per thread block
 constexpr int kTableBytes = 1920;                      // keeps every kernel's arguments under 4 KiB
 
@@ -415,12 +416,6 @@ cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, 
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
-}
-
-int64_t sum_squares_partials(const int64_t* sizes, int64_t count) {
-  int64_t blocks = 0;
-  for (int64_t k = 0; k < count; ++k) blocks += (std::max<int64_t>(sizes[k], 0) + kDenseChunk - 1) / kDenseChunk;
-  return blocks;
 }
 
 template <class G>

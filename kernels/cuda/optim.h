@@ -36,7 +36,16 @@ cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, 
 // Gradient clipping's norm without a launch per tensor: partials[b] = the sum of squares (f32) of the b-th chunk of
 // 2048 elements, tensor by tensor in order, sum_squares_partials(sizes, count) of them; then sqrt_of_sum
 // (kernels/cuda/reduction.h) over the partials. G in {float, bf16, f16}.
-int64_t sum_squares_partials(const int64_t* sizes, int64_t count);
+// (Inline: a host function without a CUDA type in its signature would otherwise have the same symbol in the
+// emulated kernels that test_emu links beside the real ones.)
+inline constexpr int64_t kSumSquaresChunk = 2048;
+inline int64_t sum_squares_partials(const int64_t* sizes, int64_t count) {
+  int64_t blocks = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    blocks += ((sizes[k] > 0 ? sizes[k] : 0) + kSumSquaresChunk - 1) / kSumSquaresChunk;
+  }
+  return blocks;
+}
 template <class G>
 cudaError_t sum_squares_multi(const G* const* xs, const int64_t* sizes, int64_t count, float* partials,
                               cudaStream_t stream);
