@@ -102,13 +102,16 @@ cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable,
   if (b.starts == nullptr || dtable == nullptr) return cudaErrorInvalidValue;
   const int64_t blocks_y = (channels + kThreads - 1) / kThreads;
   if (blocks_y > 65535) return cudaErrorInvalidValue;
-  // What this kernel touches depends on the buckets, which live on the device: the positions and dout rows
-  // (starts[rows] of each) and the table rows of the tokens present. Only the bound the launcher knows is counted:
-  // starts (rows + 1) and every table row read and written (untouched rows are in fact skipped); dout and positions,
-  // whose length the launcher does not know, are not counted.
-  const uint64_t table_bytes = static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(channels) * sizeof(T);
+  // starts (rows + 1), each position and its dout row, and the table rows of the tokens present, read and written:
+  // which those are lives on the device, so min(count, rows) of them is counted (a bound; every row when the caller
+  // did not give the count, and then no position or dout row).
+  const uint64_t row_bytes = static_cast<uint64_t>(channels) * sizeof(T);
+  const uint64_t count = b.count >= 0 ? static_cast<uint64_t>(b.count) : 0;
+  const uint64_t rows = static_cast<uint64_t>(b.rows);
+  const uint64_t table_bytes = (b.count >= 0 && count < rows ? count : rows) * row_bytes;
   const LaunchConfig config{dim3(grid_x(b.rows), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream,
-                            (static_cast<uint64_t>(b.rows) + 1) * sizeof(int64_t) + table_bytes, table_bytes};
+                            (rows + 1) * sizeof(int64_t) + count * (sizeof(int64_t) + row_bytes) + table_bytes,
+                            table_bytes};
   return launch(backward_kernel<T>, config, BackwardParams<T>{b, dout, dtable, channels});
 }
 

@@ -66,6 +66,7 @@ struct DeviceBuckets {
   const int64_t* starts;     // rows + 1
   const int64_t* positions;  // starts[rows]
   int64_t rows;              // vocab
+  int64_t count = -1;        // starts[rows] (the ids' count) when the caller knows it, else -1: for the traffic count
 };
 
 // dtable[v, c] = dtable[v, c] + (0 + dout[p0, c] + dout[p1, c] + ...) over the positions of token v in order, summed

@@ -53,7 +53,7 @@ void cuda_embedding_backward(const Tensor& dout, const Tensor& ids, int64_t voca
                                             device_error_sink(dev, kernels::DeviceErrorOp::EmbeddingBackward)};
     MPT_CUDA_KERNEL(kernels::cuda::embedding_buckets(args, stream));
   });
-  const kernels::cuda::DeviceBuckets buckets{starts.data<int64_t>(), positions.data<int64_t>(), vocab};
+  const kernels::cuda::DeviceBuckets buckets{starts.data<int64_t>(), positions.data<int64_t>(), vocab, n};
   visit_float(dout.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {

@@ -493,8 +493,15 @@ TEST(TrafficEmu, EmbeddingForwardBucketsBackward) {
   ASSERT_EQ(cuda::embedding_backward(cuda::DeviceBuckets{starts.data(), positions.data(), vocab}, dout.data(),
                                      dtable.data(), C, nullptr),
             cudaSuccess);
-  // The buckets live on the device: starts plus the whole table (a bound) are what the launcher can count.
+  // Without the count the buckets' contents are unknown: starts plus the whole table (a bound).
   EXPECT_TRAFFIC((vocab + 1) * 8 + vocab * C * 4, vocab * C * 4, 1);
+  // With it: starts, every position and its dout row, and at most min(n, vocab) table rows read and written.
+  emu::reset_counters();
+  ASSERT_EQ(cuda::embedding_backward(cuda::DeviceBuckets{starts.data(), positions.data(), vocab, n}, dout.data(),
+                                     dtable.data(), C, nullptr),
+            cudaSuccess);
+  const int64_t rows_touched = n < vocab ? n : vocab;
+  EXPECT_TRAFFIC((vocab + 1) * 8 + n * (8 + C * 4) + rows_touched * C * 4, rows_touched * C * 4, 1);
 }
 
 TEST(TrafficEmu, CastsCopiesFills) {
