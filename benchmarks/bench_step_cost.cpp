@@ -19,7 +19,6 @@
 #include "cuda_emu/device_work.h"
 #include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
-#include "mpt/nn/llama.h"
 
 namespace {
 
@@ -177,16 +176,8 @@ int main(int argc, char** argv) {
     // As on a GPU: the block cache serves a step's tensors (the emulation build's tests start with it off).
     mpt::set_cuda_memory_caching(true);
     config.where.device = device;
-    std::unique_ptr<mpt::nn::LanguageModel> model_ptr;
-    if (model_name == "llama") {
-      mpt::nn::LlamaConfig c;
-      c.vocab_size = config.vocab_size, c.block_size = config.block_size, c.n_layer = config.n_layer;
-      c.n_head = config.n_head, c.n_kv_head = kv_heads > 0 ? kv_heads : config.n_head, c.n_embd = config.n_embd;
-      c.intermediate_size = ffn, c.ffn_multiple_of = 32, c.where = config.where;
-      model_ptr = std::make_unique<mpt::nn::Llama>(c);
-    } else {
-      model_ptr = std::make_unique<mpt::nn::GPT>(config);
-    }
+    const std::unique_ptr<mpt::nn::LanguageModel> model_ptr =
+        mpt::bench::make_model(model_name, config, kv_heads, ffn);
     mpt::nn::LanguageModel& model = *model_ptr;
     const char* blocks = model_name == "llama" ? "model.layers" : "h";
     mpt::train::Trainer trainer(

@@ -16,7 +16,6 @@
 
 #include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
-#include "mpt/nn/llama.h"
 
 namespace {
 
@@ -167,16 +166,8 @@ int main(int argc, char** argv) {
                   per_call_us([&] { (void)mpt::ops::add(a, a); }),
                   per_call_us([&] { (void)mpt::ops::matmul(m, m); }));
     }
-    std::unique_ptr<mpt::nn::LanguageModel> model_ptr;
-    if (model_name == "llama") {
-      mpt::nn::LlamaConfig c;
-      c.vocab_size = config.vocab_size, c.block_size = config.block_size, c.n_layer = config.n_layer;
-      c.n_head = config.n_head, c.n_kv_head = kv_heads > 0 ? kv_heads : config.n_head, c.n_embd = config.n_embd;
-      c.intermediate_size = ffn, c.ffn_multiple_of = 32, c.where = config.where;
-      model_ptr = std::make_unique<mpt::nn::Llama>(c);
-    } else {
-      model_ptr = std::make_unique<mpt::nn::GPT>(config);
-    }
+    const std::unique_ptr<mpt::nn::LanguageModel> model_ptr =
+        mpt::bench::make_model(model_name, config, kv_heads, ffn);
     mpt::nn::LanguageModel& model = *model_ptr;
     // The step is the Trainer's, as in train_gpt: autocast, the FP16 loss scaler, clipping, AdamW, FP8 updates.
     const char* blocks = model_name == "llama" ? "model.layers" : "h";

@@ -4,11 +4,13 @@
 #include <mpt/mpt.h>
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/llama.h"
 
 namespace mpt::bench {
 
@@ -28,6 +30,18 @@ inline std::pair<Tensor, Tensor> random_tokens(const nn::GPTConfig& config, int6
                                      DType::F32, Device::cpu(), gen)
                          .to(DType::I64);
   return {ids.slice(1, 0, config.block_size).contiguous(), ids.slice(1, 1, config.block_size + 1).contiguous()};
+}
+
+// GPT-2 of `config`, or (model_name "llama") the Llama of the same shape: kv_heads (0: config.n_head) key/value
+// heads, an ffn-wide SwiGLU (0: a GPT block's FLOPs, rounded up to 32), untied head.
+inline std::unique_ptr<nn::LanguageModel> make_model(const std::string& model_name, const nn::GPTConfig& config,
+                                                     int64_t kv_heads, int64_t ffn) {
+  if (model_name != "llama") return std::make_unique<nn::GPT>(config);
+  nn::LlamaConfig c;
+  c.vocab_size = config.vocab_size, c.block_size = config.block_size, c.n_layer = config.n_layer;
+  c.n_head = config.n_head, c.n_kv_head = kv_heads > 0 ? kv_heads : config.n_head, c.n_embd = config.n_embd;
+  c.intermediate_size = ffn, c.ffn_multiple_of = 32, c.where = config.where;
+  return std::make_unique<nn::Llama>(c);
 }
 
 // A profile range's name with its layer indices folded ("h.3.mlp" -> "h.*.mlp"), so that a table sums over layers.
