@@ -7,6 +7,8 @@
 
 #if defined(MPT_CUDA_EMULATION)
 #include <cuda_emu/cuda_emu.h>
+
+#include <source_location>
 #else
 #include <cuda_runtime.h>
 #endif
@@ -35,7 +37,23 @@ struct LaunchConfig {
   // (cuda_emu Counters::kernel_bytes_read/written) as the device-work proxy of a step. Every launcher sets them.
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
+#if defined(MPT_CUDA_EMULATION)
+  // Where the config was made (its launcher): the emulation's per-site tally (cuda_emu::kernel_sites) names it.
+  std::source_location where = std::source_location::current();
+#endif
 };
+
+// A helper that makes the LaunchConfig for several launchers takes its caller's site as a last parameter, so that
+// the emulation's per-site tally names the launcher rather than the helper:
+//   LaunchConfig config_for(int64_t n, cudaStream_t s MPT_LAUNCH_SITE_PARAM) { LaunchConfig c{...};
+//   MPT_LAUNCH_SITE_SET(c); return c; }
+#if defined(MPT_CUDA_EMULATION)
+#define MPT_LAUNCH_SITE_PARAM , std::source_location mpt_launch_site = std::source_location::current()
+#define MPT_LAUNCH_SITE_SET(config) ((config).where = mpt_launch_site)
+#else
+#define MPT_LAUNCH_SITE_PARAM
+#define MPT_LAUNCH_SITE_SET(config) ((void)0)
+#endif
 
 #if defined(__CUDACC__) || defined(MPT_CUDA_EMULATION)
 // Every custom kernel is launched here, never with <<<>>> elsewhere, so the same source runs on a GPU
@@ -46,7 +64,10 @@ template <class... Params, class... Args>
 cudaError_t launch(void (*kernel)(Params...), const LaunchConfig& config, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: wrong number of kernel arguments");
 #if defined(MPT_CUDA_EMULATION)
-  return ::mpt::cuda_emu::launch_sized(::mpt::cuda_emu::Traffic{config.bytes_read, config.bytes_written}, kernel,
+  return ::mpt::cuda_emu::launch_sized(::mpt::cuda_emu::Traffic{config.bytes_read, config.bytes_written,
+                                                                config.where.function_name(),
+                                                                config.where.file_name()},
+                                       kernel,
                                        config.grid, config.block, config.shared_bytes, config.stream,
                                        std::forward<Args>(args)...);
 #else

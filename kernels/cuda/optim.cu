@@ -294,8 +294,11 @@ cudaError_t launch_tables(const T* tensors, int64_t count, int64_t per_block, La
   return flush();
 }
 
-LaunchConfig config_for(int64_t blocks, cudaStream_t stream, uint64_t read_bytes, uint64_t written_bytes) {
-  return LaunchConfig{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, read_bytes, written_bytes};
+LaunchConfig config_for(int64_t blocks, cudaStream_t stream, uint64_t read_bytes,
+                        uint64_t written_bytes MPT_LAUNCH_SITE_PARAM) {
+  LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, read_bytes, written_bytes};
+  MPT_LAUNCH_SITE_SET(config);
+  return config;
 }
 
 // Global-memory traffic of one launch. A step the guards skip (found_inf set on the device) touches only the flag,

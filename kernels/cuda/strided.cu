@@ -134,8 +134,11 @@ bool is_transpose(const StridedDims& d) {
          d.shape[nd - 2] >= 16;
 }
 
-LaunchConfig grid_stride_config(int64_t n, cudaStream_t stream, uint64_t read_bytes, uint64_t written_bytes) {
-  return LaunchConfig{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream, read_bytes, written_bytes};
+LaunchConfig grid_stride_config(int64_t n, cudaStream_t stream, uint64_t read_bytes,
+                                uint64_t written_bytes MPT_LAUNCH_SITE_PARAM) {
+  LaunchConfig config{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream, read_bytes, written_bytes};
+  MPT_LAUNCH_SITE_SET(config);
+  return config;
 }
 
 // Distinct source elements of a copy: a dimension the source broadcasts (stride 0) reads its elements once.

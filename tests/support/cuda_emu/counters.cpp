@@ -1,8 +1,13 @@
 // tests/support/cuda_emu/counters.cpp: storage of the process-wide operation counters (cuda_emu/counters.h).
 #include "cuda_emu/counters.h"
 
+#include <algorithm>
 #include <atomic>
 #include <iterator>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <utility>
 
 namespace mpt::cuda_emu {
 namespace {
@@ -29,7 +34,63 @@ static_assert(sizeof(Counters) == std::size(kFields) * sizeof(uint64_t), "a fiel
 
 std::atomic_ref<uint64_t> slot(uint64_t Counters::*member) { return std::atomic_ref<uint64_t>(g_counters.*member); }
 
+// The per-site tally, keyed by the (static) strings' addresses; names are made when read.
+std::atomic<bool> g_sites_on{false};
+std::mutex g_sites_mutex;
+std::map<std::pair<const char*, const char*>, KernelSite> g_sites;
+
+// "cudaError_t mpt::kernels::cuda::{anonymous}::launch_rows(const T*, ...) [with T = float]" -> "launch_rows".
+std::string short_function(std::string_view f) {
+  f = f.substr(0, f.find('('));
+  if (!f.empty() && f.back() == '>') {  // a template's arguments
+    int depth = 0;
+    for (size_t i = f.size(); i-- > 0;) {
+      depth += f[i] == '>' ? 1 : f[i] == '<' ? -1 : 0;
+      if (depth == 0) {
+        f = f.substr(0, i);
+        break;
+      }
+    }
+  }
+  const size_t colon = f.rfind("::"), space = f.rfind(' ');
+  size_t start = 0;
+  if (colon != std::string_view::npos) start = colon + 2;
+  if (space != std::string_view::npos && space + 1 > start) start = space + 1;
+  return std::string(f.substr(start));
+}
+
+std::string site_name(const char* function, const char* file) {
+  if (function == nullptr) return "(unnamed)";
+  std::string_view path = file != nullptr ? std::string_view(file) : std::string_view();
+  if (const size_t slash = path.rfind('/'); slash != std::string_view::npos) path = path.substr(slash + 1);
+  std::string name(path);
+  if (!name.empty()) name += ' ';
+  return name + short_function(function);
+}
+
 }  // namespace
+
+void set_kernel_sites(bool on) { g_sites_on.store(on, std::memory_order_relaxed); }
+
+std::vector<KernelSite> kernel_sites() {
+  std::map<std::string, KernelSite> merged;
+  {
+    std::lock_guard lock(g_sites_mutex);
+    for (const auto& [key, site] : g_sites) {
+      KernelSite& m = merged[site_name(key.first, key.second)];
+      m.launches += site.launches, m.bytes_read += site.bytes_read, m.bytes_written += site.bytes_written;
+    }
+  }
+  std::vector<KernelSite> out;
+  for (auto& [name, site] : merged) {
+    site.name = name;
+    out.push_back(std::move(site));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const KernelSite& a, const KernelSite& b) {
+    return a.bytes_read + a.bytes_written > b.bytes_read + b.bytes_written;
+  });
+  return out;
+}
 
 Counters counters() {
   Counters c;
@@ -40,6 +101,8 @@ Counters counters() {
 
 void reset_counters() {
   for (const Field& f : kFields) slot(f.member).store(0, std::memory_order_relaxed);
+  std::lock_guard lock(g_sites_mutex);
+  g_sites.clear();
 }
 
 std::string to_string(const Counters& c) {
@@ -56,6 +119,13 @@ std::string to_string(const Counters& c) {
 
 namespace detail {
 void count(uint64_t Counters::*field, uint64_t n) { slot(field).fetch_add(n, std::memory_order_relaxed); }
+
+void count_site(const char* function, const char* file, uint64_t read, uint64_t written) {
+  if (!g_sites_on.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(g_sites_mutex);
+  KernelSite& s = g_sites[{function, file}];
+  ++s.launches, s.bytes_read += read, s.bytes_written += written;
+}
 }  // namespace detail
 
 }  // namespace mpt::cuda_emu

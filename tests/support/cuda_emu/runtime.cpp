@@ -173,6 +173,7 @@ cudaError_t check_launch(dim3 grid, dim3 block, size_t shared_bytes) {
 }
 
 void count_traffic(Traffic traffic) {
+  count_site(traffic.function, traffic.file, traffic.read, traffic.written);
   if (traffic.read == 0 && traffic.written == 0) {
     count(&Counters::kernel_launches_unsized);
     return;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mpt::cuda_emu {
 
@@ -66,9 +67,21 @@ void reset_counters();  // zero every field (call it while no other thread uses 
 // compares the whole record at once, so an unexpected extra operation shows in the failure message.
 std::string to_string(const Counters& c);
 
+// Launches, and the bytes their launchers declared, per launching site ("quantize.cu quantize_fp8_transpose": the
+// file and function that made the launch's LaunchConfig), while set_kernel_sites(true): the per-kernel breakdown of a
+// step. Off by default (a map update per launch); reset_counters() empties it. Sorted by bytes, largest first.
+struct KernelSite {
+  std::string name;
+  uint64_t launches = 0, bytes_read = 0, bytes_written = 0;
+};
+void set_kernel_sites(bool on);
+std::vector<KernelSite> kernel_sites();
+
 namespace detail {
 // Adds n to one field (relaxed atomic): count(&Counters::h2d).
 void count(uint64_t Counters::*field, uint64_t n = 1);
+// One launch of `function` in `file` (either may be null) into the per-site tally, when it is on.
+void count_site(const char* function, const char* file, uint64_t read, uint64_t written);
 }  // namespace detail
 
 }  // namespace mpt::cuda_emu

@@ -47,6 +47,10 @@ cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody bo
 struct Traffic {
   uint64_t read = 0;
   uint64_t written = 0;
+  // The launching site (static strings: a function's signature and its file), for the per-site tally
+  // (counters.h kernel_sites); null when the launcher did not say.
+  const char* function = nullptr;
+  const char* file = nullptr;
 };
 
 // A pointer argument of a kernel: the emulated runtime checks it is device memory of the launch's device and
