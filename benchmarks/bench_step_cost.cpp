@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   config.n_head = 12;
   config.n_embd = 768;
   int64_t batch = 8, kv_heads = 0, ffn = 0;
-  int warmup = 2, steps = 3, profile_rows = 0;
+  int warmup = 2, steps = 3, profile_rows = 0, kernel_rows = 0;
   bool cuda_graph = false;
   std::string model_name = "gpt", precision = "bf16", json_path;
   app.add_option("--model", model_name, "gpt (GPT-2) or llama (RMSNorm, rotary, GQA, SwiGLU)")
@@ -156,6 +156,8 @@ int main(int argc, char** argv) {
   mpt::bench::add_gpt_shape_options(app, config);
   app.add_option("--batch", batch, "sequences per step");
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
+  std::string moments = "f32";
+  mpt::bench::add_moments_option(app, moments);
   app.add_option("--warmup", warmup, "untimed steps first (the allocator's pool, optimizer state, plan caches)");
   app.add_option("--steps", steps, "timed steps (medians; counters are the last step's)");
   app.add_flag("--cuda-graph", cuda_graph,
@@ -164,6 +166,9 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile_rows,
                  "after the timed steps, one step broken down by profile range (exclusive of child ranges): the N "
                  "with the most kernel + GEMM bytes");
+  app.add_option("--kernels", kernel_rows,
+                 "after the timed steps, one step broken down by launching site (the launcher that made each "
+                 "kernel's LaunchConfig): the N with the most kernel bytes");
   app.add_option("--json", json_path, "write the result as JSON to this file ('-': stdout, instead of the table)");
   CLI11_PARSE(app, argc, argv);
 
@@ -181,7 +186,7 @@ int main(int argc, char** argv) {
     mpt::nn::LanguageModel& model = *model_ptr;
     const char* blocks = model_name == "llama" ? "model.layers" : "h";
     mpt::train::Trainer trainer(
-        model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}}),
+        model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}, .moments = mpt::bench::moment_storage(moments)}),
         {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, blocks),
          .precision_name = precision, .clip = 1.0, .weight_decay = 0.1});
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
@@ -205,7 +210,11 @@ int main(int argc, char** argv) {
       return cost;
     };
     for (int s = 0; s < warmup; ++s) step();
+    mpt::reset_peak_memory_stats(device);
     const Cost eager = measure(step);
+    // The library's own allocator on the emulated device: what a GPU run of the same step holds at its peak (the
+    // emulation's attention is the GEMM fallback, which keeps B x H x T x T probabilities that cuDNN does not).
+    const mpt::MemoryStats memory = mpt::memory_stats(device);
     Cost graph;
     std::string graph_note;
     if (cuda_graph) {
@@ -231,6 +240,15 @@ int main(int argc, char** argv) {
       std::sort(profile.begin(), profile.end(), [&](const auto& a, const auto& b) { return bytes(a.second) > bytes(b.second); });
     }
 
+    std::vector<emu::KernelSite> sites;
+    if (kernel_rows > 0) {
+      emu::reset_counters();
+      emu::set_kernel_sites(true);
+      step();
+      emu::set_kernel_sites(false);
+      sites = emu::kernel_sites();
+    }
+
     const double flops_per_token = model.flops_per_token(config.block_size);
     const double tokens = static_cast<double>(batch * config.block_size);
     const emu::Counters& c = eager.c;
@@ -240,13 +258,18 @@ int main(int argc, char** argv) {
                      {"device", "cuda_emu (record-only)"},
                      {"model", model.describe()},
                      {"params", model.num_parameters()},
-                     {"precision", precision},
+                     {"precision", precision}, {"moments", moments},
                      {"batch", batch},
                      {"seq", config.block_size},
                      {"tokens_per_step", tokens},
                      {"model_flops_per_step", flops_per_token * tokens},
                      {"operations_per_step", operations(c)},
+                     {"allocator_peak_bytes", memory.peak_bytes},
                      {"eager", to_json(eager)}};
+    for (const emu::KernelSite& k : sites) {
+      j["kernels"].push_back({{"site", k.name}, {"launches", k.launches}, {"bytes_read", k.bytes_read},
+                              {"bytes_written", k.bytes_written}});
+    }
     for (const auto& [name, r] : profile) {
       j["profile"].push_back({{"range", name}, {"count", r.count}, {"host_s", r.host_s},
                               {"kernel_launches", r.c.kernel_launches}, {"kernel_bytes_read", r.c.kernel_bytes_read},
@@ -261,8 +284,9 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
-    std::printf("%s, batch %lld x %lld, %s, emulated device in record-only mode\n", model.describe().c_str(),
-                static_cast<long long>(batch), static_cast<long long>(config.block_size), precision.c_str());
+    std::printf("%s, batch %lld x %lld, %s, AdamW moments %s, emulated device in record-only mode\n",
+                model.describe().c_str(), static_cast<long long>(batch), static_cast<long long>(config.block_size),
+                precision.c_str(), moments.c_str());
     std::printf("host per step (eager): %.2f ms for %llu device operations (%.2f us each)\n", eager.host_s * 1e3,
                 static_cast<unsigned long long>(operations(c)), eager.host_s * 1e6 / std::max<double>(1, operations(c)));
     if (cuda_graph && graph_note.empty()) {
@@ -281,6 +305,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(c.memsets), static_cast<unsigned long long>(c.d2d), c.d2d_bytes / 1e9,
                 static_cast<unsigned long long>(c.h2d), static_cast<unsigned long long>(c.d2h),
                 static_cast<unsigned long long>(c.syncs), static_cast<unsigned long long>(c.pool_allocs));
+    std::printf("allocator peak over the timed steps: %.1f MiB\n", memory.peak_bytes / 1048576.0);
     if (!profile.empty()) {
       std::printf("\n%-34s %5s %9s %8s %10s %10s %7s %9s %10s\n", "range (one step, exclusive)", "count", "host ms",
                   "kernels", "kernel MB", "GEMM MB", "GEMMs", "GFLOP", "d2d MB");
@@ -290,6 +315,14 @@ int main(int argc, char** argv) {
                     static_cast<long long>(r.count), r.host_s * 1e3, static_cast<unsigned long long>(r.c.kernel_launches),
                     (r.c.kernel_bytes_read + r.c.kernel_bytes_written) / 1e6, r.c.matmul_bytes / 1e6,
                     static_cast<unsigned long long>(r.c.matmuls), r.c.matmul_flops / 1e9, r.c.d2d_bytes / 1e6);
+      }
+    }
+    if (!sites.empty()) {
+      std::printf("\n%-52s %8s %10s %10s\n", "launching site (one step)", "kernels", "read MB", "written MB");
+      for (size_t i = 0; i < sites.size() && i < static_cast<size_t>(kernel_rows); ++i) {
+        const emu::KernelSite& k = sites[i];
+        std::printf("%-52s %8llu %10.1f %10.1f\n", k.name.c_str(), static_cast<unsigned long long>(k.launches),
+                    k.bytes_read / 1e6, k.bytes_written / 1e6);
       }
     }
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";

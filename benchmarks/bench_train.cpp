@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first (primitive caches, pools, page faults)");
   app.add_option("--steps", steps, "timed steps (medians are reported)");
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
+  std::string moments = "f32";
+  mpt::bench::add_moments_option(app, moments);
   app.add_option("--device", device_name, "cpu, cuda or cuda:N (phases are timed with the device synchronized)");
   app.add_option("--profile", profile_rows,
                  "after the timed steps, one step with every range timed (device synchronized at each): the N "
@@ -172,7 +174,7 @@ int main(int argc, char** argv) {
     // The step is the Trainer's, as in train_gpt: autocast, the FP16 loss scaler, clipping, AdamW, FP8 updates.
     const char* blocks = model_name == "llama" ? "model.layers" : "h";
     mpt::train::Trainer trainer(
-        model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}}),
+        model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}, .moments = mpt::bench::moment_storage(moments)}),
         {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, blocks),
          .precision_name = precision, .clip = 1.0, .weight_decay = 0.1});
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
@@ -261,7 +263,7 @@ int main(int argc, char** argv) {
     const mpt::MemoryStats mem = mpt::memory_stats(device);
     nlohmann::json j{{"framework", "mptrain"},
                      {"version", mpt::version()},
-                     {"precision", precision},
+                     {"precision", precision}, {"moments", moments},
                      {"device", device.str()},
                      {"device_name", device.is_cuda() ? mpt::cuda_status().devices.at(device.index()).name : "cpu"},
                      {"threads", mpt::cpu_features().omp_threads},
@@ -287,10 +289,11 @@ int main(int argc, char** argv) {
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("%s, T=%lld, batch %lld, %.2f MFLOP/token, %s on %s: %.0f tok/s (step %.1f ms: forward "
+      std::printf("%s, T=%lld, batch %lld, %.2f MFLOP/token, %s (moments %s) on %s: %.0f tok/s (step %.1f ms: forward "
                   "%.1f, backward %.1f, optimizer %.1f); peak RSS %.0f MiB, allocator peak %.0f MiB\n",
                   model.describe().c_str(), static_cast<long long>(config.block_size), static_cast<long long>(batch),
-                  model.flops_per_token(config.block_size) / 1e6, precision.c_str(), device.str().c_str(),
+                  model.flops_per_token(config.block_size) / 1e6, precision.c_str(), moments.c_str(),
+                  device.str().c_str(),
                   tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,
                   mem.peak_bytes / 1048576.0);

@@ -23,6 +23,17 @@ inline void add_gpt_shape_options(CLI::App& app, nn::GPTConfig& config, bool voc
   if (vocab) app.add_option("--vocab", config.vocab_size, "vocabulary size");
 }
 
+// --moments: AdamW's moment storage ("f32", "bf16" or "int8": 8-bit blockwise), the optimizer-state half of a
+// step's memory (FP8-LM's memory saving includes lower-precision moments).
+inline void add_moments_option(CLI::App& app, std::string& moments) {
+  app.add_option("--moments", moments, "AdamW moments: f32, bf16 or int8 (8-bit blockwise)")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+}
+inline ops::MomentStorage moment_storage(const std::string& moments) {
+  return moments == "bf16" ? ops::MomentStorage::BF16 : moments == "int8" ? ops::MomentStorage::Int8
+                                                                          : ops::MomentStorage::F32;
+}
+
 // Inputs and next-token targets, [batch, block_size] i64 each, of uniformly random tokens (seeded) on the CPU.
 inline std::pair<Tensor, Tensor> random_tokens(const nn::GPTConfig& config, int64_t batch, uint64_t seed = 7) {
   Generator gen(seed);
