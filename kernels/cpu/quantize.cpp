@@ -217,6 +217,42 @@ void quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const Quantiz
   if (args.amax != nullptr) *args.amax = math::amax_from_bits(m);
 }
 
+// Sixteen columns of one tile summed top to bottom in registers (each column in row order: the fixed order).
+template <class T>
+inline void tile_column_sums16(const T* x, int64_t cols, int64_t rows_in_tile, float* part) {
+  float acc[16] = {};
+  for (int64_t r = 0; r < rows_in_tile; ++r) {
+    const T* row = x + r * cols;
+    for (int j = 0; j < 16; ++j) acc[j] += scalar_cast<float>(row[j]);
+  }
+  for (int j = 0; j < 16; ++j) part[j] = acc[j];
+}
+
+template <class T, class Out>
+void column_sums_tiled(const T* x, math::Dims2 dims, Out* out) {
+  const int64_t rows = dims.rows, cols = dims.cols;
+  constexpr int64_t kCols = 1024;  // a work item: a run of columns, each summed in the fixed order
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+  for (int64_t c0 = 0; c0 < cols; c0 += kCols) {
+    const int64_t w = std::min(kCols, cols - c0);
+    float total[kCols], part[kCols];
+    std::fill(total, total + w, 0.0f);
+    for (int64_t r0 = 0; r0 < rows; r0 += math::kDbiasTileRows) {
+      const int64_t h = std::min<int64_t>(rows - r0, math::kDbiasTileRows);
+      const T* tile = x + r0 * cols + c0;
+      int64_t c = 0;
+      for (; c + 16 <= w; c += 16) tile_column_sums16(tile + c, cols, h, part + c);
+      for (; c < w; ++c) {  // the last columns, one at a time
+        float sum = 0.0f;
+        for (int64_t r = 0; r < h; ++r) sum += scalar_cast<float>(tile[r * cols + c]);
+        part[c] = sum;
+      }
+      for (c = 0; c < w; ++c) total[c] += part[c];
+    }
+    convert(total, out + c0, static_cast<size_t>(w));  // one rounding (a copy for f32)
+  }
+}
+
 template <class Q, class T>
 void quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
                         const math::ScaleFromAmax& scaling) {
@@ -291,6 +327,9 @@ void dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, const ma
   template void dequantize_blockwise<T, Q>(const Q*, T*, const float*, const math::BlockScaleLayout&);
 #define MPT_INSTANTIATE_T(T)     \
   template float amax<T>(const T*, int64_t); \
+  template void column_sums_tiled<T, float>(const T*, math::Dims2, float*); \
+  template void column_sums_tiled<T, f16>(const T*, math::Dims2, f16*); \
+  template void column_sums_tiled<T, bf16>(const T*, math::Dims2, bf16*); \
   MPT_INSTANTIATE_QT(f8e4m3, T)  \
   MPT_INSTANTIATE_QT(f8e5m2, T)
 MPT_INSTANTIATE_T(float)

@@ -31,6 +31,12 @@ void quantize(const T* x, Q* q, int64_t n, const QuantizeArgs& args);
 template <class Q, class T>
 void quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const QuantizeArgs& args);
 
+// out[c] = the column sums of x [rows, cols] (the bias gradient of a gradient dy), summed in FP32 in the order
+// kernels/math/quantize.h fixes for the fused cast + transpose + dbias (tiles of math::kDbiasTileRows rows), rounded
+// once to Out: bit for bit what the CUDA kernel gives.
+template <class T, class Out>
+void column_sums_tiled(const T* x, math::Dims2 dims, Out* out);
+
 // Block quantization of x [layout.rows, layout.cols] (layout in kernels/math/quantize.h): per block,
 // s = scaling(amax(block)), q = fp8(x * s) saturating, scale_inv[block] = 1 / s.
 template <class Q, class T>

@@ -51,6 +51,32 @@ __global__ void __launch_bounds__(kPackThreads) amax_kernel(const T* x, int64_t 
   block_amax_to(m, out);
 }
 
+// One thread per column of one 32-row tile (consecutive threads read consecutive columns of a row): its sum top to
+// bottom, as quantize_transpose_kernel's fused dbias makes it.
+template <class T>
+__global__ void __launch_bounds__(kPackThreads) column_partials_kernel(const T* x, int64_t rows, int64_t cols,
+                                                                       int64_t col_blocks, float* partial) {
+  const int64_t tile = blockIdx.x / col_blocks;
+  const int64_t c = (blockIdx.x % col_blocks) * kPackThreads + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t r0 = tile * kTile;
+  float sum = 0.0f;
+  for (int64_t r = r0; r < rows && r < r0 + kTile; ++r) sum += scalar_cast<float>(x[r * cols + c]);
+  partial[tile * cols + c] = sum;
+}
+
+// out[c] = the column's tile partials summed in tile order, one rounding (math::kDbiasTileRows).
+template <class Out>
+__global__ void __launch_bounds__(kPackThreads) dbias_finish_kernel(const float* partial, int64_t tiles, int64_t cols,
+                                                                    Out* out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += stride) {
+    float sum = 0.0f;
+    for (int64_t t = 0; t < tiles; ++t) sum += partial[t * cols + c];
+    out[c] = scalar_cast<Out>(sum);
+  }
+}
+
 struct DelayedTable {
   static constexpr int kMax = 3072 / sizeof(DelayedUpdateEntry);  // keeps the arguments under 4 KiB
   DelayedUpdateEntry entries[kMax];
@@ -127,16 +153,19 @@ struct TransposeParams {
   int64_t rows, cols, col_tiles;
   const float* scale;
   float* scale_inv;  // optional
-  unsigned* amax;    // optional, zeroed before the launch
+  unsigned* amax;    // optional, zeroed before the launch (or folded into)
   Fp8Saturation sat;
   bool ignore_nan;
+  float* dbias_partial;  // optional [row tiles, cols]: each tile's column sums
 };
+static_assert(kTile == math::kDbiasTileRows, "the fused dbias sums the cast + transpose tiles");
 
 // One 32 x 32 tile per block: coalesced reads of x and writes of q along rows, the codes staged in shared
 // memory (33-byte pitch: the column reads hit 32 different banks), then coalesced writes of qt along its rows.
 template <class Q, class T>
 __global__ void __launch_bounds__(kTile * kTileRowsPerPass) quantize_transpose_kernel(TransposeParams<Q, T> p) {
   __shared__ uint8_t tile[kTile][kTile + 1];
+  __shared__ float values[kTile][kTile + 1];  // the tile's inputs, for the fused dbias
   const float s = *p.scale;
   if (p.scale_inv != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
     *p.scale_inv = math::reciprocal(s);
@@ -153,14 +182,75 @@ __global__ void __launch_bounds__(kTile * kTileRowsPerPass) quantize_transpose_k
       const Q code = math::quantize_value<Q>(v, s, p.sat);
       p.q[r * p.cols + c] = code;
       tile[k][tx] = code.bits;
+      if (p.dbias_partial != nullptr) values[k][tx] = scalar_cast<float>(v);
     }
   }
   __syncthreads();
+  if (p.dbias_partial != nullptr && ty == 0 && c0 + tx < p.cols) {  // the tile's column sums, top to bottom
+    float sum = 0.0f;
+    for (int k = 0; k < kTile && r0 + k < p.rows; ++k) sum += values[k][tx];
+    p.dbias_partial[(r0 / kTile) * p.cols + c0 + tx] = sum;
+  }
   for (int k = ty; k < kTile; k += kTileRowsPerPass) {
     const int64_t c = c0 + k, r = r0 + tx;  // qt row c, column r
     if (c < p.cols && r < p.rows) p.qt[c * p.rows + r] = Q::from_bits(tile[tx][k]);
   }
   if (p.amax != nullptr) block_amax_to(m, p.amax);
+}
+
+template <class Q, class T>
+struct TransposedBlockParams {
+  const T* x;
+  Q* q;               // [cols, rows]
+  float* scale_inv;   // [cols, ceil(rows / 128)]
+  int64_t rows, cols, col_tiles;
+  math::ScaleFromAmax scaling;
+  float* dbias_partial;  // optional [row tiles of 32, cols]: each 32-row tile's column sums
+};
+
+constexpr int kTransposedTileCols = 32;
+static_assert(math::kBlockCols % math::kDbiasTileRows == 0, "a 1x128 tile holds whole dbias tiles");  // a 128 x 32 tile of x: 32 blocks of x^T's 1x128 layout
+
+// One 128 x 32 tile of x per block (32 x 8 threads): coalesced reads of x rows into shared memory (33-float pitch),
+// then warp w quantizes columns w, w + 8, ...: each lane 4 of the column's 128 rows, one warp amax, coalesced
+// writes along q's row (x^T's row = x's column).
+template <class Q, class T>
+__global__ void __launch_bounds__(kPackThreads) quantize_1x128_transposed_kernel(TransposedBlockParams<Q, T> p) {
+  __shared__ float values[math::kBlockCols][kTransposedTileCols + 1];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x / p.col_tiles) * math::kBlockCols;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x % p.col_tiles) * kTransposedTileCols;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  for (int k = ty; k < math::kBlockCols; k += kPackThreads / 32) {
+    const int64_t r = r0 + k, c = c0 + tx;
+    if (r < p.rows && c < p.cols) values[k][tx] = scalar_cast<float>(p.x[r * p.cols + c]);
+  }
+  __syncthreads();
+  constexpr int kDbiasTiles = math::kBlockCols / math::kDbiasTileRows;
+  if (p.dbias_partial != nullptr && ty < kDbiasTiles && c0 + tx < p.cols &&
+      r0 + ty * math::kDbiasTileRows < p.rows) {  // 32-row tile ty's column sum, top to bottom
+    float sum = 0.0f;
+    for (int k = ty * math::kDbiasTileRows; k < (ty + 1) * math::kDbiasTileRows && r0 + k < p.rows; ++k) {
+      sum += values[k][tx];
+    }
+    p.dbias_partial[(r0 / math::kDbiasTileRows + ty) * p.cols + c0 + tx] = sum;
+  }
+  const int64_t groups = (p.rows + math::kBlockCols - 1) / math::kBlockCols;
+  for (int j = ty; j < kTransposedTileCols && c0 + j < p.cols; j += kPackThreads / 32) {  // uniform per warp
+    const int64_t c = c0 + j;
+    unsigned m = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (r0 + tx + 32 * k < p.rows) m = UMaxOp{}(m, math::abs_bits(values[tx + 32 * k][j]));
+    }
+    m = math::warp_allreduce(m, UMaxOp{});
+    const float s = p.scaling(math::amax_from_bits(m));
+    if (tx == 0) p.scale_inv[c * groups + r0 / math::kBlockCols] = math::reciprocal(s);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t r = r0 + tx + 32 * k;
+      if (r < p.rows) p.q[c * p.rows + r] = math::quantize_value<Q>(values[tx + 32 * k][j], s, Fp8Saturation::Saturate);
+    }
+  }
 }
 
 template <class Q, class T>
@@ -310,7 +400,7 @@ cudaError_t scale_from_amax(const float* amax, float* scale, float* scale_inv, c
 template <class Q, class T>
 cudaError_t quantize(const T* x, Q* q, int64_t n, const QuantizeArgs& args, cudaStream_t stream) {
   if (n < 0 || args.scale == nullptr || (n > 0 && (x == nullptr || q == nullptr))) return cudaErrorInvalidValue;
-  if (args.amax != nullptr) {
+  if (args.amax != nullptr && !args.amax_accumulate) {
     const cudaError_t e = zero_amax(args.amax, stream);
     if (e != cudaSuccess) return e;
   }
@@ -332,7 +422,7 @@ cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const 
   if (dims.rows < 0 || dims.cols < 0 || args.scale == nullptr) return cudaErrorInvalidValue;
   const int64_t n = dims.rows * dims.cols;
   if (n > 0 && (x == nullptr || q == nullptr || qt == nullptr)) return cudaErrorInvalidValue;
-  if (args.amax != nullptr) {
+  if (args.amax != nullptr && !args.amax_accumulate) {
     const cudaError_t e = zero_amax(args.amax, stream);
     if (e != cudaSuccess) return e;
   }
@@ -342,15 +432,47 @@ cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const 
   const TransposeParams<Q, T> p{x,          q,         qt,
                                 dims.rows,  dims.cols, col_tiles,
                                 args.scale, args.scale_inv, args.amax ? amax_bits_ptr(args.amax) : nullptr,
-                                args.sat,   args.amax_ignore_nan};
+                                args.sat,   args.amax_ignore_nan, args.dbias_partial};
   // An empty matrix still runs one (idle) block, so scale_inv is written.
   // x and the scale read, q and qt written, scale_inv when given; the amax's atomicMax reads and writes it.
   const uint64_t amax_bytes = args.amax != nullptr ? sizeof(float) : 0;
   const LaunchConfig config{dim3(static_cast<unsigned>(tiles > 0 ? tiles : 1)), dim3(kTile, kTileRowsPerPass), 0,
                             stream, static_cast<uint64_t>(n) * sizeof(T) + sizeof(float) + amax_bytes,
                             2 * static_cast<uint64_t>(n) * sizeof(Q) +
-                                (args.scale_inv != nullptr ? sizeof(float) : 0) + amax_bytes};
+                                (args.scale_inv != nullptr ? sizeof(float) : 0) + amax_bytes +
+                                (args.dbias_partial != nullptr
+                                     ? static_cast<uint64_t>(row_tiles * dims.cols) * sizeof(float)
+                                     : 0)};
   return launch(quantize_transpose_kernel<Q, T>, config, p);
+}
+
+template <class T>
+cudaError_t column_partials(const T* x, math::Dims2 dims, float* partial, cudaStream_t stream) {
+  if (dims.rows < 0 || dims.cols < 0 || (dims.rows > 0 && dims.cols > 0 && (x == nullptr || partial == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t tiles = math::dbias_tiles(dims.rows), col_blocks = (dims.cols + kPackThreads - 1) / kPackThreads;
+  if (tiles == 0 || dims.cols == 0) return cudaSuccess;
+  if (tiles * col_blocks > 2147483647) return cudaErrorInvalidValue;
+  const LaunchConfig config{dim3(static_cast<unsigned>(tiles * col_blocks)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(dims.rows * dims.cols) * sizeof(T),
+                            static_cast<uint64_t>(tiles * dims.cols) * sizeof(float)};
+  return launch(column_partials_kernel<T>, config, x, dims.rows, dims.cols, col_blocks, partial);
+}
+
+template <class Out>
+cudaError_t dbias_finish(const float* partial, math::Dims2 dims, Out* out, cudaStream_t stream) {
+  if (dims.rows < 0 || dims.cols < 0 || (dims.cols > 0 && out == nullptr) ||
+      (dims.rows > 0 && dims.cols > 0 && partial == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if (dims.cols == 0) return cudaSuccess;
+  const int64_t tiles = math::dbias_tiles(dims.rows);
+  // One thread per column (consecutive threads read consecutive partials of a tile row).
+  const LaunchConfig config{dim3(grid_stride_blocks(dims.cols)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(tiles * dims.cols) * sizeof(float),
+                            static_cast<uint64_t>(dims.cols) * sizeof(Out)};
+  return launch(dbias_finish_kernel<Out>, config, partial, tiles, dims.cols, out);
 }
 
 template <class Q, class T>
@@ -372,6 +494,26 @@ cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::B
                             n * sizeof(Q) + static_cast<uint64_t>(blocks) * sizeof(float)};
   return layout.block_rows == 1 ? launch(quantize_1x128_kernel<Q, T>, config, p)
                                 : launch(quantize_128x128_kernel<Q, T>, config, p);
+}
+
+template <class Q, class T>
+cudaError_t quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv,
+                                                const math::ScaleFromAmax& scaling, cudaStream_t stream,
+                                                float* dbias_partial) {
+  if (rows < 0 || cols < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if (x == nullptr || q == nullptr || scale_inv == nullptr) return cudaErrorInvalidValue;
+  const int64_t row_tiles = (rows + math::kBlockCols - 1) / math::kBlockCols;
+  const int64_t col_tiles = (cols + kTransposedTileCols - 1) / kTransposedTileCols;
+  if (row_tiles * col_tiles > 2147483647) return cudaErrorInvalidValue;
+  const TransposedBlockParams<Q, T> p{x, q, scale_inv, rows, cols, col_tiles, scaling, dbias_partial};
+  // x read once, q and one scale_inv per 1x128 block written (and the dbias partials when asked).
+  const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
+  const uint64_t partials = dbias_partial != nullptr ? static_cast<uint64_t>(math::dbias_tiles(rows) * cols) : 0;
+  const LaunchConfig config{dim3(static_cast<unsigned>(row_tiles * col_tiles)), dim3(32, kPackThreads / 32), 0, stream,
+                            n * sizeof(T),
+                            n * sizeof(Q) + (static_cast<uint64_t>(cols * row_tiles) + partials) * sizeof(float)};
+  return launch(quantize_1x128_transposed_kernel<Q, T>, config, p);
 }
 
 template <class Out, class Q>
@@ -409,6 +551,8 @@ cudaError_t dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, c
   template cudaError_t quantize_transpose<Q, T>(const T*, Q*, Q*, math::Dims2, const QuantizeArgs&, cudaStream_t); \
   template cudaError_t quantize_blockwise<Q, T>(const T*, Q*, float*, const math::BlockScaleLayout&,              \
                                                 const math::ScaleFromAmax&, cudaStream_t);                        \
+  template cudaError_t quantize_blockwise_1x128_transposed<Q, T>(const T*, int64_t, int64_t, Q*, float*,          \
+                                                                 const math::ScaleFromAmax&, cudaStream_t, float*); \
   template cudaError_t dequantize<T, Q>(const Q*, T*, int64_t, const float*, cudaStream_t);                        \
   template cudaError_t dequantize_blockwise<T, Q>(const Q*, T*, const float*, const math::BlockScaleLayout&,       \
                                                   cudaStream_t);
@@ -419,6 +563,12 @@ cudaError_t dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, c
 MPT_INSTANTIATE_T(float)
 MPT_INSTANTIATE_T(f16)
 MPT_INSTANTIATE_T(bf16)
+template cudaError_t column_partials<float>(const float*, math::Dims2, float*, cudaStream_t);
+template cudaError_t column_partials<f16>(const f16*, math::Dims2, float*, cudaStream_t);
+template cudaError_t column_partials<bf16>(const bf16*, math::Dims2, float*, cudaStream_t);
+template cudaError_t dbias_finish<float>(const float*, math::Dims2, float*, cudaStream_t);
+template cudaError_t dbias_finish<f16>(const float*, math::Dims2, f16*, cudaStream_t);
+template cudaError_t dbias_finish<bf16>(const float*, math::Dims2, bf16*, cudaStream_t);
 #undef MPT_INSTANTIATE_T
 #undef MPT_INSTANTIATE_QT
 

@@ -51,6 +51,10 @@ struct QuantizeArgs {
   float* amax = nullptr;                        // optional: receives amax(x) of the input
   Fp8Saturation sat = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or Inf (E5M2)
   bool amax_ignore_nan = false;                 // the amax skips NaN elements (TE's fmaxf reduction)
+  bool amax_accumulate = false;                 // *amax is max-ed into (no zeroing launch): amax_history[0]
+  // quantize_transpose only, optional: [math::dbias_tiles(rows), cols] f32, receives each 32-row tile's column sums
+  // (the fused bias gradient's first half; dbias_finish gives the sums).
+  float* dbias_partial = nullptr;
 };
 
 // q[i] = fp8(x[i] * scale) for i < n.
@@ -63,11 +67,32 @@ template <class Q, class T>
 cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const QuantizeArgs& args,
                                cudaStream_t stream);
 
+// partial [math::dbias_tiles(dims.rows), dims.cols] = each 32-row tile's column sums of x, top to bottom in FP32
+// (the bias gradient's first half where no quantization pass reads x; dbias_finish gives the sums).
+template <class T>
+cudaError_t column_partials(const T* x, math::Dims2 dims, float* partial, cudaStream_t stream);
+
+// out[c] = sum over the tiles of partial [math::dbias_tiles(dims.rows), dims.cols] (quantize_transpose's
+// dbias_partial), in tile order, rounded once to Out: the fused bias gradient, bit for bit cpu::column_sums_tiled.
+template <class Out>
+cudaError_t dbias_finish(const float* partial, math::Dims2 dims, Out* out, cudaStream_t stream);
+
 // Block quantization (layout in kernels/math/quantize.h): one warp per 1x128 block, one 256-thread block
 // per 128x128 tile; scale_inv[block] = 1 / scaling(amax(block)), q = fp8(x * scale) saturating.
 template <class Q, class T>
 cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
                                const math::ScaleFromAmax& scaling, cudaStream_t stream);
+
+// 1x128 block quantization of x^T for x [rows, cols] row-major: q [cols, rows] and scale_inv
+// [cols, ceil(rows/128)], bit for bit quantize_blockwise of the contiguous transpose (cpu::
+// quantize_blockwise_1x128_transposed's result) without materialising it: one 256-thread block per 128 x 32 tile
+// of x, staged in shared memory; a warp per column quantizes its 128 rows. dbias_partial (optional,
+// [math::dbias_tiles(rows), cols]) receives each 32-row tile's column sums from the same pass (the fused bias
+// gradient's first half, as quantize_transpose's; dbias_finish gives the sums).
+template <class Q, class T>
+cudaError_t quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv,
+                                                const math::ScaleFromAmax& scaling, cudaStream_t stream,
+                                                float* dbias_partial = nullptr);
 
 // out[i] = Out(float(q[i]) * *scale_inv).
 template <class Out, class Q>

@@ -114,6 +114,12 @@ struct Dims2 {
   int64_t rows = 0, cols = 0;
 };
 
+// ---- the bias gradient fused into cast + transpose (TransformerEngine's cast_transpose_dbias)
+// Column sums of x [rows, cols] in FP32, in one order on every backend: each tile of kDbiasTileRows rows summed top to
+// bottom from 0 (a partial per tile and column), then a column's partials in tile order from 0, rounded once.
+inline constexpr int kDbiasTileRows = 32;
+MPT_HD MPT_INLINE int64_t dbias_tiles(int64_t rows) { return (rows + kDbiasTileRows - 1) / kDbiasTileRows; }
+
 // ---- block scaling (DeepSeek-V3 / TE Float8BlockScaling), the layout kernels/cpu/gemm.h consumes
 // x is [rows, cols] row-major; blocks are 128 wide along cols (the GEMM's K) and kBlockRows tall:
 //   Block1x128    one FP32 scale_inv per (row, 128-column group): row-major [rows, ceil(cols / 128)]

@@ -2,6 +2,7 @@
 #include "fp8/gemm.h"
 
 #include <string>
+#include <variant>
 
 #include "ops/dispatch.h"
 #include "fp8/quantize.h"
@@ -64,6 +65,7 @@ Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, co
   o.gelu_aux = epilogue.gelu_aux;
   o.dgelu_aux = epilogue.dgelu_aux;
   o.aux_bias_grad = epilogue.aux_bias_grad;
+  o.fp8_fast_accum = epilogue.fp8_fast_accum;
   if (mp != m) {  // padded rows of A: the aux gets them too (zero pre-activations; a zero product keeps dgelu at 0)
     if (o.gelu_aux.defined()) o.gelu_aux = Tensor::empty({mp, n}, out, qa.data.device());
     if (o.dgelu_aux.defined()) o.dgelu_aux = pad_rows(o.dgelu_aux, mp);
@@ -73,6 +75,8 @@ Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, co
   if (epilogue.gelu_aux.defined()) Tensor(epilogue.gelu_aux).copy_(o.gelu_aux.slice(0, 0, m));
   return c.slice(0, 0, m).contiguous();
 }
+
+bool fast_accum_fprop(const fp8::Fp8Recipe& recipe) { return !std::holds_alternative<fp8::BlockScaling>(recipe); }
 
 void check_fp8_layer(const char* op, const Fp8LayerNames& nm, Device dev, int64_t in_features, const Tensor& weight,
                      const Tensor& bias, const fp8::Fp8Recipe& recipe, const fp8::Fp8LinearMetas& metas,

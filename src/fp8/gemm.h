@@ -12,12 +12,17 @@ namespace mpt::fp8::detail {
 
 // C = A B^T with both operands' codes stored K-major (the TN layout FP8 tensor cores take), dequantized by their
 // scales, FP32 accumulation, rounded once to `out` ([rows of A, rows of B]). `epilogue` may carry MatmulOptions'
-// bias, gelu_aux, dgelu_aux and aux_bias_grad (its other fields are ignored), for A's rows as given.
+// bias, gelu_aux, dgelu_aux, aux_bias_grad and fp8_fast_accum (its other fields are ignored), for A's rows as given.
 // On CUDA, cuBLASLt's FP8 rules (vendor-semantics R2.2, R4.3) constrain dimensions that follow the batch: K must be a
 // multiple of 16 (wgrad's K is the token count) and, under block scaling, A's rows (fprop's and dgrad's tokens) a
 // multiple of 4. Those are padded with zero codes, which add exactly nothing, and the padded rows of C (and of a GELU
 // aux) are dropped. (Found by the emulated cuBLASLt: an odd token count worked on the CPU and failed on CUDA.)
 Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, const ops::MatmulOptions& epilogue = {});
+
+// Whether the forward GEMM accumulates fast (MatmulOptions::fp8_fast_accum) under `recipe`: TransformerEngine's
+// defaults, fast for the per-tensor recipes' fprop (use_split_accumulator=False), promoted for block scaling's and
+// for every dgrad and wgrad (whose sums run over the tokens).
+bool fast_accum_fprop(const fp8::Fp8Recipe& recipe);
 
 // The checks of one FP8 layer y = x W^T + b whose input x has `in_features` columns on `dev`: the weight (M, K), its
 // bias, the recipe's metas and cached codes (Fp8LinearConfig's fields). `layer` names it in errors ("weight" or

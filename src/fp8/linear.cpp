@@ -51,13 +51,16 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
   if (!dy_in.defined()) return {Tensor(), Tensor(), Tensor()};
   const Tensor dy = dy_in.reshape({-1, s.m});  // (N, M)
   detail::Fp8Pair q;
+  // db: the column sums of dy, fused into its cast + transpose under the per-tensor recipes.
+  Tensor db = s.need_db ? Tensor::empty({s.m}, s.b_dtype, dy.device()) : Tensor{};
   if (s.need_dx || s.need_dw) {
-    q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta, s.need_dx, s.need_dw);
+    q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta, s.need_dx, s.need_dw, db);
+  } else if (s.need_db) {
+    db.copy_(ops::detail::bias_grad(dy));
   }
-  Tensor dx, dw, db;
+  Tensor dx, dw;
   if (s.need_dx) dx = gemm_tn(q.rowwise, s.wt, s.x_dtype).reshape(s.x_shape);  // (N, M) x (K, M)^T
   if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype);                  // (M, N) x (K, N)^T
-  if (s.need_db) db = ops::detail::bias_grad(dy).to(s.b_dtype);
   return {dx, dw, db};
 }
 
@@ -87,7 +90,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   }
 
   // (N, K) x (M, K)^T, the bias added in FP32 in the GEMM's epilogue before the one rounding to `out`.
-  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, out, {.bias = bias.defined() ? bias.detach() : Tensor{}});
+  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, out, {.bias = bias.defined() ? bias.detach() : Tensor{},
+                                                   .fp8_fast_accum = detail::fast_accum_fprop(config.recipe)});
   Shape y_shape = x.shape();
   y_shape.back() = m;
   y = y.reshape(y_shape);

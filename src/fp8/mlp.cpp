@@ -51,15 +51,16 @@ std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s) {
   const Tensor dy = dy_in.reshape({-1, s.c_out});
   const DType hdt = s.h_dtype;
   if (s.need_dw2 || s.need_dpre()) {
-    const detail::Fp8Pair q =
-        detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta2, s.need_dpre(), s.need_dw2);
+    // b2's gradient: dy's column sums, fused into its cast + transpose under the per-tensor recipes.
+    if (s.need_db2) d[4] = Tensor::empty({s.c_out}, s.b2_dtype, dy.device());
+    const detail::Fp8Pair q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta2,
+                                                        s.need_dpre(), s.need_dw2, d[4]);
     Tensor dpre, db1;
     if (s.need_dpre()) {  // dpre = (dy W2) * gelu'(pre), db1 = its column sums: one FP8 GEMM with the DGELU epilogue
       db1 = s.need_db1 ? Tensor::empty({s.pre.size(1)}, hdt, dy.device()) : Tensor{};
       dpre = gemm_tn(q.rowwise, s.w2t, hdt, {.dgelu_aux = s.pre, .aux_bias_grad = db1});
     }
     if (s.need_dw2) d[3] = gemm_tn(q.columnwise, s.ht, s.w2_dtype);
-    if (s.need_db2) d[4] = ops::detail::bias_grad(dy).to(s.b2_dtype);
     if (s.need_db1) d[2] = db1.to(s.b1_dtype);
     if (s.need_dx || s.need_dw1) {
       const detail::Fp8Pair p =
@@ -101,13 +102,15 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
       detail::quantize_for_gemm(x, c.recipe, Fp8Role::Input, c.metas1.input, true, s.need_dw1);
   const detail::Fp8Pair w1q = weight_codes(w1, c.weight1_fp8, c.recipe, c.metas1, s.need_dx, "weight1");
   Tensor pre = Tensor::empty({n, hidden}, out, dev);
+  const bool fast = detail::fast_accum_fprop(c.recipe);
   const Tensor h = gemm_tn(xq.rowwise, w1q.rowwise, out, {.bias = b1.defined() ? b1.detach() : Tensor{},
-                                                           .gelu_aux = pre});
+                                                           .gelu_aux = pre, .fp8_fast_accum = fast});
   // Layer 2: h quantized (its transpose for dW2), y = h W2^T + b2.
   const detail::Fp8Pair hq =
       detail::quantize_for_gemm(h, c.recipe, Fp8Role::Input, c.metas2.input, true, s.need_dw2);
   const detail::Fp8Pair w2q = weight_codes(w2, c.weight2_fp8, c.recipe, c.metas2, s.need_dpre(), "weight2");
-  Tensor y = gemm_tn(hq.rowwise, w2q.rowwise, out, {.bias = b2.defined() ? b2.detach() : Tensor{}});
+  Tensor y = gemm_tn(hq.rowwise, w2q.rowwise, out, {.bias = b2.defined() ? b2.detach() : Tensor{},
+                                                   .fp8_fast_accum = fast});
 
   if (grad) {
     s.xt = xq.columnwise, s.w1t = w1q.columnwise, s.ht = hq.columnwise, s.w2t = w2q.columnwise;

@@ -8,6 +8,7 @@
 
 #include "mpt/ops/cast.h"
 #include "mpt/fp8/linear.h"
+#include "ops/dispatch.h"
 
 // The FP8 ops are built from the ops layer below (cast, matmul, reductions, dispatch).
 using namespace mpt::ops;  // NOLINT(google-build-using-namespace)
@@ -22,23 +23,28 @@ using fp8::Fp8Role;
 // scale and amax stays on t's device: delayed scaling reads the meta's scale and folds max |t| into its history
 // (TE's amax_history[0]) in the same pass; current scaling computes amax and scale in a first pass.
 Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
-                            const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool columnwise) {
+                            const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool columnwise, const Tensor& dbias) {
   const DType fmt = fp8::fp8_dtype(recipe, role);
   const auto* delayed = std::get_if<fp8::DelayedScaling>(&recipe);
   QuantizeOptions o;
   o.amax_ignore_nan = true;  // TE's amax skips NaN elements (scaling-spec B2, C5 and C6)
+  // Activations and gradients fold their amax straight into the history's current slot (TE's amax_history[0]), in
+  // the quantizing pass itself. A weight's amax is kept apart as well: a cached weight copy records it again.
+  const bool into_history = delayed != nullptr && role != Fp8Role::Weight;
   if (delayed != nullptr) {
     o.scale = meta->scale;
-    o.amax = Tensor::empty({}, DType::F32, t.device());
+    o.amax = into_history ? meta->amax_history.slice(0, 0, 1) : Tensor::empty({}, DType::F32, t.device());
+    o.amax_accumulate = into_history;
   } else {
     const auto& c = std::get<fp8::CurrentScaling>(recipe);
     o.power_of_2 = c.power_2_scale;
     o.amax_epsilon = c.amax_epsilon;
   }
   ops::Quantized q, qt;
+  if (columnwise) o.dbias = dbias;
   if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
   else q = quantize_fp8(t, fmt, o);
-  if (delayed != nullptr) meta->record_amax(o.amax);
+  if (delayed != nullptr && !into_history) meta->record_amax(o.amax);
   if (meta && meta->collect_telemetry) {  // a debugging aid: reads the device
     const auto* c = std::get_if<fp8::CurrentScaling>(&recipe);
     const float scale = c ? fp8::compute_scale_from_amax(fp8::amax_ignore_nan(t), fp8::fp8_max(fmt), c->power_2_scale,
@@ -46,13 +52,14 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Ro
                           : meta->scale.item<float>();
     meta->measure(t, q, scale);
   }
-  return {q, qt, delayed != nullptr ? o.amax : Tensor{}};
+  return {q, qt, delayed != nullptr && !into_history ? o.amax : Tensor{}};
 }
 
 // Block scaling: weights 128x128 (the transposed codes share the tile scales), activations and gradients 1x128 with
 // the columnwise copy quantized again from t along the other axis (scaling-spec B3).
 Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role,
-                       const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
+                       const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
+                       const Tensor& dbias) {
   const BlockQuantizeOptions o{r.power_2_scale};
   const bool telemetry = meta && meta->collect_telemetry;
   Fp8Pair p;
@@ -65,6 +72,7 @@ Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role
     if (columnwise) {
       BlockQuantizeOptions ot = o;
       ot.transpose = true;  // t^T's codes without its transposed copy
+      ot.dbias = dbias;     // and its column sums from the same pass
       p.columnwise = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, ot);
     }
   }
@@ -76,11 +84,14 @@ Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role
 }  // namespace
 
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
-                 const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise) {
-  if (const auto* b = std::get_if<fp8::BlockScaling>(&recipe)) {
-    return quantize_block(t, *b, role, meta, rowwise, columnwise);
-  }
-  return quantize_per_tensor(t, recipe, role, meta, columnwise);
+                 const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise, const Tensor& dbias) {
+  // dbias comes from the columnwise pass (a weight's columnwise copy is its codes' transpose: no pass over t).
+  const bool block = std::holds_alternative<fp8::BlockScaling>(recipe);
+  const bool fused = columnwise && !(block && role == Fp8Role::Weight);
+  if (dbias.defined() && !fused) Tensor(dbias).copy_(ops::detail::bias_grad(t));
+  const Tensor fused_dbias = fused ? dbias : Tensor{};
+  if (block) return quantize_block(t, std::get<fp8::BlockScaling>(recipe), role, meta, rowwise, columnwise, fused_dbias);
+  return quantize_per_tensor(t, recipe, role, meta, columnwise, fused_dbias);
 }
 
 bool is_wide_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }

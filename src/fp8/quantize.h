@@ -12,8 +12,9 @@ namespace mpt::fp8::detail {
 
 // One 2-d tensor quantized for the GEMMs that read it. rowwise: K along its columns, as stored (x and dy in the
 // GEMM that contracts their last dim, W in fprop). columnwise: its transpose (rows become K: x and dy in wgrad, W in
-// dgrad). Only the usages asked for are defined. amax: under delayed scaling, max |t| (NaN ignored) as recorded into
-// the meta (0-d f32 on t's device; what a cached weight copy records again), else undefined.
+// dgrad). Only the usages asked for are defined. amax: a weight's max |t| (NaN ignored) under delayed scaling, as
+// recorded into the meta (0-d f32 on t's device; what a cached weight copy records again), else undefined (inputs and
+// gradients fold theirs into the meta's amax_history[0] in the quantizing pass itself).
 struct Fp8Pair {
   ops::Quantized rowwise, columnwise;
   Tensor amax;
@@ -23,8 +24,12 @@ struct Fp8Pair {
 // 128x128 with the transposed codes sharing the tile scales, activations and gradients 1x128 quantized along each
 // axis; per tensor: one pass for both, with the meta's scale (delayed, its amax folded into the history) or the
 // tensor's own (current)). Telemetry is measured into the meta when it collects it.
+// dbias (optional, a [cols] f32/bf16/f16 tensor): receives t's column sums, a gradient's bias gradient: fused into the
+// pass that makes the columnwise codes (the per-tensor cast + transpose, TE's cast_transpose_dbias, or block
+// scaling's transposed 1x128 quantization), else a column reduction of its own; the same bits either way.
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp8Role role,
-                          const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise);
+                          const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
+                          const Tensor& dbias = {});
 
 bool is_wide_dtype(DType t);  // f32, bf16 or f16: what FP8 quantization reads
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cpu/quantize.h"
@@ -48,6 +49,15 @@ void check_scalar_f32(const Tensor& t, Device dev, const char* what, const char*
             "[{}] {} must be an f32 tensor with one element on {}, got {}", op, what, dev.str(), t.meta_str());
 }
 
+// A fused bias gradient's output: [cols of x's 2-d view], contiguous, f32/bf16/f16, on x's device.
+void check_dbias(const Tensor& dbias, const Tensor& x, Device dev, const char* op) {
+  const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
+  MPT_CHECK(dbias.device() == dev && dbias.dim() == 1 && dbias.size(0) == cols && dbias.is_contiguous() &&
+                (dbias.dtype() == DType::F32 || dbias.dtype() == DType::BF16 || dbias.dtype() == DType::F16),
+            "[{}] dbias must be a contiguous [{}] f32, bf16 or f16 tensor on {} (x is {}), got {}", op, cols, dev.str(),
+            x.meta_str(), dbias.meta_str());
+}
+
 // Checks x and the options, returns x's device.
 Device check_quantize_args(const Tensor& x, DType fp8, const QuantizeOptions& o, const char* op) {
   const Device dev = detail::check_same_device({&x}, op);
@@ -55,6 +65,13 @@ Device check_quantize_args(const Tensor& x, DType fp8, const QuantizeOptions& o,
   visit_fp8(fp8, op, [](auto) {});
   if (o.scale.defined()) check_scalar_f32(o.scale, dev, "the scale", op);
   if (o.amax.defined()) check_scalar_f32(o.amax, dev, "the amax output", op);
+  if (o.dbias.defined()) {
+    MPT_CHECK(std::string_view(op) == "quantize_fp8_transpose",
+              "[{}] dbias is fused into quantize_fp8_transpose only (its tiles see every column)", op);
+    check_dbias(o.dbias, x, dev, op);
+  }
+  MPT_CHECK(!o.amax_accumulate || (o.amax.defined() && o.amax_ignore_nan),
+            "[{}] amax_accumulate folds into the amax output: it needs `amax` and amax_ignore_nan", op);
   MPT_CHECK(o.margin >= 0 && o.margin <= 64, "[{}] margin must be in [0, 64], got {}", op, o.margin);
   return dev;
 }
@@ -92,10 +109,23 @@ cudaError_t quantize_per_tensor_cuda(const Tensor& x, const Tensor& q, const Ten
     }
     if (e != cudaSuccess) return e;
   }
-  const kernels::cuda::QuantizeArgs args{scale.data<float>(), scale_inv.data<float>(), amax_ptr(o), o.saturation,
-                                         o.amax_ignore_nan};
-  return qt.defined() ? kernels::cuda::quantize_transpose(x.data<T>(), q.data<Q>(), qt.data<Q>(), dims_of(x), args, stream)
-                      : kernels::cuda::quantize(x.data<T>(), q.data<Q>(), x.numel(), args, stream);
+  kernels::cuda::QuantizeArgs args{scale.data<float>(), scale_inv.data<float>(), amax_ptr(o), o.saturation,
+                                   o.amax_ignore_nan, o.amax_accumulate};
+  if (!qt.defined()) return kernels::cuda::quantize(x.data<T>(), q.data<Q>(), x.numel(), args, stream);
+  const kernels::math::Dims2 d = dims_of(x);
+  Tensor partial;  // the fused dbias: each 32-row tile's column sums, then their sum
+  if (o.dbias.defined()) {
+    partial = Tensor::empty({kernels::math::dbias_tiles(d.rows), d.cols}, DType::F32, x.device());
+    args.dbias_partial = partial.data<float>();
+  }
+  cudaError_t e = kernels::cuda::quantize_transpose(x.data<T>(), q.data<Q>(), qt.data<Q>(), d, args, stream);
+  if (e == cudaSuccess && o.dbias.defined()) {
+    visit_wide(o.dbias.dtype(), "quantize_fp8_transpose", "dbias", [&](auto otag) {
+      using Out = decltype(otag);
+      e = kernels::cuda::dbias_finish(partial.data<float>(), d, o.dbias.data<Out>(), stream);
+    });
+  }
+  return e;
 }
 #endif
 
@@ -120,9 +150,15 @@ void quantize_per_tensor(const Tensor& x, const Tensor& q, const Tensor& qt, con
         kernels::cpu::quantize(x.data<T>(), q.data<Q>(), x.numel(), args);
       }
       *scale_inv.data<float>() = kernels::math::reciprocal(scale);
+      if (o.dbias.defined()) {
+        visit_wide(o.dbias.dtype(), op, "dbias", [&](auto otag) {
+          using Out = decltype(otag);
+          kernels::cpu::column_sums_tiled(x.data<T>(), dims_of(x), o.dbias.data<Out>());
+        });
+      }
       if (o.amax.defined()) {
         if (o.amax_ignore_nan && std::isnan(amax)) amax = cpu_amax(x.data<T>(), x.numel(), true);
-        *amax_ptr(o) = amax;
+        *amax_ptr(o) = o.amax_accumulate ? std::fmax(*amax_ptr(o), amax) : amax;
       }
     });
   });
@@ -203,6 +239,36 @@ void delayed_scaling_update_(std::span<const DelayedScalingSlot> slots, bool alg
 #endif
 }
 
+namespace detail {
+
+Tensor column_sums(const Tensor& x_in, DType out_dtype) {
+  constexpr const char* op = "column_sums";
+  const Tensor x = x_in.contiguous();
+  const kernels::math::Dims2 d = dims_of(x);
+  Tensor out = Tensor::empty({d.cols}, out_dtype, x.device());
+  visit_wide(x.dtype(), op, "the input", [&](auto ttag) {
+    using T = decltype(ttag);
+    visit_wide(out_dtype, op, "the output", [&](auto otag) {
+      using Out = decltype(otag);
+      if (x.device().is_cpu()) {
+        kernels::cpu::column_sums_tiled(x.data<T>(), d, out.data<Out>());
+        return;
+      }
+#if defined(MPT_WITH_CUDA)
+      const auto stream = static_cast<cudaStream_t>(detail::stream_of(x.device()));
+      const Tensor partial = Tensor::empty({kernels::math::dbias_tiles(d.rows), d.cols}, DType::F32, x.device());
+      MPT_CUDA_KERNEL(kernels::cuda::column_partials(x.data<T>(), d, partial.data<float>(), stream));
+      MPT_CUDA_KERNEL(kernels::cuda::dbias_finish(partial.data<float>(), d, out.data<Out>(), stream));
+#else
+      MPT_CUDA_KERNEL(0);
+#endif
+    });
+  });
+  return out;
+}
+
+}  // namespace detail
+
 Tensor amax(const Tensor& x_in) {
   const Device dev = detail::check_same_device({&x_in}, "amax");
   const Tensor x = x_in.contiguous();
@@ -247,7 +313,11 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
   MPT_CHECK(!options.transpose || (x_in.dim() == 2 && layout == ScaleLayout::Block1x128),
             "[{}] transpose quantizes a 2-d input's transpose in 1x128 blocks, got {} with {} blocks", op,
             x_in.meta_str(), layout == ScaleLayout::Block1x128 ? "1x128" : "128x128");
-  const bool fused = options.transpose && dev.is_cpu();  // elsewhere: the transposed copy, then the plain kernel
+  const bool fused = options.transpose;  // x^T's codes without its transposed copy, on every backend
+  if (options.dbias.defined()) {
+    MPT_CHECK(options.transpose, "[{}] dbias is fused into the transposed (columnwise) 1x128 quantization only", op);
+    check_dbias(options.dbias, x_in, dev, op);
+  }
   const Tensor x = options.transpose && !fused ? x_in.t().contiguous() : x_in.contiguous();
   const Shape shape = fused ? Shape{x.size(1), x.size(0)} : x.shape();
   const kernels::math::BlockScaleLayout bl = block_layout(fused ? x.t() : x, layout);  // of the quantized shape
@@ -258,9 +328,35 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
     const kernels::math::ScaleFromAmax scaling{kernels::math::fp8_max<Q>(), 0, options.power_of_2};
     visit_wide(x.dtype(), op, "the input", [&](auto ttag) {
       using T = decltype(ttag);
-      if (fused) {
+      if (fused && dev.is_cpu()) {
         kernels::cpu::quantize_blockwise_1x128_transposed(x.data<T>(), x.size(0), x.size(1), q.data.data<Q>(),
                                                           q.scale_inv.data<float>(), scaling);
+        if (options.dbias.defined()) {
+          visit_wide(options.dbias.dtype(), op, "dbias", [&](auto otag) {
+            using Out = decltype(otag);
+            kernels::cpu::column_sums_tiled(x.data<T>(), dims_of(x), options.dbias.data<Out>());
+          });
+        }
+      } else if (fused) {
+#if defined(MPT_WITH_CUDA)
+        const auto stream = static_cast<cudaStream_t>(detail::stream_of(dev));
+        const kernels::math::Dims2 d = dims_of(x);
+        Tensor partial;
+        if (options.dbias.defined()) {
+          partial = Tensor::empty({kernels::math::dbias_tiles(d.rows), d.cols}, DType::F32, dev);
+        }
+        MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise_1x128_transposed(
+            x.data<T>(), x.size(0), x.size(1), q.data.data<Q>(), q.scale_inv.data<float>(), scaling, stream,
+            partial.defined() ? partial.data<float>() : nullptr));
+        if (options.dbias.defined()) {
+          visit_wide(options.dbias.dtype(), op, "dbias", [&](auto otag) {
+            using Out = decltype(otag);
+            MPT_CUDA_KERNEL(kernels::cuda::dbias_finish(partial.data<float>(), d, options.dbias.data<Out>(), stream));
+          });
+        }
+#else
+        MPT_CUDA_KERNEL(0);
+#endif
       } else if (dev.is_cpu()) {
         kernels::cpu::quantize_blockwise(x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), bl, scaling);
       } else {

@@ -81,6 +81,10 @@ class GradRecorder {
 // The bias gradient of a Linear: the column sums of a 2-d dy in FP32 (f64 for f64), never rounded to dy's dtype
 // (src/ops/linear.cpp).
 Tensor bias_grad(const Tensor& dy);
+// The column sums of x's 2-d view (rows = numel / last dim; f32, bf16 or f16) as an [cols] tensor of `out` (f32,
+// bf16 or f16): FP32 sums in the tile order of the fused cast + transpose + dbias (kernels/math/quantize.h), rounded
+// once; the same bits on the CPU and CUDA (src/ops/cast.cpp).
+Tensor column_sums(const Tensor& x, DType out);
 
 // The GELU kernels on outputs the caller gives (src/ops/activation.cpp; contiguous tensors of one shape, dtype and
 // device): y = gelu(x); dx = dy * gelu'(x), added into dx when `accumulate` (dx may be dy: elementwise, in place).

@@ -1,7 +1,6 @@
 // src/ops/linear.cpp: the Linear op: checks, the bias-fused forward GEMM and the backward's three gradients.
 #include "mpt/ops/linear.h"
 
-#include "kernels/cpu/reduction.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/reduction.h"
@@ -12,17 +11,11 @@ namespace mpt::ops {
 namespace detail {
 
 // Column sums of dy [N, M] in FP32 (f64 for f64): the bias gradient (with dW wanted too, linear takes it from dW's
-// GEMM instead: MatmulOptions::bias_grad). CUDA sums an FP32 copy of dy (the same canonical order, the same sums).
+// GEMM instead: MatmulOptions::bias_grad). One order on both backends, the FP8 recipes' fused cast + transpose +
+// dbias's (column_sums), so a bias gradient has the same bits whichever pass makes it.
 Tensor bias_grad(const Tensor& dy) {
   if (dy.dtype() == DType::F64) return sum(dy, 0);
-  if (!dy.device().is_cpu()) return sum(dy.to(DType::F32), 0);
-  Tensor db = Tensor::empty({dy.size(1)}, DType::F32, dy.device());
-  detail::visit_float(dy.dtype(), "linear backward", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, double>)
-      kernels::cpu::sum_axis_f32(dy.data<T>(), db.data<float>(), {1, dy.size(0), dy.size(1)}, false);
-  });
-  return db;
+  return column_sums(dy, DType::F32);
 }
 
 }  // namespace detail

@@ -296,6 +296,7 @@ bool gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     sb = lt_scales(opt.scale_b, checked_scale(opt.scale_b, b_in, n, k, "b", c.device()), n, k, native);
     p.scale_a = {lt_mode(opt.scale_a.kind), sa.data<float>()};
     p.scale_b = {lt_mode(opt.scale_b.kind), sb.data<float>()};
+    p.fp8_fast_accum = opt.fp8_fast_accum;
   }
   if (is_fp8(c.dtype())) {
     MPT_CHECK(opt.out_scale.defined() && opt.out_scale.numel() == 1 && opt.out_scale.dtype() == DType::F32 &&

@@ -1,6 +1,7 @@
 // tests/gpu/test_cast_gpu.cpp: dtype conversions and FP8 quantization (per tensor, current scaling, 1x128 / 128x128 blocks, dequantize) on cuda:0 against the CPU backend (bit-exact under emulation; skipped without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -72,6 +73,21 @@ TEST(GpuCast, AmaxAndPerTensorQuantizationMatchCpu) {
       expect_match(qg.data, qc.data, kSameBitsEverywhere, "quantize_fp8 given scale " + n);
       expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "quantize_fp8 scale_inv " + n);
       expect_match(amax_g, amax_c, kSameBitsEverywhere, "quantize_fp8 fused amax " + n);
+      // Folded into a slot that holds a value (delayed scaling's amax_history[0]), below and above max |x|, by the
+      // plain and the transposing kernel, with the NaN-skipping amax the fold needs.
+      for (float before : {0.5f, 1e6f}) {
+        for (bool transpose : {false, true}) {
+          Tensor slot_c = Tensor::full({}, before, DType::F32), slot_g = to_gpu(slot_c);
+          const ops::QuantizeOptions oc{.scale = scale, .amax = slot_c, .amax_ignore_nan = true, .amax_accumulate = true};
+          ops::QuantizeOptions og = oc;
+          og.scale = to_gpu(scale), og.amax = slot_g;
+          const Tensor dc = transpose ? ops::quantize_fp8_transpose(x, f8, oc).second.data : ops::quantize_fp8(x, f8, oc).data;
+          const Tensor dg = transpose ? ops::quantize_fp8_transpose(gx, f8, og).second.data : ops::quantize_fp8(gx, f8, og).data;
+          expect_match(dg, dc, kSameBitsEverywhere, "quantize_fp8 amax_accumulate codes " + n);
+          expect_match(slot_g, slot_c, kSameBitsEverywhere, "quantize_fp8 amax_accumulate " + n);
+          EXPECT_EQ(slot_c.item<float>(), std::max(before, amax_c.item<float>())) << n;
+        }
+      }
       const auto nc = ops::quantize_fp8(x, f8, {.scale = scale, .amax = {}, .saturation = Fp8Saturation::NoSaturate});
       const auto ng = ops::quantize_fp8(gx, f8, {.scale = to_gpu(scale), .amax = {}, .saturation = Fp8Saturation::NoSaturate});
       expect_match(ng.data, nc.data, kSameBitsEverywhere, "quantize_fp8 not saturating " + n);
@@ -100,6 +116,30 @@ TEST(GpuCast, AmaxAndPerTensorQuantizationMatchCpu) {
 }
 
 // Inf/NaN and all-zero inputs: amax NaN, scale 1, NaN codes, on both backends alike.
+// The bias gradient fused into cast + transpose: the same bits as the CPU's (both sum in kernels/math's tile order),
+// for row counts that end mid-tile and every output dtype, with delayed-style given scales and current scaling.
+TEST(GpuCast, FusedDbiasMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (const Shape& shape : std::vector<Shape>{{1, 7}, {33, 40}, {77, 129}, {300, 64}}) {
+    for (DType dt : kHigh) {
+      const Tensor x = random_tensor(shape, dt, 5, 3.0), gx = to_gpu(x);
+      for (DType out : kHigh) {
+        for (bool current : {false, true}) {
+          ops::QuantizeOptions oc, og;
+          if (!current) oc.scale = Tensor::full({}, 16.0, DType::F32), og.scale = to_gpu(oc.scale);
+          oc.dbias = Tensor::empty({shape.back()}, out);
+          og.dbias = to_gpu(oc.dbias);
+          const auto [qc, qtc] = ops::quantize_fp8_transpose(x, DType::F8E4M3, oc);
+          const auto [qg, qtg] = ops::quantize_fp8_transpose(gx, DType::F8E4M3, og);
+          const std::string n = shape_str(shape) + " " + name_of(dt) + " -> " + name_of(out);
+          expect_match(qtg.data, qtc.data, kSameBitsEverywhere, "fused dbias codes " + n);
+          expect_match(og.dbias, oc.dbias, kSameBitsEverywhere, "fused dbias " + n);
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuCast, QuantizationOfSpecialValuesMatchesCpu) {
   MPT_REQUIRE_GPU(8);
   const Tensor sv = special_values();
@@ -132,6 +172,32 @@ TEST(GpuCast, BlockQuantizationMatchesCpu) {
             expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "block scale_inv " + n);
             expect_match(ops::dequantize(qg, dt), ops::dequantize(qc, dt), kSameBitsEverywhere, "block dequantize " + n);
           }
+        }
+      }
+    }
+  }
+}
+
+// 1x128 quantization of a 2-d x's transpose (an FP8-block recipe's columnwise operand): the device's fused kernel
+// gives the CPU's bits, for row counts that end mid-block and column counts that end mid-tile.
+TEST(GpuCast, TransposedBlockQuantizationMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kHigh) {
+    for (const Shape& shape : {Shape{130, 257}, Shape{256, 40}, Shape{1, 129}, Shape{300, 1}}) {
+      const Tensor x = random_tensor(shape, dt, 6, 4.0), gx = to_gpu(x);
+      for (DType f8 : kFp8) {
+        for (bool pow2 : {false, true}) {
+          const std::string n = name_of(dt) + " " + shape_str(shape) + " -> " + name_of(f8) + (pow2 ? " pow2" : "");
+          // With the fused bias gradient (the columnwise pass over a gradient dy).
+          const ops::BlockQuantizeOptions oc{.power_of_2 = pow2, .transpose = true,
+                                             .dbias = Tensor::empty({shape[1]}, DType::F32)};
+          ops::BlockQuantizeOptions og = oc;
+          og.dbias = to_gpu(oc.dbias);
+          const auto qc = ops::quantize_blockwise(x, f8, ops::ScaleLayout::Block1x128, oc);
+          const auto qg = ops::quantize_blockwise(gx, f8, ops::ScaleLayout::Block1x128, og);
+          expect_match(qg.data, qc.data, kSameBitsEverywhere, "transposed block codes " + n);
+          expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "transposed block scale_inv " + n);
+          expect_match(og.dbias, oc.dbias, kSameBitsEverywhere, "transposed block dbias " + n);
         }
       }
     }

@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cublasLt.h"
@@ -242,6 +244,59 @@ TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
   ASSERT_EQ(Vp, 128u);
   EXPECT_EQ(c.matmul_flops, 6 * (12 * C * C * L + Vp * C) * N + 14 * B * T * T * C * L) << emu::to_string(c);
   EXPECT_EQ(c.kernel_launches_unsized, 0u) << emu::to_string(c);
+}
+
+// FP8 delayed scaling's quantizations, by launching site (cuda_emu::kernel_sites): an activation's or gradient's
+// is one cast + transpose launch that folds its amax straight into the meta's amax_history[0] (TransformerEngine's
+// layout), with no zeroing and no folding launch around it. The FP8 block (h.1) quantizes per micro-batch 4 inputs
+// (c_attn's, c_proj's, the MLP's x and h) and 4 gradients (c_attn's, c_proj's, the MLP's dy and dpre); its 4 weights
+// once per optimizer step (the cached codes), and only those keep an amax apart (amp::fp8_weight_copy records it
+// again): a zeroing and a folding launch each. The gradients of the biases behind c_attn, c_proj and the MLP's second
+// layer come from the cast + transpose of their dy (TE's cast_transpose_dbias, one finishing launch each), so the
+// column reductions left are the BF16 step's.
+TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {
+  MPT_REQUIRE_GPU(8);
+  auto sites = [](const std::string& precision) {
+    TrainLoop loop(precision);
+    loop.step(0, false);
+    loop.step(1, false);
+    emu::reset_counters();
+    emu::set_kernel_sites(true);
+    loop.step(2, false);
+    emu::set_kernel_sites(false);
+    std::map<std::string, uint64_t> launches;
+    for (const emu::KernelSite& k : emu::kernel_sites()) {
+      launches[k.name] = k.launches;
+      EXPECT_GT(k.bytes_read + k.bytes_written, 0u) << precision << " " << k.name;
+    }
+    return launches;
+  };
+  std::map<std::string, uint64_t> launches = sites("fp8-delayed"), bf16 = sites("bf16");
+  EXPECT_EQ(launches["quantize.cu dbias_finish"], kAccum * 3);
+  EXPECT_EQ(launches["reduction.cu run_pass"], bf16["reduction.cu run_pass"]);
+  constexpr uint64_t kWeights = 4, kPerMicroBatch = 8;
+  EXPECT_EQ(launches["quantize.cu quantize_transpose"], kAccum * kPerMicroBatch + kWeights);
+  EXPECT_EQ(launches["quantize.cu zero_amax"], kWeights);
+  EXPECT_EQ(launches["quantize.cu fold_amax"], kWeights);
+  EXPECT_EQ(launches["quantize.cu delayed_scaling_update"], 1u);
+  emu::reset_counters();
+  EXPECT_TRUE(emu::kernel_sites().empty()) << "reset_counters empties the tally";
+}
+
+// TransformerEngine's accumulation defaults (fp8::detail::fast_accum_fprop): the per-tensor recipes' forward GEMMs
+// (4 FP8 Linears in h.1, 2 micro-batches) ask cuBLASLt for FAST_ACCUM; dgrad and wgrad, and every GEMM of block
+// scaling, keep FP32 promotion.
+TEST(GpuStepCounts, Fp8ForwardGemmsAccumulateFastUnderPerTensorScaling) {
+  MPT_REQUIRE_GPU(8);
+  for (const auto& [precision, fast] : std::vector<std::pair<std::string, uint64_t>>{{"fp8-delayed", kAccum * 4},
+                                                                                    {"fp8-current", kAccum * 4},
+                                                                                    {"fp8-block", 0}}) {
+    TrainLoop loop(precision);
+    loop.step(0, false);
+    const uint64_t before = emu::cublaslt_fast_accum_matmuls();
+    loop.step(1, false);
+    EXPECT_EQ(emu::cublaslt_fast_accum_matmuls() - before, fast) << precision;
+  }
 }
 
 // With the CUDA block cache on (the default outside emulation, mpt/core/memory.h): after warm-up a step's tensors

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/convert.h"
@@ -231,6 +232,119 @@ TEST(QuantizeFp8, CurrentScalingUsesAmaxAndMapsTheMaxToFp8Max) {
   const ops::Quantized nan = ops::quantize_fp8(Tensor::from_vector<float>({NAN, 2}, {2}), DType::F8E4M3);
   EXPECT_EQ(nan.scale_inv.item<float>(), 1.0f);
   EXPECT_EQ(codes(nan.data), (std::vector<uint8_t>{0x7F, 0x40}));
+}
+
+// amax_accumulate (delayed scaling's amax written straight into amax_history[0]): the output becomes
+// fmax(its value, max |x| with NaN skipped), for the plain and the transposing quantization alike, and the codes do
+// not change. Without amax_ignore_nan (a NaN could not be folded) or without an output it is refused.
+TEST(QuantizeFp8, AmaxAccumulateFoldsIntoTheOutputsValue) {
+  const Tensor x = Tensor::from_vector<float>({1.5f, -2.75f, NAN, 0.25f, -0.5f, 2.0f}, {2, 3});
+  for (bool transpose : {false, true}) {
+    for (const auto& [before, after] : std::vector<std::pair<float, float>>{{0.0f, 2.75f}, {1.0f, 2.75f},
+                                                                            {3.5f, 3.5f}, {INFINITY, INFINITY}}) {
+      ops::QuantizeOptions o;
+      o.scale = scalar(4.0f);
+      o.amax = scalar(before);
+      o.amax_ignore_nan = true;
+      o.amax_accumulate = true;
+      const ops::Quantized q = transpose ? ops::quantize_fp8_transpose(x, DType::F8E4M3, o).first
+                                         : ops::quantize_fp8(x, DType::F8E4M3, o);
+      EXPECT_EQ(o.amax.item<float>(), after) << "before " << before << " transpose " << transpose;
+      ops::QuantizeOptions plain = o;
+      plain.amax = Tensor{};
+      plain.amax_accumulate = false;
+      EXPECT_EQ(codes(q.data), codes(ops::quantize_fp8(x, DType::F8E4M3, plain).data)) << before;
+    }
+  }
+  ops::QuantizeOptions nan_kept;
+  nan_kept.scale = scalar(1.0f);
+  nan_kept.amax = scalar(0.0f);
+  nan_kept.amax_accumulate = true;
+  EXPECT_MPT_ERROR(ops::quantize_fp8(x, DType::F8E4M3, nan_kept), "[quantize_fp8] amax_accumulate folds into the amax output");
+  nan_kept.amax_ignore_nan = true;
+  nan_kept.amax = Tensor{};
+  EXPECT_MPT_ERROR(ops::quantize_fp8(x, DType::F8E4M3, nan_kept), "needs `amax` and amax_ignore_nan");
+}
+
+// The bias gradient fused into cast + transpose (TE's cast_transpose_dbias): dbias[c] is the column sum of the 2-d
+// view of x in the order kernels/math/quantize.h fixes (FP32, tiles of 32 rows top to bottom, then the tiles in
+// order, one rounding), checked bit for bit against that order written out here, and against the float64 sum within
+// the FP32 summation's bound (rows x 2^-24 x sum |x|) plus the output's half ulp; the codes are unchanged.
+TEST(QuantizeFp8Transpose, FusedDbiasIsTheColumnSumsInTileOrder) {
+  const std::vector<Shape> shapes = {{1, 1}, {31, 5}, {33, 40}, {64, 64}, {100, 257}, {2, 45, 33}, {300, 3}};
+  for (const Shape& shape : shapes) {
+    for (DType dt : kWide) {
+      const Tensor x = spread_tensor(shape, dt, 7 + numel(shape));
+      const int64_t cols = shape.back(), rows = numel(shape) / cols;
+      const std::vector<double> xs = x.to_vector<double>();
+      for (DType out : {DType::F32, DType::BF16, DType::F16}) {
+        const std::string what = fmt::format("{} {} -> dbias {}", shape_str(shape), dtype_name(dt), dtype_name(out));
+        ops::QuantizeOptions o;
+        o.scale = scalar(8.0f);
+        o.dbias = Tensor::empty({cols}, out);
+        const auto [q, qt] = ops::quantize_fp8_transpose(x, DType::F8E4M3, o);
+        ops::QuantizeOptions plain;
+        plain.scale = o.scale;
+        EXPECT_EQ(codes(qt.data), codes(ops::quantize_fp8_transpose(x, DType::F8E4M3, plain).second.data)) << what;
+        const std::vector<double> got = o.dbias.to_vector<double>();
+        for (int64_t c = 0; c < cols; ++c) {
+          float total = 0.0f;
+          double exact = 0, magnitude = 0;
+          for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+            float part = 0.0f;
+            for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r) part += static_cast<float>(xs[r * cols + c]);
+            total += part;
+          }
+          for (int64_t r = 0; r < rows; ++r) exact += xs[r * cols + c], magnitude += std::fabs(xs[r * cols + c]);
+          const double want = Tensor::full({}, total, DType::F32).to(out).item<double>();
+          ASSERT_EQ(got[c], want) << what << " column " << c;
+          if (std::isinf(want)) continue;  // beyond f16's range: the bit check above covers it
+          // FP32's sequential sums, then the one rounding to `out` (relative, or half its smallest subnormal).
+          const double half_ulp = out == DType::F32 ? 0x1p-24 : out == DType::BF16 ? 0x1p-8 : 0x1p-11;
+          const double sum_error = rows * 0x1p-24 * magnitude;
+          const double floor = out == DType::F16 ? 0x1p-25 : 0x1p-150;
+          EXPECT_LE(std::fabs(got[c] - exact), (1 + half_ulp) * sum_error + half_ulp * std::fabs(exact) + floor)
+              << what << " column " << c;
+        }
+      }
+    }
+  }
+  ops::QuantizeOptions bad;
+  bad.scale = scalar(1.0f);
+  bad.dbias = Tensor::empty({4});
+  const Tensor x = Tensor::ones({3, 4});
+  EXPECT_MPT_ERROR(ops::quantize_fp8(x, DType::F8E4M3, bad), "[quantize_fp8] dbias is fused into quantize_fp8_transpose only");
+  bad.dbias = Tensor::empty({3});
+  EXPECT_MPT_ERROR(ops::quantize_fp8_transpose(x, DType::F8E4M3, bad),
+                   "[quantize_fp8_transpose] dbias must be a contiguous [4] f32, bf16 or f16 tensor");
+  bad.dbias = Tensor::empty({4}, DType::I32);
+  EXPECT_MPT_ERROR(ops::quantize_fp8_transpose(x, DType::F8E4M3, bad), "dbias must be a contiguous [4]");
+}
+
+// Block scaling's columnwise 1x128 quantization (transpose) fuses the same bias gradient: the bits of the per-tensor
+// cast + transpose's dbias (checked above against the order written out), and the codes unchanged.
+TEST(QuantizeBlockwise, TransposedQuantizationFusesTheSameDbias) {
+  for (const Shape& shape : std::vector<Shape>{{1, 3}, {33, 40}, {130, 257}, {300, 5}}) {
+    for (DType dt : kWide) {
+      const Tensor x = spread_tensor(shape, dt, 3 + numel(shape));
+      for (DType out : {DType::F32, DType::BF16}) {
+        const std::string what = fmt::format("{} {} -> dbias {}", shape_str(shape), dtype_name(dt), dtype_name(out));
+        ops::BlockQuantizeOptions o{.transpose = true, .dbias = Tensor::empty({shape[1]}, out)};
+        const ops::Quantized q = ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128, o);
+        ops::QuantizeOptions per_tensor;
+        per_tensor.scale = scalar(1.0f);
+        per_tensor.dbias = Tensor::empty({shape[1]}, out);
+        ops::quantize_fp8_transpose(x, DType::F8E4M3, per_tensor);
+        EXPECT_EQ(o.dbias.to_vector<double>(), per_tensor.dbias.to_vector<double>()) << what;
+        const ops::Quantized plain = ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128,
+                                                             {.transpose = true});
+        EXPECT_EQ(codes(q.data), codes(plain.data)) << what;
+      }
+    }
+  }
+  ops::BlockQuantizeOptions rowwise{.dbias = Tensor::empty({4})};
+  EXPECT_MPT_ERROR(ops::quantize_blockwise(Tensor::ones({3, 4}), DType::F8E4M3, ops::ScaleLayout::Block1x128, rowwise),
+                   "[quantize_blockwise] dbias is fused into the transposed (columnwise) 1x128 quantization only");
 }
 
 TEST(QuantizeFp8Transpose, EqualsQuantizeThenTransposeBitForBit) {

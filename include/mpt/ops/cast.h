@@ -42,14 +42,26 @@ struct QuantizeOptions {
   // TransformerEngine's amax semantics (an fmaxf reduction): NaN elements are ignored, Inf kept, for the current
   // scale and the amax output.
   bool amax_ignore_nan = false;
+  // The amax output is folded into its current value (fmax; it must hold a non-negative float) instead of being
+  // overwritten: TransformerEngine's delayed scaling writes each quantization's amax straight into amax_history[0],
+  // with no zeroing or folding pass. Needs `amax` and amax_ignore_nan (so that the fold is NaN-free).
+  bool amax_accumulate = false;
+  // quantize_fp8_transpose only, optional: a contiguous [cols] f32, bf16 or f16 tensor on x's device that receives
+  // the column sums of the 2-d view of x (the bias gradient, when x is a layer's output gradient dy) from the
+  // quantizing pass (TransformerEngine's cast_transpose_dbias): summed in FP32 in tiles of 32 rows, then over the
+  // tiles in order (kernels/math/quantize.h), rounded once; the same bits on the CPU and CUDA.
+  Tensor dbias{};
   Fp8Saturation saturation = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or +-Inf (E5M2)
 };
 
 struct BlockQuantizeOptions {
   bool power_of_2 = false;  // round each block's scale down to a power of two (TE's default for block scaling)
   // Quantize the transpose of a 2-d x (1x128 only): bit for bit quantize_blockwise(x.t().contiguous()), without the
-  // transposed copy on the CPU (an FP8 recipe's columnwise operand of the weight-gradient GEMM).
+  // transposed copy (an FP8 recipe's columnwise operand of the weight-gradient GEMM).
   bool transpose = false;
+  // With transpose, optional: a contiguous [cols] f32, bf16 or f16 tensor on x's device that receives x's column sums
+  // from the same pass, in QuantizeOptions::dbias's order and bits (the bias gradient of a gradient dy).
+  Tensor dbias{};
 };
 
 // max |x| as a 0-d f32 tensor on x's device; NaN if any element is NaN, 0 for an empty tensor.

@@ -60,6 +60,10 @@ struct MatmulOptions {
   Tensor gelu_aux{};
   Tensor dgelu_aux{};
   Tensor aux_bias_grad{};
+  // FP8 operands on CUDA: cuBLASLt's FAST_ACCUM (Ada and Hopper accumulate the FP8 products without promoting them to
+  // FP32 every few K steps: faster, less exact; TransformerEngine's default for the forward GEMM, with promotion kept
+  // for dgrad and wgrad). No effect on other GPUs, on the CPU (its FP8 GEMMs accumulate in FP32) or for other dtypes.
+  bool fp8_fast_accum = false;
 };
 
 // a: (m, k) or (batch, m, k) (with trans_a: (k, m) or (batch, k, m)); b: (k, n) or (batch, k, n) (trans_b: (n, k)).

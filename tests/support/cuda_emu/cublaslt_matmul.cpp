@@ -1,5 +1,6 @@
 // tests/support/cuda_emu/cublaslt_matmul.cpp: the cuBLASLt double's cublasLtMatmul: re-validation, algo and workspace checks, the device accesses, and the run on the stream.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -10,6 +11,8 @@
 
 namespace mpt::cuda_emu {
 namespace {
+
+std::atomic<uint64_t> g_fast_accum_matmuls{0};
 
 constexpr const char* kApi = "cublasLtMatmul";
 
@@ -170,7 +173,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const uint64_t flops = 2 * static_cast<uint64_t>(p.m) * static_cast<uint64_t>(p.n) * static_cast<uint64_t>(p.k) *
                          static_cast<uint64_t>(std::max<int64_t>(p.batch, 1));
   const uint64_t traffic = a_bytes + b_bytes + d_bytes + (reads_c ? c_bytes : 0);
-  const cudaError_t err = run_on_stream(stream, kApi, acc, [p, args, workspace, need_ws, flops, traffic] {
+  const bool fast_accum = d.fast_accum != 0;
+  const cudaError_t err = run_on_stream(stream, kApi, acc, [p, args, workspace, need_ws, flops, traffic, fast_accum] {
     if (!record_only()) {
       if (need_ws > 0) std::memset(workspace, 0xA5, need_ws);  // scratch: nothing may rely on its contents
       compute_matmul(p, args);
@@ -178,11 +182,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     detail::count(&Counters::matmuls);
     detail::count(&Counters::matmul_flops, flops);
     detail::count(&Counters::matmul_bytes, traffic);
+    if (fast_accum) g_fast_accum_matmuls.fetch_add(1, std::memory_order_relaxed);
   });
   if (err != cudaSuccess)
     return fail(CUBLAS_STATUS_EXECUTION_FAILED, std::string(kApi) + ": the stream reported " + cudaGetErrorName(err));
   set_failure("");
   return CUBLAS_STATUS_SUCCESS;
 }
+
+uint64_t cublaslt_fast_accum_matmuls() { return g_fast_accum_matmuls.load(std::memory_order_relaxed); }
 
 }  // namespace mpt::cuda_emu

@@ -275,6 +275,9 @@ const char* cublaslt_last_failure();
 // preference left the default: all schemes allowed). The double's algorithms with workspace stand for split-K ones: a mask
 // without any scheme (NONE) leaves only the algorithm without workspace.
 uint32_t cublaslt_last_reduction_mask();
+// cublasLtMatmul calls that ran with CUBLASLT_MATMUL_DESC_FAST_ACCUM set, since the process started (the double
+// computes them exactly like the others: it has no reduced-precision accumulator).
+uint64_t cublaslt_fast_accum_matmuls();
 
 }  // namespace mpt::cuda_emu
 
