@@ -16,6 +16,9 @@ Stages (each runs when what it needs is there; a failure is recorded and the lat
            test_core, test_optim, test_kernels, test_nn, test_amp, test_fp8, test_train, test_ops; fails if one fails or skips (other than
            the cases written for machines without a GPU: NoGpu, CudaWithoutGpu, NoDriver)
   kernels  benchmarks/bench_kernels (the host CPU's kernels and GEMMs next to its peaks: it has no device option)
+  fp8      benchmarks/bench_fp8 --device cuda: each piece of an FP8 Linear (the GEMM per recipe, with and without fast
+           accumulation; amax, quantize, cast + transpose (+ dbias), 1x128/128x128 blocks) beside the BF16 GEMM of the
+           same shape, and whole FP8 Linears against the BF16 one, at GPT 1.3B's MLP shape and GPT-2 124M's
   gemm     cuBLAS BF16 and FP8 GEMM TFLOP/s through torch (compare_pytorch.py --gemm-only): a square 8192 GEMM and
            GPT-2's own shapes
   profile  bench_train --device cuda --profile --cuda-graph on GPT-2 124M in bf16 and fp8-delayed: where one step's
@@ -35,7 +38,8 @@ Options:
                        CUDA's own (cudart, cuBLAS(Lt), cuDNN, NCCL) are searched for on the machine when ldd misses them
   --python PY          the Python with torch (env MPT_PYTHON; default python3)
   --quick              fit a 15-minute device lease: one repetition of short runs, no torch.compile, shorter timeouts
-  --stages LIST        comma-separated subset of env,build,tests,kernels,gemm,profile,train (env and build always run)
+  --stages LIST        comma-separated subset of env,build,tests,kernels,fp8,gemm,profile,train (env and build always
+                       run)
   --batch N            sequences per training step (default 8)
   --peak-tflops T      dense BF16 peak for MFU instead of the table by GPU name (H100/H200 989, A100 312); FP8
                        peak is 2x on sm_89 and later unless --peak-fp8-tflops
@@ -55,7 +59,7 @@ build_dir=${MPT_BUILD_DIR:-}
 lib_dir=${MPT_LIB_DIR:-}
 py=${MPT_PYTHON:-python3}
 quick=0 force=0 batch=8 peak="" peak_fp8="" models=gpt2,gpt2-padded compile=0
-stages=env,build,tests,kernels,gemm,profile,train
+stages=env,build,tests,kernels,fp8,gemm,profile,train
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift ;;
@@ -76,7 +80,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 for s in ${stages//,/ }; do
-  case $s in env|build|tests|kernels|gemm|profile|train) ;; *) echo "gpu-suite: unknown stage '$s' in --stages" >&2; exit 2 ;; esac
+  case $s in env|build|tests|kernels|fp8|gemm|profile|train) ;; *) echo "gpu-suite: unknown stage '$s' in --stages" >&2; exit 2 ;; esac
 done
 wanted() { [[ ",$stages," == *",$1,"* ]]; }
 # Paths given on the command line are relative to where the script was started.
@@ -146,6 +150,7 @@ test_bins=(test_gpu test_core test_optim test_kernels test_nn test_amp test_fp8 
 need=()
 wanted tests && need+=("${test_bins[@]}")
 wanted kernels && need+=(bench_kernels)
+wanted fp8 && need+=(bench_fp8)
 { wanted train || wanted profile; } && need+=(bench_train)
 declare -A bin=()
 begin build
@@ -302,6 +307,26 @@ if wanted kernels; then
   fi
 fi
 
+# ---------------------------------------------------------------- fp8 (bench_fp8 on cuda:0)
+if wanted fp8; then
+  begin fp8
+  if [ $run_gpu = 0 ]; then
+    record fp8 skipped "$no_gpu_reason"
+  elif ! have bench_fp8; then
+    record fp8 failed "not run: bench_fp8 missing (see build)"
+  else
+    limit=$((quick ? 120 : 600))
+    rc=0
+    # GPT 1.3B's MLP up-projection, then GPT-2 124M's, at batch 8 x 1024.
+    run_logged "$out/logs/fp8.log" "$limit" "${bin[bench_fp8]}" --device cuda --tokens 8192 --in 2048 --out 8192 \
+      --reps "$((quick ? 5 : 20))" --json "$out/raw/bench_fp8-1.3b.json" || rc=$?
+    [ $rc = 0 ] && { run_logged "$out/logs/fp8.log" "$limit" "${bin[bench_fp8]}" --device cuda --tokens 8192 --in 768 \
+      --out 3072 --reps "$((quick ? 5 : 20))" --json "$out/raw/bench_fp8-124m.json" || rc=$?; }
+    if [ $rc = 0 ]; then record fp8 ok "raw/bench_fp8-1.3b.json, raw/bench_fp8-124m.json"
+    else record fp8 failed "bench_fp8 $(why $rc "$limit" "$out/logs/fp8.log")"; fi
+  fi
+fi
+
 # ---------------------------------------------------------------- gemm and train (compare_pytorch.py)
 compare=("$py" benchmarks/compare_pytorch.py --device cuda --batch "$batch")
 [ -n "$peak" ] && compare+=(--peak-tflops "$peak")
@@ -421,6 +446,7 @@ for path in sorted(glob.glob(os.path.join(raw, "tests", "*.json"))):
         "skipped": [c["classname"] + "." + c["name"] for c in cases if c.get("result") == "SKIPPED"],
         "failed": [c["classname"] + "." + c["name"] for c in cases if c.get("failures")]}
 suite.update(tests=tests or None, kernels=load(os.path.join(raw, "bench_kernels.json")),
+             fp8={s: load(os.path.join(raw, "bench_fp8-%s.json" % s)) for s in ("1.3b", "124m")},
              profile={p: load(os.path.join(raw, "profile-%s.json" % p)) for p in ("bf16", "fp8-delayed", "small-graph")},
              gemm=load(os.path.join(raw, "gemm.json")), train=load(os.path.join(raw, "train.json")))
 with open(os.path.join(out, "gpu-suite.json"), "w") as f:
