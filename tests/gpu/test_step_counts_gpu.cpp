@@ -254,24 +254,28 @@ TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
 // again): a zeroing and a folding launch each. The gradients of the biases behind c_attn, c_proj and the MLP's second
 // layer come from the cast + transpose of their dy (TE's cast_transpose_dbias, one finishing launch each), so the
 // column reductions left are the BF16 step's.
+// One step's launches by launching site (cuda_emu::kernel_sites), after two warm-up steps.
+std::map<std::string, uint64_t> step_sites(const std::string& precision) {
+  TrainLoop loop(precision);
+  loop.step(0, false);
+  loop.step(1, false);
+  emu::reset_counters();
+  emu::set_kernel_sites(true);
+  loop.step(2, false);
+  emu::set_kernel_sites(false);
+  std::map<std::string, uint64_t> launches;
+  for (const emu::KernelSite& k : emu::kernel_sites()) {
+    launches[k.name] = k.launches;
+    EXPECT_GT(k.bytes_read + k.bytes_written, 0u) << precision << " " << k.name;
+  }
+  for (const auto& [name, n] : launches) std::printf("%-12s %-48s %llu\n", precision.c_str(), name.c_str(),
+                                                     static_cast<unsigned long long>(n));
+  return launches;
+}
+
 TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {
   MPT_REQUIRE_GPU(8);
-  auto sites = [](const std::string& precision) {
-    TrainLoop loop(precision);
-    loop.step(0, false);
-    loop.step(1, false);
-    emu::reset_counters();
-    emu::set_kernel_sites(true);
-    loop.step(2, false);
-    emu::set_kernel_sites(false);
-    std::map<std::string, uint64_t> launches;
-    for (const emu::KernelSite& k : emu::kernel_sites()) {
-      launches[k.name] = k.launches;
-      EXPECT_GT(k.bytes_read + k.bytes_written, 0u) << precision << " " << k.name;
-    }
-    return launches;
-  };
-  std::map<std::string, uint64_t> launches = sites("fp8-delayed"), bf16 = sites("bf16");
+  std::map<std::string, uint64_t> launches = step_sites("fp8-delayed"), bf16 = step_sites("bf16");
   EXPECT_EQ(launches["quantize.cu dbias_finish"], kAccum * 3);
   EXPECT_EQ(launches["reduction.cu run_pass"], bf16["reduction.cu run_pass"]);
   constexpr uint64_t kWeights = 4, kPerMicroBatch = 8;
@@ -281,6 +285,22 @@ TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {
   EXPECT_EQ(launches["quantize.cu delayed_scaling_update"], 1u);
   emu::reset_counters();
   EXPECT_TRUE(emu::kernel_sites().empty()) << "reset_counters empties the tally";
+}
+
+// FP8 block scaling's columnwise (wgrad) codes: each of the FP8 block's 4 inputs and 4 gradients per micro-batch is
+// quantized along its other axis by one kernel reading it (no transposed copy), and the three dy behind a bias give
+// that bias's gradient from the same pass. Left to a column reduction of its own: b1's gradient, since the emulated
+// cuBLASLt (like the documented tables) has no GELU epilogue with block scales and the DGELU runs as kernels. The
+// only transposing copies left are the 4 weights' codes, once per step (their 128x128 scale grids are one row or one
+// column at this width, whose transpose is a view).
+TEST(GpuStepCounts, Fp8BlockColumnwiseCodesComeFromOnePass) {
+  MPT_REQUIRE_GPU(8);
+  std::map<std::string, uint64_t> block = step_sites("fp8-block"), bf16 = step_sites("bf16");
+  constexpr uint64_t kWeights = 4, kPerMicroBatch = 8;
+  EXPECT_EQ(block["quantize.cu quantize_blockwise_1x128_transposed"], kAccum * kPerMicroBatch);
+  EXPECT_EQ(block["quantize.cu dbias_finish"], kAccum * (3 + 1));
+  EXPECT_EQ(block["quantize.cu column_partials"], bf16["quantize.cu column_partials"] + kAccum);
+  EXPECT_EQ(block["strided.cu launch_copy"], bf16["strided.cu launch_copy"] + kWeights);
 }
 
 // TransformerEngine's accumulation defaults (fp8::detail::fast_accum_fprop): the per-tensor recipes' forward GEMMs
