@@ -31,6 +31,11 @@ MPT_HD MPT_INLINE float amax_from_bits(uint32_t bits) {
   return numerics_detail::bit_cast<float>(canonical_amax_bits(bits));
 }
 
+// The reduction of amax bits (an unsigned max: any order, any thread layout, the same bits).
+struct AmaxBitsMax {
+  MPT_HD MPT_INLINE uint32_t operator()(uint32_t a, uint32_t b) const { return a > b ? a : b; }
+};
+
 // TransformerEngine's amax (an fmaxf reduction) ignores NaN elements and keeps Inf: a NaN's bits count as 0.
 template <class T>
 MPT_HD MPT_INLINE uint32_t amax_bits(T x, bool ignore_nan) {

@@ -297,7 +297,7 @@ TEST(GpuStepCounts, Fp8BlockColumnwiseCodesComeFromOnePass) {
   MPT_REQUIRE_GPU(8);
   std::map<std::string, uint64_t> block = step_sites("fp8-block"), bf16 = step_sites("bf16");
   constexpr uint64_t kWeights = 4, kPerMicroBatch = 8;
-  EXPECT_EQ(block["quantize.cu quantize_blockwise_1x128_transposed"], kAccum * kPerMicroBatch);
+  EXPECT_EQ(block["quantize_block.cu quantize_blockwise_1x128_transposed"], kAccum * kPerMicroBatch);
   EXPECT_EQ(block["quantize.cu dbias_finish"], kAccum * (3 + 1));
   EXPECT_EQ(block["quantize.cu column_partials"], bf16["quantize.cu column_partials"] + kAccum);
   EXPECT_EQ(block["strided.cu launch_copy"], bf16["strided.cu launch_copy"] + kWeights);
