@@ -47,9 +47,10 @@ struct QuantizeOptions {
   // with no zeroing or folding pass. Needs `amax` and amax_ignore_nan (so that the fold is NaN-free).
   bool amax_accumulate = false;
   // quantize_fp8_transpose only, optional: a contiguous [cols] f32, bf16 or f16 tensor on x's device that receives
-  // the column sums of the 2-d view of x (the bias gradient, when x is a layer's output gradient dy) from the
-  // quantizing pass (TransformerEngine's cast_transpose_dbias): summed in FP32 in tiles of 32 rows, then over the
-  // tiles in order (kernels/math/quantize.h), rounded once; the same bits on the CPU and CUDA.
+  // the column sums of the 2-d view of x (the bias gradient, when x is a layer's output gradient dy): on CUDA from
+  // the quantizing pass itself (TransformerEngine's cast_transpose_dbias), on the CPU a second pass in the same order;
+  // summed in FP32 in tiles of 32 rows, then over the tiles in order (kernels/math/quantize.h), rounded once; the
+  // same bits on the CPU and CUDA.
   Tensor dbias{};
   Fp8Saturation saturation = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or +-Inf (E5M2)
 };
