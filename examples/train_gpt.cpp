@@ -12,6 +12,7 @@
 #include "common/progress.h"
 #include "common/run_options.h"
 #include "mpt/amp/policy.h"
+#include "mpt/amp/qat.h"
 #include "mpt/data/loader.h"
 #include "mpt/train/init_from.h"
 #include "mpt/train/trainer.h"
@@ -55,8 +56,16 @@ void run(const ex::Options& o) {
     fmt::print("data parallel: {} ranks x batch {} = {} sequences per step; buckets {} MB; gradients {}{}\n", world,
                o.batch, world * o.batch, o.bucket_mb, o.grad_compression, o.zero1 ? "; ZeRO-1 optimizer shards" : "");
   }
-  const mpt::amp::Policy policy =
+  mpt::amp::Policy policy =
       mpt::amp::Policy::named(o.precision, o.layers, device, o.model == "llama" ? "model.layers" : "h");
+  std::string precision_name = o.precision;
+  if (!o.qat.empty()) {  // QAT: fake-quantized Linear weights (and inputs) under the same GEMM precision
+    MPT_CHECK(!policy.fp8_state, "[train_gpt] --qat {} fake-quantizes for FP32, BF16 or FP16 GEMMs; --precision {} "
+              "runs them in FP8", o.qat, o.precision);
+    policy.qat = std::make_shared<const mpt::amp::QatPolicy>(
+        mpt::amp::QatPolicy::linears_but_head(mpt::amp::QatScheme::named(o.qat, o.qat_group)));
+    precision_name += "+qat-" + policy.qat->all->name;  // a checkpoint resumes only under the same scheme
+  }
   MPT_CHECK(o.fp8_telemetry == 0 || policy.fp8_state, "[train_gpt] --fp8-telemetry needs an FP8 --precision "
             "(fp8-delayed, fp8-current or fp8-block), not {}", o.precision);
   MPT_CHECK(o.bucket_mb > 0, "[train_gpt] --bucket-mb {} must be positive", o.bucket_mb);
@@ -96,7 +105,7 @@ void run(const ex::Options& o) {
   mpt::train::Trainer trainer(
       model, mpt::train::adamw({.lr = o.lr, .betas = {0.9, 0.95}, .moments = moment_storage(o)}),
       {.policy = policy,
-       .precision_name = o.precision,
+       .precision_name = precision_name,
        .grad_accum = o.grad_accum,
        .clip = o.clip,
        .scaler = {.init_scale = o.init_scale},
@@ -110,7 +119,7 @@ void run(const ex::Options& o) {
        .flops_per_token = model.flops_per_token(o.seq),
        .fp8_telemetry_every = o.fp8_telemetry});
   fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "
-             "step; AdamW moments {}\n", o.precision, trainer.scaler().is_enabled() ? ", dynamic loss scaling" : "",
+             "step; AdamW moments {}\n", precision_name, trainer.scaler().is_enabled() ? ", dynamic loss scaling" : "",
              o.grad_accum, o.moments);
   // This rank's batches (its share of each global batch of ranks x --batch windows), read on a worker thread while
   // the step runs; on a GPU copied asynchronously from page-locked memory.
@@ -144,6 +153,19 @@ void run(const ex::Options& o) {
              peak.flops > 0 ? fmt::format("{:.4g} TFLOP/s", peak.flops / 1e12) : std::string("no known peak"),
              peak.source, trainer.options().flops_per_token / 1e6);
 
+  if (policy.qat && start_step == 0) {
+    // Where QAT starts: the full-precision model, and the same weights quantized (post-training quantization).
+    mpt::amp::Policy full = policy;
+    full.qat = nullptr;
+    const double fp = trainer.evaluate([&] {
+      mpt::amp::Autocast no_qat(full);
+      return ex::validation_loss(model, corpus, o, device);
+    });
+    const double ptq = trainer.evaluate([&] { return ex::validation_loss(model, corpus, o, device); });
+    fmt::print("before QAT: val loss {:.4f} ({}) | {:.4f} quantized ({}, post-training quantization)\n", fp,
+               o.precision, ptq, policy.qat->all->name);
+    log.write({{"step", -1}, {"val_loss_full_precision", fp}, {"val_loss_ptq", ptq}, {"qat", policy.qat->all->name}});
+  }
   ex::Progress progress(o, start_step, world, log);
   double val_loss = 0;
   for (int64_t step = start_step; step < o.steps; ++step) {

@@ -51,7 +51,8 @@ const std::vector<SavedOption>& saved_option_table() {
       saved("init_scale", "--init-scale", &O::init_scale), saved("save_every", "--save-every", &O::save_every),
       saved("keep", "--keep", &O::keep), saved("optimizer", "--optimizer", &O::optimizer),
       saved("freeze", "--freeze", &O::freeze), saved("fp8_telemetry", "--fp8-telemetry", &O::fp8_telemetry),
-      saved("model", "--model", &O::model), saved("kv_heads", "--kv-heads", &O::kv_heads)};
+      saved("model", "--model", &O::model), saved("kv_heads", "--kv-heads", &O::kv_heads),
+      saved("qat", "--qat", &O::qat), saved("qat_group", "--qat-group", &O::qat_group)};
   return table;
 }
 
@@ -237,6 +238,12 @@ std::variant<Options, int> parse_options(int argc, char** argv, Options o) {
                  "GEMM precision: fp32, bf16, fp16 (with dynamic loss scaling), fp8-delayed, fp8-current, fp8-block");
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--log-json", o.log_json, "write progress as JSON lines to this file");
+  app.add_option("--qat", o.qat, "quantization-aware training of every Linear but the LM head: int8 (W8A8: weights "
+                 "per channel, inputs per token), int4 (weights per group of --qat-group), fp8 (E4M3 weights per "
+                 "channel, inputs per token); with --init-from, the PTQ and FP32 losses are reported first")
+      ->check(CLI::IsMember({"int8", "int4", "fp8"}));
+  app.add_option("--qat-group", o.qat_group, "--qat int4's group size (32: GGUF q4_0's block; 128)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--moments", o.moments, "AdamW moment storage: f32, bf16 or int8 (8-bit blockwise)");
   app.add_option("--optimizer", o.optimizer, "adamw, or adamw8bit (AdamW with 8-bit blockwise moments: --moments int8)")
       ->check(CLI::IsMember({"adamw", "adamw8bit"}));

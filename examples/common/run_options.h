@@ -33,6 +33,10 @@ struct Options {
   int64_t freeze = -1;              // >= 0: freeze the embeddings and the first `freeze` blocks
   int64_t fp8_telemetry = 0;        // > 0: every this many steps, print and log each FP8 tensor's quantization stats
   double init_scale = 65536;        // the fp16 GradScaler's initial scale
+  // Quantization-aware training: int8, int4 or fp8 (amp::QatScheme::named) on every Linear but the LM head; empty:
+  // none. qat_group: int4's group size.
+  std::string qat{};
+  int64_t qat_group = 32;
   // Checkpoints (not part of the saved configuration except save_every and keep).
   std::string save_dir{}, resume{};
   int64_t save_every = 0, keep = 3, stop_after = 0;

@@ -266,7 +266,7 @@ void convert(const Src* src, Dst* dst, size_t n, Fp8Saturation sat) {
 
 #define MPT_CONVERT_SOURCES(X, D)                                                                      \
   X(D, float) X(D, double) X(D, f16) X(D, bf16) X(D, f8e4m3) X(D, f8e5m2) X(D, int32_t) X(D, int64_t) \
-  X(D, uint8_t) X(D, uint16_t)
+  X(D, uint8_t) X(D, uint16_t) X(D, int8_t)
 #define MPT_CONVERT_INSTANTIATE(D, S) template void convert<D, S>(const S*, D*, size_t, Fp8Saturation);
 #define MPT_CONVERT_INSTANTIATE_DST(D) MPT_CONVERT_SOURCES(MPT_CONVERT_INSTANTIATE, D)
 
@@ -280,6 +280,7 @@ MPT_CONVERT_INSTANTIATE_DST(int32_t)
 MPT_CONVERT_INSTANTIATE_DST(int64_t)
 MPT_CONVERT_INSTANTIATE_DST(uint8_t)
 MPT_CONVERT_INSTANTIATE_DST(uint16_t)
+MPT_CONVERT_INSTANTIATE_DST(int8_t)
 
 #undef MPT_CONVERT_INSTANTIATE_DST
 #undef MPT_CONVERT_INSTANTIATE

@@ -12,7 +12,7 @@ namespace mpt::kernels::cpu {
 // round to nearest even into f16/bf16/fp8, `sat` for fp8 destinations; floating -> integer
 // truncates and saturates, NaN -> 0; integer -> integer wraps like static_cast.
 // Instantiated for every pair of {float, double, f16, bf16, f8e4m3, f8e5m2, int32_t, int64_t,
-// uint8_t, uint16_t}. src and dst must not overlap. Large arrays are split across OpenMP threads; float<->f16 use F16C,
+// uint8_t, uint16_t, int8_t}. src and dst must not overlap. Large arrays are split across OpenMP threads; float<->f16 use F16C,
 // float->bf16 uses AVX512-BF16 and float/bf16/f16->fp8 use AVX-512 when the CPU has them, and fp8 sources decode
 // through 256-entry tables, all with identical results to the scalar path.
 template <class Dst, class Src>

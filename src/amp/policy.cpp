@@ -1,6 +1,8 @@
 // src/amp/policy.cpp: precision names, per-module policy lookup and the thread-local Autocast stack.
 #include "mpt/amp/policy.h"
 
+#include "amp/module_path.h"
+
 #include "mpt/fp8/scaling.h"
 #include "mpt/core/error.h"
 
@@ -8,13 +10,7 @@ namespace mpt::amp {
 
 namespace {
 thread_local const Policy* g_current = nullptr;
-
-// `prefix` equals `path` or is a whole-component prefix of it.
-bool component_prefix(std::string_view prefix, std::string_view path) {
-  if (prefix.empty()) return true;
-  if (!path.starts_with(prefix)) return false;
-  return path.size() == prefix.size() || path[prefix.size()] == '.';
-}
+using detail::component_prefix;
 }  // namespace
 
 std::string_view to_string(Precision p) {
@@ -54,7 +50,7 @@ Precision Policy::at(std::string_view path) const {
 
 Policy Policy::fp8(int64_t n_layer, std::shared_ptr<mpt::fp8::Fp8ScalingState> state, std::string_view block_prefix) {
   MPT_CHECK(state != nullptr, "[amp] an FP8 policy needs an mpt::fp8::Fp8ScalingState (the recipe and its scales)");
-  Policy p{Precision::FP8, {}, std::move(state)};
+  Policy p{Precision::FP8, {}, std::move(state), nullptr};
   p.override_module("lm_head", Precision::BF16);
   if (n_layer > 0) {
     const std::string prefix(block_prefix);

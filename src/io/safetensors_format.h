@@ -31,10 +31,10 @@ struct DTypeCode {
 };
 
 inline constexpr DTypeCode kDTypeCodes[] = {
-    {DType::I64, "I64", 9},  {DType::F64, "F64", 8},         {DType::F32, "F32", 7},
-    {DType::I32, "I32", 6},  {DType::BF16, "BF16", 5},       {DType::F16, "F16", 4},
-    {DType::U16, "U16", 3},  {DType::F8E4M3, "F8_E4M3", 2}, {DType::F8E5M2, "F8_E5M2", 1},
-    {DType::U8, "U8", 0},
+    {DType::I64, "I64", 10}, {DType::F64, "F64", 9},         {DType::F32, "F32", 8},
+    {DType::I32, "I32", 7},  {DType::BF16, "BF16", 6},       {DType::F16, "F16", 5},
+    {DType::U16, "U16", 4},  {DType::F8E4M3, "F8_E4M3", 3}, {DType::F8E5M2, "F8_E5M2", 2},
+    {DType::I8, "I8", 1},    {DType::U8, "U8", 0},
 };
 
 constexpr const DTypeCode& dtype_code(DType dtype) {

@@ -4,13 +4,49 @@
 #include "mpt/fp8/scaling.h"
 #include "mpt/amp/master_weights.h"
 #include "mpt/amp/policy.h"
+#include "mpt/amp/qat.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/fp8/linear.h"
 #include "mpt/fp8/mlp.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/mlp.h"
+#include "mpt/ops/fake_quant.h"
 
 namespace mpt::nn::detail {
+
+namespace {
+
+// The QAT scheme the current policy gives the module at `path` (null: none).
+const amp::QatScheme* qat_scheme(const amp::Policy* policy, std::string_view path) {
+  return policy != nullptr && policy->qat != nullptr ? policy->qat->at(path) : nullptr;
+}
+
+// y = fake_quantize(x) W_q^T + b with W_q = fake_quantize(W), in the policy's precision for `path` (FP32, BF16, FP16):
+// the straight-through gradients reach x and the FP32 master. The quantized weight is made each forward (no cached
+// copy). A low-precision GEMM reads W_q rounded to its dtype as the compute weight of the FP32 master (dW lands in the
+// master, as the straight-through estimator's identity gives it) with the bias added in FP32, as without QAT.
+Tensor qat_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const amp::QatScheme& scheme,
+                  amp::Precision p, std::string_view path, const char* layer, int64_t out_padded) {
+  MPT_CHECK(p != amp::Precision::FP8,
+            "[{}] '{}': QAT ({}) fake-quantizes weights for an FP32, BF16 or FP16 GEMM, but the policy asks for FP8 "
+            "here: train FP8 without --qat, or QAT with another precision", layer, path, scheme.name);
+  const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
+  Tensor xq = scheme.input ? ops::fake_quantize(x, *scheme.input) : x;
+  if (xq.dtype() != dt) xq = xq.to(dt);
+  if (weight.dtype() == DType::F32 && dt != DType::F32) {
+    Tensor copy;
+    {
+      autograd::NoGradGuard no_grad;
+      copy = (scheme.weight ? ops::fake_quantize(weight, *scheme.weight) : weight).to(dt);
+    }
+    return ops::linear(xq, weight, bias, {.compute_weight = std::move(copy), .out_padded = out_padded});
+  }
+  Tensor wq = scheme.weight ? ops::fake_quantize(weight, *scheme.weight) : weight;
+  if (wq.dtype() != dt) wq = wq.to(dt);
+  return ops::linear(xq, wq, bias, {.out_padded = out_padded});
+}
+
+}  // namespace
 
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
                        const char* layer, int64_t out_padded) {
@@ -22,6 +58,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
               "amp::Autocast", layer, x.meta_str(), weight.meta_str());
   } else {
     const amp::Precision p = policy->at(path);
+    if (const amp::QatScheme* q = qat_scheme(policy, path)) return qat_linear(x, weight, bias, *q, p, path, layer, out_padded);
     if (p == amp::Precision::FP8) {
       MPT_CHECK(policy->fp8_state != nullptr, "[{}] '{}': the policy asks for FP8 but holds no Fp8ScalingState", layer, path);
       // The FP32 master weight and bias go in directly: fp8_linear quantizes the input (E4M3) and the gradient (per
@@ -61,6 +98,7 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
   }
   const amp::Precision p = policy->at(path1);
   if (policy->at(path2) != p) return {};
+  if (qat_scheme(policy, path1) != nullptr || qat_scheme(policy, path2) != nullptr) return {};  // layer by layer
   if (p == amp::Precision::FP8) {
     // Both layers in FP8: as autocast_linear runs each (the masters go in, the cached E4M3 copies are read, each
     // layer's metas registered under its path), with the GELU in the first GEMM's epilogue and its derivative in the

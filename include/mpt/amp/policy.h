@@ -16,6 +16,8 @@ class Fp8ScalingState;  // mpt/fp8/scaling.h
 
 namespace mpt::amp {
 
+struct QatPolicy;  // mpt/amp/qat.h
+
 // What a GEMM-like op (Linear, the LM head, and through their outputs attention and the MLP activation) computes in.
 // FP8 GEMMs take FP8 operands and produce BF16 (the FP8 recipe decides formats and scales).
 enum class Precision : uint8_t { FP32, FP16, BF16, FP8 };
@@ -36,6 +38,9 @@ struct Policy {
   // FP8 GEMMs: the recipe and its scaling state (delayed-scaling histories, telemetry), shared by every FP8 layer;
   // each Linear registers its metas under its path on first use. Call fp8_state->update() once per optimizer step.
   std::shared_ptr<mpt::fp8::Fp8ScalingState> fp8_state;
+  // Quantization-aware training (mpt/amp/qat.h): the Linear layers it names fake-quantize their weight (and input)
+  // before the GEMM, which runs in the precision above (FP32, BF16 or FP16; not FP8). Null: none.
+  std::shared_ptr<const QatPolicy> qat;
 
   Precision at(std::string_view path) const;
   Policy& override_module(std::string path, Precision p) {
@@ -44,8 +49,8 @@ struct Policy {
   }
 
   static Policy fp32() { return {}; }
-  static Policy fp16() { return {Precision::FP16, {}, nullptr}; }
-  static Policy bf16() { return {Precision::BF16, {}, nullptr}; }
+  static Policy fp16() { return {Precision::FP16, {}, nullptr, nullptr}; }
+  static Policy bf16() { return {Precision::BF16, {}, nullptr, nullptr}; }
   // FP8 GEMMs with the first and last blocks and the LM head kept in BF16 (the usual FP8 recipe: those layers are
   // the most sensitive; DeepSeek-V3 and TE's examples keep them in higher precision).
   // block_prefix: the module path of the blocks, "h" (GPT: h.0 ...) or "model.layers" (Llama).

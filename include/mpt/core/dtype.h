@@ -11,17 +11,17 @@
 
 namespace mpt {
 
-enum class DType : uint8_t { F32, F16, BF16, F8E4M3, F8E5M2, F64, I32, I64, U8, U16 };
+enum class DType : uint8_t { F32, F16, BF16, F8E4M3, F8E5M2, F64, I32, I64, U8, U16, I8 };
 
 inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2,
-                                       DType::F64, DType::I32, DType::I64,  DType::U8,     DType::U16};
+                                       DType::F64, DType::I32, DType::I64,  DType::U8,     DType::U16, DType::I8};
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::F64: case DType::I64: return 8;
     case DType::F32: case DType::I32: return 4;
     case DType::F16: case DType::BF16: case DType::U16: return 2;
-    case DType::F8E4M3: case DType::F8E5M2: case DType::U8: return 1;
+    case DType::F8E4M3: case DType::F8E5M2: case DType::U8: case DType::I8: return 1;
   }
   return 0;
 }
@@ -38,6 +38,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::I64: return "i64";
     case DType::U8: return "u8";
     case DType::U16: return "u16";
+    case DType::I8: return "i8";
   }
   return "?";
 }
@@ -61,6 +62,7 @@ template <> struct dtype_traits<DType::I32> { using type = int32_t; };
 template <> struct dtype_traits<DType::I64> { using type = int64_t; };
 template <> struct dtype_traits<DType::U8> { using type = uint8_t; };
 template <> struct dtype_traits<DType::U16> { using type = uint16_t; };
+template <> struct dtype_traits<DType::I8> { using type = int8_t; };
 template <DType T> using scalar_t = typename dtype_traits<T>::type;
 
 template <class T> constexpr DType dtype_of();
@@ -74,6 +76,7 @@ template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::U8; }
 template <> constexpr DType dtype_of<uint16_t>() { return DType::U16; }
+template <> constexpr DType dtype_of<int8_t>() { return DType::I8; }
 
 // The one dtype switch: calls f(scalar_t<T>{}) tag-style with a value of the dtype's C++ type.
 // Usage: visit_dtype(t, [&](auto tag) { using T = decltype(tag); ... });
@@ -90,6 +93,7 @@ decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::I64: return f(int64_t{});
     case DType::U8: return f(uint8_t{});
     case DType::U16: return f(uint16_t{});
+    case DType::I8: return f(int8_t{});
   }
   return f(float{});
 }

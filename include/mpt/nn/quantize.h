@@ -1,0 +1,18 @@
+// mpt/nn/quantize.h: post-training quantization of a model's Linear weights (round to nearest on a QAT scheme's grid).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mpt/amp/qat.h"
+#include "mpt/nn/module.h"
+
+namespace mpt::nn {
+
+// Every Linear of `model` the policy gives a weight scheme gets its weight replaced, in place, by
+// ops::fake_quantize(weight, scheme) (the same bits a QAT forward computes from it), under no_grad; other weights
+// stay. Returns the paths of the weights it quantized. GPT's tied LM head is not a Linear module and keeps its
+// weight (the policies' "lm_head" exclusion covers it for QAT and export).
+std::vector<std::string> quantize_weights(Module& model, const amp::QatPolicy& policy);
+
+}  // namespace mpt::nn

@@ -1,0 +1,57 @@
+// mpt/ops/fake_quant.h: quantize-dequantize with a straight-through gradient (QAT), and the codes and scales of a quantized tensor (PTQ, export).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::ops {
+
+// Code formats: symmetric integers on the restricted grid [-127, 127] (INT8) and [-7, 7] (INT4), or FP8 E4M3.
+enum class QuantFormat : uint8_t { Int8, Int4, FP8 };
+// Which elements share a scale. Groups always run along the last dimension:
+//   PerTensor   one scale for the whole tensor (scales 0-d)
+//   PerChannel  one per row of the last dimension: a Linear weight [out, in] gets one per output channel
+//   PerToken    the same arithmetic for activations [..., C]: one per token (dynamic: recomputed on every call)
+//   PerGroup    one per `group_size` consecutive elements of a row (group_size divides the last dimension)
+// scales: x.shape[:-1] + [last / group size] f32 (0-d for PerTensor).
+enum class QuantGranularity : uint8_t { PerTensor, PerChannel, PerToken, PerGroup };
+
+struct QuantSpec {
+  QuantFormat format = QuantFormat::Int8;
+  QuantGranularity granularity = QuantGranularity::PerChannel;
+  int64_t group_size = 0;  // PerGroup only: 32, 128, ...
+  // The scale is rounded to FP16 before use (what GGUF blocks and FP16 scale tensors store), so a model quantized
+  // with it exports exactly.
+  bool f16_scale = false;
+
+  // "int8-channel", "int4-g128", "int8-token", "fp8-tensor", "fp8-channel" (+ "-f16scale").
+  std::string str() const;
+  // The number of elements that share one scale in a tensor whose last dimension is `last` (numel for
+  // PerTensor). Throws, naming `op` and the shape, when group_size does not divide `last` or is not positive.
+  int64_t group_elements(const Tensor& x, const char* op) const;
+  bool operator==(const QuantSpec&) const = default;
+};
+
+// Per group: s = amax / qmax (qmax 127, 7 or 448; FP16-rounded when f16_scale; 1 for an all-zero group), then
+// value = clamp(rint(x / s), -qmax, qmax) * s for the integers (round half to even), e4m3(x / s) * s for FP8
+// (saturating), in float, rounded to x's dtype (kernels/math/fake_quant.h). x: f32, bf16 or f16 on any device, any
+// strides. Backward: the straight-through estimator, dx = dy (with absmax scales no element lies beyond the grid,
+// so PyTorch's clamp mask would pass everything too).
+Tensor fake_quantize(const Tensor& x, const QuantSpec& spec);
+
+// The same quantization as codes and scales (no autograd): codes is an i8 tensor of x's shape (the integer, or the
+// E4M3 bit pattern), scales as above. fake_quantize(x) equals codes * scales rounded to x's dtype.
+struct GroupQuantized {
+  Tensor codes;
+  Tensor scales;
+  QuantSpec spec;
+};
+GroupQuantized quantize_groups(const Tensor& x, const QuantSpec& spec);
+
+// value = code * scale in f32 (an E4M3 code's value times the scale), as `dtype` (f32, bf16 or f16).
+Tensor dequantize_groups(const GroupQuantized& q, DType dtype = DType::F32);
+
+}  // namespace mpt::ops

@@ -1,0 +1,17 @@
+// kernels/cpu/fake_quant.h: group-wise fake quantization on the CPU (the math is kernels/math/fake_quant.h; the CUDA twin is kernels/cuda/fake_quant.h).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/math/fake_quant.h"
+
+namespace mpt::kernels::cpu {
+
+// x holds `groups` contiguous groups of `group_size` elements. For each group: scales[g] = fq.scale(amax of the
+// group) (amax NaN-propagating); y[i] = fq.value(x[i], s) rounded to T when y is not null; codes[i] =
+// fq.code_byte(x[i], s) when codes is not null. T in {float, f16, bf16}. OpenMP over groups.
+template <class T>
+void fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const math::FakeQuant& fq, float* scales,
+                   int8_t* codes);
+
+}  // namespace mpt::kernels::cpu

@@ -1,0 +1,96 @@
+// kernels/cuda/fake_quant.cu: group-wise fake quantization (QAT, PTQ, export codes): one warp per group, or amax + scale + apply for one group (math from kernels/math/fake_quant.h).
+#include "kernels/cuda/fake_quant.h"
+#include "kernels/cuda/pack.cuh"
+#include "kernels/cuda/quantize.h"
+#include "kernels/math/quantize.h"
+#include "kernels/math/reduce.h"
+
+namespace mpt::kernels::cuda {
+namespace {
+
+template <class T>
+struct FakeQuantParams {
+  const T* x;
+  T* y;
+  int8_t* codes;
+  float* scales;
+  int64_t groups, group_size;
+  math::FakeQuant fq;
+};
+
+template <class T>
+MPT_DEVICE MPT_INLINE void write_element(const FakeQuantParams<T>& p, int64_t i, float s) {
+  const float v = scalar_cast<float>(p.x[i]);
+  if (p.y != nullptr) p.y[i] = scalar_cast<T>(p.fq.value(v, s));
+  if (p.codes != nullptr) p.codes[i] = p.fq.code_byte(v, s);
+}
+
+// One warp per group: lanes stride over the group for its amax (an unsigned max of |x| bits: any order gives the same
+// bits as the CPU's loop), then write codes and values.
+template <class T>
+__global__ void __launch_bounds__(kPackThreads) fake_quantize_warp_kernel(FakeQuantParams<T> p) {
+  const int64_t g = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (g >= p.groups) return;  // the whole warp leaves together
+  const int64_t base = g * p.group_size;
+  unsigned m = 0;
+  for (int64_t i = lane; i < p.group_size; i += 32) m = math::AmaxBitsMax{}(m, math::abs_bits(p.x[base + i]));
+  m = math::warp_allreduce(m, math::AmaxBitsMax{});
+  const float s = p.fq.scale(math::amax_from_bits(m));
+  if (lane == 0) p.scales[g] = s;
+  for (int64_t i = lane; i < p.group_size; i += 32) write_element(p, base + i, s);
+}
+
+// Per-tensor: scales[0] holds the amax on entry, the scale after.
+__global__ void fake_quant_scale_kernel(float* scale, math::FakeQuant fq) { *scale = fq.scale(*scale); }
+
+template <class T>
+__global__ void __launch_bounds__(kPackThreads) fake_quantize_apply_kernel(FakeQuantParams<T> p) {
+  const float s = *p.scales;
+  const int64_t n = p.group_size;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    write_element(p, i, s);
+  }
+}
+
+}  // namespace
+
+template <class T>
+cudaError_t fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const math::FakeQuant& fq,
+                          float* scales, int8_t* codes, cudaStream_t stream) {
+  if (groups < 0 || group_size < 0) return cudaErrorInvalidValue;
+  if (groups == 0) return cudaSuccess;
+  if (scales == nullptr || (group_size > 0 && x == nullptr)) return cudaErrorInvalidValue;
+  const FakeQuantParams<T> p{x, y, codes, scales, groups, group_size, fq};
+  const uint64_t n = static_cast<uint64_t>(groups) * static_cast<uint64_t>(group_size);
+  const uint64_t written = (y != nullptr ? n * sizeof(T) : 0) + (codes != nullptr ? n : 0);
+  if (groups == 1) {
+    cudaError_t e = amax(x, group_size, scales, stream);
+    if (e != cudaSuccess) return e;
+    e = launch(fake_quant_scale_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream, sizeof(float), sizeof(float)},
+               scales, fq);
+    if (e != cudaSuccess) return e;
+    // x, and the scale once per block.
+    const unsigned blocks = grid_stride_blocks(group_size);
+    const LaunchConfig config{dim3(blocks), dim3(kPackThreads), 0, stream, n * sizeof(T) + blocks * sizeof(float),
+                              written};
+    return launch(fake_quantize_apply_kernel<T>, config, p);
+  }
+  constexpr int64_t kWarpsPerBlock = kPackThreads / 32;
+  const int64_t grid = (groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (grid > 2147483647) return cudaErrorInvalidValue;
+  // x twice (the amax pass, then the codes: a group is small enough to stay in cache, but counted as read twice).
+  const LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kPackThreads), 0, stream, 2 * n * sizeof(T),
+                            written + static_cast<uint64_t>(groups) * sizeof(float)};
+  return launch(fake_quantize_warp_kernel<T>, config, p);
+}
+
+template cudaError_t fake_quantize<float>(const float*, float*, int64_t, int64_t, const math::FakeQuant&, float*,
+                                          int8_t*, cudaStream_t);
+template cudaError_t fake_quantize<f16>(const f16*, f16*, int64_t, int64_t, const math::FakeQuant&, float*, int8_t*,
+                                        cudaStream_t);
+template cudaError_t fake_quantize<bf16>(const bf16*, bf16*, int64_t, int64_t, const math::FakeQuant&, float*,
+                                         int8_t*, cudaStream_t);
+
+}  // namespace mpt::kernels::cuda
