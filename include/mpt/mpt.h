@@ -31,6 +31,7 @@
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
 #include "mpt/ops/fake_quant.h"
+#include "mpt/ops/quantized_linear.h"
 #include "mpt/ops/layernorm.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/loss.h"

@@ -54,7 +54,29 @@ __global__ void __launch_bounds__(kPackThreads) fake_quantize_apply_kernel(FakeQ
   }
 }
 
+template <class Out>
+__global__ void __launch_bounds__(kPackThreads) dequantize_groups_kernel(math::GroupWeights w, Out* out) {
+  const int64_t n = w.n * w.k;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = scalar_cast<Out>(math::code_value(w.codes[i], w.format) * w.scales[i / w.group]);
+  }
+}
+
 }  // namespace
+
+template <class Out>
+cudaError_t dequantize_groups(const math::GroupWeights& w, Out* out, cudaStream_t stream) {
+  if (w.n < 0 || w.k < 0) return cudaErrorInvalidValue;
+  const int64_t n = w.n * w.k;
+  if (n == 0) return cudaSuccess;
+  if (w.group <= 0 || w.codes == nullptr || w.scales == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  // The codes and every group's scale once; the values.
+  const LaunchConfig config{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(n) + static_cast<uint64_t>(n / w.group) * sizeof(float),
+                            static_cast<uint64_t>(n) * sizeof(Out)};
+  return launch(dequantize_groups_kernel<Out>, config, w, out);
+}
 
 template <class T>
 cudaError_t fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const math::FakeQuant& fq,
@@ -92,5 +114,9 @@ template cudaError_t fake_quantize<f16>(const f16*, f16*, int64_t, int64_t, cons
                                         cudaStream_t);
 template cudaError_t fake_quantize<bf16>(const bf16*, bf16*, int64_t, int64_t, const math::FakeQuant&, float*,
                                          int8_t*, cudaStream_t);
+
+template cudaError_t dequantize_groups<float>(const math::GroupWeights&, float*, cudaStream_t);
+template cudaError_t dequantize_groups<f16>(const math::GroupWeights&, f16*, cudaStream_t);
+template cudaError_t dequantize_groups<bf16>(const math::GroupWeights&, bf16*, cudaStream_t);
 
 }  // namespace mpt::kernels::cuda

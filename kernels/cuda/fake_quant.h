@@ -17,4 +17,9 @@ template <class T>
 cudaError_t fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const math::FakeQuant& fq,
                           float* scales, int8_t* codes, cudaStream_t stream);
 
+// out[i] = math::code_value(codes[i]) * scales[i / group] rounded to Out (cpu::dequantize_groups, bit for bit): the
+// weight of a quantized Linear for a plain GEMM. Out in {float, bf16, f16}.
+template <class Out>
+cudaError_t dequantize_groups(const math::GroupWeights& w, Out* out, cudaStream_t stream);
+
 }  // namespace mpt::kernels::cuda

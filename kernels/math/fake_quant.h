@@ -53,4 +53,18 @@ struct FakeQuant {
   }
 };
 
+// Weights as codes with per-group scales (ops::GroupQuantized's layout): codes [n, k] (a Linear's [out, in]) as int8
+// (INT8 / INT4 integers; E4M3 bit patterns for FP8), scales [n, k / group] f32; value = code * scale.
+struct GroupWeights {
+  const int8_t* codes = nullptr;
+  const float* scales = nullptr;
+  int64_t n = 0, k = 0, group = 0;
+  QuantFormat format = QuantFormat::Int8;
+};
+
+// A code's value: the integer, or the E4M3 bit pattern's value.
+MPT_HD MPT_INLINE float code_value(int8_t c, QuantFormat f) {
+  return f == QuantFormat::E4M3 ? e4m3_bits_to_float(static_cast<uint8_t>(c)) : static_cast<float>(c);
+}
+
 }  // namespace mpt::kernels::math

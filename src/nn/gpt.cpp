@@ -82,7 +82,8 @@ Tensor MLP::forward(const Tensor& x) const {
   const profile::Range range(path().empty() ? type_name() : path());
   // One fused op (the GELU in the GEMMs' epilogues, FP8 included) where both layers share a GEMM precision.
   const Linear &fc = *c_fc_, &proj = *c_proj_;
-  if (x.defined() && x.dim() >= 1 && x.size(-1) == fc.in_features()) {
+  if (x.defined() && x.dim() >= 1 && x.size(-1) == fc.in_features() && fc.quantized() == nullptr &&
+      proj.quantized() == nullptr) {
     const Tensor y = detail::autocast_mlp(x.reshape({-1, fc.in_features()}), fc.weight(), fc.bias(), fc.path(),
                                           proj.weight(), proj.bias(), proj.path());
     if (y.defined()) {

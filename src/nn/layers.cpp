@@ -11,6 +11,8 @@
 #include "mpt/ops/embedding.h"
 #include "mpt/ops/layernorm.h"
 #include "mpt/ops/matmul.h"
+#include "mpt/ops/quantized_linear.h"
+#include "mpt/autograd/grad_mode.h"
 
 namespace mpt::nn {
 
@@ -40,6 +42,12 @@ Tensor Linear::forward(const Tensor& x) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3.attn.c_attn"
   Shape out_shape = x.shape();
   out_shape.back() = out_;
+  if (quantized_ != nullptr) {
+    MPT_CHECK(!(autograd::is_grad_enabled() && x.requires_grad()),
+              "[Linear] '{}' holds quantized weights for inference (nn::quantize_for_inference): it has no backward; "
+              "run it under NoGradGuard, or train the full-precision model (QAT)", path());
+    return ops::quantized_linear(x.reshape({-1, in_}), quantized_->weight, bias(), quantized_->input).reshape(out_shape);
+  }
   return detail::autocast_linear(x.reshape({-1, in_}), weight(), bias(), path(), "Linear").reshape(out_shape);
 }
 

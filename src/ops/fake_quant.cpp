@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/fake_quant.h"
-#include "mpt/ops/operators.h"
+#include "kernels/cpu/quantized_gemm.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/fake_quant.h"
@@ -109,24 +109,26 @@ Tensor dequantize_groups(const GroupQuantized& q, DType dtype) {
   const char* op = "dequantize_groups";
   MPT_CHECK(q.codes.dtype() == DType::I8 && q.scales.dtype() == DType::F32,
             "[{}] expected i8 codes and f32 scales, got {} and {}", op, q.codes.meta_str(), q.scales.meta_str());
+  const Device dev = detail::check_same_device({&q.codes, &q.scales}, op);
   const int64_t group = q.spec.group_elements(q.codes, op);
-  Shape expected = q.spec.granularity == QuantGranularity::PerTensor ? Shape{} : q.codes.shape();
-  if (!expected.empty()) expected.back() /= group;
-  detail::check_shape(q.scales, expected, "scales", op);
-  // Code values: the integers as they are, E4M3 codes through their bit pattern (u8 reinterpreted as f8e4m3).
-  Tensor values;
-  if (q.spec.format == QuantFormat::FP8) {
-    const Tensor c = q.codes.contiguous();
-    values = Tensor(c.storage(), c.shape(), c.strides(), c.offset(), DType::F8E4M3).to(DType::F32);
-  } else {
-    values = q.codes.to(DType::F32);
-  }
-  const Shape grouped = q.spec.granularity == QuantGranularity::PerTensor
-                            ? Shape{q.codes.numel()}
-                            : [&] { Shape s = expected; s.push_back(group); return s; }();
-  Tensor s = q.spec.granularity == QuantGranularity::PerTensor ? q.scales.reshape({1}) : q.scales.unsqueeze(-1);
-  Tensor out = (values.reshape(grouped) * s).reshape(q.codes.shape());
-  return dtype == DType::F32 ? out : out.to(dtype);
+  detail::check_shape(q.scales, scales_shape(q.codes, q.spec, group), "scales", op);
+  const Tensor codes = q.codes.contiguous(), scales = q.scales.contiguous();
+  Tensor out = Tensor::empty(codes.shape(), dtype, dev);
+  // Groups run along the last dimension: the kernels see rows of `last` codes (one row for PerTensor).
+  const int64_t last = q.spec.granularity == QuantGranularity::PerTensor ? codes.numel() : codes.shape().back();
+  const kernels::math::GroupWeights w{codes.data<int8_t>(), scales.data<float>(), last == 0 ? 0 : codes.numel() / last,
+                                      last, group, functor(q.spec).format};
+  detail::visit_float(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, double>) {
+      MPT_THROW("[{}] expected an f32, bf16 or f16 result dtype, got f64", op);
+    } else if (dev.is_cpu()) {
+      kernels::cpu::dequantize_groups(w, out.data<T>());
+    } else {
+      MPT_CUDA_KERNEL(kernels::cuda::dequantize_groups(w, out.data<T>(), static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  });
+  return out;
 }
 
 }  // namespace mpt::ops

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "mpt/core/generator.h"
 #include "mpt/nn/module.h"
+#include "mpt/ops/fake_quant.h"
 
 namespace mpt::nn {
 
@@ -30,8 +32,19 @@ class Linear : public Module {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
 
+  // Quantized inference (nn::quantize_for_inference): the weight as codes and scales (ops::quantize_groups of it),
+  // and the input quantization it was trained with. Set, forward runs ops::quantized_linear on them: inference only
+  // (an input that requires grad under grad mode is refused), whatever the current policy. Null: the weight.
+  struct Quantized {
+    ops::GroupQuantized weight;
+    std::optional<ops::QuantSpec> input;
+  };
+  void set_quantized(std::shared_ptr<const Quantized> q) { quantized_ = std::move(q); }
+  const Quantized* quantized() const { return quantized_.get(); }
+
  private:
   int64_t in_, out_;
+  std::shared_ptr<const Quantized> quantized_;
   Tensor* weight_;
   Tensor* bias_ = nullptr;
   Tensor none_;

@@ -15,4 +15,9 @@ namespace mpt::nn {
 // weight (the policies' "lm_head" exclusion covers it for QAT and export).
 std::vector<std::string> quantize_weights(Module& model, const amp::QatPolicy& policy);
 
+// Quantized inference: every Linear the policy gives a weight scheme holds its weight as codes and scales
+// (Linear::set_quantized) and its forward runs the quantized GEMM (ops::quantized_linear) with the scheme's input
+// quantization; the FP32 weight stays (the checkpoint, the exporters). Returns the paths of the weights it packed.
+std::vector<std::string> quantize_for_inference(Module& model, const amp::QatPolicy& policy);
+
 }  // namespace mpt::nn

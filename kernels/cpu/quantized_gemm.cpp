@@ -1,0 +1,112 @@
+// kernels/cpu/quantized_gemm.cpp: quantized inference GEMMs on the CPU (oneDNN s8 matmul, a weight-only code GEMM with an AVX-512 clone, group dequantization).
+#include "kernels/cpu/quantized_gemm.h"
+
+#include <dnnl.hpp>
+
+#include <mutex>
+#include <tuple>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/map.h"
+#include "kernels/math/numerics_cast.h"
+
+namespace mpt::kernels::cpu {
+
+namespace {
+
+constexpr int kLanes = 16;
+
+// One row of x against one row of codes: the groups' lane sums, scaled and accumulated in order.
+#define MPT_WQ_DOT(ATTR, SUFFIX)                                                                              \
+  ATTR float wq_dot##SUFFIX(const float* x, const int8_t* c, const float* s, int64_t k, int64_t group) {     \
+    float acc = 0.0f;                                                                                         \
+    for (int64_t g0 = 0; g0 < k; g0 += group) {                                                               \
+      float lane[kLanes] = {};                                                                                \
+      int64_t i = 0;                                                                                          \
+      for (; i + kLanes <= group; i += kLanes) {                                                              \
+        _Pragma("omp simd")                                                                                   \
+        for (int l = 0; l < kLanes; ++l) lane[l] += x[g0 + i + l] * static_cast<float>(c[g0 + i + l]);       \
+      }                                                                                                       \
+      for (int l = 0; i + l < group; ++l) lane[l] += x[g0 + i + l] * static_cast<float>(c[g0 + i + l]);      \
+      for (int w = kLanes / 2; w > 0; w /= 2)                                                                 \
+        for (int l = 0; l < w; ++l) lane[l] += lane[l + w];                                                   \
+      acc += lane[0] * s[g0 / group];                                                                         \
+    }                                                                                                         \
+    return acc;                                                                                               \
+  }
+MPT_WQ_DOT(, _generic)
+MPT_WQ_DOT(__attribute__((target("avx512f,avx512bw,avx512vl"))), _avx512)
+#undef MPT_WQ_DOT
+
+}  // namespace
+
+template <class Out>
+void dequantize_groups(const GroupWeights& w, Out* out) {
+  const int64_t n = w.n * w.k;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = scalar_cast<Out>(math::code_value(w.codes[i], w.format) * w.scales[i / w.group]);
+}
+
+void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const float* bias, float* y) {
+  const bool avx512 = map_isa() == MapIsa::Avx512;
+  const int64_t groups = w.k / w.group;
+#pragma omp parallel for schedule(static) if (w.n * w.k * m > (1 << 15))
+  for (int64_t j = 0; j < w.n; ++j) {
+    const int8_t* c = w.codes + j * w.k;
+    const float* s = w.scales + j * groups;
+    const float b = bias != nullptr ? bias[j] : 0.0f;
+    for (int64_t i = 0; i < m; ++i) {
+      const float d = avx512 ? wq_dot_avx512(x + i * w.k, c, s, w.k, w.group) : wq_dot_generic(x + i * w.k, c, s, w.k, w.group);
+      y[i * w.n + j] = d + b;
+    }
+  }
+}
+
+void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b, int32_t* acc) {
+  using dt = dnnl::memory::data_type;
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  struct Prim {
+    dnnl::matmul prim;
+    dnnl::memory::desc a, b, c;
+  };
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<const Prim>> cache;
+  std::shared_ptr<const Prim> p;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& slot = cache[{m, n, k}];
+    if (slot == nullptr) {
+      auto q = std::make_shared<Prim>();
+      q->a = dnnl::memory::desc({m, k}, dt::s8, {k, 1});
+      q->b = dnnl::memory::desc({k, n}, dt::s8, {1, k});  // b stored [n, k]: used transposed
+      q->c = dnnl::memory::desc({m, n}, dt::s32, {n, 1});
+      q->prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(q->a, q->b, q->c), engine));
+      slot = std::move(q);
+    }
+    p = slot;
+  }
+  thread_local dnnl::stream stream(engine);
+  p->prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(p->a, engine, const_cast<int8_t*>(a))},
+                           {DNNL_ARG_WEIGHTS, dnnl::memory(p->b, engine, const_cast<int8_t*>(b))},
+                           {DNNL_ARG_DST, dnnl::memory(p->c, engine, acc)}});
+  stream.wait();
+}
+
+void int8_epilogue(const int32_t* acc, int64_t m, int64_t n, const float* sa, const float* sb, const float* bias,
+                   float* y) {
+#pragma omp parallel for schedule(static) if (m * n > (1 << 16))
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = static_cast<float>(acc[i * n + j]) * sa[i] * sb[j];
+      y[i * n + j] = bias != nullptr ? v + bias[j] : v;
+    }
+  }
+}
+
+template void dequantize_groups<float>(const GroupWeights&, float*);
+template void dequantize_groups<bf16>(const GroupWeights&, bf16*);
+template void dequantize_groups<f16>(const GroupWeights&, f16*);
+
+}  // namespace mpt::kernels::cpu

@@ -1,0 +1,31 @@
+// kernels/cpu/quantized_gemm.h: quantized inference GEMMs on the CPU: INT8 x INT8 on oneDNN (W8A8), weight-only codes x float (W4A16 / W8A16), and group dequantization.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/math/fake_quant.h"
+
+namespace mpt::kernels::cpu {
+
+using math::GroupWeights;
+
+// out[i] = value of codes[i] * scales[i / group] (rounded to Out), for n * k elements; Out in {float, bf16, f16}.
+template <class Out>
+void dequantize_groups(const GroupWeights& w, Out* out);
+
+// y [m, n] = x [m, k] W^T + bias: for each output j and group g the products x * code are summed in float over the
+// group in 16 interleaved lanes (lane l takes elements l, l + 16, ...; the lanes then added pairwise), scaled by the
+// group's scale and accumulated over the groups in order; bias (optional [n]) added last. Integer formats only. Reads
+// each weight code once per row of x (a decoding step's GEMV reads 1 byte per weight, not 4); OpenMP over n.
+void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const float* bias, float* y);
+
+// acc [m, n] = a [m, k] b^T with a, b int8 codes and b stored [n, k] (exact int32 sums), on oneDNN's s8 matmul
+// (VNNI / AMX-INT8 where the CPU has them).
+void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b, int32_t* acc);
+
+// y[i, j] = float(acc[i, j]) * sa[i] * sb[j] + bias[j] (bias optional), multiplied in that order in float: the
+// W8A8 GEMM's dequantizing epilogue (sa: the input's per-token scales, sb: the weight's per-channel scales).
+void int8_epilogue(const int32_t* acc, int64_t m, int64_t n, const float* sa, const float* sb, const float* bias,
+                   float* y);
+
+}  // namespace mpt::kernels::cpu
