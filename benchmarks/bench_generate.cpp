@@ -14,6 +14,7 @@
 #include "mpt/core/device.h"
 #include "mpt/core/version.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/quantize.h"
 
 #include "bench_util.h"
 
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
   int64_t layers = 6, heads = 6, embd = 384, seq = 256, vocab = 65, tokens = 500;
   std::string precision = "fp32", device_name = "best", json_path;
   bool cached_only = false;
+  std::string quantized;
   app.add_option("--layers", layers);
   app.add_option("--heads", heads);
   app.add_option("--embd", embd);
@@ -78,6 +80,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name, "cpu, cuda or best");
   app.add_option("--json", json_path, "also write the results as JSON here");
   app.add_flag("--cached-only", cached_only, "time the KV-cache path alone (for a profiler)");
+  app.add_option("--quantized", quantized, "also generate (KV cache) with the Linear weights quantized for inference "
+                 "(nn::quantize_for_inference, every Linear but the tied head): a comma list of int8, int4, "
+                 "int4-g128, fp8; the same run and weights");
   CLI11_PARSE(app, argc, argv);
   const mpt::Device device = device_name == "best" ? mpt::Device::best() : mpt::Device::parse(device_name);
   mpt::nn::GPTConfig c;
@@ -109,6 +114,29 @@ int main(int argc, char** argv) {
   // A cached step reads every weight once for one token: a memory-bound floor, compared with memcpy's bandwidth on
   // the same threads in the same run.
   const double weight_bytes = static_cast<double>(model.num_parameters()) * (precision == "fp32" ? 4.0 : 2.0);
+  nlohmann::json quantized_json = nlohmann::json::array();
+  if (!quantized.empty()) {
+    // The same weights, each scheme's Linear layers as codes + scales; greedy tokens compared with FP32's.
+    std::printf("%-28s %10s %12s %10s %22s\n", "quantized (KV cache)", "seconds", "tokens/s", "vs fp32",
+                "same greedy tokens");
+    for (size_t begin = 0; begin <= quantized.size();) {
+      const size_t end = std::min(quantized.find(',', begin), quantized.size());
+      const std::string name = quantized.substr(begin, end - begin);
+      begin = end + 1;
+      const bool g128 = name == "int4-g128";
+      mpt::nn::GPT q(c);
+      mpt::nn::quantize_for_inference(
+          q, mpt::amp::QatPolicy::linears_but_head(mpt::amp::QatScheme::named(g128 ? "int4" : name, g128 ? 128 : 32)));
+      const auto [q_tokens, q_s] = generate(q, {0}, tokens, true, device);
+      int64_t same = 0;
+      while (same < tokens && q_tokens[static_cast<size_t>(same)] == cached_tokens[static_cast<size_t>(same)]) ++same;
+      std::printf("%-28s %10.2f %12.1f %9.2fx %15lld of %lld\n", name.c_str(), q_s,
+                  static_cast<double>(tokens) / q_s, cached_s / q_s, static_cast<long long>(same),
+                  static_cast<long long>(tokens));
+      quantized_json.push_back({{"scheme", name}, {"cached_s", q_s}, {"speedup_vs_fp32", cached_s / q_s},
+                                {"same_greedy_tokens", same}});
+    }
+  }
   const double cached_gbps = weight_bytes * static_cast<double>(tokens) / cached_s / 1e9;
   const double copy_gbps = mpt::bench::memcpy_gbps(size_t{256} << 20, 5);
   std::printf("KV-cache step: %.1f MB of weights per token, read at %.1f GB/s; memcpy (read + write) %.1f GB/s\n",
@@ -120,7 +148,7 @@ int main(int argc, char** argv) {
                            {"full_s", full_s}, {"cached_s", cached_s}, {"speedup", full_s / cached_s},
                            {"greedy_tokens_identical", agree}, {"identical_span", same_span},
                            {"weight_mb_per_token", weight_bytes / 1e6}, {"cached_weight_gbps", cached_gbps},
-                           {"memcpy_gbps", copy_gbps}};
+                           {"memcpy_gbps", copy_gbps}, {"quantized", quantized_json}};
     std::FILE* f = std::fopen(json_path.c_str(), "w");
     if (f != nullptr) {
       std::fputs(j.dump(1).c_str(), f);
