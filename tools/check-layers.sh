@@ -6,7 +6,7 @@ root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root"
 # Bottom to top. backend/ is core's device implementation (same layer); autograd/ is tied to core/ (a Tensor carries
 # its autograd metadata, and a node is made from Tensors): the two are one layer, the Tensor<->autograd knot.
-layers="kernels:0 core:1 backend:1 autograd:1 io:2 dist:3 ops:4 fp8:5 amp:6 nn:7 optim:8 data:9 train:10"
+layers="kernels:0 core:1 backend:1 autograd:1 io:2 dist:3 ops:4 fp8:5 amp:6 nn:7 optim:8 data:9 train:10 deploy:11"
 # The upward includes the design allows, by file, with the reason in docs/design.md ("file -> layer"): the
 # Tensor<->autograd knot reaches ops for gradient arithmetic (accumulating "+=" into a gradient; expand's backward sums
 # back to the input's shape).

@@ -125,6 +125,22 @@ std::string BpeTokenizer::piece(int32_t id) const {
   return impl_->sp.IdToPiece(id);
 }
 
+Vocabulary BpeTokenizer::vocabulary() const {
+  const sentencepiece::SentencePieceProcessor& sp = impl_->sp;
+  Vocabulary v{.model = "llama"};
+  for (int id = 0; id < sp.GetPieceSize(); ++id) {
+    v.tokens.push_back(sp.IdToPiece(id));
+    v.scores.push_back(sp.GetScore(id));
+    v.types.push_back(sp.IsUnknown(id) ? 2 : sp.IsControl(id) ? 3 : sp.IsByte(id) ? 6 : sp.IsUnused(id) ? 5 : 1);
+  }
+  v.unk = sp.unk_id(), v.bos = sp.bos_id(), v.eos = sp.eos_id();
+  // User-defined pieces ("\n") are typed 4, as llama.cpp's converter types them.
+  for (int id = 0; id < sp.GetPieceSize(); ++id) {
+    if (v.types[static_cast<size_t>(id)] == 1 && sp.IdToPiece(id) == "\n") v.types[static_cast<size_t>(id)] = 4;
+  }
+  return v;
+}
+
 void BpeTokenizer::save(const std::filesystem::path& path) const {
   const nlohmann::json j{{"format", "mptrain-tokenizer"}, {"version", 1}, {"kind", "bpe"},
                          {"engine", "sentencepiece"}, {"vocab_size", vocab_size()},

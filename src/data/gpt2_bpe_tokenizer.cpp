@@ -25,20 +25,6 @@ namespace {
 // GPT-2's pre-tokenizer (OpenAI's encoder.py; Hugging Face's ByteLevel pre-tokenizer uses the same).
 constexpr const char* kPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-std::string utf8_of(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    s.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
 
 std::string read_all(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -84,7 +70,7 @@ struct Gpt2BpeTokenizer::Impl {
   void build(const char* where) {
     const std::array<uint32_t, 256> cp = detail::gpt2_byte_symbols();
     for (int b = 0; b < 256; ++b) {
-      byte_symbol[b] = utf8_of(cp[static_cast<size_t>(b)]);
+      byte_symbol[b] = detail::utf8_of(cp[static_cast<size_t>(b)]);
       symbol_byte[cp[static_cast<size_t>(b)]] = static_cast<unsigned char>(b);
       MPT_CHECK(vocab.count(byte_symbol[b]) != 0,
                 "[Gpt2BpeTokenizer] {}: the vocabulary lacks the symbol of byte 0x{:02X} "
@@ -225,6 +211,14 @@ std::string Gpt2BpeTokenizer::decode(std::span<const int32_t> ids) const {
 }
 
 int64_t Gpt2BpeTokenizer::vocab_size() const { return static_cast<int64_t>(impl_->tokens.size()); }
+
+Vocabulary Gpt2BpeTokenizer::vocabulary() const {
+  Vocabulary v{.model = "gpt2", .tokens = impl_->tokens};
+  for (const std::string& t : impl_->tokens) v.types.push_back(t == "<|endoftext|>" ? 3 : 1);
+  for (const auto& [l, r] : impl_->merges) v.merges.push_back(l + " " + r);
+  if (const auto it = impl_->vocab.find("<|endoftext|>"); it != impl_->vocab.end()) v.bos = v.eos = it->second;
+  return v;
+}
 
 void Gpt2BpeTokenizer::save(const std::filesystem::path& path) const {
   nlohmann::json merges = nlohmann::json::array();

@@ -1,6 +1,7 @@
 // src/data/tokenizer.cpp: the character tokenizer, and saving and loading tokenizers as small JSON files.
 #include "mpt/data/tokenizer.h"
 
+#include <array>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include "data/base64.h"
 #include "data/gpt2_bpe.h"
+#include "data/utf8.h"
 #include "io/durable_file.h"
 #include "mpt/core/error.h"
 
@@ -54,6 +56,16 @@ std::string CharTokenizer::decode(std::span<const int32_t> ids) const {
     out[i] = alphabet_[static_cast<size_t>(ids[i])];
   }
   return out;
+}
+
+Vocabulary CharTokenizer::vocabulary() const {
+  const std::array<uint32_t, 256> cp = detail::gpt2_byte_symbols();
+  Vocabulary v{.model = "gpt2"};
+  for (unsigned char c : alphabet_) {
+    v.tokens.push_back(detail::utf8_of(cp[c]));
+    v.types.push_back(1);
+  }
+  return v;
 }
 
 void CharTokenizer::save(const std::filesystem::path& path) const {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "io/json_object.h"
 #include "mpt/core/error.h"
 
 namespace mpt::nn {
@@ -49,6 +50,54 @@ std::string hf_llama_config_json(const nn::LlamaConfig& c) {
       {"eos_token_id", token_id(2, c.vocab_size)},
   };
   return j.dump(2) + "\n";
+}
+
+nn::LlamaConfig parse_hf_llama_config(std::string_view text, const std::string& where) {
+  const json j = io::detail::parse_json_object(text, "hf_llama", where);
+  const auto integer = [&](const char* key) -> int64_t {
+    const auto it = j.find(key);
+    MPT_CHECK(it != j.end(), "[hf_llama] {}: missing key \"{}\"", where, key);
+    MPT_CHECK(it->is_number_integer() && it->get<int64_t>() > 0 && it->get<int64_t>() <= (int64_t{1} << 32),
+              "[hf_llama] {}: key \"{}\": expected a positive integer, got {}", where, key, it->dump());
+    return it->get<int64_t>();
+  };
+  const auto number = [&](const char* key, double fallback) -> double {
+    const auto it = j.find(key);
+    if (it == j.end()) return fallback;
+    MPT_CHECK(it->is_number() && it->get<double>() > 0, "[hf_llama] {}: key \"{}\": expected a positive number, got {}",
+              where, key, it->dump());
+    return it->get<double>();
+  };
+  const auto unsupported = [&](const char* key, const json& want, const char* what) {
+    const auto it = j.find(key);
+    MPT_CHECK(it == j.end() || it->is_null() || *it == want, "[hf_llama] {}: key \"{}\" is {}, but nn::Llama has {}",
+              where, key, it == j.end() ? "" : it->dump(), what);
+  };
+  if (const auto it = j.find("model_type"); it != j.end())
+    MPT_CHECK(*it == "llama", "[hf_llama] {}: key \"model_type\" is {}, expected \"llama\"", where, it->dump());
+  unsupported("hidden_act", "silu", "SiLU (SwiGLU)");
+  unsupported("attention_bias", false, "no attention biases");
+  unsupported("mlp_bias", false, "no MLP biases");
+  unsupported("rope_scaling", nullptr, "no rope scaling");
+  nn::LlamaConfig c;
+  c.vocab_size = integer("vocab_size");
+  c.n_embd = integer("hidden_size");
+  c.intermediate_size = integer("intermediate_size");
+  c.n_layer = integer("num_hidden_layers");
+  c.n_head = integer("num_attention_heads");
+  c.n_kv_head = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : c.n_head;
+  c.block_size = integer("max_position_embeddings");
+  c.rope_theta = number("rope_theta", 10000.0);
+  c.norm_eps = number("rms_norm_eps", 1e-6);
+  if (const auto it = j.find("tie_word_embeddings"); it != j.end() && it->is_boolean()) c.tie_embeddings = *it;
+  MPT_CHECK(c.n_embd % c.n_head == 0 && c.n_head % c.n_kv_head == 0,
+            "[hf_llama] {}: hidden_size {} must be a multiple of num_attention_heads {}, itself a multiple of "
+            "num_key_value_heads {}", where, c.n_embd, c.n_head, c.n_kv_head);
+  if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
+    MPT_CHECK(integer("head_dim") == c.n_embd / c.n_head, "[hf_llama] {}: key \"head_dim\" is {}, but nn::Llama's "
+              "heads are hidden_size / num_attention_heads = {} wide", where, j.at("head_dim").dump(), c.n_embd / c.n_head);
+  }
+  return c;
 }
 
 // ---- Llama as an Exportable ----

@@ -11,6 +11,16 @@
 
 namespace mpt::data {
 
+// A tokenizer's vocabulary as GGUF's tokenizer.ggml.* keys describe it (what exporters write beside the weights).
+struct Vocabulary {
+  std::string model;                 // "gpt2" (GPT-2 byte symbols and merges) or "llama" (SentencePiece pieces, scores)
+  std::vector<std::string> tokens;   // id -> the token's text as that model writes it
+  std::vector<float> scores;         // "llama": each piece's score; empty otherwise
+  std::vector<int32_t> types;        // per token, GGUF's values: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
+  std::vector<std::string> merges;   // "gpt2": "left right" by rank (none for the character tokenizer)
+  int32_t unk = -1, bos = -1, eos = -1;  // -1: none
+};
+
 // Encodes text to ids in [0, vocab_size()) and back. Implementations are immutable after construction, so one
 // tokenizer serves several threads.
 class Tokenizer {
@@ -23,6 +33,7 @@ class Tokenizer {
   virtual std::string kind() const = 0;  // "char", "bpe", "gpt2"
   // Writes what load_tokenizer needs to make the same tokenizer (through a temporary file and a rename).
   virtual void save(const std::filesystem::path& path) const = 0;
+  virtual Vocabulary vocabulary() const = 0;
 };
 
 // One id per byte: the bytes of an alphabet, in its order (train_gpt's character model: the distinct bytes of the
@@ -37,6 +48,7 @@ class CharTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return static_cast<int64_t>(alphabet_.size()); }
   std::string kind() const override { return "char"; }
   void save(const std::filesystem::path& path) const override;  // JSON: {"kind": "char", "alphabet": [bytes]}
+  Vocabulary vocabulary() const override;  // "gpt2": each byte's GPT-2 symbol, no merges
   const std::string& alphabet() const { return alphabet_; }
   int32_t id_of(unsigned char c) const { return index_[c]; }  // -1 outside the alphabet
 
@@ -72,6 +84,7 @@ class BpeTokenizer final : public Tokenizer {
   int64_t vocab_size() const override;
   std::string kind() const override { return "bpe"; }
   void save(const std::filesystem::path& path) const override;  // JSON with the model, base64
+  Vocabulary vocabulary() const override;  // "llama": the pieces, their scores and types
   const std::string& model_proto() const;
   std::string piece(int32_t id) const;  // the piece as SentencePiece shows it: a space is "\u2581", a byte "<0x41>"
 
@@ -101,6 +114,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   int64_t vocab_size() const override;
   std::string kind() const override { return "gpt2"; }
   void save(const std::filesystem::path& path) const override;  // JSON: the vocabulary and the merges
+  Vocabulary vocabulary() const override;  // "gpt2": the symbols and merges; <|endoftext|> (if any) bos, eos
 
  private:
   struct Impl;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "mpt/nn/llama.h"
 
@@ -11,5 +12,10 @@ namespace mpt::nn {
 // Llama::state_dict() saved as safetensors ({"format": "pt"}) beside it, LlamaForCausalLM.from_pretrained(dir) loads
 // the model: the parameter names are Hugging Face's.
 std::string hf_llama_config_json(const nn::LlamaConfig& config);
+
+// The nn::LlamaConfig of a LlamaForCausalLM config.json (hf_llama_config_json's keys; head_dim, if present, must be
+// hidden_size / num_attention_heads). Throws naming `where` and the key for a missing or unsupported setting (an
+// activation other than silu, biases, rope scaling).
+nn::LlamaConfig parse_hf_llama_config(std::string_view json_text, const std::string& where = "config.json");
 
 }  // namespace mpt::nn

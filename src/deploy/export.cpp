@@ -1,0 +1,90 @@
+// src/deploy/export.cpp: export formats by name, their QAT schemes, the tensors they hold, and the dispatch to the GGUF and compressed-tensors writers.
+#include "mpt/deploy/export.h"
+
+#include <fmt/format.h>
+
+#include "deploy/quantized_tensor.h"
+#include "deploy/writers.h"
+#include "mpt/core/error.h"
+
+namespace mpt::deploy {
+
+namespace {
+constexpr std::pair<Format, std::string_view> kNames[] = {
+    {Format::GgufF32, "gguf-f32"}, {Format::GgufQ8_0, "gguf-q8_0"}, {Format::GgufQ4_0, "gguf-q4_0"},
+    {Format::CtInt8, "ct-int8"},   {Format::CtInt4, "ct-int4"},     {Format::CtFp8, "ct-fp8"}};
+}  // namespace
+
+Format parse_format(std::string_view name) {
+  for (const auto& [f, n] : kNames)
+    if (n == name) return f;
+  MPT_THROW("[export] unknown format '{}': expected gguf-f32, gguf-q8_0, gguf-q4_0, ct-int8, ct-int4 or ct-fp8", name);
+}
+
+std::string_view format_name(Format f) {
+  for (const auto& [g, n] : kNames)
+    if (g == f) return n;
+  return "?";
+}
+
+bool is_gguf(Format f) { return f == Format::GgufF32 || f == Format::GgufQ8_0 || f == Format::GgufQ4_0; }
+
+std::optional<amp::QatScheme> scheme(const ExportOptions& o) {
+  switch (o.format) {
+    case Format::GgufF32: return std::nullopt;
+    case Format::GgufQ8_0: {
+      amp::QatScheme s = amp::QatScheme::named("int8");
+      s.input.reset();  // llama.cpp quantizes activations its own way (q8_0 blocks in its dot products)
+      return s;
+    }
+    case Format::GgufQ4_0:
+    case Format::CtInt4: return amp::QatScheme::named("int4", o.group_size);
+    case Format::CtInt8: return amp::QatScheme::named("int8");
+    case Format::CtFp8: return amp::QatScheme::named("fp8");
+  }
+  return std::nullopt;
+}
+
+namespace detail {
+
+std::vector<ExportTensor> export_tensors(const ModelView& view, const ExportOptions& options) {
+  const std::optional<amp::QatScheme> s = scheme(options);
+  const std::optional<amp::QatPolicy> policy =
+      s ? std::optional<amp::QatPolicy>(amp::QatPolicy::linears_but_head(*s)) : std::nullopt;
+  const bool gguf = is_gguf(options.format);
+  std::vector<ExportTensor> out;
+  for (const ViewTensor& t : view.tensors) {
+    ExportTensor e{&t, gguf && t.rope_heads > 0 ? rope_interleave(t.value, t.rope_heads) : t.value, std::nullopt};
+    const amp::QatScheme* ts = policy && !t.linear.empty() ? policy->at(t.linear) : nullptr;
+    if (ts != nullptr && ts->weight) {
+      const int64_t width = e.value.shape().back();
+      if (gguf) {
+        const int64_t block = ts->weight->granularity == ops::QuantGranularity::PerGroup ? ts->weight->group_size : width;
+        MPT_CHECK(width % 32 == 0 && block % 32 == 0,
+                  "[export] {}: {} ({}) cannot be written as {}: its blocks are 32 wide, and the width {} (group {}) is "
+                  "not a multiple of 32", format_name(options.format), t.hf_name, e.value.meta_str(),
+                  format_name(options.format), width, block);
+      }
+      e.q = ops::quantize_groups(e.value, *ts->weight);  // checks that the group divides the width
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace detail
+
+std::vector<TensorPlan> plan_export(const nn::Module& model, const ExportOptions& options) {
+  const detail::ModelView view = detail::view_of(model);
+  return is_gguf(options.format) ? detail::gguf_plan(view, detail::export_tensors(view, options), options)
+                                 : detail::ct_plan(view, detail::export_tensors(view, options), options);
+}
+
+int64_t export_model(const nn::Module& model, const ExportOptions& options, const std::filesystem::path& out) {
+  const detail::ModelView view = detail::view_of(model);
+  const std::vector<detail::ExportTensor> tensors = detail::export_tensors(view, options);
+  return is_gguf(options.format) ? detail::write_gguf(view, tensors, options, out)
+                                 : detail::write_compressed_tensors(view, tensors, options, out);
+}
+
+}  // namespace mpt::deploy
