@@ -40,6 +40,20 @@ MPT_WQ_DOT(, _generic)
 MPT_WQ_DOT(__attribute__((target("avx512f,avx512bw,avx512vl"))), _avx512)
 #undef MPT_WQ_DOT
 
+// One row of int8 codes against another: the exact int32 sum (any order gives the same integer).
+#define MPT_S8_DOT(ATTR, SUFFIX)                                                            \
+  ATTR int32_t s8_dot##SUFFIX(const int8_t* a, const int8_t* b, int64_t k) {                \
+    int32_t acc = 0;                                                                        \
+    _Pragma("omp simd reduction(+ : acc)")                                                  \
+    for (int64_t i = 0; i < k; ++i) acc += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]); \
+    return acc;                                                                             \
+  }
+MPT_S8_DOT(, _generic)
+MPT_S8_DOT(__attribute__((target("avx512f,avx512bw,avx512vl"))), _avx512)
+#undef MPT_S8_DOT
+
+constexpr int64_t kSmallRows = 16;  // a decoding step's rows: a dot product per output beats oneDNN's setup
+
 }  // namespace
 
 template <class Out>
@@ -65,6 +79,14 @@ void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const fl
 }
 
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b, int32_t* acc) {
+  if (m <= kSmallRows) {  // exact either way: the same integers as oneDNN's
+    const bool avx512 = map_isa() == MapIsa::Avx512;
+#pragma omp parallel for schedule(static) if (n * k * m > (1 << 15))
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i)
+        acc[i * n + j] = avx512 ? s8_dot_avx512(a + i * k, b + j * k, k) : s8_dot_generic(a + i * k, b + j * k, k);
+    return;
+  }
   using dt = dnnl::memory::data_type;
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   struct Prim {

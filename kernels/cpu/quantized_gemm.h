@@ -19,8 +19,9 @@ void dequantize_groups(const GroupWeights& w, Out* out);
 // each weight code once per row of x (a decoding step's GEMV reads 1 byte per weight, not 4); OpenMP over n.
 void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const float* bias, float* y);
 
-// acc [m, n] = a [m, k] b^T with a, b int8 codes and b stored [n, k] (exact int32 sums), on oneDNN's s8 matmul
-// (VNNI / AMX-INT8 where the CPU has them).
+// acc [m, n] = a [m, k] b^T with a, b int8 codes and b stored [n, k] (exact int32 sums, so the same integers on
+// every path): oneDNN's s8 matmul (VNNI / AMX-INT8 where the CPU has them), or for m <= 16 rows (decoding) a dot
+// product per output.
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b, int32_t* acc);
 
 // y[i, j] = float(acc[i, j]) * sa[i] * sb[j] + bias[j] (bias optional), multiplied in that order in float: the
