@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# tools/make_quant_goldens.sh: the quantized-export goldens (tests/goldens/quantized/): two tiny trained models, what
+# llama.cpp, transformers + compressed-tensors and the gguf package make of mptrain's exports of them.
+#
+# A tool, never a build or test dependency: tests/deploy/test_export_goldens.cpp reads the committed files, so CI checks
+# the consumers' results without installing them. Needs build/cpu (train_gpt, mpt-export, generate) and three venvs:
+#   /tmp/llama-venv  llama-cpp-python 0.3.36 (tools/llama_cpp_check.py's docstring: how it is built)
+#   /tmp/ct-venv     torch 2.5.1, transformers 4.49.0, compressed-tensors 0.12.2, accelerate (tools/ct_check.py)
+#   /tmp/gguf-venv   gguf 0.19.0, numpy, safetensors (tools/gguf_dump.py)
+# Usage: bash tools/make_quant_goldens.sh [OUT]   (default tests/goldens/quantized; work files in a temporary dir)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/tests/goldens/quantized}
+bin=$root/build/cpu/examples
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prompt=$'KING RICHARD:\nNow is the winter'
+
+# 1. The models: train_gpt on the built-in tinyshakespeare (deterministic on one machine). The golden keeps the weights
+#    (Hugging Face layout, as the checkpoint stores them), config.json and the tokenizer; the tests export from these.
+"$bin/train_gpt" --model llama --tokenizer bpe --vocab-size 384 --layers 2 --heads 4 --kv-heads 2 --embd 64 --seq 64 \
+  --batch 16 --steps 400 --lr 3e-3 --log-every 400 --eval-every 0 --sample 0 --save-dir "$work/llama" >/dev/null
+"$bin/train_gpt" --layers 2 --heads 2 --embd 32 --seq 64 --batch 16 --steps 400 --lr 3e-3 --log-every 400 \
+  --eval-every 0 --sample 0 --save-dir "$work/gpt" >/dev/null
+for m in llama gpt; do
+  mkdir -p "$out/$m"
+  cp "$work/$m/step-00000400/model.safetensors" "$work/$m/step-00000400/config.json" "$work/$m/tokenizer.json" "$out/$m/"
+done
+
+# 2. llama.cpp on the Llama's GGUF exports: prompt logits and 32 greedy tokens.
+"$bin/generate" "$work/llama" --greedy --tokens 1 --prompt "$prompt" --logits-out "$work/prompt.safetensors" >/dev/null
+for f in f32 q8_0 q4_0; do
+  "$bin/mpt-export" "$work/llama" --format gguf-$f --out "$work/llama.$f.gguf" >/dev/null
+  /tmp/llama-venv/bin/python "$root/tools/llama_cpp_check.py" "$work/llama.$f.gguf" --ids "$work/prompt.safetensors" \
+    --generate 32 --out "$work/llama_cpp.$f.safetensors" >/dev/null
+done
+# 3. transformers + compressed-tensors on the Llama's compressed-tensors exports.
+for f in int8 int4 fp8; do
+  "$bin/mpt-export" "$work/llama" --format ct-$f --out "$work/llama.ct-$f" >/dev/null
+  /tmp/ct-venv/bin/python - "$work" <<'PY'
+import sys
+from safetensors.numpy import load_file, save_file
+w = sys.argv[1]
+save_file({"ids": load_file(f"{w}/prompt.safetensors")["ids"].reshape(1, -1)}, f"{w}/ids2d.safetensors")
+PY
+  /tmp/ct-venv/bin/python "$root/tools/ct_check.py" "$work/llama.ct-$f" --ids "$work/ids2d.safetensors" \
+    --out "$work/ct.$f.safetensors" >/dev/null 2>&1
+done
+# 4. The gguf package's dequantization of the GPT's q8_0 and q4_0 files and of the Llama's q4_0 file.
+for f in q8_0 q4_0; do
+  "$bin/mpt-export" "$work/gpt" --format gguf-$f --out "$work/gpt.$f.gguf" >/dev/null
+  /tmp/gguf-venv/bin/python "$root/tools/gguf_dump.py" "$work/gpt.$f.gguf" --out "$work/gguf_py.gpt.$f.safetensors" >/dev/null
+done
+/tmp/gguf-venv/bin/python "$root/tools/gguf_dump.py" "$work/llama.q4_0.gguf" --out "$work/gguf_py.llama.q4_0.safetensors" >/dev/null
+
+# 5. One file per consumer, tensors prefixed by format, provenance in sorted __metadata__.
+/tmp/gguf-venv/bin/python - "$work" "$out" <<'PY'
+import hashlib, json, sys
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+w, out = sys.argv[1], sys.argv[2]
+def meta(path):
+    with safe_open(path, "np") as f:
+        return f.metadata() or {}
+def sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+def write(name, tensors, metadata):
+    save_file(tensors, f"{out}/{name}", metadata={k: metadata[k] for k in sorted(metadata)})
+t, m = {"ids": load_file(f"{w}/prompt.safetensors")["ids"]}, {}
+for f in ["f32", "q8_0", "q4_0"]:
+    d = load_file(f"{w}/llama_cpp.{f}.safetensors")
+    t[f"{f}.logits"], t[f"{f}.generated"] = d["logits"], d["generated"]
+    mm = meta(f"{w}/llama_cpp.{f}.safetensors")
+    m[f"{f}.gguf_sha256"] = mm["gguf_sha256"]
+    m["llama_cpp_python_version"], m["kv_type"] = mm["llama_cpp_python_version"], mm["kv_type"]
+write("llama_cpp.safetensors", t, m)
+t, m = {}, {}
+for f in ["int8", "int4", "fp8"]:
+    d = load_file(f"{w}/ct.{f}.safetensors")
+    t[f"{f}.logits"] = d["logits"]
+    mm = meta(f"{w}/ct.{f}.safetensors")
+    m[f"{f}.model_sha256"] = mm["model_sha256"]
+    for k in ["torch_version", "transformers_version", "compressed_tensors_version"]:
+        m[k] = mm[k]
+write("compressed_tensors.safetensors", t, m)
+t, m = {}, {}
+for model, f in [("gpt", "q8_0"), ("gpt", "q4_0"), ("llama", "q4_0")]:
+    d = load_file(f"{w}/gguf_py.{model}.{f}.safetensors")
+    keep = [k for k in d if k.startswith("blk.") and k.endswith(".weight") and "norm" not in k]
+    if model == "llama":
+        keep = [k for k in keep if k.startswith("blk.0.attn_q") or k.startswith("blk.0.attn_k")]
+    for k in keep:
+        t[f"{model}.{f}.{k}"] = d[k]
+    m[f"{model}.{f}.gguf_sha256"] = sha(f"{w}/{model}.{f}.gguf")
+    m["gguf_version"] = meta(f"{w}/gguf_py.{model}.{f}.safetensors")["gguf_version"]
+write("gguf_py.safetensors", t, m)
+PY
+chmod 644 "$out"/*.safetensors "$out"/*/*
+ls -l "$out" "$out"/llama "$out"/gpt
