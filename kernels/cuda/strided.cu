@@ -246,7 +246,7 @@ cudaError_t convert_with_integers(const Src* src, Dst* dst, int64_t n, Fp8Satura
   template cudaError_t convert_with_integers<D, S>(const S*, D*, int64_t, Fp8Saturation, cudaStream_t);
 #define MPT_CONVERT_FROM_INTEGERS(D)                                                                          \
   MPT_CONVERT_INSTANTIATE(D, int32_t) MPT_CONVERT_INSTANTIATE(D, int64_t) MPT_CONVERT_INSTANTIATE(D, uint8_t) \
-  MPT_CONVERT_INSTANTIATE(D, uint16_t)
+  MPT_CONVERT_INSTANTIATE(D, uint16_t) MPT_CONVERT_INSTANTIATE(D, int8_t)
 #define MPT_CONVERT_FROM_FLOATS(D)                                                                     \
   MPT_CONVERT_INSTANTIATE(D, float) MPT_CONVERT_INSTANTIATE(D, f16) MPT_CONVERT_INSTANTIATE(D, bf16) \
   MPT_CONVERT_INSTANTIATE(D, f8e4m3) MPT_CONVERT_INSTANTIATE(D, f8e5m2)
@@ -255,6 +255,7 @@ MPT_CONVERT_TO_INTEGER(int32_t)
 MPT_CONVERT_TO_INTEGER(int64_t)
 MPT_CONVERT_TO_INTEGER(uint8_t)
 MPT_CONVERT_TO_INTEGER(uint16_t)
+MPT_CONVERT_TO_INTEGER(int8_t)
 MPT_CONVERT_FROM_INTEGERS(float)
 MPT_CONVERT_FROM_INTEGERS(f16)
 MPT_CONVERT_FROM_INTEGERS(bf16)

@@ -29,7 +29,7 @@ cudaError_t strided_fill(void* dst, const int64_t* strides, const int64_t* shape
                          size_t element_size, cudaStream_t stream);
 
 // dst[i] = scalar_cast<Dst>(src[i], sat) for contiguous arrays, one element per thread, for the pairs with an integer
-// side: Dst and Src in {float, f16, bf16, f8e4m3, f8e5m2, int32_t, int64_t, uint8_t, uint16_t}, at least one of
+// side: Dst and Src in {float, f16, bf16, f8e4m3, f8e5m2, int32_t, int64_t, uint8_t, uint16_t, int8_t}, at least one of
 // them an integer (kernels::cuda::convert in quantize.h has the float pairs, vectorised).
 template <class Dst, class Src>
 cudaError_t convert_with_integers(const Src* src, Dst* dst, int64_t n, Fp8Saturation sat, cudaStream_t stream);

@@ -1,7 +1,9 @@
 // tests/gpu/test_fake_quant_gpu.cpp: fake quantization and codes + scales on cuda:0 against the CPU backend, bit for bit (every format and granularity, the per-tensor three-launch path; skipped without a GPU).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "device_test.h"
 #include "mpt/mpt.h"
@@ -47,6 +49,25 @@ TEST(GpuFakeQuant, StraightThroughGradientOnTheDevice) {
   const Tensor dy = random_tensor({8, 64}, DType::F32, 6, 1.0);
   ops::sum(ops::fake_quantize(x, {QuantFormat::Int4, QuantGranularity::PerGroup, 32, false}) * to_gpu(dy)).backward();
   EXPECT_EQ(x.grad().to(Device::cpu(), DType::F32).to_vector<float>(), dy.to_vector<float>());
+}
+
+// Quantized inference on the device: the weight dequantized by the plain kernel (bit for bit the CPU's), then the GEMM;
+// against the CPU's INT8 / weight-only GEMMs within float summation error.
+TEST(GpuFakeQuant, QuantizedLinearMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (const char* name : {"int8", "int4", "fp8"}) {
+    const amp::QatScheme s = amp::QatScheme::named(name);
+    const Tensor x = random_tensor({5, 128}, DType::F32, 7, 1.0), w = random_tensor({24, 128}, DType::F32, 8, 0.2);
+    const Tensor b = random_tensor({24}, DType::F32, 9, 0.1);
+    const auto qc = ops::quantize_groups(w, *s.weight), qg = ops::quantize_groups(to_gpu(w), *s.weight);
+    expect_match(ops::dequantize_groups(qg), ops::dequantize_groups(qc), kSameBits, std::string("dequantize ") + name);
+    const Tensor yc = ops::quantized_linear(x, qc, b, s.input);
+    const Tensor yg = ops::quantized_linear(to_gpu(x), qg, to_gpu(b), s.input);
+    const std::vector<float> c = yc.to_vector<float>(), g = yg.to(Device::cpu(), DType::F32).to_vector<float>();
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < c.size(); ++i) err = std::max(err, double(std::fabs(c[i] - g[i]))), scale = std::max(scale, double(std::fabs(c[i])));
+    EXPECT_LT(err / scale, 1e-5) << name;
+  }
 }
 
 }  // namespace
