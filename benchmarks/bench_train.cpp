@@ -128,6 +128,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first (primitive caches, pools, page faults)");
   app.add_option("--steps", steps, "timed steps (medians are reported)");
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
+  std::string qat;
+  app.add_option("--qat", qat, "quantization-aware training of every Linear but the head: int8, int4 (group 32), fp8 "
+                 "(the fake quantization's cost against the same --precision without it)");
   std::string moments = "f32";
   mpt::bench::add_moments_option(app, moments);
   app.add_option("--device", device_name, "cpu, cuda or cuda:N (phases are timed with the device synchronized)");
@@ -175,7 +178,14 @@ int main(int argc, char** argv) {
     const char* blocks = model_name == "llama" ? "model.layers" : "h";
     mpt::train::Trainer trainer(
         model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}, .moments = mpt::bench::moment_storage(moments)}),
-        {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, blocks),
+        {.policy = [&] {
+           mpt::amp::Policy p = mpt::amp::Policy::named(precision, config.n_layer, device, blocks);
+           if (!qat.empty()) {
+             p.qat = std::make_shared<const mpt::amp::QatPolicy>(
+                 mpt::amp::QatPolicy::linears_but_head(mpt::amp::QatScheme::named(qat)));
+           }
+           return p;
+         }(),
          .precision_name = precision, .clip = 1.0, .weight_decay = 0.1});
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
     const mpt::Tensor x = x_cpu.to(device), y = y_cpu.to(device);
@@ -263,7 +273,7 @@ int main(int argc, char** argv) {
     const mpt::MemoryStats mem = mpt::memory_stats(device);
     nlohmann::json j{{"framework", "mptrain"},
                      {"version", mpt::version()},
-                     {"precision", precision}, {"moments", moments},
+                     {"precision", precision}, {"qat", qat}, {"moments", moments},
                      {"device", device.str()},
                      {"device_name", device.is_cuda() ? mpt::cuda_status().devices.at(device.index()).name : "cpu"},
                      {"threads", mpt::cpu_features().omp_threads},
@@ -292,8 +302,8 @@ int main(int argc, char** argv) {
       std::printf("%s, T=%lld, batch %lld, %.2f MFLOP/token, %s (moments %s) on %s: %.0f tok/s (step %.1f ms: forward "
                   "%.1f, backward %.1f, optimizer %.1f); peak RSS %.0f MiB, allocator peak %.0f MiB\n",
                   model.describe().c_str(), static_cast<long long>(config.block_size), static_cast<long long>(batch),
-                  model.flops_per_token(config.block_size) / 1e6, precision.c_str(), moments.c_str(),
-                  device.str().c_str(),
+                  model.flops_per_token(config.block_size) / 1e6,
+                  (precision + (qat.empty() ? "" : " + QAT " + qat)).c_str(), moments.c_str(), device.str().c_str(),
                   tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,
                   mem.peak_bytes / 1048576.0);
