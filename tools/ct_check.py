@@ -49,7 +49,6 @@ passes, with the same logits, under compressed-tensors 0.9.2 (logits differ wher
 quantize "token" activations over the batch dimension) and under transformers 4.57.6 + compressed-tensors 0.15.0.1.
 """
 import argparse
-import hashlib
 import json
 import os
 import struct
@@ -66,7 +65,7 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_goldens import sort_metadata  # noqa: E402
+from golden_io import sha256_file, sort_metadata  # noqa: E402
 
 FORMATS = ("int-quantized", "naive-quantized", "pack-quantized", "float-quantized")
 # suffixes the quantization compressors write next to a quantized module's prefix
@@ -77,14 +76,6 @@ TORCH_TO_ST = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16
                torch.int8: "I8", torch.int32: "I32", torch.int64: "I64", torch.uint8: "U8"}
 if hasattr(torch, "float8_e4m3fn"):
     TORCH_TO_ST[torch.float8_e4m3fn] = "F8_E4M3"
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def file_header(path):

@@ -49,12 +49,12 @@ import argparse
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from golden_io import sort_metadata  # noqa: F401 (tools that import it from here)
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
@@ -218,20 +218,6 @@ def replay_adamw(init, run_out):
         for n, w in params.items():
             out[f"step{step}.{n}"] = w.detach().clone()
     return out
-
-
-def sort_metadata(path):
-    """The reference writer keeps __metadata__ in a hash map (a different order each run): rewrite the header in
-    place with the metadata sorted by key, same length, so that regenerating gives the same bytes."""
-    with open(path, "r+b") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        raw = f.read(n)
-        header = json.loads(raw)
-        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
-        new = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-        assert len(new) <= n and json.loads(new) == json.loads(raw), "header rewrite changed its content"
-        f.seek(8)
-        f.write(new + b" " * (n - len(new)))
 
 
 def write_goldens(path, arrays, meta, max_bytes):

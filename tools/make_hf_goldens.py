@@ -62,7 +62,6 @@ differently); logits_f64 is what the C++ tests should compare against.
 """
 import argparse
 import copy
-import hashlib
 import json
 import os
 import struct
@@ -70,6 +69,9 @@ import sys
 
 import safetensors
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_io import sha256_file  # noqa: E402
 import transformers
 from safetensors import safe_open
 from safetensors.numpy import save_file
@@ -91,14 +93,6 @@ MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers that o
 def versions():
     return {"transformers_version": transformers.__version__, "torch_version": torch.__version__,
             "safetensors_version": safetensors.__version__}
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_safetensors(path, tensors, meta, failures):

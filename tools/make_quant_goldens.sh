@@ -27,13 +27,18 @@ for m in llama gpt; do
   cp "$work/$m/step-00000400/model.safetensors" "$work/$m/step-00000400/config.json" "$work/$m/tokenizer.json" "$out/$m/"
 done
 
-# 2. llama.cpp on the Llama's GGUF exports: prompt logits and 32 greedy tokens.
-"$bin/generate" "$work/llama" --greedy --tokens 1 --prompt "$prompt" --logits-out "$work/prompt.safetensors" >/dev/null
-for f in f32 q8_0 q4_0; do
-  "$bin/mpt-export" "$work/llama" --format gguf-$f --out "$work/llama.$f.gguf" >/dev/null
-  /tmp/llama-venv/bin/python "$root/tools/llama_cpp_check.py" "$work/llama.$f.gguf" --ids "$work/prompt.safetensors" \
-    --generate 32 --out "$work/llama_cpp.$f.safetensors" >/dev/null
+# 2. llama.cpp on the GGUF exports (the Llama's f32, q8_0, q4_0; the GPT's f32, q8_0): prompt logits, 32 greedy tokens.
+for m in llama gpt; do
+  "$bin/generate" "$work/$m" --greedy --tokens 1 --prompt "$prompt" --logits-out "$work/$m.prompt.safetensors" >/dev/null
+  formats="f32 q8_0 q4_0"
+  [[ $m == gpt ]] && formats="f32 q8_0"
+  for f in $formats; do
+    "$bin/mpt-export" "$work/$m" --format gguf-$f --out "$work/$m.$f.gguf" >/dev/null
+    /tmp/llama-venv/bin/python "$root/tools/llama_cpp_check.py" "$work/$m.$f.gguf" --ids "$work/$m.prompt.safetensors" \
+      --generate 32 --out "$work/llama_cpp.$m.$f.safetensors" >/dev/null
+  done
 done
+cp "$work/llama.prompt.safetensors" "$work/prompt.safetensors"
 # 3. transformers + compressed-tensors on the Llama's compressed-tensors exports.
 for f in int8 int4 fp8; do
   "$bin/mpt-export" "$work/llama" --format ct-$f --out "$work/llama.ct-$f" >/dev/null
@@ -66,13 +71,15 @@ def sha(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 def write(name, tensors, metadata):
     save_file(tensors, f"{out}/{name}", metadata={k: metadata[k] for k in sorted(metadata)})
-t, m = {"ids": load_file(f"{w}/prompt.safetensors")["ids"]}, {}
-for f in ["f32", "q8_0", "q4_0"]:
-    d = load_file(f"{w}/llama_cpp.{f}.safetensors")
-    t[f"{f}.logits"], t[f"{f}.generated"] = d["logits"], d["generated"]
-    mm = meta(f"{w}/llama_cpp.{f}.safetensors")
-    m[f"{f}.gguf_sha256"] = mm["gguf_sha256"]
-    m["llama_cpp_python_version"], m["kv_type"] = mm["llama_cpp_python_version"], mm["kv_type"]
+t, m = {}, {}
+for model, formats in [("llama", ["f32", "q8_0", "q4_0"]), ("gpt", ["f32", "q8_0"])]:
+    t[f"{model}.ids"] = load_file(f"{w}/{model}.prompt.safetensors")["ids"]
+    for f in formats:
+        d = load_file(f"{w}/llama_cpp.{model}.{f}.safetensors")
+        t[f"{model}.{f}.logits"], t[f"{model}.{f}.generated"] = d["logits"], d["generated"]
+        mm = meta(f"{w}/llama_cpp.{model}.{f}.safetensors")
+        m[f"{model}.{f}.gguf_sha256"] = mm["gguf_sha256"]
+        m["llama_cpp_python_version"], m["kv_type"] = mm["llama_cpp_python_version"], mm["kv_type"]
 write("llama_cpp.safetensors", t, m)
 t, m = {}, {}
 for f in ["int8", "int4", "fp8"]:

@@ -56,6 +56,9 @@ void add_tokenizer(io::GgufWriter& w, const ModelView& view, const ExportOptions
             "tokenizer is '{}' ({}): train the Llama with --tokenizer bpe (SentencePiece), GPT-2 with char or gpt2",
             view.arch, expected == "llama" ? "SentencePiece" : "byte-level (GPT-2)", o.tokenizer->kind(), v.model);
   w.add_string("tokenizer.ggml.model", v.model);
+  // The pre-tokenizer llama.cpp applies to text ("gpt-2": GPT-2's regex; "default" for SentencePiece). An unknown name
+  // is an error there, and a gpt2 vocabulary needs one.
+  w.add_string("tokenizer.ggml.pre", v.model == "gpt2" ? "gpt-2" : "default");
   w.add_string_array("tokenizer.ggml.tokens", v.tokens);
   if (!v.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", v.scores);
   w.add_i32_array("tokenizer.ggml.token_type", v.types);

@@ -70,39 +70,48 @@ std::pair<std::vector<int64_t>, std::vector<float>> greedy(const nn::LanguageMod
   return {out, margin};
 }
 
-// llama.cpp (llama-cpp-python 0.3.36, F32 KV cache) on the Llama's GGUF exports. mptrain's counterpart of each file:
-// FP32; W8A8 for q8_0 (llama.cpp quantizes activations to q8_0 blocks in its dot products); W4A16 INT4-g32 for q4_0.
+// llama.cpp (llama-cpp-python 0.3.36, F32 KV cache) on the GGUF exports. mptrain's counterpart of each file: FP32;
+// W8A8 for q8_0 (llama.cpp quantizes activations to q8_0 blocks in its dot products); W4A16 INT4-g32 for q4_0. The GPT's
+// f32 file differs by llama.cpp's GELU (an FP16 lookup table on the CPU).
 TEST(ExportGoldens, LlamaCppComputesWhatMptrainComputes) {
   const io::SafetensorsFile g(kDir / "llama_cpp.safetensors");
   const auto golden = io::load_safetensors(kDir / "llama_cpp.safetensors");
-  const std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(kDir / "llama/tokenizer.json");
-  const std::vector<int64_t> ids = golden.at("ids").to_vector<int64_t>();
   struct Case {
+    const char* model;
     const char* format;
     const char* scheme;
     double logit_tol;  // relative to max |logit|
   };
-  for (const Case& c : {Case{"f32", "", 1e-5}, Case{"q8_0", "int8", 2e-2}, Case{"q4_0", "int4", 2e-2}}) {
-    SCOPED_TRACE(c.format);
-    std::unique_ptr<nn::Llama> model = golden_llama();
-    const fs::path path = temp(std::string("mpt_golden_llama.") + c.format + ".gguf");
-    deploy::export_model(*model, {.format = deploy::parse_format(std::string("gguf-") + c.format), .tokenizer = tok.get(), .name = kName},
-                         path);
-    EXPECT_EQ(testing::sha256_hex(read_file(path)), g.metadata().at(std::string(c.format) + ".gguf_sha256"))
+  for (const Case& c : {Case{"llama", "f32", "", 1e-5}, Case{"llama", "q8_0", "int8", 2e-2},
+                        Case{"llama", "q4_0", "int4", 2e-2}, Case{"gpt", "f32", "", 5e-4},
+                        Case{"gpt", "q8_0", "int8", 2e-2}}) {
+    const std::string key = std::string(c.model) + "." + c.format;
+    SCOPED_TRACE(key);
+    const bool is_llama = std::string(c.model) == "llama";
+    std::unique_ptr<nn::LanguageModel> model;
+    if (is_llama) model = golden_llama();
+    else model = nn::load_hf_gpt2(kDir / "gpt");
+    const std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(kDir / c.model / "tokenizer.json");
+    const fs::path path = temp("mpt_golden_" + key + ".gguf");
+    deploy::export_model(*model, {.format = deploy::parse_format(std::string("gguf-") + c.format), .tokenizer = tok.get(),
+                                  .name = kName}, path);
+    EXPECT_EQ(testing::sha256_hex(read_file(path)), g.metadata().at(key + ".gguf_sha256"))
         << "the export differs from the file llama.cpp ran";
     fs::remove(path);
     if (*c.scheme != '\0') {
       nn::quantize_for_inference(*model, amp::QatPolicy::linears_but_head(amp::QatScheme::named(c.scheme)));
     }
+    const std::vector<int64_t> ids = golden.at(std::string(c.model) + ".ids").to_vector<int64_t>();
     autograd::NoGradGuard ng;
-    const Tensor ours = model->forward(Tensor::from_vector(ids, {1, static_cast<int64_t>(ids.size())})).select(0, 0);
-    const std::vector<float> theirs = floats(golden.at(std::string(c.format) + ".logits"));
+    const Tensor ours = model->forward(Tensor::from_vector(ids, {1, static_cast<int64_t>(ids.size())}))
+                            .select(0, 0).slice(-1, 0, model->vocab_size());
+    const std::vector<float> theirs = floats(golden.at(key + ".logits"));
     const double r = rel(floats(ours), theirs);
     EXPECT_LT(r, c.logit_tol);
     // Greedy tokens: equal until a step whose top-2 margin lies within the logit tolerance (a near tie either runtime
     // may break), and for at least 24 of the 32 tokens.
     const auto [tokens, margin] = greedy(*model, ids, 32);
-    const std::vector<int64_t> want = golden.at(std::string(c.format) + ".generated").to_vector<int64_t>();
+    const std::vector<int64_t> want = golden.at(key + ".generated").to_vector<int64_t>();
     const double max_logit = *std::max_element(theirs.begin(), theirs.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
     size_t same = 0;
     while (same < want.size() && tokens[same] == want[same]) ++same;
@@ -111,7 +120,7 @@ TEST(ExportGoldens, LlamaCppComputesWhatMptrainComputes) {
       EXPECT_LT(margin[same], 2 * c.logit_tol * std::fabs(max_logit)) << "the runtimes part at token " << same
                                                                         << " without a near tie";
     }
-    if (*c.scheme == '\0') EXPECT_EQ(same, want.size());  // FP32: every token
+    if (*c.scheme == '\0') EXPECT_EQ(same, want.size());  // full precision: every token
   }
 }
 
@@ -122,7 +131,7 @@ TEST(ExportGoldens, LlamaCppComputesWhatMptrainComputes) {
 TEST(ExportGoldens, TransformersComputesWhatMptrainComputes) {
   const io::SafetensorsFile g(kDir / "compressed_tensors.safetensors");
   const auto golden = io::load_safetensors(kDir / "compressed_tensors.safetensors");
-  const std::vector<int64_t> ids = io::load_safetensors(kDir / "llama_cpp.safetensors").at("ids").to_vector<int64_t>();
+  const std::vector<int64_t> ids = io::load_safetensors(kDir / "llama_cpp.safetensors").at("llama.ids").to_vector<int64_t>();
   for (const auto& [f, tol] : std::vector<std::pair<std::string, double>>{{"int4", 1e-5}, {"fp8", 1e-5}, {"int8", 2e-2}}) {
     SCOPED_TRACE(f);
     std::unique_ptr<nn::Llama> model = golden_llama();
