@@ -18,23 +18,35 @@ namespace {
 
 constexpr int kLanes = 16;
 
-// One row of x against one row of codes: the groups' lane sums, scaled and accumulated in order.
+// The value of a code: the integer, or (lut, FP8) its E4M3 value from a 256-entry table.
+template <bool kLut>
+MPT_INLINE float code_float(int8_t c, const float* lut) {
+  if constexpr (kLut) return lut[static_cast<uint8_t>(c)];
+  else return static_cast<float>(c);
+}
+
+// One row of x against one row of codes in 16 float lanes (lane l takes a group's elements l, l + 16, ...); at each
+// group's end its lane sums are scaled and added to the row's lanes, which are added pairwise at the end.
 #define MPT_WQ_DOT(ATTR, SUFFIX)                                                                              \
-  ATTR float wq_dot##SUFFIX(const float* x, const int8_t* c, const float* s, int64_t k, int64_t group) {     \
-    float acc = 0.0f;                                                                                         \
-    for (int64_t g0 = 0; g0 < k; g0 += group) {                                                               \
-      float lane[kLanes] = {};                                                                                \
-      int64_t i = 0;                                                                                          \
-      for (; i + kLanes <= group; i += kLanes) {                                                              \
-        _Pragma("omp simd")                                                                                   \
-        for (int l = 0; l < kLanes; ++l) lane[l] += x[g0 + i + l] * static_cast<float>(c[g0 + i + l]);       \
-      }                                                                                                       \
-      for (int l = 0; i + l < group; ++l) lane[l] += x[g0 + i + l] * static_cast<float>(c[g0 + i + l]);      \
-      for (int w = kLanes / 2; w > 0; w /= 2)                                                                 \
-        for (int l = 0; l < w; ++l) lane[l] += lane[l + w];                                                   \
-      acc += lane[0] * s[g0 / group];                                                                         \
-    }                                                                                                         \
-    return acc;                                                                                               \
+  template <bool kLut>                                                                                        \
+  ATTR float wq_dot##SUFFIX(const float* x, const int8_t* c, const float* s, int64_t k, int64_t group,       \
+                            const float* lut) {                                                               \
+    float total[kLanes] = {};                                                                                 \
+    for (int64_t g0 = 0; g0 < k; g0 += group) {                                                             \
+      float lane[kLanes] = {};                                                                              \
+      int64_t i = 0;                                                                                        \
+      for (; i + kLanes <= group; i += kLanes) {                                                            \
+        _Pragma("omp simd")                                                                                 \
+        for (int l = 0; l < kLanes; ++l) lane[l] += x[g0 + i + l] * code_float<kLut>(c[g0 + i + l], lut);  \
+      }                                                                                                     \
+      for (int l = 0; i + l < group; ++l) lane[l] += x[g0 + i + l] * code_float<kLut>(c[g0 + i + l], lut); \
+      const float scale = s[g0 / group];                                                                    \
+      _Pragma("omp simd")                                                                                   \
+      for (int l = 0; l < kLanes; ++l) total[l] += lane[l] * scale;                                         \
+    }                                                                                                       \
+    for (int w = kLanes / 2; w > 0; w /= 2)                                                                   \
+      for (int l = 0; l < w; ++l) total[l] += total[l + w];                                                   \
+    return total[0];                                                                                          \
   }
 MPT_WQ_DOT(, _generic)
 MPT_WQ_DOT(__attribute__((target("avx512f,avx512bw,avx512vl"))), _avx512)
@@ -66,14 +78,20 @@ void dequantize_groups(const GroupWeights& w, Out* out) {
 void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const float* bias, float* y) {
   const bool avx512 = map_isa() == MapIsa::Avx512;
   const int64_t groups = w.k / w.group;
+  const bool fp8 = w.format == math::QuantFormat::E4M3;
+  float lut[256];
+  for (int b = 0; b < 256; ++b) lut[b] = math::code_value(static_cast<int8_t>(b), w.format);
+  const auto dot = [&](const float* xr, const int8_t* c, const float* s) {
+    if (fp8) return avx512 ? wq_dot_avx512<true>(xr, c, s, w.k, w.group, lut) : wq_dot_generic<true>(xr, c, s, w.k, w.group, lut);
+    return avx512 ? wq_dot_avx512<false>(xr, c, s, w.k, w.group, lut) : wq_dot_generic<false>(xr, c, s, w.k, w.group, lut);
+  };
 #pragma omp parallel for schedule(static) if (w.n * w.k * m > (1 << 15))
   for (int64_t j = 0; j < w.n; ++j) {
     const int8_t* c = w.codes + j * w.k;
     const float* s = w.scales + j * groups;
     const float b = bias != nullptr ? bias[j] : 0.0f;
     for (int64_t i = 0; i < m; ++i) {
-      const float d = avx512 ? wq_dot_avx512(x + i * w.k, c, s, w.k, w.group) : wq_dot_generic(x + i * w.k, c, s, w.k, w.group);
-      y[i * w.n + j] = d + b;
+      y[i * w.n + j] = dot(x + i * w.k, c, s) + b;
     }
   }
 }

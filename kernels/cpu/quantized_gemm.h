@@ -13,10 +13,11 @@ using math::GroupWeights;
 template <class Out>
 void dequantize_groups(const GroupWeights& w, Out* out);
 
-// y [m, n] = x [m, k] W^T + bias: for each output j and group g the products x * code are summed in float over the
-// group in 16 interleaved lanes (lane l takes elements l, l + 16, ...; the lanes then added pairwise), scaled by the
-// group's scale and accumulated over the groups in order; bias (optional [n]) added last. Integer formats only. Reads
-// each weight code once per row of x (a decoding step's GEMV reads 1 byte per weight, not 4); OpenMP over n.
+// y [m, n] = x [m, k] W^T + bias: for each output j, in 16 interleaved float lanes (lane l takes a group's elements l,
+// l + 16, ...), each group's products x * code are summed, scaled by the group's scale and added to the row's lanes;
+// the lanes are added pairwise at the end; bias (optional [n]) last. Integer codes, or E4M3 codes through a 256-entry
+// table. Reads each weight code once per row of x (a decoding step's GEMV reads 1 byte per weight, not 4); OpenMP
+// over n.
 void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const float* bias, float* y);
 
 // acc [m, n] = a [m, k] b^T with a, b int8 codes and b stored [n, k] (exact int32 sums, so the same integers on

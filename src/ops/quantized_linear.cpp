@@ -61,7 +61,7 @@ Tensor quantized_linear(const Tensor& x_in, const GroupQuantized& w, const Tenso
     return y;
   }
   const Tensor xq = input ? fake_quantize(x, *input) : x;
-  if (N <= kWeightOnlyMaxRows && w.spec.format != QuantFormat::FP8) {
+  if (N <= kWeightOnlyMaxRows) {
     kernels::cpu::weight_only_gemm(xq.data<float>(), N, group_weights(w, group), bp, y.data<float>());
     return y;
   }

@@ -15,7 +15,7 @@ namespace mpt::ops {
 //     with exact INT32 sums, then y = float(acc) * s_x * s_w + b;
 //   other schemes on the CPU with N <= 16 rows (a decoding step): the codes read directly (1 byte per weight)
 //     in a weight-only GEMM, the group scales applied per group (kernels/cpu/quantized_gemm.h);
-//   otherwise (more rows, FP8 codes, CUDA): the weight dequantized by a plain kernel, then the float GEMM.
+//   otherwise (more rows, CUDA): the weight dequantized by a plain kernel, then the float GEMM.
 // Result f32 on the CPU, x's dtype on CUDA. Throws, naming the shapes, for mismatched shapes, devices or dtypes.
 Tensor quantized_linear(const Tensor& x, const GroupQuantized& w, const Tensor& bias,
                         const std::optional<QuantSpec>& input = std::nullopt);
