@@ -34,7 +34,16 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   size_t begin = 0;
   while (begin < s.size()) {
     const size_t end = std::min(s.find(',', begin), s.size());
-    v.push_back(std::stoll(s.substr(begin, end - begin)));
+    const std::string item = s.substr(begin, end - begin);
+    size_t used = 0;
+    try {
+      v.push_back(std::stoll(item, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MPT_CHECK(used == item.size() && !item.empty() && v.back() >= 0,
+              "[generate] --prompt-ids '{}': '{}' is not a token id (expected comma-separated non-negative integers)",
+              s, item);
     begin = end + 1;
   }
   return v;

@@ -104,7 +104,8 @@ from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Llam
 from transformers.utils.quantization_config import CompressedTensorsConfig  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_goldens import sort_metadata  # noqa: E402
+from ct_check import decode_e4m3fn  # noqa: E402
+from golden_io import sort_metadata  # noqa: E402
 
 LLAMA = dict(vocab_size=67, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5, tie_word_embeddings=False,
@@ -274,15 +275,6 @@ def raw_tensors(path):
         a, b = v["data_offsets"]
         out[k] = (v["dtype"], np.frombuffer(data[a:b], dtype=ST_NP[v["dtype"]]).reshape(v["shape"]))
     return out
-
-
-def decode_e4m3fn(u8):
-    """FP8 E4M3FN bytes -> float64: sign, 4 exponent bits (bias 7), 3 mantissa bits; e=0 subnormal m*2^-9."""
-    u = u8.astype(np.int64)
-    s, e, m = u >> 7, (u >> 3) & 15, u & 7
-    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8.0) * np.exp2(e - 7.0))
-    v = np.where((e == 15) & (m == 7), np.nan, v)
-    return np.where(s == 1, -v, v)
 
 
 def round_e4m3fn(x):

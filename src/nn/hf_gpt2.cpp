@@ -166,13 +166,8 @@ std::string hf_gpt2_config_json(const nn::GPTConfig& c) {
 
 nn::GPTConfig parse_hf_gpt2_config(std::string_view text, const std::string& where) {
   const json j = io::detail::parse_json_object(text, "hf_gpt2", where);
-  auto integer = [&](const char* key, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
-    const auto it = j.find(key);
-    if (it == j.end() && fallback) return *fallback;
-    MPT_CHECK(it != j.end(), "[hf_gpt2] {}: missing key \"{}\"", where, key);
-    MPT_CHECK(it->is_number_integer() && it->get<int64_t>() > 0 && it->get<int64_t>() <= (int64_t{1} << 32),
-              "[hf_gpt2] {}: key \"{}\": expected a positive integer, got {}", where, key, it->dump());
-    return it->get<int64_t>();
+  auto integer = [&](const char* key, std::optional<int64_t> fallback = std::nullopt) {
+    return io::detail::positive_integer(j, key, "hf_gpt2", where, fallback);
   };
   auto require = [&](const char* key, const json& want, const char* why) {
     const auto it = j.find(key);

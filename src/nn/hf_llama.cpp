@@ -54,13 +54,7 @@ std::string hf_llama_config_json(const nn::LlamaConfig& c) {
 
 nn::LlamaConfig parse_hf_llama_config(std::string_view text, const std::string& where) {
   const json j = io::detail::parse_json_object(text, "hf_llama", where);
-  const auto integer = [&](const char* key) -> int64_t {
-    const auto it = j.find(key);
-    MPT_CHECK(it != j.end(), "[hf_llama] {}: missing key \"{}\"", where, key);
-    MPT_CHECK(it->is_number_integer() && it->get<int64_t>() > 0 && it->get<int64_t>() <= (int64_t{1} << 32),
-              "[hf_llama] {}: key \"{}\": expected a positive integer, got {}", where, key, it->dump());
-    return it->get<int64_t>();
-  };
+  const auto integer = [&](const char* key) { return io::detail::positive_integer(j, key, "hf_llama", where); };
   const auto number = [&](const char* key, double fallback) -> double {
     const auto it = j.find(key);
     if (it == j.end()) return fallback;

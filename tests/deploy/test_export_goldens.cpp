@@ -120,7 +120,9 @@ TEST(ExportGoldens, LlamaCppComputesWhatMptrainComputes) {
       EXPECT_LT(margin[same], 2 * c.logit_tol * std::fabs(max_logit)) << "the runtimes part at token " << same
                                                                         << " without a near tie";
     }
-    if (*c.scheme == '\0') EXPECT_EQ(same, want.size());  // full precision: every token
+    if (*c.scheme == '\0') {
+      EXPECT_EQ(same, want.size());  // full precision: every token
+    }
   }
 }
 

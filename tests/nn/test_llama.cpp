@@ -162,3 +162,42 @@ TEST(Llama, DescribesItselfAndRejectsBadConfigs) {
 
 }  // namespace
 }  // namespace mpt
+
+namespace mpt {
+namespace {
+
+// hf_llama_config_json's text parses back to the same shapes; unsupported settings are named.
+TEST(HfLlamaConfig, RoundTripsAndRefusesWhatLlamaCannotBe) {
+  nn::LlamaConfig c = nn::llama_preset("llama-tiny");
+  c.vocab_size = 77, c.block_size = 48, c.intermediate_size = 160, c.rope_theta = 5e5, c.norm_eps = 1e-5;
+  const nn::LlamaConfig p = nn::parse_hf_llama_config(nn::hf_llama_config_json(c));
+  EXPECT_EQ(p.vocab_size, 77);
+  EXPECT_EQ(p.block_size, 48);
+  EXPECT_EQ(p.n_layer, c.n_layer);
+  EXPECT_EQ(p.n_head, c.n_head);
+  EXPECT_EQ(p.n_kv_head, c.n_kv_head);
+  EXPECT_EQ(p.n_embd, c.n_embd);
+  EXPECT_EQ(p.ffn_size(), 160);
+  EXPECT_EQ(p.rope_theta, 5e5);
+  EXPECT_EQ(p.norm_eps, 1e-5);
+  EXPECT_EQ(p.tie_embeddings, c.tie_embeddings);
+  const std::string base = nn::hf_llama_config_json(c);
+  const auto edited = [&](const char* from, const char* to) {
+    std::string s = base;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, std::string(from).size(), to);
+  };
+  EXPECT_MPT_ERROR(nn::parse_hf_llama_config(edited("\"silu\"", "\"gelu\""), "cfg.json"),
+                   "[hf_llama] cfg.json: key \"hidden_act\" is \"gelu\", but nn::Llama has SiLU");
+  EXPECT_MPT_ERROR(nn::parse_hf_llama_config(edited("\"vocab_size\"", "\"vocab\""), "cfg.json"),
+                   "[hf_llama] cfg.json: missing key \"vocab_size\"");
+  EXPECT_MPT_ERROR(nn::parse_hf_llama_config(edited("\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2"), "cfg.json"),
+                   "key \"num_hidden_layers\": expected a positive integer, got -2");
+  EXPECT_MPT_ERROR(nn::parse_hf_llama_config(edited("\"head_dim\": 16", "\"head_dim\": 32"), "cfg.json"),
+                   "key \"head_dim\" is 32");
+  EXPECT_MPT_ERROR(nn::parse_hf_llama_config("[1]", "cfg.json"), "expected a JSON object");
+}
+
+}  // namespace
+}  // namespace mpt

@@ -27,6 +27,15 @@ Tensor ids(int64_t b, int64_t t, int64_t vocab) {
   return Tensor::from_vector(v, {b, t});
 }
 
+// The model's forward under an FP32 policy with `policy`'s QAT: what its quantized deployment must compute.
+Tensor qat_forward(const nn::LanguageModel& model, const amp::QatPolicy& policy, const Tensor& x) {
+  autograd::NoGradGuard ng;
+  amp::Policy p = amp::Policy::fp32();
+  p.qat = std::make_shared<const amp::QatPolicy>(policy);
+  amp::Autocast ac(p);
+  return model.forward(x);
+}
+
 nn::GPTConfig gpt_config() {
   nn::GPTConfig c;
   c.vocab_size = 50, c.block_size = 32, c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.seed = 11;
@@ -38,14 +47,7 @@ TEST(QuantizedInference, GptComputesItsQatForward) {
     const amp::QatPolicy policy = amp::QatPolicy::linears_but_head(amp::QatScheme::named(name));
     nn::GPT reference(gpt_config()), packed(gpt_config());
     const Tensor x = ids(2, 20, 50);
-    Tensor want;
-    {
-      autograd::NoGradGuard ng;
-      amp::Policy p = amp::Policy::fp32();
-      p.qat = std::make_shared<const amp::QatPolicy>(policy);
-      amp::Autocast ac(p);
-      want = reference.forward(x);
-    }
+    const Tensor want = qat_forward(reference, policy, x);
     const std::vector<std::string> done = nn::quantize_for_inference(packed, policy);
     EXPECT_EQ(done.size(), 8u) << name;
     autograd::NoGradGuard ng;
@@ -68,14 +70,7 @@ TEST(QuantizedInference, LlamaComputesItsQatForward) {
   const amp::QatPolicy policy = amp::QatPolicy::linears_but_head(amp::QatScheme::named("int4"));
   nn::Llama reference(c), packed(c);
   const Tensor x = ids(1, 16, 40);
-  Tensor want;
-  {
-    autograd::NoGradGuard ng;
-    amp::Policy p = amp::Policy::fp32();
-    p.qat = std::make_shared<const amp::QatPolicy>(policy);
-    amp::Autocast ac(p);
-    want = reference.forward(x);
-  }
+  const Tensor want = qat_forward(reference, policy, x);
   EXPECT_EQ(nn::quantize_for_inference(packed, policy).size(), 14u);  // 2 layers x (q, k, v, o, gate, up, down)
   autograd::NoGradGuard ng;
   EXPECT_LT(max_rel(packed.forward(x), want), 1e-5);
