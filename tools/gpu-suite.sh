@@ -19,6 +19,9 @@ Stages (each runs when what it needs is there; a failure is recorded and the lat
   fp8      benchmarks/bench_fp8 --device cuda: each piece of an FP8 Linear (the GEMM per recipe, with and without fast
            accumulation; amax, quantize, cast + transpose (+ dbias), 1x128/128x128 blocks) beside the BF16 GEMM of the
            same shape, and whole FP8 Linears against the BF16 one, at GPT 1.3B's MLP shape and GPT-2 124M's
+  quant    benchmarks/bench_generate --device cuda --quantized int8,int4,fp8 on GPT-2 124M's shape in bf16: KV-cache
+           decoding with the Linear weights as codes (W8A8 on cuBLASLt's INT8 kernels, FP8 x FP8, INT4 dequantized)
+           against the BF16 model, same run (issue 33)
   gemm     cuBLAS BF16 and FP8 GEMM TFLOP/s through torch (compare_pytorch.py --gemm-only): a square 8192 GEMM and
            GPT-2's own shapes
   profile  bench_train --device cuda --profile --cuda-graph on GPT-2 124M in bf16 and fp8-delayed: where one step's
@@ -38,7 +41,7 @@ Options:
                        CUDA's own (cudart, cuBLAS(Lt), cuDNN, NCCL) are searched for on the machine when ldd misses them
   --python PY          the Python with torch (env MPT_PYTHON; default python3)
   --quick              fit a 15-minute device lease: one repetition of short runs, no torch.compile, shorter timeouts
-  --stages LIST        comma-separated subset of env,build,tests,kernels,fp8,gemm,profile,train (env and build always
+  --stages LIST        comma-separated subset of env,build,tests,kernels,fp8,quant,gemm,profile,train (env and build always
                        run)
   --batch N            sequences per training step (default 8)
   --peak-tflops T      dense BF16 peak for MFU instead of the table by GPU name (H100/H200 989, A100 312); FP8
@@ -59,7 +62,7 @@ build_dir=${MPT_BUILD_DIR:-}
 lib_dir=${MPT_LIB_DIR:-}
 py=${MPT_PYTHON:-python3}
 quick=0 force=0 batch=8 peak="" peak_fp8="" models=gpt2,gpt2-padded compile=0
-stages=env,build,tests,kernels,fp8,gemm,profile,train
+stages=env,build,tests,kernels,fp8,quant,gemm,profile,train
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift ;;
@@ -80,7 +83,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 for s in ${stages//,/ }; do
-  case $s in env|build|tests|kernels|fp8|gemm|profile|train) ;; *) echo "gpu-suite: unknown stage '$s' in --stages" >&2; exit 2 ;; esac
+  case $s in env|build|tests|kernels|fp8|quant|gemm|profile|train) ;; *) echo "gpu-suite: unknown stage '$s' in --stages" >&2; exit 2 ;; esac
 done
 wanted() { [[ ",$stages," == *",$1,"* ]]; }
 # Paths given on the command line are relative to where the script was started.
@@ -151,6 +154,7 @@ need=()
 wanted tests && need+=("${test_bins[@]}")
 wanted kernels && need+=(bench_kernels)
 wanted fp8 && need+=(bench_fp8)
+wanted quant && need+=(bench_generate)
 { wanted train || wanted profile; } && need+=(bench_train)
 declare -A bin=()
 begin build
@@ -327,6 +331,24 @@ if wanted fp8; then
   fi
 fi
 
+# ---------------------------------------------------------------- quant (bench_generate --quantized on cuda:0)
+if wanted quant; then
+  begin quant
+  if [ $run_gpu = 0 ]; then
+    record quant skipped "$no_gpu_reason"
+  elif ! have bench_generate; then
+    record quant failed "not run: bench_generate missing (see build)"
+  else
+    limit=$((quick ? 120 : 600))
+    rc=0
+    run_logged "$out/logs/quant.log" "$limit" "${bin[bench_generate]}" --device cuda --layers 12 --heads 12 --embd 768 \
+      --seq 1024 --vocab 50304 --tokens "$((quick ? 100 : 400))" --precision bf16 --quantized int8,int4,fp8 \
+      --json "$out/raw/bench_generate-124m.json" || rc=$?
+    if [ $rc = 0 ]; then record quant ok "raw/bench_generate-124m.json"
+    else record quant failed "bench_generate $(why $rc "$limit" "$out/logs/quant.log")"; fi
+  fi
+fi
+
 # ---------------------------------------------------------------- gemm and train (compare_pytorch.py)
 compare=("$py" benchmarks/compare_pytorch.py --device cuda --batch "$batch")
 [ -n "$peak" ] && compare+=(--peak-tflops "$peak")
@@ -447,6 +469,7 @@ for path in sorted(glob.glob(os.path.join(raw, "tests", "*.json"))):
         "failed": [c["classname"] + "." + c["name"] for c in cases if c.get("failures")]}
 suite.update(tests=tests or None, kernels=load(os.path.join(raw, "bench_kernels.json")),
              fp8={s: load(os.path.join(raw, "bench_fp8-%s.json" % s)) for s in ("1.3b", "124m")},
+             quant=load(os.path.join(raw, "bench_generate-124m.json")),
              profile={p: load(os.path.join(raw, "profile-%s.json" % p)) for p in ("bf16", "fp8-delayed", "small-graph")},
              gemm=load(os.path.join(raw, "gemm.json")), train=load(os.path.join(raw, "train.json")))
 with open(os.path.join(out, "gpu-suite.json"), "w") as f:

@@ -139,8 +139,7 @@ void int8_epilogue(const int32_t* acc, int64_t m, int64_t n, const float* sa, co
 #pragma omp parallel for schedule(static) if (m * n > (1 << 16))
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      const float v = static_cast<float>(acc[i * n + j]) * sa[i] * sb[j];
-      y[i * n + j] = bias != nullptr ? v + bias[j] : v;
+      y[i * n + j] = math::dequantize_accumulator(static_cast<float>(acc[i * n + j]), sa[i], sb[j], bias, j);
     }
   }
 }

@@ -67,4 +67,12 @@ MPT_HD MPT_INLINE float code_value(int8_t c, QuantFormat f) {
   return f == QuantFormat::E4M3 ? e4m3_bits_to_float(static_cast<uint8_t>(c)) : static_cast<float>(c);
 }
 
+// The dequantizing epilogue of a codes x codes GEMM (W8A8: exact INT32 sums; FP8: the FP32 sum of E4M3 products):
+// y = acc * s_row * s_col + bias[j], multiplied in that order in float (bias optional), for output (row, j). One
+// formula for the CPU (kernels/cpu/quantized_gemm.h) and CUDA (kernels/cuda/quantized_gemm.h).
+MPT_HD MPT_INLINE float dequantize_accumulator(float acc, float s_row, float s_col, const float* bias, int64_t j) {
+  const float v = acc * s_row * s_col;
+  return bias != nullptr ? v + bias[j] : v;
+}
+
 }  // namespace mpt::kernels::math

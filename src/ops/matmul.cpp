@@ -21,6 +21,7 @@
 #include "backend/cuda/check.h"
 #include "kernels/cuda/gemm_scales.h"
 #include "kernels/cuda/lib/gemm_cublaslt.h"
+#include "ops/lt_workspace.h"
 #include "mpt/core/memory.h"
 #include "mpt/core/stream.h"
 #endif
@@ -154,19 +155,6 @@ cudaDataType_t lt_type(DType t) {
     case DType::F8E5M2: return CUDA_R_8F_E5M2;
     default: MPT_THROW("[matmul] no cuBLASLt type for {}", t);
   }
-}
-
-// One cuBLASLt workspace per (device, stream), allocated on first use and kept (R6.4: one per concurrent stream).
-kcu::LtWorkspace lt_workspace(const Stream& stream) {
-  static std::mutex mutex;
-  static auto* pool = new std::map<std::pair<int, void*>, std::shared_ptr<Storage>>();
-  std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<Storage>& ws = (*pool)[{stream.device().index(), stream.native()}];
-  if (!ws) {
-    const int major = cuda_status().devices.at(stream.device().index()).major;
-    ws = Storage::allocate(kcu::recommended_workspace_bytes(major), stream);
-  }
-  return {ws->data(), ws->nbytes()};
 }
 
 kcu::GemmScaleMode lt_mode(Fp8Scaling::Kind k) {
@@ -335,7 +323,7 @@ bool gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
     if (opt.aux_bias_grad.defined()) p.bias = opt.aux_bias_grad.data_ptr();
   }
   const kcu::LtResult r =
-      kcu::cublaslt_gemm(c.device().index(), p, a.data_ptr(), b.data_ptr(), c.data_ptr(), lt_workspace(stream), native);
+      kcu::cublaslt_gemm(c.device().index(), p, a.data_ptr(), b.data_ptr(), c.data_ptr(), detail::lt_workspace(stream), native);
   if (gelu && r.code == kcu::LtCode::NoAlgorithm) return !gelu_epilogue_refused(kind, true);
   MPT_CHECK(r.ok(), "[matmul] {} (a {}, b {}, c {})", kcu::describe(r, p), a_in.meta_str(), b_in.meta_str(),
             c.meta_str());

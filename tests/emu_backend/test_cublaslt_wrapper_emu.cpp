@@ -324,6 +324,33 @@ TEST_F(LtWrapper, Fp8RefusalsNeedsTnLayoutAndNoAlgorithm) {
   EXPECT_TRUE(runs(p, da.p, db.p, dc.p));
 }
 
+// INT8 x INT8 -> INT32 through the wrapper on the double's IMMA row: row-major C = A B^T with B stored [n, k] (a
+// Linear's weight), exact integer sums with integer alpha and beta, against an int64 loop.
+TEST_F(LtWrapper, Int8TnExactSumsWithIntegerAlphaBeta) {
+  const int64_t m = 5, n = 12, k = 40;
+  std::vector<int8_t> a(m * k), b(n * k);
+  std::vector<int32_t> c(m * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int8_t>((i * 37 + 11) % 255 - 127);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int8_t>((i * 53 + 5) % 255 - 127);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<int32_t>(i * 1000) - 30000;
+  Dev<int8_t> da(a), db(b);
+  Dev<int32_t> dc(c);
+  LtGemmParams p;
+  p.shape = {.m = m, .n = n, .k = k, .trans_b = true, .lda = k, .ldb = k, .ldc = n};
+  p.a_type = p.b_type = CUDA_R_8I, p.c_type = CUDA_R_32I;
+  p.alpha = 3.0f, p.beta = -2.0f;
+  ASSERT_TRUE(runs(p, da.p, db.p, dc.p));
+  const std::vector<int32_t> got = dc.get();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t acc = 0;
+      for (int64_t l = 0; l < k; ++l) acc += int64_t{a[i * k + l]} * b[j * k + l];
+      EXPECT_EQ(got[i * n + j], 3 * acc - 2 * int64_t{c[i * n + j]}) << i << "," << j;
+    }
+  p.shape.trans_b = false, p.shape.ldb = n;  // B stored [k, n]: not TN
+  EXPECT_EQ(kc::cublaslt_gemm(0, p, da.p, db.p, dc.p, {}, nullptr).code, LtCode::NeedsTnLayout);
+}
+
 TEST_F(LtWrapper, PlanCacheHitsOnARepeatedProblem) {
   const GemmShape s{.m = 3, .n = 11, .k = 9, .lda = 9, .ldb = 11, .ldc = 11};
   ASSERT_GT(kc::cublaslt_plan_cache_stats().capacity, 0);

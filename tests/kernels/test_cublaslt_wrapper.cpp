@@ -108,6 +108,59 @@ TEST(CublasLtWrapper, EpilogueAndWorkspaceRules) {
   EXPECT_EQ(check(p), LtCode::InvalidArgument);  // lda < k for an untransposed A
 }
 
+// W8A8: x codes (32 x 256) times W codes (48 x 256, stored [out, in]) into exact INT32 sums.
+kc::LtGemmParams int8_linear() {
+  kc::LtGemmParams p;
+  p.shape = {.m = 32, .n = 48, .k = 256, .trans_b = true, .lda = 256, .ldb = 256, .ldc = 48};
+  p.a_type = p.b_type = CUDA_R_8I;
+  p.c_type = CUDA_R_32I;
+  return p;
+}
+
+TEST(CublasLtWrapper, Int8Rules) {
+  kc::LtGemmParams p = int8_linear();
+  EXPECT_EQ(check(p), LtCode::Ok);
+  EXPECT_EQ(kc::lt_compute_type(p), CUBLAS_COMPUTE_32I);
+  EXPECT_EQ(kc::lt_scale_type(p), CUDA_R_32I);
+  EXPECT_EQ(kc::lt_scale_type(fp8_linear()), CUDA_R_32F);
+  p.shape.m = 3;  // our m (cuBLASLt's n) is free
+  EXPECT_EQ(check(p), LtCode::Ok);
+  p.alpha = 2.0f, p.beta = -1.0f;  // integer scalars
+  EXPECT_EQ(check(p), LtCode::Ok);
+  p.alpha = 0.5f;
+  EXPECT_EQ(check(p), LtCode::InvalidArgument);
+  p = int8_linear();
+  p.c_type = CUDA_R_32F;
+  EXPECT_EQ(check(p), LtCode::InvalidArgument);  // the IMMA row writes i32
+  p = int8_linear();
+  p.b_type = CUDA_R_8F_E4M3;
+  EXPECT_EQ(check(p), LtCode::InvalidArgument);
+  p = int8_linear();
+  p.shape.trans_b = false, p.shape.ldb = 48;
+  EXPECT_EQ(check(p), LtCode::NeedsTnLayout);
+  for (auto edit : {+[](kc::GemmShape& s) { s.n = 46, s.ldc = 46; }, +[](kc::GemmShape& s) { s.k = 254, s.lda = s.ldb = 254; },
+                    +[](kc::GemmShape& s) { s.lda = 258; }, +[](kc::GemmShape& s) { s.ldc = 50; }}) {
+    p = int8_linear();
+    edit(p.shape);
+    EXPECT_FALSE(kc::int8_gemm_shape_ok(p.shape));
+    const kc::LtResult r = kc::validate_cublaslt_gemm(p, kA, kB, kC, {});
+    EXPECT_EQ(r.code, LtCode::InvalidArgument);
+    EXPECT_NE(std::string(r.detail).find("multiples of 4"), std::string::npos) << r.detail;
+  }
+  p = int8_linear();
+  p.epilogue = kc::GemmEpilogue::Bias, p.bias = kC;
+  EXPECT_EQ(check(p), LtCode::InvalidArgument);
+  p = int8_linear();
+  p.scale_a.ptr = kScale;
+  EXPECT_EQ(check(p), LtCode::InvalidArgument);
+  p = int8_linear();
+  const auto* odd = reinterpret_cast<const void*>(uintptr_t{0x10002});
+  EXPECT_EQ(kc::validate_cublaslt_gemm(p, odd, kB, kC, {}).code, LtCode::InvalidArgument);  // 2-byte aligned codes
+  const std::string text = kc::describe(kc::LtResult{LtCode::NoAlgorithm, CUBLAS_STATUS_NOT_SUPPORTED, "x"}, int8_linear());
+  EXPECT_NE(text.find("a i8, b i8, c i32"), std::string::npos) << text;
+  EXPECT_NE(text.find("IMMA"), std::string::npos) << text;
+}
+
 TEST(CublasLtWrapper, Tf32OnlyForF32WhenAllowed) {
   kc::LtGemmParams p;
   p.shape = {.m = 4, .n = 4, .k = 4, .lda = 4, .ldb = 4, .ldc = 4};

@@ -34,9 +34,14 @@ LtResult invalid(const char* why) { return LtResult{LtCode::InvalidArgument, CUB
 
 bool is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 bool is_half(cudaDataType_t t) { return t == CUDA_R_16F || t == CUDA_R_16BF; }
+bool is_int(cudaDataType_t t) { return t == CUDA_R_8I || t == CUDA_R_32I; }
+bool is_int8_gemm(const LtGemmParams& p) { return is_int(p.a_type) || is_int(p.b_type) || is_int(p.c_type); }
 bool is_block(const LtScale& s) { return s.mode != GemmScaleMode::PerTensor; }
 
-int64_t dtype_bytes(cudaDataType_t t) { return is_fp8(t) ? 1 : is_half(t) ? 2 : 4; }
+int64_t dtype_bytes(cudaDataType_t t) { return is_fp8(t) || t == CUDA_R_8I ? 1 : is_half(t) ? 2 : 4; }
+
+// An int32 alpha/beta (INT8 GEMMs take integer scalars).
+bool is_int32_value(float v) { return v == static_cast<float>(static_cast<int32_t>(v)) && v >= -2147483648.0f && v < 2147483648.0f; }
 
 // The alignment in bytes (a power of two, at most 256) that holds for ptr and for every batch entry after it.
 uint32_t alignment(const void* ptr, int64_t stride_bytes) {
@@ -82,6 +87,12 @@ LtResult validate_scales(const LtGemmParams& p) {
 
 LtResult validate_types(const LtGemmParams& p) {
   const cudaDataType_t a = p.a_type, b = p.b_type, c = p.c_type;
+  if (is_int8_gemm(p)) {
+    if (a != CUDA_R_8I || b != CUDA_R_8I || c != CUDA_R_32I) return invalid("INT8 GEMMs take i8 operands and an i32 output");
+    if (!is_int32_value(p.alpha) || !is_int32_value(p.beta))
+      return invalid("INT8 GEMMs take integer alpha and beta (scale type CUDA_R_32I)");
+    return {};
+  }
   if (is_fp8(a) != is_fp8(b)) return invalid("FP8 and non-FP8 operands cannot be mixed");
   if (!is_fp8(a)) {
     if (a != b || !(a == CUDA_R_32F || is_half(a))) return invalid("operands must be F32, F16 or BF16 alike");
@@ -113,7 +124,10 @@ bool ld_ok(int64_t ld, int64_t row_length) { return ld >= (row_length > 1 ? row_
 
 size_t recommended_workspace_bytes(int cc_major) { return cc_major >= 9 ? (size_t{32} << 20) : (size_t{4} << 20); }
 
+cudaDataType_t lt_scale_type(const LtGemmParams& p) { return is_int8_gemm(p) ? CUDA_R_32I : CUDA_R_32F; }
+
 cublasComputeType_t lt_compute_type(const LtGemmParams& p) {
+  if (is_int8_gemm(p)) return CUBLAS_COMPUTE_32I;
   const bool all_f32 = p.a_type == CUDA_R_32F && p.b_type == CUDA_R_32F && p.c_type == CUDA_R_32F;
   return all_f32 && p.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
@@ -129,10 +143,18 @@ LtResult validate_cublaslt_gemm(const LtGemmParams& p, const void* a, const void
   if (s.batch > 1 && s.m > 0 && s.n > 0 && s.stride_c < (s.m - 1) * s.ldc + s.n)
     return invalid("C needs its own matrix per batch entry (stride_c too small)");
   if (LtResult r = validate_types(p); !r.ok()) return r;
-  if (is_fp8(p.a_type) && !is_fp8_tn(s))
+  if ((is_fp8(p.a_type) || is_int8_gemm(p)) && !is_fp8_tn(s))
     return LtResult{LtCode::NeedsTnLayout, CUBLAS_STATUS_NOT_SUPPORTED,
-                    "FP8 operands need the TN layout: A stored m x k and B stored n x k (trans_a = false, "
+                    "FP8 and INT8 operands need the TN layout: A stored m x k and B stored n x k (trans_a = false, "
                     "trans_b = true); pass transposed copies"};
+  if (is_int8_gemm(p)) {
+    if (!int8_gemm_shape_ok(s))
+      return invalid("INT8 GEMMs (IMMA, regular ordering) need n, k and every leading dimension multiples of 4");
+    if (p.epilogue != GemmEpilogue::None) return invalid("INT8 GEMMs take no epilogue");
+    const int64_t step = s.batch > 1 ? 1 : 0;
+    if (alignment(a, step * s.stride_a) < 4 || alignment(b, step * s.stride_b) < 4 || alignment(c, step * s.stride_c * 4) < 4)
+      return invalid("INT8 GEMMs need 4-byte aligned pointers (and batch strides)");
+  }
   if (LtResult r = validate_scales(p); !r.ok()) return r;
   if (LtResult r = validate_epilogue(p); !r.ok()) return r;
   if (ws.bytes > 0 && (ws.ptr == nullptr || reinterpret_cast<uintptr_t>(ws.ptr) % 256 != 0))
@@ -232,7 +254,7 @@ LtResult set_pointers(cublasLtMatmulDesc_t d, const LtGemmParams& p, const CallP
 
 LtResult build_descriptor(Plan& plan, const LtGemmParams& p, const LtProblem& lp) {
   cublasLtMatmulDesc_t d = nullptr;
-  MPT_LT_TRY(cublasLtMatmulDescCreate(&d, lt_compute_type(p), CUDA_R_32F));
+  MPT_LT_TRY(cublasLtMatmulDescCreate(&d, lt_compute_type(p), lt_scale_type(p)));
   plan.desc.reset(d);
   MPT_LT_TRY(set(d, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(lp.a.op_t ? CUBLAS_OP_T : CUBLAS_OP_N)));
   MPT_LT_TRY(set(d, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(lp.b.op_t ? CUBLAS_OP_T : CUBLAS_OP_N)));
@@ -416,13 +438,17 @@ LtResult cublaslt_gemm(int device, const LtGemmParams& p, const void* a, const v
   }
 
   const float alpha = p.alpha, beta = p.beta;
+  const int32_t alpha_i = static_cast<int32_t>(p.alpha), beta_i = static_cast<int32_t>(p.beta);
+  const bool int8 = is_int8_gemm(p);
+  const void* alpha_p = int8 ? static_cast<const void*>(&alpha_i) : &alpha;
+  const void* beta_p = int8 ? static_cast<const void*>(&beta_i) : &beta;
   const cublasLtMatrixLayout_t c_layout = plan->c ? plan->c.get() : plan->d.get();
   std::lock_guard<std::mutex> lock(plan->mutex);
   for (int64_t i = 0; i < (split ? s.batch : 1); ++i) {
     const CallPointers e = entry_pointers(p, a, b, c, i);
     if (LtResult r = set_pointers(plan->desc.get(), p, e); !r.ok()) return r;
     const void* c_in = plan->c ? nullptr : e.c;  // an FP8 output never reads C (beta == 0)
-    MPT_LT_TRY(cublasLtMatmul(handle, plan->desc.get(), &alpha, e.b, plan->a.get(), e.a, plan->b.get(), &beta, c_in,
+    MPT_LT_TRY(cublasLtMatmul(handle, plan->desc.get(), alpha_p, e.b, plan->a.get(), e.a, plan->b.get(), beta_p, c_in,
                               c_layout, e.c, plan->d.get(), &plan->algo, ws.ptr, ws.bytes, stream));
   }
   return {};

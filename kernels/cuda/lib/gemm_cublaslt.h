@@ -30,6 +30,9 @@ struct LtScale {
 //     allow_tf32 (CUBLAS_COMPUTE_32F_FAST_TF32), else exact FP32 (CUBLAS_COMPUTE_32F).
 //   a, b in {E4M3, E5M2}, not both E5M2; c in {F32, BF16, F16, E4M3} (E5M2 too for mixed pairs). Needs the TN
 //     layout (is_fp8_tn). An FP8 c needs beta == 0 and takes out_scale (null means 1) and out_amax (optional).
+//   a = b = I8 (CUDA_R_8I), c = I32 (CUDA_R_32I): exact INT32 sums on the IMMA tensor cores (CUBLAS_COMPUTE_32I,
+//     scale type CUDA_R_32I: alpha and beta must be integers, passed as int32). Needs int8_gemm_shape_ok (TN, n, k
+//     and leading dimensions multiples of 4), 4-byte aligned pointers, no epilogue and no scales.
 struct LtGemmParams {
   GemmShape shape;
   float alpha = 1.0f, beta = 0.0f;
@@ -72,7 +75,7 @@ size_t recommended_workspace_bytes(int cc_major);
 enum class LtCode : uint8_t {
   Ok,
   InvalidArgument,  // the parameters break a documented rule; LtResult::detail says which
-  NeedsTnLayout,    // FP8 operands need trans_a == false, trans_b == true: pass transposed copies
+  NeedsTnLayout,    // FP8 and INT8 operands need trans_a == false, trans_b == true: pass transposed copies
   NoAlgorithm,      // the heuristic found none (NOT_SUPPORTED, INVALID_VALUE or 0 results; status says which)
   CublasError,      // any other cuBLASLt failure (status); e.g. NOT_INITIALIZED when there is no driver
 };
@@ -88,8 +91,10 @@ struct LtResult {
 LtResult validate_cublaslt_gemm(const LtGemmParams& p, const void* a, const void* b, const void* c,
                                 const LtWorkspace& ws);
 
-// The compute type the call uses (CUBLAS_COMPUTE_32F or _32F_FAST_TF32); scale type is always CUDA_R_32F.
+// The compute type the call uses (CUBLAS_COMPUTE_32F, _32F_FAST_TF32, or _32I for INT8) and its scale type
+// (CUDA_R_32F, CUDA_R_32I for INT8).
 cublasComputeType_t lt_compute_type(const LtGemmParams& p);
+cudaDataType_t lt_scale_type(const LtGemmParams& p);
 
 // Runs the GEMM on `stream` (asynchronous) with device pointers a, b and c on `device` (the plan cache and the
 // handle are per device; the caller makes `device` current). m == 0 or n == 0 is a no-op; k == 0 is refused

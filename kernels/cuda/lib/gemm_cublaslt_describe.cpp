@@ -13,6 +13,8 @@ const char* lt_dtype_name(cudaDataType_t t) {
     case CUDA_R_8F_E4M3: return "f8e4m3";
     case CUDA_R_8F_E5M2: return "f8e5m2";
     case CUDA_R_64F: return "f64";
+    case CUDA_R_8I: return "i8";
+    case CUDA_R_32I: return "i32";
     default: return "unsupported cudaDataType_t";
   }
 }
@@ -35,7 +37,7 @@ const char* code_text(LtCode c) {
   switch (c) {
     case LtCode::Ok: return "ok";
     case LtCode::InvalidArgument: return "invalid cuBLASLt GEMM arguments";
-    case LtCode::NeedsTnLayout: return "FP8 GEMM layout unsupported";
+    case LtCode::NeedsTnLayout: return "FP8/INT8 GEMM layout unsupported";
     case LtCode::NoAlgorithm: return "cuBLASLt has no algorithm";
     case LtCode::CublasError: return "cuBLASLt call failed";
   }
@@ -61,6 +63,8 @@ std::string describe(const LtResult& r, const LtGemmParams& p) {
   if (r.code == LtCode::NoAlgorithm && is_fp8(p.a_type))
     out += "; FP8 needs compute capability 8.9+, 16-byte aligned pointers, leading dimensions that are multiples of "
            "16 bytes and (observed) m and n multiples of 16; block scaling needs sm_90 and m, n multiples of 4";
+  if (r.code == LtCode::NoAlgorithm && p.a_type == CUDA_R_8I)
+    out += "; INT8 needs IMMA tensor cores (compute capability 7.5+) and the TN layout";
   return out;
 }
 

@@ -54,6 +54,13 @@ inline LtProblem to_column_major(const GemmShape& s) {
 // A Linear forward y = x W^T (W stored [N, K]) has it naturally; dgrad and wgrad need transposed copies.
 inline bool is_fp8_tn(const GemmShape& s) { return !s.trans_a && s.trans_b; }
 
+// INT8 x INT8 -> INT32 (IMMA kernels with the regular column-major ordering, the only one Hopper has; cuBLAS docs,
+// cublasLtMatmul): the TN layout as for FP8, cuBLASLt's m and k multiples of 4 (our n and k) and every leading
+// dimension a multiple of 4 elements (pointers 4-byte aligned: checked with the call's pointers).
+inline bool int8_gemm_shape_ok(const GemmShape& s) {
+  return is_fp8_tn(s) && s.n % 4 == 0 && s.k % 4 == 0 && s.lda % 4 == 0 && s.ldb % 4 == 0 && s.ldc % 4 == 0;
+}
+
 // Epilogues, named in ROW-MAJOR terms (C is m x n; "per column" = one value per j < n).
 //   Bias         C[i,j] = matmul[i,j] + bias[j]            bias length n (cuBLASLt: per row of its D, R5 BIAS)
 //   Gelu         C = gelu(matmul)                          tanh approximation (R5)

@@ -1,4 +1,4 @@
-// tests/support/cuda_emu/cublaslt_compute.cpp: the cuBLASLt double's arithmetic: float64 GEMM with FP8 scales (tensorwide, outer, VEC128, BLK128x128), epilogues, amax, one rounding to D's type.
+// tests/support/cuda_emu/cublaslt_compute.cpp: the cuBLASLt double's arithmetic: float64 GEMM with FP8 scales (tensorwide, outer, VEC128, BLK128x128), epilogues, amax, one rounding to D's type (the int8 row is in cublaslt_compute_int8.cpp).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -33,14 +33,11 @@ void store(void* base, cudaDataType_t t, int64_t i, double v, bool saturate) {
   }
 }
 
-int64_t element_offset(const LayoutState& l, int64_t r, int64_t c, int64_t b) {
-  return b * l.batch_stride + (l.order == CUBLASLT_ORDER_COL ? r + c * l.ld : r * l.ld + c);
-}
-
 double read_float(const void* p, double dflt) { return p != nullptr ? static_cast<const float*>(p)[0] : dflt; }
 
 double read_scalar(const void* p, int32_t scale_type) {
   if (scale_type == CUDA_R_16F) return f16_bits_to_float(*static_cast<const uint16_t*>(p));
+  if (scale_type == CUDA_R_32I) return *static_cast<const int32_t*>(p);
   return *static_cast<const float*>(p);
 }
 
@@ -69,6 +66,10 @@ double block_scale(int32_t mode, const float* s, int64_t r, int64_t blk, int64_t
 }
 
 }  // namespace
+
+int64_t element_offset(const LayoutState& l, int64_t r, int64_t c, int64_t b) {
+  return b * l.batch_stride + (l.order == CUBLASLT_ORDER_COL ? r + c * l.ld : r * l.ld + c);
+}
 
 uint64_t layout_bytes(const LayoutState& l, int64_t batch) {
   if (l.rows == 0 || l.cols == 0) return 0;
@@ -99,6 +100,7 @@ uint64_t aux_bytes(const Problem& p) {
 }
 
 void compute_matmul(const Problem& p, const MatmulArgs& args) {
+  if (p.int8) return compute_matmul_int8(p, args);  // integers: exact in int64, not float64
   const CublasLtSwitches sw = cublaslt_switches();
   const DescState& d = p.desc;
   const uint32_t e = d.epilogue;

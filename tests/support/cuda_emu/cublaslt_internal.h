@@ -86,6 +86,7 @@ struct Problem {
   bool ta = false, tb = false;  // op(A) = A^T, op(B) = B^T
   cudaDataType_t bias_type = CUDA_R_32F, aux_type = CUDA_R_32F;
   bool fp8 = false;
+  bool int8 = false;  // the IMMA row: COMPUTE_32I, scale 32I, A/B 8I, C/D 32I
 };
 
 // Where a broken rule surfaces: Unsupported in the heuristic (and NOT_SUPPORTED from cublasLtMatmul), Invalid only
@@ -128,6 +129,8 @@ int current_compute_capability();
 // ---- Sizes and the arithmetic (cublaslt_compute.cpp) ----
 int64_t dtype_size(cudaDataType_t t);
 bool is_fp8_type(cudaDataType_t t);
+// Element (r, c) of batch entry b, in elements from the layout's base pointer.
+int64_t element_offset(const LayoutState& l, int64_t r, int64_t c, int64_t b);
 // Bytes a layout spans over `batch` instances, counted from its base pointer (0 for an empty matrix).
 uint64_t layout_bytes(const LayoutState& l, int64_t batch);
 uint64_t scale_bytes(int32_t mode, int64_t outer, int64_t k);  // one operand's scale array (0: no scale)
@@ -135,7 +138,7 @@ uint64_t bias_bytes(const Problem& p);
 uint64_t aux_bytes(const Problem& p);
 
 struct MatmulArgs {
-  double alpha = 1.0, beta = 0.0;
+  double alpha = 1.0, beta = 0.0;  // host mode, read by scale type (an int32 scale is exact in a double)
   const void* alpha_dev = nullptr;  // device pointer mode: read when the GEMM runs
   const void* beta_dev = nullptr;
   const void *a = nullptr, *b = nullptr, *c = nullptr;
@@ -143,5 +146,7 @@ struct MatmulArgs {
 };
 // Computes D (and amax, aux, bias gradients) in float64 from device memory; runs inside run_on_stream's work.
 void compute_matmul(const Problem& p, const MatmulArgs& args);
+// The int8 row (cublaslt_compute_int8.cpp): exact integer GEMM, D stored as int32 with wrap-around.
+void compute_matmul_int8(const Problem& p, const MatmulArgs& args);
 
 }  // namespace mpt::cuda_emu

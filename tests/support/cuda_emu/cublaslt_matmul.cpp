@@ -37,6 +37,11 @@ double host_scalar(const void* p, int32_t scale_type, const char* what) {
     std::memcpy(&bits, p, 2);
     return f16_bits_to_float(bits);
   }
+  if (scale_type == CUDA_R_32I) {  // the int8 row: int32 alpha/beta (exact in a double)
+    int32_t v = 0;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
   float v = 0;
   std::memcpy(&v, p, 4);
   return v;

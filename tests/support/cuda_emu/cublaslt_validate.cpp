@@ -1,4 +1,4 @@
-// tests/support/cuda_emu/cublaslt_validate.cpp: the cuBLASLt double's problem rules (vendor-semantics R1-R5): layouts, type table, FP8 and block-scale requirements, epilogues, scale settings.
+// tests/support/cuda_emu/cublaslt_validate.cpp: the cuBLASLt double's problem rules (vendor-semantics R1-R5): layouts, type table, FP8, int8 (IMMA) and block-scale requirements, epilogues, scale settings.
 #include <string>
 #include <tuple>
 
@@ -51,9 +51,21 @@ Check check_plain_types(const Problem& p) {
   if (p.c.type != d) return unsupported("C and D types differ (only FP8 GEMMs allow that)");
   const std::string combo = "compute " + std::to_string(comp) + ", scale " + type_name(scale) + ", A/B " +
                             type_name(a) + ", C/D " + type_name(d);
-  if (a == CUDA_R_8I || comp == CUBLAS_COMPUTE_32I || comp == CUBLAS_COMPUTE_32I_PEDANTIC ||
-      comp == CUBLAS_COMPUTE_64F || comp == CUBLAS_COMPUTE_64F_PEDANTIC)
-    return unsupported(combo + ": the int8 and FP64 rows of the type table are not emulated");
+  if (comp == CUBLAS_COMPUTE_64F || comp == CUBLAS_COMPUTE_64F_PEDANTIC)
+    return unsupported(combo + ": the FP64 rows of the type table are not emulated");
+  if (comp == CUBLAS_COMPUTE_32I || comp == CUBLAS_COMPUTE_32I_PEDANTIC) {
+    if (scale == CUDA_R_32I && a == CUDA_R_8I && d == CUDA_R_32I) return {};
+    if (scale == CUDA_R_32F && a == CUDA_R_8I && d == CUDA_R_8I)
+      return unsupported(combo + ": the 32I / 32F / 8I / 8I row of the type table is not emulated");
+    return unsupported(combo + ": COMPUTE_32I takes scale CUDA_R_32I, A/B CUDA_R_8I and C/D CUDA_R_32I (R2.1)");
+  }
+  if (scale == CUDA_R_32I || d == CUDA_R_32I || d == CUDA_R_8I)
+    return unsupported(combo + ": integer scale and C/D types belong to COMPUTE_32I (R2.1)");
+  if (a == CUDA_R_8I) {
+    if ((comp == CUBLAS_COMPUTE_32F || comp == CUBLAS_COMPUTE_32F_PEDANTIC) && scale == CUDA_R_32F && d == CUDA_R_32F)
+      return unsupported(combo + ": the 32F / 32F / 8I / 32F row of the type table is not emulated");
+    return unsupported(combo + ": 8I inputs take COMPUTE_32I, scale CUDA_R_32I and C/D CUDA_R_32I (R2.1)");
+  }
   if (comp == CUBLAS_COMPUTE_16F || comp == CUBLAS_COMPUTE_16F_PEDANTIC) {
     if (scale == CUDA_R_16F && a == CUDA_R_16F && d == CUDA_R_16F) return {};
     return unsupported(combo + ": COMPUTE_16F takes a 16F scale and 16F matrices only");
@@ -101,6 +113,35 @@ Check check_fp8_shape(const Problem& p, const Alignments& al, bool m16) {
   if (al.abcd[0] < 16 || al.abcd[1] < 16 || al.abcd[2] < 16)
     return unsupported("FP8 needs 16-byte aligned A, B and C (R2.2a)");
   if (m16 && p.m % 16 != 0) return unsupported("FP8: M must be divisible by 16 (observed, R2.4), m = " + std::to_string(p.m));
+  return {};
+}
+
+// The IMMA rules with the regular data ordering (cuBLAS docs, cublasLtMatmul, "To use IMMA kernels"): TN, every layout
+// ORDER_COL, m and k multiples of 4, leading dimensions multiples of 4, 4-byte aligned pointers; no epilogue and no
+// scale, amax or aux settings.
+Check check_int8_shape(const Problem& p, const Alignments& al) {
+  const DescState& d = p.desc;
+  if (d.trans_a != CUBLAS_OP_T || d.trans_b != CUBLAS_OP_N)
+    return unsupported("int8 GEMMs need the TN format (TRANSA=CUBLAS_OP_T, TRANSB=CUBLAS_OP_N)");
+  for (const LayoutState* l : {&p.a, &p.b, &p.c, &p.d})
+    if (l->order != CUBLASLT_ORDER_COL)
+      return unsupported("int8 GEMMs are emulated with ORDER_COL layouts only (the COL32 / COL4_4R2_8C / "
+                         "COL32_2R_4R4 IMMA orders are Turing/Ampere-only and not emulated)");
+  if (p.m % 4 != 0 || p.k % 4 != 0)
+    return unsupported("int8 GEMMs need m and k multiples of 4 (m = " + std::to_string(p.m) + ", k = " +
+                       std::to_string(p.k) + ")");
+  if (p.a.ld % 4 != 0 || p.b.ld % 4 != 0 || p.c.ld % 4 != 0 || p.d.ld % 4 != 0)
+    return unsupported("int8 GEMMs need lda, ldb, ldc and ldd multiples of 4 (" + std::to_string(p.a.ld) + ", " +
+                       std::to_string(p.b.ld) + ", " + std::to_string(p.c.ld) + ", " + std::to_string(p.d.ld) + ")");
+  for (int i = 0; i < 4; ++i)
+    if (al.abcd[i] < 4)
+      return unsupported(std::string("int8 GEMMs need 4-byte aligned A, B, C and D; ") + "ABCD"[i] + " is " +
+                         std::to_string(al.abcd[i]) + "-byte aligned (with its batch stride)");
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    return unsupported("int8 GEMMs take EPILOGUE_DEFAULT only (epilogue " + std::to_string(d.epilogue) + ")");
+  if (d.scale_a || d.scale_b || d.scale_c || d.scale_d || d.amax_d || d.aux_scale || d.aux_amax || d.d_out_scale ||
+      d.scale_mode_a || d.scale_mode_b || d.scale_mode_c || d.scale_mode_d || d.scale_mode_aux || d.d_out_scale_mode)
+    return unsupported("int8 GEMMs take no scale or amax pointers and no scale modes");
   return {};
 }
 
@@ -160,7 +201,8 @@ Check check_epilogue(Problem& p) {
                        " (R2.1, R2.3)");
   p.aux_type = p.desc.aux_type == -1 ? p.d.type : static_cast<cudaDataType_t>(p.desc.aux_type);
   if (epi_has(e, 128)) {
-    if (dtype_size(p.aux_type) == 0) return unsupported("aux type " + type_name(p.aux_type) + " is not emulated");
+    if (dtype_size(p.aux_type) == 0 || p.aux_type == CUDA_R_8I || p.aux_type == CUDA_R_32I)
+      return unsupported("aux type " + type_name(p.aux_type) + " is not emulated");
     if (p.desc.aux_ld % 8 != 0 || p.desc.aux_ld < p.m)
       return unsupported("EPILOGUE_AUX_LD " + std::to_string(p.desc.aux_ld) + " must be a multiple of 8 and >= m (" +
                          std::to_string(p.m) + ")");
@@ -201,7 +243,8 @@ int64_t dtype_size(cudaDataType_t t) {
   switch (t) {
     case CUDA_R_32F: return 4;
     case CUDA_R_16F: case CUDA_R_16BF: return 2;
-    case CUDA_R_8F_E4M3: case CUDA_R_8F_E5M2: return 1;
+    case CUDA_R_8F_E4M3: case CUDA_R_8F_E5M2: case CUDA_R_8I: return 1;
+    case CUDA_R_32I: return 4;
     default: return 0;
   }
 }
@@ -242,8 +285,11 @@ Check validate(Problem& p, const Alignments& al) {
     if (al.abcd[i] < dtype_size(types[i]))
       return unsupported(std::string("the alignment of ") + "ABCD"[i] + " (" + std::to_string(al.abcd[i]) +
                          " bytes) is below its element size");
+  p.int8 = p.a.type == CUDA_R_8I;  // the only 8I row that passed the type table
   if (p.fp8)
     if (Check c = check_fp8_shape(p, al, sw.fp8_m_multiple_of_16); c.verdict != Verdict::Ok) return c;
+  if (p.int8)
+    if (Check c = check_int8_shape(p, al); c.verdict != Verdict::Ok) return c;
   if (Check c = check_epilogue(p); c.verdict != Verdict::Ok) return c;
   if (Check c = check_scale_modes(p); c.verdict != Verdict::Ok) return c;
   if (sw.scale_errors_in_heuristic)

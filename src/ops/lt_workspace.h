@@ -1,0 +1,15 @@
+// src/ops/lt_workspace.h: the cuBLASLt workspace of a stream, shared by the ops that call cuBLASLt (matmul, quantized_linear).
+#pragma once
+
+#if defined(MPT_WITH_CUDA)
+#include "kernels/cuda/lib/gemm_cublaslt.h"
+#include "mpt/core/stream.h"
+
+namespace mpt::ops::detail {
+
+// One workspace per (device, stream), allocated on first use and kept for the process (vendor-semantics R6.4: one
+// per concurrent stream); its size is cuBLAS's recommendation for the device.
+kernels::cuda::LtWorkspace lt_workspace(const Stream& stream);
+
+}  // namespace mpt::ops::detail
+#endif

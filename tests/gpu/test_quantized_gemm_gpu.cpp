@@ -1,0 +1,150 @@
+// tests/gpu/test_quantized_gemm_gpu.cpp: quantized inference's codes x codes GEMMs on cuda:0 (W8A8 on cuBLASLt's INT8 kernels, FP8 x FP8) against the CPU's exact INT8 GEMM and a float64 reference, and the fallback where cuBLASLt cannot take the shape.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "device_test.h"
+#include "mpt/mpt.h"
+#include "op_test.h"
+#if defined(MPT_CUDA_EMULATION)
+#include "cuda_emu/counters.h"
+#endif
+
+namespace mpt {
+namespace {
+
+using ops::QuantFormat;
+using ops::QuantGranularity;
+using ops::QuantSpec;
+using testing::random_tensor;
+using testing::to_gpu;
+
+const QuantSpec kTokenInt8{QuantFormat::Int8, QuantGranularity::PerToken, 0, false};
+const QuantSpec kChannelInt8{QuantFormat::Int8, QuantGranularity::PerChannel, 0, false};
+const QuantSpec kTokenFp8{QuantFormat::FP8, QuantGranularity::PerToken, 0, false};
+const QuantSpec kChannelFp8{QuantFormat::FP8, QuantGranularity::PerChannel, 0, false};
+
+std::vector<float> host(const Tensor& t) { return t.to(Device::cpu(), DType::F32).to_vector<float>(); }
+
+// What cuBLASLt was asked for, under emulation: the matmul count and the bytes of A, B and D (so an INT8 GEMM on
+// [n, k] x [m, k] codes reads n k + m k bytes and writes 4 n m; the dequantized fallback reads 4 (n k + m k)).
+struct LtCost {
+  uint64_t matmuls = 0, bytes = 0;
+};
+template <class F>
+LtCost lt_cost(F&& f) {
+#if defined(MPT_CUDA_EMULATION)
+  cuda_emu::reset_counters();
+  f();
+  const cuda_emu::Counters c = cuda_emu::counters();
+  return {c.matmuls, c.matmul_bytes};
+#else
+  f();
+  return {};
+#endif
+}
+
+// y = (sum_l code_x[i,l] code_w[j,l]) s_x[i] s_w[j] + b[j] in float64, from the CPU's codes and scales.
+std::vector<double> reference(const ops::GroupQuantized& xq, const ops::GroupQuantized& wq, const Tensor& b) {
+  const int64_t n = xq.codes.shape()[0], k = xq.codes.shape()[1], m = wq.codes.shape()[0];
+  const Tensor xv = ops::dequantize_groups({xq.codes, Tensor::ones(xq.scales.shape(), DType::F32), xq.spec});
+  const Tensor wv = ops::dequantize_groups({wq.codes, Tensor::ones(wq.scales.shape(), DType::F32), wq.spec});
+  const std::vector<float> cx = xv.to_vector<float>(), cw = wv.to_vector<float>(), sx = xq.scales.to_vector<float>(),
+                           sw = wq.scales.to_vector<float>(), bias = b.to_vector<float>();
+  std::vector<double> y(static_cast<size_t>(n * m));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      double acc = 0;
+      for (int64_t l = 0; l < k; ++l) acc += double(cx[i * k + l]) * cw[j * k + l];
+      y[i * m + j] = acc * sx[i] * sw[j] + bias[j];
+    }
+  return y;
+}
+
+double max_rel_err(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return err / scale;
+}
+
+// W8A8 on the device: the same INT32 sums as the CPU's oneDNN s8 GEMM and the same epilogue formula, so the same bits
+// in f32; in bf16 / f16 the CPU's f32 result rounded once. Under emulation: one INT8 GEMM on the codes.
+TEST(GpuQuantizedGemm, Int8CodesGemmMatchesTheCpuBitForBit) {
+  MPT_REQUIRE_GPU(8);
+  for (int64_t n : {1, 5, 40}) {
+    const int64_t m = 24, k = 128;
+    const Tensor x = random_tensor({n, k}, DType::F32, 11 + n, 1.0), w = random_tensor({m, k}, DType::F32, 12, 0.2);
+    const Tensor b = random_tensor({m}, DType::F32, 13, 0.1);
+    const auto wc = ops::quantize_groups(w, kChannelInt8), wg = ops::quantize_groups(to_gpu(w), kChannelInt8);
+    const Tensor yc = ops::quantized_linear(x, wc, b, kTokenInt8);
+    Tensor yg;
+    const LtCost cost = lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), kTokenInt8); });
+    EXPECT_EQ(yg.dtype(), DType::F32);
+    EXPECT_EQ(host(yg), yc.to_vector<float>()) << "n=" << n;
+#if defined(MPT_CUDA_EMULATION)
+    EXPECT_EQ(cost.matmuls, 1u) << "n=" << n;
+    EXPECT_EQ(cost.bytes, uint64_t(n * k + m * k + 4 * n * m)) << "n=" << n << ": not the INT8 GEMM on the codes";
+#endif
+    EXPECT_LT(max_rel_err(yc.to_vector<float>(), reference(ops::quantize_groups(x, kTokenInt8), wc, b)), 1e-6);
+    for (DType dt : {DType::BF16, DType::F16}) {
+      const Tensor yh = ops::quantized_linear(to_gpu(x).to(dt), wg, to_gpu(b), kTokenInt8);
+      EXPECT_EQ(yh.dtype(), dt);
+      // x rounded to dt first: the CPU's W8A8 on the same rounded input, then one rounding to dt.
+      const Tensor want = ops::quantized_linear(x.to(dt), wc, b, kTokenInt8).to(dt);
+      EXPECT_EQ(host(yh), host(want)) << dtype_name(dt) << " n=" << n;
+    }
+  }
+}
+
+// FP8 x FP8 on the device: the E4M3 codes' products summed in FP32 by cuBLASLt, then the per-token and per-channel
+// scales: against the float64 sum of the same codes (FP32 accumulation error only).
+TEST(GpuQuantizedGemm, Fp8CodesGemmMatchesTheFloat64Reference) {
+  MPT_REQUIRE_GPU(8);
+  const int64_t n = 6, m = 32, k = 256;
+  const Tensor x = random_tensor({n, k}, DType::F32, 21, 2.0), w = random_tensor({m, k}, DType::F32, 22, 0.3);
+  const Tensor b = random_tensor({m}, DType::F32, 23, 0.1);
+  const auto wg = ops::quantize_groups(to_gpu(w), kChannelFp8);
+  Tensor yg;
+  const LtCost cost = lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), kTokenFp8); });
+  const auto want = reference(ops::quantize_groups(x, kTokenFp8), ops::quantize_groups(w, kChannelFp8), b);
+  EXPECT_LT(max_rel_err(host(yg), want), 1e-6);
+#if defined(MPT_CUDA_EMULATION)
+  EXPECT_EQ(cost.matmuls, 1u);
+  EXPECT_EQ(cost.bytes, uint64_t(n * k + m * k + 4 * n * m)) << "not the FP8 GEMM on the codes";
+#endif
+  // The CPU (fake-quantized input x dequantized weight) agrees within float summation error.
+  EXPECT_LT(max_rel_err(ops::quantized_linear(x, ops::quantize_groups(w, kChannelFp8), b, kTokenFp8).to_vector<float>(), want),
+            1e-5);
+}
+
+// Shapes the codes GEMMs cannot take (INT8: out_features not a multiple of 4; FP8: K not a multiple of 16) run the
+// dequantized weight through the float GEMM: the same values within float summation error, no error.
+TEST(GpuQuantizedGemm, UnsupportedShapesFallBackToTheDequantizedGemm) {
+  MPT_REQUIRE_GPU(8);
+  struct Case {
+    QuantSpec in, wt;
+    int64_t m, k;
+  };
+  for (const Case& c : {Case{kTokenInt8, kChannelInt8, 22, 128}, Case{kTokenFp8, kChannelFp8, 32, 120}}) {
+    const int64_t n = 3;
+    const Tensor x = random_tensor({n, c.k}, DType::F32, 31, 1.0), w = random_tensor({c.m, c.k}, DType::F32, 32, 0.2);
+    const Tensor b = random_tensor({c.m}, DType::F32, 33, 0.1);
+    Tensor yg;
+    const LtCost cost =
+        lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), ops::quantize_groups(to_gpu(w), c.wt), to_gpu(b), c.in); });
+    const auto want = reference(ops::quantize_groups(x, c.in), ops::quantize_groups(w, c.wt), b);
+    EXPECT_LT(max_rel_err(host(yg), want), 1e-5) << c.in.str();
+#if defined(MPT_CUDA_EMULATION)
+    EXPECT_EQ(cost.matmuls, 1u) << c.in.str();
+    EXPECT_EQ(cost.bytes, uint64_t(4 * (n * c.k + c.m * c.k + n * c.m))) << c.in.str() << ": not the f32 fallback GEMM";
+#endif
+  }
+}
+
+}  // namespace
+}  // namespace mpt
