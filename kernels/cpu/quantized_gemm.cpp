@@ -52,27 +52,19 @@ MPT_WQ_DOT(, _generic)
 MPT_WQ_DOT(__attribute__((target("avx512f,avx512bw,avx512vl"))), _avx512)
 #undef MPT_WQ_DOT
 
-// One row of int8 codes against another: the exact int32 sum (any order gives the same integer).
-#define MPT_S8_DOT(ATTR, SUFFIX)                                                            \
-  ATTR int32_t s8_dot##SUFFIX(const int8_t* a, const int8_t* b, int64_t k) {                \
-    int32_t acc = 0;                                                                        \
-    _Pragma("omp simd reduction(+ : acc)")                                                  \
-    for (int64_t i = 0; i < k; ++i) acc += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]); \
-    return acc;                                                                             \
-  }
-MPT_S8_DOT(, _generic)
-MPT_S8_DOT(__attribute__((target("avx512f,avx512bw,avx512vl"))), _avx512)
-#undef MPT_S8_DOT
-
-constexpr int64_t kSmallRows = 16;  // a decoding step's rows: a dot product per output beats oneDNN's setup
-
 }  // namespace
 
 template <class Out>
 void dequantize_groups(const GroupWeights& w, Out* out) {
-  const int64_t n = w.n * w.k;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) out[i] = scalar_cast<Out>(math::code_value(w.codes[i], w.format) * w.scales[i / w.group]);
+  // Group by group (the codes of group g are [g * group, (g + 1) * group): rows hold whole groups), the scale hoisted.
+  const int64_t groups = w.group > 0 ? w.n * (w.k / w.group) : 0;
+#pragma omp parallel for schedule(static) if (w.n * w.k > (1 << 16))
+  for (int64_t g = 0; g < groups; ++g) {
+    const float s = w.scales[g];
+    const int8_t* c = w.codes + g * w.group;
+    Out* o = out + g * w.group;
+    for (int64_t l = 0; l < w.group; ++l) o[l] = scalar_cast<Out>(math::code_value(c[l], w.format) * s);
+  }
 }
 
 void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const float* bias, float* y) {
@@ -97,14 +89,6 @@ void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const fl
 }
 
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b, int32_t* acc) {
-  if (m <= kSmallRows) {  // exact either way: the same integers as oneDNN's
-    const bool avx512 = map_isa() == MapIsa::Avx512;
-#pragma omp parallel for schedule(static) if (n * k * m > (1 << 15))
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < m; ++i)
-        acc[i * n + j] = avx512 ? s8_dot_avx512(a + i * k, b + j * k, k) : s8_dot_generic(a + i * k, b + j * k, k);
-    return;
-  }
   using dt = dnnl::memory::data_type;
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   struct Prim {

@@ -78,6 +78,8 @@ cudaError_t dequantize_groups(const math::GroupWeights& w, Out* out, cudaStream_
   return launch(dequantize_groups_kernel<Out>, config, w, out);
 }
 
+constexpr int64_t kOneWarpMaxGroup = 16384;
+
 template <class T>
 cudaError_t fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const math::FakeQuant& fq,
                           float* scales, int8_t* codes, cudaStream_t stream) {
@@ -87,7 +89,9 @@ cudaError_t fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, 
   const FakeQuantParams<T> p{x, y, codes, scales, groups, group_size, fq};
   const uint64_t n = static_cast<uint64_t>(groups) * static_cast<uint64_t>(group_size);
   const uint64_t written = (y != nullptr ? n * sizeof(T) : 0) + (codes != nullptr ? n : 0);
-  if (groups == 1) {
+  // A single large group (per-tensor scaling of a whole tensor) spreads over the GPU in three launches; a single short
+  // one (a decoding step's one token, quantized per token) stays one warp's work in one launch.
+  if (groups == 1 && group_size > kOneWarpMaxGroup) {
     cudaError_t e = amax(x, group_size, scales, stream);
     if (e != cudaSuccess) return e;
     e = launch(fake_quant_scale_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream, sizeof(float), sizeof(float)},

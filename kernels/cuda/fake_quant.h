@@ -10,9 +10,10 @@
 namespace mpt::kernels::cuda {
 
 // cpu::fake_quantize on device pointers, bit for bit: scales[groups] (required) receives each group's scale, y (the
-// values) and codes (the code bytes) are written when not null. One warp per group; a single group (per-tensor
-// scaling) takes three launches instead: the amax reduction, its scale, the elementwise pass. T in {float, f16,
-// bf16}. Asynchronous; cudaErrorInvalidValue for a negative size or a missing required pointer.
+// values) and codes (the code bytes) are written when not null. One warp per group; a single group of more than
+// 16384 elements (per-tensor scaling) takes three launches instead: the amax reduction, its scale, the elementwise
+// pass. T in {float, f16, bf16}. Asynchronous; cudaErrorInvalidValue for a negative size or a missing required
+// pointer.
 template <class T>
 cudaError_t fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const math::FakeQuant& fq,
                           float* scales, int8_t* codes, cudaStream_t stream);

@@ -121,7 +121,24 @@ Tensor quantized_linear(const Tensor& x_in, const GroupQuantized& w, const Tenso
     if (codes_times_codes(input, w))
       if (Tensor y = codes_gemm_cuda(x_in, w, bias.defined() ? bias.contiguous() : bias, *input); y.defined()) return y;
 #endif
-    const Tensor xq = input ? fake_quantize(x_in, *input) : x_in;
+    const Tensor xq = input ? fake_quantize(x_in, *input) : x_in.contiguous();
+#if defined(MPT_WITH_CUDA)
+    if (const auto gw = group_weights(w, group); kcu::weight_only_gemv_ok(N, gw)) {
+      Tensor y = Tensor::empty({N, M}, xq.dtype(), dev);
+      const Tensor b = bias.defined() ? bias.contiguous() : Tensor{};
+      const float* bp = b.defined() ? b.data<float>() : nullptr;
+      const auto stream = static_cast<cudaStream_t>(detail::stream_of(dev));
+      detail::visit_float(xq.dtype(), "quantized_linear", [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, double>) {
+          MPT_THROW("[quantized_linear] expected an f32, bf16 or f16 input on CUDA, got {}", xq.meta_str());
+        } else {
+          MPT_CUDA_KERNEL(kcu::weight_only_gemv(xq.data<T>(), N, gw, bp, y.data<T>(), stream));
+        }
+      });
+      return y;
+    }
+#endif
     return linear(xq, dequantize_groups(w, xq.dtype()), bias.defined() ? bias.to(xq.dtype()) : bias);
   }
   const Tensor x = x_in.dtype() == DType::F32 ? x_in.contiguous() : x_in.to(DType::F32);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_test.h"
@@ -40,6 +41,22 @@ TEST(GpuFakeQuant, EveryFormatAndGranularityMatchesCpu) {
       expect_match(qg.scales, qc.scales, kSameBits, "scales " + n);
       EXPECT_EQ(qg.codes.to(Device::cpu(), DType::I8).to_vector<int8_t>(), qc.codes.to_vector<int8_t>()) << n;
     }
+  }
+}
+
+// A per-tensor scale over more than 16384 elements runs amax, scale and apply as three launches; a short single group
+// (one decoding token quantized per token) stays one warp: the same bits as the CPU either way.
+TEST(GpuFakeQuant, LargeSingleGroupAndOneTokenMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const QuantSpec tensor_int8{QuantFormat::Int8, QuantGranularity::PerTensor, 0, true};
+  const QuantSpec token_fp8{QuantFormat::FP8, QuantGranularity::PerToken, 0, false};
+  for (const auto& [shape, spec] : {std::pair{Shape{130, 256}, tensor_int8}, std::pair{Shape{1, 768}, token_fp8},
+                                    std::pair{Shape{1, 20000}, token_fp8}}) {
+    const Tensor x = random_tensor(shape, DType::BF16, 14, 3.0), gx = to_gpu(x);
+    const auto qc = ops::quantize_groups(x, spec), qg = ops::quantize_groups(gx, spec);
+    expect_match(qg.scales, qc.scales, kSameBits, "scales " + spec.str());
+    EXPECT_EQ(qg.codes.to(Device::cpu(), DType::I8).to_vector<int8_t>(), qc.codes.to_vector<int8_t>()) << spec.str();
+    expect_match(ops::fake_quantize(gx, spec), ops::fake_quantize(x, spec), kSameBits, "values " + spec.str());
   }
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,7 @@ TEST(GpuQuantizedGemm, Int8CodesGemmMatchesTheCpuBitForBit) {
     const auto wc = ops::quantize_groups(w, kChannelInt8), wg = ops::quantize_groups(to_gpu(w), kChannelInt8);
     const Tensor yc = ops::quantized_linear(x, wc, b, kTokenInt8);
     Tensor yg;
-    const LtCost cost = lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), kTokenInt8); });
+    [[maybe_unused]] const LtCost cost = lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), kTokenInt8); });
     EXPECT_EQ(yg.dtype(), DType::F32);
     EXPECT_EQ(host(yg), yc.to_vector<float>()) << "n=" << n;
 #if defined(MPT_CUDA_EMULATION)
@@ -110,7 +111,7 @@ TEST(GpuQuantizedGemm, Fp8CodesGemmMatchesTheFloat64Reference) {
   const Tensor b = random_tensor({m}, DType::F32, 23, 0.1);
   const auto wg = ops::quantize_groups(to_gpu(w), kChannelFp8);
   Tensor yg;
-  const LtCost cost = lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), kTokenFp8); });
+  [[maybe_unused]] const LtCost cost = lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), kTokenFp8); });
   const auto want = reference(ops::quantize_groups(x, kTokenFp8), ops::quantize_groups(w, kChannelFp8), b);
   EXPECT_LT(max_rel_err(host(yg), want), 1e-6);
 #if defined(MPT_CUDA_EMULATION)
@@ -122,8 +123,9 @@ TEST(GpuQuantizedGemm, Fp8CodesGemmMatchesTheFloat64Reference) {
             1e-5);
 }
 
-// Shapes the codes GEMMs cannot take (INT8: out_features not a multiple of 4; FP8: K not a multiple of 16) run the
-// dequantized weight through the float GEMM: the same values within float summation error, no error.
+// Shapes the codes GEMMs cannot take (INT8: out_features not a multiple of 4; FP8: K not a multiple of 16) with more
+// rows than the GEMV takes run the dequantized weight through the float GEMM: the same values within float summation
+// error, no error.
 TEST(GpuQuantizedGemm, UnsupportedShapesFallBackToTheDequantizedGemm) {
   MPT_REQUIRE_GPU(8);
   struct Case {
@@ -131,11 +133,11 @@ TEST(GpuQuantizedGemm, UnsupportedShapesFallBackToTheDequantizedGemm) {
     int64_t m, k;
   };
   for (const Case& c : {Case{kTokenInt8, kChannelInt8, 22, 128}, Case{kTokenFp8, kChannelFp8, 32, 120}}) {
-    const int64_t n = 3;
+    const int64_t n = 24;
     const Tensor x = random_tensor({n, c.k}, DType::F32, 31, 1.0), w = random_tensor({c.m, c.k}, DType::F32, 32, 0.2);
     const Tensor b = random_tensor({c.m}, DType::F32, 33, 0.1);
     Tensor yg;
-    const LtCost cost =
+    [[maybe_unused]] const LtCost cost =
         lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), ops::quantize_groups(to_gpu(w), c.wt), to_gpu(b), c.in); });
     const auto want = reference(ops::quantize_groups(x, c.in), ops::quantize_groups(w, c.wt), b);
     EXPECT_LT(max_rel_err(host(yg), want), 1e-5) << c.in.str();
@@ -143,6 +145,66 @@ TEST(GpuQuantizedGemm, UnsupportedShapesFallBackToTheDequantizedGemm) {
     EXPECT_EQ(cost.matmuls, 1u) << c.in.str();
     EXPECT_EQ(cost.bytes, uint64_t(4 * (n * c.k + c.m * c.k + n * c.m))) << c.in.str() << ": not the f32 fallback GEMM";
 #endif
+  }
+}
+
+// y = x dequant(W)^T + b in float64 from the CPU's codes (x already on its quantization grid when the scheme has one).
+std::vector<double> dequantized_reference(const Tensor& x, const ops::GroupQuantized& wq, const Tensor& b) {
+  const int64_t n = x.shape()[0], k = x.shape()[1], m = wq.codes.shape()[0];
+  const std::vector<float> xv = x.to(Device::cpu(), DType::F32).to_vector<float>(),
+                           wv = ops::dequantize_groups(wq).to_vector<float>(), bias = b.to_vector<float>();
+  std::vector<double> y(static_cast<size_t>(n * m));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      double acc = 0;
+      for (int64_t l = 0; l < k; ++l) acc += double(xv[i * k + l]) * wv[j * k + l];
+      y[i * m + j] = acc + bias[j];
+    }
+  return y;
+}
+
+// Decoding with weight-only codes (INT4 per group, INT8 / FP8 weights without an activation grid) and the schemes whose
+// codes x codes GEMM cuBLASLt refuses: one GEMV kernel on the codes (no dequantized copy, no cuBLASLt call) up to 16
+// rows; 17 rows take the dequantized GEMM. FP32 accumulation against float64; bf16 / f16 outputs within one rounding.
+TEST(GpuQuantizedGemm, WeightOnlyGemvReadsTheCodes) {
+  MPT_REQUIRE_GPU(8);
+  struct Case {
+    QuantSpec wt;
+    std::optional<QuantSpec> in;
+    int64_t m, k;
+  };
+  const Case cases[] = {{{QuantFormat::Int4, QuantGranularity::PerGroup, 32, true}, std::nullopt, 40, 256},
+                        {{QuantFormat::Int4, QuantGranularity::PerGroup, 128, false}, std::nullopt, 8, 384},
+                        {kChannelInt8, std::nullopt, 12, 132},
+                        {kChannelFp8, std::nullopt, 16, 96},
+                        {kChannelInt8, kTokenInt8, 22, 128},  // W8A8 refused by the INT8 GEMM (22 % 4): GEMV
+                        {kChannelFp8, kTokenFp8, 32, 120}};   // FP8 refused (120 % 16): GEMV
+  for (const Case& c : cases) {
+    for (int64_t n : {1, 16, 17}) {
+      const Tensor x = random_tensor({n, c.k}, DType::F32, 41 + n, 1.0), w = random_tensor({c.m, c.k}, DType::F32, 42, 0.2);
+      const Tensor b = random_tensor({c.m}, DType::F32, 43, 0.1);
+      const auto wc = ops::quantize_groups(w, c.wt), wg = ops::quantize_groups(to_gpu(w), c.wt);
+      const std::string what = c.wt.str() + (c.in ? " x " + c.in->str() : "") + " n=" + std::to_string(n);
+      Tensor yg;
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::reset_counters();
+#endif
+      yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), c.in);
+#if defined(MPT_CUDA_EMULATION)
+      const cuda_emu::Counters cnt = cuda_emu::counters();
+      EXPECT_EQ(cnt.matmuls, n <= 16 ? 0u : 1u) << what;
+      if (n <= 16)  // the GEMV alone (after the input's quantization, if any): codes once, not a dequantized copy
+        EXPECT_LT(cnt.kernel_bytes_written, uint64_t(4 * c.m * c.k)) << what;
+#endif
+      const Tensor xq = c.in ? ops::fake_quantize(x, *c.in) : x;
+      const auto want = dequantized_reference(xq, wc, b);
+      EXPECT_LT(max_rel_err(host(yg), want), 1e-5) << what;
+      const Tensor yh = ops::quantized_linear(to_gpu(x).to(DType::BF16), wg, to_gpu(b), c.in);
+      EXPECT_EQ(yh.dtype(), DType::BF16) << what;
+      const Tensor xh = x.to(DType::BF16).to(DType::F32);
+      EXPECT_LT(max_rel_err(host(yh), dequantized_reference(c.in ? ops::fake_quantize(xh, *c.in) : xh, wc, b)), 1.0 / 128)
+          << what;
+    }
   }
 }
 

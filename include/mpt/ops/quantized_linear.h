@@ -18,8 +18,9 @@ namespace mpt::ops {
 //   W8A8 and FP8 (input E4M3 per token, weight E4M3 per channel) on CUDA: x's codes times W's codes on cuBLASLt's
 //     tensor cores (INT8 x INT8 -> exact INT32 on the IMMA kernels: out_features and K multiples of 4; E4M3 x E4M3
 //     -> FP32 on sm_89+: K a multiple of 16), then one kernel applies the row and column scales and the bias;
-//   otherwise (more rows, other schemes, or shapes and GPUs cuBLASLt refuses): the weight dequantized by a plain
-//     kernel, then the float GEMM.
+//   other schemes (or shapes and GPUs cuBLASLt refuses) on CUDA with N <= 16 rows: a GEMV that reads the codes and
+//     forms code * scale in registers (kernels/cuda/quantized_gemm.h; K and the group size multiples of 4);
+//   otherwise (more rows): the weight dequantized by a plain kernel, then the float GEMM.
 // Result f32 on the CPU, x's dtype on CUDA. Throws, naming the shapes, for mismatched shapes, devices or dtypes.
 Tensor quantized_linear(const Tensor& x, const GroupQuantized& w, const Tensor& bias,
                         const std::optional<QuantSpec>& input = std::nullopt);
