@@ -64,15 +64,6 @@ std::vector<double> reference(const ops::GroupQuantized& xq, const ops::GroupQua
   return y;
 }
 
-double max_rel_err(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return err / scale;
-}
-
 // W8A8 on the device: the same INT32 sums as the CPU's oneDNN s8 GEMM and the same epilogue formula, so the same bits
 // in f32; in bf16 / f16 the CPU's f32 result rounded once. Under emulation: one INT8 GEMM on the codes.
 TEST(GpuQuantizedGemm, Int8CodesGemmMatchesTheCpuBitForBit) {
@@ -91,7 +82,7 @@ TEST(GpuQuantizedGemm, Int8CodesGemmMatchesTheCpuBitForBit) {
     EXPECT_EQ(cost.matmuls, 1u) << "n=" << n;
     EXPECT_EQ(cost.bytes, uint64_t(n * k + m * k + 4 * n * m)) << "n=" << n << ": not the INT8 GEMM on the codes";
 #endif
-    EXPECT_LT(max_rel_err(yc.to_vector<float>(), reference(ops::quantize_groups(x, kTokenInt8), wc, b)), 1e-6);
+    EXPECT_LT(testing::max_rel_error(yc.to_vector<float>(), reference(ops::quantize_groups(x, kTokenInt8), wc, b)), 1e-6);
     for (DType dt : {DType::BF16, DType::F16}) {
       const Tensor yh = ops::quantized_linear(to_gpu(x).to(dt), wg, to_gpu(b), kTokenInt8);
       EXPECT_EQ(yh.dtype(), dt);
@@ -113,13 +104,13 @@ TEST(GpuQuantizedGemm, Fp8CodesGemmMatchesTheFloat64Reference) {
   Tensor yg;
   [[maybe_unused]] const LtCost cost = lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), wg, to_gpu(b), kTokenFp8); });
   const auto want = reference(ops::quantize_groups(x, kTokenFp8), ops::quantize_groups(w, kChannelFp8), b);
-  EXPECT_LT(max_rel_err(host(yg), want), 1e-6);
+  EXPECT_LT(testing::max_rel_error(host(yg), want), 1e-6);
 #if defined(MPT_CUDA_EMULATION)
   EXPECT_EQ(cost.matmuls, 1u);
   EXPECT_EQ(cost.bytes, uint64_t(n * k + m * k + 4 * n * m)) << "not the FP8 GEMM on the codes";
 #endif
   // The CPU (fake-quantized input x dequantized weight) agrees within float summation error.
-  EXPECT_LT(max_rel_err(ops::quantized_linear(x, ops::quantize_groups(w, kChannelFp8), b, kTokenFp8).to_vector<float>(), want),
+  EXPECT_LT(testing::max_rel_error(ops::quantized_linear(x, ops::quantize_groups(w, kChannelFp8), b, kTokenFp8).to_vector<float>(), want),
             1e-5);
 }
 
@@ -140,7 +131,7 @@ TEST(GpuQuantizedGemm, UnsupportedShapesFallBackToTheDequantizedGemm) {
     [[maybe_unused]] const LtCost cost =
         lt_cost([&] { yg = ops::quantized_linear(to_gpu(x), ops::quantize_groups(to_gpu(w), c.wt), to_gpu(b), c.in); });
     const auto want = reference(ops::quantize_groups(x, c.in), ops::quantize_groups(w, c.wt), b);
-    EXPECT_LT(max_rel_err(host(yg), want), 1e-5) << c.in.str();
+    EXPECT_LT(testing::max_rel_error(host(yg), want), 1e-5) << c.in.str();
 #if defined(MPT_CUDA_EMULATION)
     EXPECT_EQ(cost.matmuls, 1u) << c.in.str();
     EXPECT_EQ(cost.bytes, uint64_t(4 * (n * c.k + c.m * c.k + n * c.m))) << c.in.str() << ": not the f32 fallback GEMM";
@@ -198,11 +189,11 @@ TEST(GpuQuantizedGemm, WeightOnlyGemvReadsTheCodes) {
 #endif
       const Tensor xq = c.in ? ops::fake_quantize(x, *c.in) : x;
       const auto want = dequantized_reference(xq, wc, b);
-      EXPECT_LT(max_rel_err(host(yg), want), 1e-5) << what;
+      EXPECT_LT(testing::max_rel_error(host(yg), want), 1e-5) << what;
       const Tensor yh = ops::quantized_linear(to_gpu(x).to(DType::BF16), wg, to_gpu(b), c.in);
       EXPECT_EQ(yh.dtype(), DType::BF16) << what;
       const Tensor xh = x.to(DType::BF16).to(DType::F32);
-      EXPECT_LT(max_rel_err(host(yh), dequantized_reference(c.in ? ops::fake_quantize(xh, *c.in) : xh, wc, b)), 1.0 / 128)
+      EXPECT_LT(testing::max_rel_error(host(yh), dequantized_reference(c.in ? ops::fake_quantize(xh, *c.in) : xh, wc, b)), 1.0 / 128)
           << what;
     }
   }

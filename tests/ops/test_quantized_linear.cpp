@@ -43,15 +43,6 @@ TEST(QuantizedLinear, W8A8IsTheExactIntegerSumScaledInItsEpilogue) {
   }
 }
 
-double max_rel(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    err = std::max(err, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return err / scale;
-}
-
 // Weight-only codes (a decoding step's few rows, and a prefill's many) and FP8 weights: float64 of the same
 // dequantized weight within float summation error.
 TEST(QuantizedLinear, WeightOnlyCodesMatchFloat64OfTheDequantizedWeight) {
@@ -77,7 +68,7 @@ TEST(QuantizedLinear, WeightOnlyCodesMatchFloat64OfTheDequantizedWeight) {
         }
       const Tensor y = ops::quantized_linear(x, wq, b);
       ASSERT_EQ(y.shape(), (Shape{n, m}));
-      EXPECT_LT(max_rel(y.to_vector<float>(), want), 2e-6) << spec.str() << " rows " << n;
+      EXPECT_LT(testing::max_rel_error(y.to_vector<float>(), want), 2e-6) << spec.str() << " rows " << n;
     }
   }
 }
@@ -92,7 +83,7 @@ TEST(QuantizedLinear, EqualsTheQatForwardItDeploys) {
       const Tensor qat = ops::linear(s.input ? ops::fake_quantize(x, *s.input) : x, ops::fake_quantize(w, *s.weight), b);
       const Tensor y = ops::quantized_linear(x, ops::quantize_groups(w, *s.weight), b, s.input);
       const std::vector<float> q = qat.to_vector<float>();
-      EXPECT_LT(max_rel(y.to_vector<float>(), std::vector<double>(q.begin(), q.end())), 2e-6) << name << " " << n;
+      EXPECT_LT(testing::max_rel_error(y.to_vector<float>(), std::vector<double>(q.begin(), q.end())), 2e-6) << name << " " << n;
     }
   }
 }

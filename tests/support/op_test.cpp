@@ -44,6 +44,15 @@ double tolerance_ratio(const Tensor& got, const Tensor& ref, Tolerance tol) {
   return worst;
 }
 
+double max_rel_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return got.size() == want.size() ? err / scale : std::numeric_limits<double>::infinity();
+}
+
 double max_abs_error(const Tensor& got, const Tensor& ref) {
   const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
   double worst = 0;

@@ -27,6 +27,8 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double scal
 // (for example an unwritten element of a poisoned output) makes it infinite.
 double tolerance_ratio(const Tensor& got, const Tensor& ref, Tolerance tol);
 double max_abs_error(const Tensor& got, const Tensor& ref);
+// max |got[i] - want[i]| / max |want[i]|: an error relative to the result's scale (for sums whose terms cancel).
+double max_rel_error(const std::vector<float>& got, const std::vector<double>& want);
 
 // Expects got == ref within tol (ref is usually f64), and reports the worst element.
 void expect_close(const Tensor& got, const Tensor& ref, Tolerance tol, const std::string& what);
