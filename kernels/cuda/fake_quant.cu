@@ -63,7 +63,87 @@ __global__ void __launch_bounds__(kPackThreads) dequantize_groups_kernel(math::G
   }
 }
 
+template <class T>
+struct LearnedParams {
+  const T* x;
+  const T* dy;
+  T* y;  // the forward's output, or the backward's dx
+  float* dscales;
+  const float* scales;
+  int64_t groups, group_size;
+  math::LearnedQuant lq;
+  float grad_scale;
+};
+
+template <class T>
+__global__ void __launch_bounds__(kPackThreads) learned_quantize_kernel(LearnedParams<T> p) {
+  const int64_t n = p.groups * p.group_size;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    p.y[i] = scalar_cast<T>(p.lq.value(scalar_cast<float>(p.x[i]), p.scales[i / p.group_size]));
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kPackThreads) learned_quantize_backward_kernel(LearnedParams<T> p) {
+  const int64_t g = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (g >= p.groups) return;  // the whole warp leaves together
+  const float s = p.scales[g];
+  float sum = 0.0f;
+  for (int64_t i = g * p.group_size + lane; i < (g + 1) * p.group_size; i += 32) {
+    const float xv = scalar_cast<float>(p.x[i]), d = scalar_cast<float>(p.dy[i]);
+    if (p.y != nullptr) p.y[i] = scalar_cast<T>(d * p.lq.grad_x(xv, s));
+    sum += d * p.lq.grad_s(xv, s);
+  }
+  sum = math::warp_allreduce(sum, math::SumOp{});
+  if (lane == 0 && p.dscales != nullptr) p.dscales[g] = p.grad_scale * sum;
+}
+
 }  // namespace
+
+template <class T>
+cudaError_t learned_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const float* scales,
+                             const math::LearnedQuant& lq, cudaStream_t stream) {
+  if (groups < 0 || group_size < 0) return cudaErrorInvalidValue;
+  const int64_t n = groups * group_size;
+  if (n == 0) return cudaSuccess;
+  if (x == nullptr || y == nullptr || scales == nullptr) return cudaErrorInvalidValue;
+  const LaunchConfig config{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream,
+                            static_cast<uint64_t>(n) * sizeof(T) + static_cast<uint64_t>(groups) * sizeof(float),
+                            static_cast<uint64_t>(n) * sizeof(T)};
+  return launch(learned_quantize_kernel<T>, config,
+                LearnedParams<T>{x, nullptr, y, nullptr, scales, groups, group_size, lq, 1.0f});
+}
+
+template <class T>
+cudaError_t learned_quantize_backward(const T* x, const T* dy, T* dx, float* dscales, int64_t groups,
+                                      int64_t group_size, const float* scales, const math::LearnedQuant& lq,
+                                      float grad_scale, cudaStream_t stream) {
+  if (groups < 0 || group_size < 0) return cudaErrorInvalidValue;
+  const int64_t n = groups * group_size;
+  if (groups == 0) return cudaSuccess;
+  if (scales == nullptr || (n > 0 && (x == nullptr || dy == nullptr))) return cudaErrorInvalidValue;
+  constexpr int64_t kWarpsPerBlock = kPackThreads / 32;
+  const int64_t grid = (groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (grid > 2147483647) return cudaErrorInvalidValue;
+  const LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kPackThreads), 0, stream,
+                            2 * static_cast<uint64_t>(n) * sizeof(T) + static_cast<uint64_t>(groups) * sizeof(float),
+                            (dx != nullptr ? static_cast<uint64_t>(n) * sizeof(T) : 0) +
+                                (dscales != nullptr ? static_cast<uint64_t>(groups) * sizeof(float) : 0)};
+  return launch(learned_quantize_backward_kernel<T>, config,
+                LearnedParams<T>{x, dy, dx, dscales, scales, groups, group_size, lq, grad_scale});
+}
+
+#define MPT_LSQ_CUDA(T)                                                                                              \
+  template cudaError_t learned_quantize<T>(const T*, T*, int64_t, int64_t, const float*, const math::LearnedQuant&, \
+                                           cudaStream_t);                                                            \
+  template cudaError_t learned_quantize_backward<T>(const T*, const T*, T*, float*, int64_t, int64_t, const float*, \
+                                                    const math::LearnedQuant&, float, cudaStream_t);
+MPT_LSQ_CUDA(float)
+MPT_LSQ_CUDA(f16)
+MPT_LSQ_CUDA(bf16)
+#undef MPT_LSQ_CUDA
 
 template <class Out>
 cudaError_t dequantize_groups(const math::GroupWeights& w, Out* out, cudaStream_t stream) {

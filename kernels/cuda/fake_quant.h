@@ -23,4 +23,14 @@ cudaError_t fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, 
 template <class Out>
 cudaError_t dequantize_groups(const math::GroupWeights& w, Out* out, cudaStream_t stream);
 
+// cpu::learned_quantize and its backward on device pointers (LSQ, math::LearnedQuant): the forward elementwise (the
+// CPU's bits); the backward one warp per group, dscales[g] summed by the warp (FP32, another order than the CPU's).
+template <class T>
+cudaError_t learned_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const float* scales,
+                             const math::LearnedQuant& lq, cudaStream_t stream);
+template <class T>
+cudaError_t learned_quantize_backward(const T* x, const T* dy, T* dx, float* dscales, int64_t groups,
+                                      int64_t group_size, const float* scales, const math::LearnedQuant& lq,
+                                      float grad_scale, cudaStream_t stream);
+
 }  // namespace mpt::kernels::cuda

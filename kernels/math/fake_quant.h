@@ -53,6 +53,31 @@ struct FakeQuant {
   }
 };
 
+// LSQ (Esser et al., "Learned Step Size Quantization", ICLR 2020): a learned scale s > 0 per group on the integer
+// grid [-qmax, qmax], v = x / s (one IEEE division):
+//   value     = clamp(rint(v), -qmax, qmax) * s                        (the forward: FakeQuant's grid, s given)
+//   d value/dx = 1 where -qmax <= v <= qmax, else 0                    (straight through inside the grid)
+//   d value/ds = clamp(rint(v), -qmax, qmax) - v inside, -qmax / qmax below / above  (the paper's equation 3)
+struct LearnedQuant {
+  float qmax = 127.0f;
+
+  MPT_HD MPT_INLINE float value(float x, float s) const {
+    const float r = rintf(x / s);
+    return (r > qmax ? qmax : (r < -qmax ? -qmax : r)) * s;
+  }
+  MPT_HD MPT_INLINE float grad_x(float x, float s) const {
+    const float v = x / s;
+    return v >= -qmax && v <= qmax ? 1.0f : 0.0f;
+  }
+  MPT_HD MPT_INLINE float grad_s(float x, float s) const {
+    const float v = x / s;
+    if (v < -qmax) return -qmax;
+    if (v > qmax) return qmax;
+    const float r = rintf(v);
+    return (r > qmax ? qmax : (r < -qmax ? -qmax : r)) - v;
+  }
+};
+
 // Weights as codes with per-group scales (ops::GroupQuantized's layout): codes [n, k] (a Linear's [out, in]) as int8
 // (INT8 / INT4 integers; E4M3 bit patterns for FP8), scales [n, k / group] f32; value = code * scale.
 struct GroupWeights {

@@ -23,13 +23,6 @@ FakeQuant functor(const QuantSpec& spec) {
   return FakeQuant{f, spec.f16_scale};
 }
 
-Shape scales_shape(const Tensor& x, const QuantSpec& spec, int64_t group) {
-  if (spec.granularity == QuantGranularity::PerTensor) return Shape{};
-  Shape s = x.shape();
-  s.back() /= group;
-  return s;
-}
-
 // Runs the kernel on contiguous x: values into y and/or codes (either may be undefined), scales always.
 void run(const Tensor& x, const Tensor& y, const Tensor& codes, const Tensor& scales, int64_t group,
          const QuantSpec& spec, const char* op) {
@@ -80,6 +73,14 @@ int64_t QuantSpec::group_elements(const Tensor& x, const char* op) const {
   return group_size;
 }
 
+Shape QuantSpec::scales_shape(const Tensor& x, const char* op) const {
+  const int64_t group = group_elements(x, op);
+  if (granularity == QuantGranularity::PerTensor) return Shape{};
+  Shape s = x.shape();
+  s.back() /= group;
+  return s;
+}
+
 Tensor fake_quantize(const Tensor& x_in, const QuantSpec& spec) {
   const char* op = "fake_quantize";
   const detail::GradRecorder grad({&x_in});
@@ -87,7 +88,7 @@ Tensor fake_quantize(const Tensor& x_in, const QuantSpec& spec) {
   const int64_t group = spec.group_elements(x_in, op);
   const Tensor x = x_in.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const Tensor scales = Tensor::empty(scales_shape(x, spec, group), DType::F32, x.device());
+  const Tensor scales = Tensor::empty(spec.scales_shape(x, op), DType::F32, x.device());
   run(x, y, Tensor{}, scales, group, spec, op);
   // The straight-through estimator: the rounding's derivative is taken as 1 (nothing is clamped, see the header).
   grad.record("FakeQuantizeBackward", {&y}, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
@@ -100,7 +101,7 @@ GroupQuantized quantize_groups(const Tensor& x_in, const QuantSpec& spec) {
   const int64_t group = spec.group_elements(x_in, op);
   const Tensor x = x_in.contiguous();
   GroupQuantized q{Tensor::empty(x.shape(), DType::I8, x.device()),
-                   Tensor::empty(scales_shape(x, spec, group), DType::F32, x.device()), spec};
+                   Tensor::empty(spec.scales_shape(x, op), DType::F32, x.device()), spec};
   run(x, Tensor{}, q.codes, q.scales, group, spec, op);
   return q;
 }
@@ -111,7 +112,7 @@ Tensor dequantize_groups(const GroupQuantized& q, DType dtype) {
             "[{}] expected i8 codes and f32 scales, got {} and {}", op, q.codes.meta_str(), q.scales.meta_str());
   const Device dev = detail::check_same_device({&q.codes, &q.scales}, op);
   const int64_t group = q.spec.group_elements(q.codes, op);
-  detail::check_shape(q.scales, scales_shape(q.codes, q.spec, group), "scales", op);
+  detail::check_shape(q.scales, q.spec.scales_shape(q.codes, op), "scales", op);
   const Tensor codes = q.codes.contiguous(), scales = q.scales.contiguous();
   Tensor out = Tensor::empty(codes.shape(), dtype, dev);
   // Groups run along the last dimension: the kernels see rows of `last` codes (one row for PerTensor).

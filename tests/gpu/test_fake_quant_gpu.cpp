@@ -60,6 +60,29 @@ TEST(GpuFakeQuant, LargeSingleGroupAndOneTokenMatchCpu) {
   }
 }
 
+// LSQ on the device: the forward and dx are the CPU's bits; dscale (a warp's sum per group) within FP32 summation.
+TEST(GpuFakeQuant, LearnedScaleForwardAndGradientsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (const QuantSpec& spec : {QuantSpec{QuantFormat::Int4, QuantGranularity::PerGroup, 32, false},
+                                QuantSpec{QuantFormat::Int8, QuantGranularity::PerChannel, 0, false}}) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const Tensor x = random_tensor({8, 256}, dt, 15, 2.0), dy = random_tensor({8, 256}, dt, 16, 1.0);
+      const Tensor s = ops::quantize_groups(x, spec).scales * 0.6;
+      Tensor xc = x.detach().requires_grad_(), sc = s.detach().requires_grad_();
+      Tensor xg = to_gpu(x).requires_grad_(), sg = to_gpu(s).requires_grad_();
+      const Tensor yc = ops::fake_quantize_learned(xc, sc, spec), yg = ops::fake_quantize_learned(xg, sg, spec);
+      const std::string n = spec.str() + " " + std::string(dtype_name(dt));
+      expect_match(yg, yc, kSameBits, "values " + n);
+      ops::sum(yc * dy).backward();
+      ops::sum(yg * to_gpu(dy)).backward();
+      expect_match(xg.grad(), xc.grad(), kSameBits, "dx " + n);
+      const std::vector<float> dc = sc.grad().contiguous().to_vector<float>(),
+                               dg = sg.grad().to(Device::cpu()).contiguous().to_vector<float>();
+      for (size_t i = 0; i < dc.size(); ++i) EXPECT_NEAR(dg[i], dc[i], 1e-5 * (1 + std::fabs(dc[i]))) << n << " " << i;
+    }
+  }
+}
+
 TEST(GpuFakeQuant, StraightThroughGradientOnTheDevice) {
   MPT_REQUIRE_GPU(8);
   Tensor x = to_gpu(random_tensor({8, 64}, DType::F32, 5, 1.0)).requires_grad_();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,8 @@ struct QuantSpec {
   // The number of elements that share one scale in a tensor whose last dimension is `last` (numel for
   // PerTensor). Throws, naming `op` and the shape, when group_size does not divide `last` or is not positive.
   int64_t group_elements(const Tensor& x, const char* op) const;
+  // The shape of x's scales: x.shape[:-1] + [last / group size] (0-d for PerTensor); throws like group_elements.
+  Shape scales_shape(const Tensor& x, const char* op) const;
   bool operator==(const QuantSpec&) const = default;
 };
 
@@ -41,6 +44,17 @@ struct QuantSpec {
 // strides. Backward: the straight-through estimator, dx = dy (with absmax scales no element lies beyond the grid,
 // so PyTorch's clamp mask would pass everything too).
 Tensor fake_quantize(const Tensor& x, const QuantSpec& spec);
+
+// LSQ (learned step size, Esser et al. 2020): fake quantization with a given, trainable scale instead of the absmax
+// one: value = clamp(rint(x / s), -qmax, qmax) * s per group (kernels/math/fake_quant.h, LearnedQuant). scale: f32 of
+// spec.scales_shape(x), positive, on x's device; quantize_groups(x, spec).scales is the usual start (LSQ then starts
+// at PTQ). spec: Int8 or Int4 per tensor, channel or group (a learned scale is never per token, whose tokens change
+// every call), without f16_scale. Backward, for x and scale:
+//   dx = dy inside the grid (-qmax <= x / s <= qmax), 0 outside (the clamp's mask);
+//   dscale = grad_scale * sum over the group of dy * (clamp(rint(x / s)) - x / s inside, -qmax / qmax outside),
+// grad_scale by default LSQ's 1 / sqrt(group elements * qmax). x: f32, bf16 or f16; dx in x's dtype, dscale f32.
+Tensor fake_quantize_learned(const Tensor& x, const Tensor& scale, const QuantSpec& spec,
+                             std::optional<float> grad_scale = std::nullopt);
 
 // The same quantization as codes and scales (no autograd): codes is an i8 tensor of x's shape (the integer, or the
 // E4M3 bit pattern), scales as above. fake_quantize(x) equals codes * scales rounded to x's dtype.
