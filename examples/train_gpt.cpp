@@ -13,6 +13,7 @@
 #include "common/run_options.h"
 #include "mpt/amp/policy.h"
 #include "mpt/amp/qat.h"
+#include "mpt/nn/quantize.h"
 #include "mpt/data/loader.h"
 #include "mpt/train/init_from.h"
 #include "mpt/train/trainer.h"
@@ -65,7 +66,10 @@ void run(const ex::Options& o) {
     policy.qat = std::make_shared<const mpt::amp::QatPolicy>(
         mpt::amp::QatPolicy::linears_but_head(mpt::amp::QatScheme::named(o.qat, o.qat_group)));
     precision_name += "+qat-" + policy.qat->all->name;  // a checkpoint resumes only under the same scheme
+    if (o.qat_lsq) precision_name += "+lsq";
   }
+  MPT_CHECK(!o.qat_lsq || (!o.qat.empty() && o.qat != "fp8"), "[train_gpt] --qat-lsq learns the scales of --qat int8 "
+            "or int4 weights, not {}", o.qat.empty() ? std::string("a run without --qat") : "--qat " + o.qat);
   MPT_CHECK(o.fp8_telemetry == 0 || policy.fp8_state, "[train_gpt] --fp8-telemetry needs an FP8 --precision "
             "(fp8-delayed, fp8-current or fp8-block), not {}", o.precision);
   MPT_CHECK(o.bucket_mb > 0, "[train_gpt] --bucket-mb {} must be positive", o.bucket_mb);
@@ -84,6 +88,10 @@ void run(const ex::Options& o) {
   if (!o.init_from.empty()) {  // weights only: the optimizer, schedule and data start afresh at step 0
     mpt::train::init_from(model, o.init_from);
     fmt::print("init: started from the weights of {} (a fresh optimizer at step 0)\n", o.init_from);
+  }
+  if (o.qat_lsq) {  // after --init-from: the scales start at the absmax scales of the weights QAT starts from
+    const auto scales = mpt::nn::learn_quantization_scales(model, *policy.qat);
+    fmt::print("qat: {} learned weight scales (LSQ), started at the absmax scales\n", scales.size());
   }
   model.set_activation_checkpointing(o.checkpoint);
   if (o.freeze >= 0) {  // before the Trainer, whose optimizer then leaves the frozen parameters out

@@ -22,18 +22,21 @@ declare -A model_flags=(
   [gpt]=""
   [llama]="--model llama --tokenizer bpe --vocab-size 512 --layers 4 --heads 8 --kv-heads 2 --embd 256"
 )
-declare -A schemes=([gpt]="int8|int4 32|int4 64|fp8" [llama]="int8|int4 32|int4 128|fp8")
+# "SCHEME [GROUP] [lsq]": lsq adds --qat-lsq (learned weight scales, started at the absmax ones).
+declare -A schemes=([gpt]="int8|int4 32|int4 64|fp8|int4 32 lsq|int4 64 lsq"
+                    [llama]="int8|int4 32|int4 128|fp8|int4 32 lsq|int4 128 lsq")
 before() { sed -n "s/^before QAT: val loss \([0-9.]*\) .* | \([0-9.]*\) quantized.*/\1 \2/p"; }
 final() { sed -n 's/.*final val loss \([0-9.]*\).*/\1/p'; }
-printf "%-6s %-10s %8s %8s %8s %10s %8s %10s %7s\n" model scheme fp32 ptq "fp32+$n" "ptq(+$n)" qat recovered "qat s"
+printf "%-6s %-14s %8s %8s %8s %10s %8s %10s %7s\n" model scheme fp32 ptq "fp32+$n" "ptq(+$n)" qat recovered "qat s"
 for m in gpt llama; do
   read -r -a flags <<<"${model_flags[$m]}"
   "$bin" "${flags[@]}" "${ev[@]}" --save-dir "$work/$m-A" >/dev/null
   "$bin" "${flags[@]}" "${ev[@]}" "${ft[@]}" --steps "$n" --init-from "$work/$m-A" --save-dir "$work/$m-B" >/dev/null
   IFS='|' read -r -a list <<<"${schemes[$m]}"
   for s in "${list[@]}"; do
-    read -r scheme group <<<"$s"
+    read -r scheme group lsq <<<"$s"
     q=(--qat "$scheme" --qat-group "${group:-32}")
+    [ -n "$lsq" ] && q+=(--qat-lsq)
     t0=$(date +%s%N)
     out=$("$bin" "${flags[@]}" "${ev[@]}" "${ft[@]}" --steps "$n" --init-from "$work/$m-A" "${q[@]}")
     t1=$(date +%s%N)
@@ -41,7 +44,7 @@ for m in gpt llama; do
     qat=$(final <<<"$out")
     read -r fpb ptqb <<<"$("$bin" "${flags[@]}" "${ev[@]}" --steps 1 --init-from "$work/$m-B" "${q[@]}" | before)"
     rec=$(awk -v f="$fpb" -v p="$ptqb" -v q="$qat" 'BEGIN { d = p - f; if (d > 0) printf "%.0f%%", 100 * (p - q) / d; else print "n/a" }')
-    printf "%-6s %-10s %8s %8s %8s %10s %8s %10s %7.0f\n" "$m" "$scheme${group:+-g$group}" "$fp" "$ptq" "$fpb" "$ptqb" \
+    printf "%-6s %-14s %8s %8s %8s %10s %8s %10s %7.0f\n" "$m" "$scheme${group:+-g$group}${lsq:+-lsq}" "$fp" "$ptq" "$fpb" "$ptqb" \
       "$qat" "$rec" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a) / 1e9 }')"
   done
 done

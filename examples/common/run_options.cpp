@@ -52,7 +52,8 @@ const std::vector<SavedOption>& saved_option_table() {
       saved("keep", "--keep", &O::keep), saved("optimizer", "--optimizer", &O::optimizer),
       saved("freeze", "--freeze", &O::freeze), saved("fp8_telemetry", "--fp8-telemetry", &O::fp8_telemetry),
       saved("model", "--model", &O::model), saved("kv_heads", "--kv-heads", &O::kv_heads),
-      saved("qat", "--qat", &O::qat), saved("qat_group", "--qat-group", &O::qat_group)};
+      saved("qat", "--qat", &O::qat), saved("qat_group", "--qat-group", &O::qat_group),
+      saved("qat_lsq", "--qat-lsq", &O::qat_lsq)};
   return table;
 }
 
@@ -244,6 +245,8 @@ std::variant<Options, int> parse_options(int argc, char** argv, Options o) {
       ->check(CLI::IsMember({"int8", "int4", "fp8"}));
   app.add_option("--qat-group", o.qat_group, "--qat int4's group size (32: GGUF q4_0's block; 128)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--qat-lsq", o.qat_lsq, "--qat int8 / int4 with learned weight scales (LSQ, started at the absmax "
+               "scales) instead of absmax ones; the exports write the learned scales");
   app.add_option("--moments", o.moments, "AdamW moment storage: f32, bf16 or int8 (8-bit blockwise)");
   app.add_option("--optimizer", o.optimizer, "adamw, or adamw8bit (AdamW with 8-bit blockwise moments: --moments int8)")
       ->check(CLI::IsMember({"adamw", "adamw8bit"}));

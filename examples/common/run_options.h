@@ -37,6 +37,7 @@ struct Options {
   // none. qat_group: int4's group size.
   std::string qat{};
   int64_t qat_group = 32;
+  bool qat_lsq = false;  // learned weight scales (LSQ) instead of absmax ones (int8 / int4)
   // Checkpoints (not part of the saved configuration except save_every and keep).
   std::string save_dir{}, resume{};
   int64_t save_every = 0, keep = 3, stop_after = 0;

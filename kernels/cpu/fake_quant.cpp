@@ -27,12 +27,16 @@ void fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const m
 }
 
 template <class T>
-void learned_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const float* scales,
+void learned_quantize(const T* x, T* y, int8_t* codes, int64_t groups, int64_t group_size, const float* scales,
                       const math::LearnedQuant& lq) {
 #pragma omp parallel for schedule(static) if (groups * group_size > (1 << 16) && groups > 1)
   for (int64_t g = 0; g < groups; ++g) {
     const float s = scales[g];
-    for (int64_t i = g * group_size; i < (g + 1) * group_size; ++i) y[i] = scalar_cast<T>(lq.value(scalar_cast<float>(x[i]), s));
+    for (int64_t i = g * group_size; i < (g + 1) * group_size; ++i) {
+      const float xv = scalar_cast<float>(x[i]);
+      if (y != nullptr) y[i] = scalar_cast<T>(lq.value(xv, s));
+      if (codes != nullptr) codes[i] = lq.code_byte(xv, s);
+    }
   }
 }
 
@@ -53,7 +57,8 @@ void learned_quantize_backward(const T* x, const T* dy, T* dx, float* dscales, i
 }
 
 #define MPT_LSQ_CPU(T)                                                                                               \
-  template void learned_quantize<T>(const T*, T*, int64_t, int64_t, const float*, const math::LearnedQuant&);       \
+  template void learned_quantize<T>(const T*, T*, int8_t*, int64_t, int64_t, const float*,                    \
+                                     const math::LearnedQuant&);       \
   template void learned_quantize_backward<T>(const T*, const T*, T*, float*, int64_t, int64_t, const float*,       \
                                              const math::LearnedQuant&, float);
 MPT_LSQ_CPU(float)

@@ -14,10 +14,10 @@ template <class T>
 void fake_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const math::FakeQuant& fq, float* scales,
                    int8_t* codes);
 
-// LSQ with given scales (math::LearnedQuant): y[i] = lq.value(x[i], scales[g]) rounded to T, for `groups` contiguous
-// groups of `group_size`.
+// LSQ with given scales (math::LearnedQuant): y[i] = lq.value(x[i], scales[g]) rounded to T and codes[i] = its
+// integer code (each when not null), for `groups` contiguous groups of `group_size`.
 template <class T>
-void learned_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const float* scales,
+void learned_quantize(const T* x, T* y, int8_t* codes, int64_t groups, int64_t group_size, const float* scales,
                       const math::LearnedQuant& lq);
 
 // Its backward: dx[i] = dy[i] * lq.grad_x (rounded to T) and dscales[g] = grad_scale * sum_i dy[i] * lq.grad_s, the

@@ -68,6 +68,7 @@ struct LearnedParams {
   const T* x;
   const T* dy;
   T* y;  // the forward's output, or the backward's dx
+  int8_t* codes;  // the forward's codes (optional)
   float* dscales;
   const float* scales;
   int64_t groups, group_size;
@@ -80,7 +81,9 @@ __global__ void __launch_bounds__(kPackThreads) learned_quantize_kernel(LearnedP
   const int64_t n = p.groups * p.group_size;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    p.y[i] = scalar_cast<T>(p.lq.value(scalar_cast<float>(p.x[i]), p.scales[i / p.group_size]));
+    const float xv = scalar_cast<float>(p.x[i]), s = p.scales[i / p.group_size];
+    if (p.y != nullptr) p.y[i] = scalar_cast<T>(p.lq.value(xv, s));
+    if (p.codes != nullptr) p.codes[i] = p.lq.code_byte(xv, s);
   }
 }
 
@@ -103,17 +106,17 @@ __global__ void __launch_bounds__(kPackThreads) learned_quantize_backward_kernel
 }  // namespace
 
 template <class T>
-cudaError_t learned_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const float* scales,
-                             const math::LearnedQuant& lq, cudaStream_t stream) {
+cudaError_t learned_quantize(const T* x, T* y, int8_t* codes, int64_t groups, int64_t group_size,
+                             const float* scales, const math::LearnedQuant& lq, cudaStream_t stream) {
   if (groups < 0 || group_size < 0) return cudaErrorInvalidValue;
   const int64_t n = groups * group_size;
   if (n == 0) return cudaSuccess;
-  if (x == nullptr || y == nullptr || scales == nullptr) return cudaErrorInvalidValue;
+  if (x == nullptr || scales == nullptr) return cudaErrorInvalidValue;
   const LaunchConfig config{dim3(grid_stride_blocks(n)), dim3(kPackThreads), 0, stream,
                             static_cast<uint64_t>(n) * sizeof(T) + static_cast<uint64_t>(groups) * sizeof(float),
-                            static_cast<uint64_t>(n) * sizeof(T)};
+                            static_cast<uint64_t>(n) * ((y != nullptr ? sizeof(T) : 0) + (codes != nullptr ? 1 : 0))};
   return launch(learned_quantize_kernel<T>, config,
-                LearnedParams<T>{x, nullptr, y, nullptr, scales, groups, group_size, lq, 1.0f});
+                LearnedParams<T>{x, nullptr, y, codes, nullptr, scales, groups, group_size, lq, 1.0f});
 }
 
 template <class T>
@@ -132,12 +135,12 @@ cudaError_t learned_quantize_backward(const T* x, const T* dy, T* dx, float* dsc
                             (dx != nullptr ? static_cast<uint64_t>(n) * sizeof(T) : 0) +
                                 (dscales != nullptr ? static_cast<uint64_t>(groups) * sizeof(float) : 0)};
   return launch(learned_quantize_backward_kernel<T>, config,
-                LearnedParams<T>{x, dy, dx, dscales, scales, groups, group_size, lq, grad_scale});
+                LearnedParams<T>{x, dy, dx, nullptr, dscales, scales, groups, group_size, lq, grad_scale});
 }
 
 #define MPT_LSQ_CUDA(T)                                                                                              \
-  template cudaError_t learned_quantize<T>(const T*, T*, int64_t, int64_t, const float*, const math::LearnedQuant&, \
-                                           cudaStream_t);                                                            \
+  template cudaError_t learned_quantize<T>(const T*, T*, int8_t*, int64_t, int64_t, const float*,                 \
+                                           const math::LearnedQuant&, cudaStream_t);                                 \
   template cudaError_t learned_quantize_backward<T>(const T*, const T*, T*, float*, int64_t, int64_t, const float*, \
                                                     const math::LearnedQuant&, float, cudaStream_t);
 MPT_LSQ_CUDA(float)

@@ -26,8 +26,8 @@ cudaError_t dequantize_groups(const math::GroupWeights& w, Out* out, cudaStream_
 // cpu::learned_quantize and its backward on device pointers (LSQ, math::LearnedQuant): the forward elementwise (the
 // CPU's bits); the backward one warp per group, dscales[g] summed by the warp (FP32, another order than the CPU's).
 template <class T>
-cudaError_t learned_quantize(const T* x, T* y, int64_t groups, int64_t group_size, const float* scales,
-                             const math::LearnedQuant& lq, cudaStream_t stream);
+cudaError_t learned_quantize(const T* x, T* y, int8_t* codes, int64_t groups, int64_t group_size,
+                             const float* scales, const math::LearnedQuant& lq, cudaStream_t stream);
 template <class T>
 cudaError_t learned_quantize_backward(const T* x, const T* dy, T* dx, float* dscales, int64_t groups,
                                       int64_t group_size, const float* scales, const math::LearnedQuant& lq,

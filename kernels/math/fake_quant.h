@@ -61,9 +61,14 @@ struct FakeQuant {
 struct LearnedQuant {
   float qmax = 127.0f;
 
-  MPT_HD MPT_INLINE float value(float x, float s) const {
+  MPT_HD MPT_INLINE float code(float x, float s) const {
     const float r = rintf(x / s);
-    return (r > qmax ? qmax : (r < -qmax ? -qmax : r)) * s;
+    return r > qmax ? qmax : (r < -qmax ? -qmax : r);
+  }
+  MPT_HD MPT_INLINE float value(float x, float s) const { return code(x, s) * s; }
+  MPT_HD MPT_INLINE int8_t code_byte(float x, float s) const {
+    const float c = code(x, s);
+    return c != c ? int8_t{0} : static_cast<int8_t>(c);
   }
   MPT_HD MPT_INLINE float grad_x(float x, float s) const {
     const float v = x / s;
@@ -73,8 +78,7 @@ struct LearnedQuant {
     const float v = x / s;
     if (v < -qmax) return -qmax;
     if (v > qmax) return qmax;
-    const float r = rintf(v);
-    return (r > qmax ? qmax : (r < -qmax ? -qmax : r)) - v;
+    return code(x, s) - v;
   }
 };
 

@@ -26,13 +26,21 @@ const amp::QatScheme* qat_scheme(const amp::Policy* policy, std::string_view pat
 // copy). A low-precision GEMM reads W_q rounded to its dtype as the compute weight of the FP32 master (dW lands in the
 // master, as the straight-through estimator's identity gives it) with the bias added in FP32, as without QAT.
 Tensor qat_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const amp::QatScheme& scheme,
-                  amp::Precision p, std::string_view path, const char* layer, int64_t out_padded) {
+                  amp::Precision p, std::string_view path, const char* layer, int64_t out_padded,
+                  const Tensor& weight_scale) {
   MPT_CHECK(p != amp::Precision::FP8,
             "[{}] '{}': QAT ({}) fake-quantizes weights for an FP32, BF16 or FP16 GEMM, but the policy asks for FP8 "
             "here: train FP8 without --qat, or QAT with another precision", layer, path, scheme.name);
   const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
   Tensor xq = scheme.input ? ops::fake_quantize(x, *scheme.input) : x;
   if (xq.dtype() != dt) xq = xq.to(dt);
+  if (weight_scale.defined() && scheme.weight) {  // LSQ: the gradient reaches the scale too (a recorded cast to dt)
+    ops::QuantSpec spec = *scheme.weight;
+    spec.f16_scale = false;
+    Tensor wq = ops::fake_quantize_learned(weight, weight_scale, spec);
+    if (wq.dtype() != dt) wq = wq.to(dt);
+    return ops::linear(xq, wq, bias.defined() && bias.dtype() != dt ? bias.to(dt) : bias, {.out_padded = out_padded});
+  }
   if (weight.dtype() == DType::F32 && dt != DType::F32) {
     Tensor copy;
     {
@@ -49,7 +57,7 @@ Tensor qat_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 }  // namespace
 
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
-                       const char* layer, int64_t out_padded) {
+                       const char* layer, int64_t out_padded, const Tensor& weight_scale) {
   const amp::Policy* policy = amp::current_policy();
   Tensor xc = x, w = weight;
   if (policy == nullptr) {
@@ -58,7 +66,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
               "amp::Autocast", layer, x.meta_str(), weight.meta_str());
   } else {
     const amp::Precision p = policy->at(path);
-    if (const amp::QatScheme* q = qat_scheme(policy, path)) return qat_linear(x, weight, bias, *q, p, path, layer, out_padded);
+    if (const amp::QatScheme* q = qat_scheme(policy, path)) return qat_linear(x, weight, bias, *q, p, path, layer, out_padded, weight_scale);
     if (p == amp::Precision::FP8) {
       MPT_CHECK(policy->fp8_state != nullptr, "[{}] '{}': the policy asks for FP8 but holds no Fp8ScalingState", layer, path);
       // The FP32 master weight and bias go in directly: fp8_linear quantizes the input (E4M3) and the gradient (per

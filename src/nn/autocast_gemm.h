@@ -14,8 +14,9 @@ namespace mpt::nn::detail {
 // policy's recipe and this layer's scaling metas (registered under `path`), the result in BF16. `layer` names the
 // caller in errors. out_padded (no bias): ops::LinearOptions::out_padded, in every precision but FP8 (whose result
 // keeps M columns).
+// weight_scale: the Linear's learned QAT scale (LSQ), used when the policy gives `path` a QAT weight scheme.
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
-                       const char* layer, int64_t out_padded = 0);
+                       const char* layer, int64_t out_padded = 0, const Tensor& weight_scale = {});
 
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
 // run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast

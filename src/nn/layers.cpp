@@ -48,7 +48,28 @@ Tensor Linear::forward(const Tensor& x) const {
               "run it under NoGradGuard, or train the full-precision model (QAT)", path());
     return ops::quantized_linear(x.reshape({-1, in_}), quantized_->weight, bias(), quantized_->input).reshape(out_shape);
   }
-  return detail::autocast_linear(x.reshape({-1, in_}), weight(), bias(), path(), "Linear").reshape(out_shape);
+  return detail::autocast_linear(x.reshape({-1, in_}), weight(), bias(), path(), "Linear", 0, weight_scale())
+      .reshape(out_shape);
+}
+
+void Linear::learn_weight_scale(const ops::QuantSpec& spec) {
+  ops::QuantSpec s = spec;
+  s.f16_scale = false;  // trained in f32; rounded where a file stores FP16
+  if (weight_scale_spec_) {
+    MPT_CHECK(*weight_scale_spec_ == s, "[Linear] '{}' already learns a {} weight scale, not {}", path(),
+              weight_scale_spec_->str(), s.str());
+    return;
+  }
+  MPT_CHECK(s.format != ops::QuantFormat::FP8 && s.granularity != ops::QuantGranularity::PerToken,
+            "[Linear] '{}': learned scales (LSQ) are for INT8 / INT4 weights per tensor, channel or group, got {}",
+            path(), s.str());
+  Tensor init;
+  {
+    autograd::NoGradGuard no_grad;
+    init = ops::quantize_groups(weight(), s).scales.contiguous().clone();
+  }
+  weight_scale_ = &register_parameter("weight_scale", std::move(init), /*weight_decay=*/false);
+  weight_scale_spec_ = s;
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Module("LayerNorm"), eps_(eps) {

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/fake_quant.h"
+#include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/fake_quant.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
@@ -19,9 +20,10 @@ struct Problem {
   int64_t groups = 0, group = 0;
 };
 
-// Runs the forward (dy undefined: y = values) or the backward (dx and/or dscale) on contiguous tensors.
+// Runs the forward (dy undefined: out = values, codes when defined) or the backward (out = dx, and/or dscale) on
+// contiguous tensors.
 void run(const Problem& pr, const Tensor& x, const Tensor& scale, const Tensor& dy, const Tensor& out,
-         const Tensor& dscale, float grad_scale) {
+         const Tensor& dscale, float grad_scale, const Tensor& codes = Tensor{}) {
   const Device dev = x.device();
   detail::visit_float(x.dtype(), kOp, [&](auto tag) {
     using T = decltype(tag);
@@ -33,9 +35,10 @@ void run(const Problem& pr, const Tensor& x, const Tensor& scale, const Tensor& 
       const float* sp = scale.data<float>();
       float* dsp = dscale.defined() ? dscale.data<float>() : nullptr;
       if (!dy.defined()) {
-        if (dev.is_cpu()) kernels::cpu::learned_quantize(xp, op, pr.groups, pr.group, sp, pr.lq);
+        int8_t* cp = codes.defined() ? codes.data<int8_t>() : nullptr;
+        if (dev.is_cpu()) kernels::cpu::learned_quantize(xp, op, cp, pr.groups, pr.group, sp, pr.lq);
         else
-          MPT_CUDA_KERNEL(kernels::cuda::learned_quantize(xp, op, pr.groups, pr.group, sp, pr.lq,
+          MPT_CUDA_KERNEL(kernels::cuda::learned_quantize(xp, op, cp, pr.groups, pr.group, sp, pr.lq,
                                                           static_cast<cudaStream_t>(detail::stream_of(dev))));
       } else if (dev.is_cpu()) {
         kernels::cpu::learned_quantize_backward(xp, dy.data<T>(), op, dsp, pr.groups, pr.group, sp, pr.lq, grad_scale);
@@ -48,25 +51,50 @@ void run(const Problem& pr, const Tensor& x, const Tensor& scale, const Tensor& 
   });
 }
 
-}  // namespace
-
-Tensor fake_quantize_learned(const Tensor& x_in, const Tensor& scale_in, const QuantSpec& spec,
-                             std::optional<float> grad_scale) {
-  MPT_CHECK(x_in.defined() && scale_in.defined(), "[{}] expected x and its scale, got an undefined tensor", kOp);
+void check_spec(const QuantSpec& spec, bool allow_f16) {
   MPT_CHECK(spec.format != QuantFormat::FP8,
             "[{}] learned scales (LSQ) are for the integer grids (int8, int4), got {}", kOp, spec.str());
   MPT_CHECK(spec.granularity != QuantGranularity::PerToken,
             "[{}] a learned scale is per tensor, channel or group, not per token (tokens change every call), got {}",
             kOp, spec.str());
-  MPT_CHECK(!spec.f16_scale, "[{}] {}: the FP16 scale rounding is not differentiable; learn the scale in f32 and "
-            "round it at export", kOp, spec.str());
-  detail::check_same_device({&x_in, &scale_in}, kOp);
-  MPT_CHECK(scale_in.dtype() == DType::F32, "[{}] expected an f32 scale, got {}", kOp, scale_in.meta_str());
-  const int64_t group = spec.group_elements(x_in, kOp);
-  detail::check_shape(scale_in, spec.scales_shape(x_in, kOp), "scale", kOp);
+  MPT_CHECK(allow_f16 || !spec.f16_scale, "[{}] {}: the FP16 scale rounding is not differentiable; learn the scale in "
+            "f32 and round it at export", kOp, spec.str());
+}
+
+void check_scale(const Tensor& x, const Tensor& scale, const QuantSpec& spec) {
+  MPT_CHECK(x.defined() && scale.defined(), "[{}] expected x and its scale, got an undefined tensor", kOp);
+  detail::check_same_device({&x, &scale}, kOp);
+  MPT_CHECK(scale.dtype() == DType::F32, "[{}] expected an f32 scale, got {}", kOp, scale.meta_str());
+  detail::check_shape(scale, spec.scales_shape(x, kOp), "scale", kOp);
+}
+
+Problem problem(const Tensor& x, const QuantSpec& spec) {
+  const int64_t group = spec.group_elements(x, kOp);
+  return {{spec.format == QuantFormat::Int8 ? 127.0f : 7.0f}, group == 0 ? 0 : x.numel() / group, group};
+}
+
+}  // namespace
+
+GroupQuantized quantize_groups(const Tensor& x_in, const QuantSpec& spec, const Tensor& scales_in) {
+  check_spec(spec, true);
+  check_scale(x_in, scales_in, spec);
+  autograd::NoGradGuard no_grad;
+  const Tensor x = x_in.contiguous();
+  Tensor scales = scales_in.contiguous().clone();
+  if (spec.f16_scale) scales = scales.to(DType::F16).to(DType::F32);  // what an FP16 scale field holds
+  GroupQuantized q{Tensor::empty(x.shape(), DType::I8, x.device()), scales, spec};
+  run(problem(x, spec), x, scales, Tensor{}, Tensor{}, Tensor{}, 1.0f, q.codes);
+  return q;
+}
+
+Tensor fake_quantize_learned(const Tensor& x_in, const Tensor& scale_in, const QuantSpec& spec,
+                             std::optional<float> grad_scale) {
+  check_spec(spec, false);
+  check_scale(x_in, scale_in, spec);
   const detail::GradRecorder grad({&x_in, &scale_in});
   const Tensor x = x_in.contiguous(), scale = scale_in.contiguous();
-  const Problem pr{{spec.format == QuantFormat::Int8 ? 127.0f : 7.0f}, group == 0 ? 0 : x.numel() / group, group};
+  const Problem pr = problem(x, spec);
+  const int64_t group = pr.group;
   const float g = grad_scale ? *grad_scale
                              : static_cast<float>(1.0 / std::sqrt(static_cast<double>(group > 0 ? group : 1) * pr.lq.qmax));
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());

@@ -42,9 +42,20 @@ class Linear : public Module {
   void set_quantized(std::shared_ptr<const Quantized> q) { quantized_ = std::move(q); }
   const Quantized* quantized() const { return quantized_.get(); }
 
+  // LSQ (nn::learn_quantization_scales): a trainable scale for the weight's QAT grid `spec` (integer formats; its
+  // FP16 rounding is dropped while training), registered as the parameter "weight_scale" (f32, spec's scales shape, no
+  // weight decay) and started at the absmax scale of the current weight. QAT then fake-quantizes the weight with it
+  // (ops::fake_quantize_learned), and PTQ, quantized inference and the exporters take their codes on its grid. Calling
+  // it again with the same spec does nothing; another spec is refused.
+  void learn_weight_scale(const ops::QuantSpec& spec);
+  const Tensor& weight_scale() const { return weight_scale_ != nullptr ? *weight_scale_ : none_; }  // or undefined
+  const std::optional<ops::QuantSpec>& weight_scale_spec() const { return weight_scale_spec_; }
+
  private:
   int64_t in_, out_;
   std::shared_ptr<const Quantized> quantized_;
+  Tensor* weight_scale_ = nullptr;
+  std::optional<ops::QuantSpec> weight_scale_spec_;
   Tensor* weight_;
   Tensor* bias_ = nullptr;
   Tensor none_;

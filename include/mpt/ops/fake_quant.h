@@ -65,6 +65,11 @@ struct GroupQuantized {
 };
 GroupQuantized quantize_groups(const Tensor& x, const QuantSpec& spec);
 
+// The codes of x on the grid of given scales (a learned scale's, ops::fake_quantize_learned's forward as codes; no
+// autograd): integer formats per tensor, channel or group; scales f32 of spec.scales_shape(x), rounded to FP16 first
+// when spec.f16_scale (what a GGUF block stores: the codes then follow the rounded scale, which the result holds).
+GroupQuantized quantize_groups(const Tensor& x, const QuantSpec& spec, const Tensor& scales);
+
 // value = code * scale in f32 (an E4M3 code's value times the scale), as `dtype` (f32, bf16 or f16).
 Tensor dequantize_groups(const GroupQuantized& q, DType dtype = DType::F32);
 
