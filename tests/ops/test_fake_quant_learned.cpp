@@ -133,6 +133,30 @@ TEST(FakeQuantizeLearned, ALearnedScaleBeatsTheAbsmaxScale) {
   EXPECT_LT(after, 1.03 * best_mse) << "LSQ " << after << ", the grid search's best " << best_mse;
 }
 
+// Codes on given scales: with the absmax scales they are quantize_groups' codes (FP16 scales too); with other scales
+// the codes times the (FP16-rounded when the spec says so) scales are fake_quantize_learned's values on those scales.
+TEST(FakeQuantizeLearned, CodesOnGivenScales) {
+  const Tensor x = random_tensor({4, 128}, DType::F32, 10, 1.5);
+  for (QuantSpec spec : {kInt4G32, kInt8Channel}) {
+    for (const bool f16 : {false, true}) {
+      spec.f16_scale = f16;
+      const auto absmax = ops::quantize_groups(x, spec);
+      const auto given = ops::quantize_groups(x, spec, absmax.scales);
+      EXPECT_EQ(given.codes.to_vector<int8_t>(), absmax.codes.to_vector<int8_t>()) << spec.str();
+      EXPECT_EQ(given.scales.to_vector<float>(), absmax.scales.to_vector<float>()) << spec.str();
+      const Tensor other = absmax.scales * 0.77;
+      const auto q = ops::quantize_groups(x, spec, other);
+      QuantSpec plain = spec;
+      plain.f16_scale = false;
+      const Tensor used = f16 ? other.to(DType::F16).to(DType::F32) : other;
+      EXPECT_EQ(q.scales.to_vector<float>(), used.contiguous().to_vector<float>()) << spec.str();
+      EXPECT_EQ(ops::dequantize_groups(q).to_vector<float>(),
+                ops::fake_quantize_learned(x, used, plain).to_vector<float>())
+          << spec.str();
+    }
+  }
+}
+
 TEST(FakeQuantizeLearned, RefusesWhatItCannotLearn) {
   const Tensor x = random_tensor({4, 64}, DType::F32, 9, 1.0);
   const Tensor s = ops::quantize_groups(x, kInt4G32).scales;
