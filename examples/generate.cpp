@@ -1,4 +1,4 @@
-// examples/generate.cpp: text from a train_gpt checkpoint, in full precision or with its Linear layers quantized for inference (INT8 / INT4 / FP8), with tokens/s.
+// examples/generate.cpp: text from a train_gpt checkpoint, in full precision, with its Linear layers quantized for inference (INT8 / INT4 / FP8) or with an export's weights, with tokens/s.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -15,6 +15,7 @@
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/data/tokenizer.h"
 #include "mpt/deploy/export.h"
+#include "mpt/deploy/quantize.h"
 #include "mpt/io/safetensors.h"
 #include "mpt/nn/quantize.h"
 #include "mpt/ops/softmax.h"
@@ -23,7 +24,7 @@
 namespace {
 
 struct Options {
-  std::string checkpoint, quantize = "none", prompt = "\n", tokenizer, prompt_ids, logits_out;
+  std::string checkpoint, quantize = "none", prompt = "\n", tokenizer, prompt_ids, logits_out, as_export;
   int64_t group = 32, tokens = 200;
   bool greedy = false;
   uint64_t seed = 1337;
@@ -50,6 +51,12 @@ std::vector<int64_t> parse_ids(const std::string& s) {
 }
 
 void run(const Options& o) {
+  MPT_CHECK(o.as_export.empty() || o.quantize == "none", "[generate] --as-export {} and --quantize {}: give one "
+            "(--as-export runs FP32 GEMMs on the export's weights; --quantize runs quantized GEMMs)", o.as_export,
+            o.quantize);
+  const mpt::deploy::ExportOptions as_export{
+      .format = o.as_export.empty() ? mpt::deploy::Format::GgufF32 : mpt::deploy::parse_format(o.as_export),
+      .group_size = o.group};
   const std::filesystem::path dir = mpt::train::resolve_checkpoint(o.checkpoint);
   const std::unique_ptr<mpt::nn::LanguageModel> model = mpt::deploy::load_checkpoint_model(dir);
   const std::filesystem::path tok_path =
@@ -57,6 +64,10 @@ void run(const Options& o) {
   const std::unique_ptr<mpt::data::Tokenizer> tokenizer = mpt::data::load_tokenizer(tok_path);
   MPT_CHECK(tokenizer->vocab_size() == model->vocab_size(), "[generate] the tokenizer '{}' has {} ids but the model "
             "{}: they come from different runs", tok_path.string(), tokenizer->vocab_size(), model->vocab_size());
+  if (!o.as_export.empty()) {
+    const auto replaced = mpt::deploy::apply_export_quantization(*model, as_export);
+    fmt::print("weights as {} holds them: {} Linear weights replaced (FP32 GEMMs)\n", o.as_export, replaced.size());
+  }
   if (o.quantize != "none") {
     const auto scheme = mpt::amp::QatScheme::named(o.quantize, o.group);
     const auto packed = mpt::nn::quantize_for_inference(*model, mpt::amp::QatPolicy::linears_but_head(scheme));
@@ -105,7 +116,8 @@ void run(const Options& o) {
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();
   fmt::print("prompt {} tokens in {:.3f} s; {} tokens in {:.3f} s: {:.1f} tokens/s ({}, {})\n", prompt_len,
              std::chrono::duration<double>(t1 - t0).count(), out.size(), gen_s,
-             static_cast<double>(out.size()) / gen_s, o.quantize == "none" ? "fp32" : o.quantize,
+             static_cast<double>(out.size()) / gen_s,
+             o.quantize != "none" ? o.quantize : (o.as_export.empty() ? "fp32" : "fp32, " + o.as_export + " weights"),
              o.greedy ? "greedy" : "sampled");
   if (!o.logits_out.empty()) {  // for comparisons with other runtimes (tools/llama_cpp_check.py)
     std::vector<int64_t> gen(out.begin(), out.end());
@@ -113,7 +125,7 @@ void run(const Options& o) {
                               {{"ids", mpt::Tensor::from_vector(std::vector<int64_t>(context.begin(), context.begin() + static_cast<int64_t>(prompt_len)), {static_cast<int64_t>(prompt_len)})},
                                {"logits", prompt_logits.to(mpt::DType::F32)},
                                {"generated", mpt::Tensor::from_vector(gen, {static_cast<int64_t>(gen.size())})}},
-                              {{"quantize", o.quantize}});
+                              {{"quantize", o.quantize}, {"as_export", o.as_export.empty() ? "none" : o.as_export}});
   }
 }
 
@@ -125,7 +137,10 @@ int main(int argc, char** argv) {
   app.add_option("checkpoint", o.checkpoint, "a train_gpt --save-dir, or one of its step-* checkpoints")->required();
   app.add_option("--quantize", o.quantize, "none, int8 (W8A8), int4 (W4A16, --group), fp8")
       ->check(CLI::IsMember({"none", "int8", "int4", "fp8"}));
-  app.add_option("--group", o.group, "INT4 group size")->check(CLI::PositiveNumber);
+  app.add_option("--group", o.group, "INT4 group size (--quantize int4, --as-export gguf-q4_0 / ct-int4)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--as-export", o.as_export, "run in FP32 with the weights an export format holds, as its consumer "
+                 "dequantizes them (gguf-q4_k, gguf-q4_0, gguf-q8_0, ...; mpt::deploy::apply_export_quantization)");
   app.add_option("--prompt", o.prompt, "the text to continue (default: a newline)");
   app.add_option("--prompt-ids", o.prompt_ids, "the prompt as token ids, comma-separated (instead of --prompt)");
   app.add_option("--tokens", o.tokens, "tokens to generate")->check(CLI::PositiveNumber);

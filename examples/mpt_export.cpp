@@ -36,8 +36,11 @@ void run(const Options& o) {
   const deploy::ExportOptions options{.format = format, .group_size = o.group, .tokenizer = tokenizer.get(),
                                       .name = dir.filename().string()};
   const auto scheme = deploy::scheme(options);
-  fmt::print("checkpoint: {} ({}); format {}{}\n", dir.string(), model->describe(), o.format,
-             scheme ? fmt::format(" (weights {})", scheme->weight->str()) : std::string());
+  const std::string weights = scheme ? fmt::format(" (weights {})", scheme->weight->str())
+                              : format == deploy::Format::GgufQ4_K
+                                  ? " (weights Q4_K, post-training; Q8_0 where the width is not a multiple of 256)"
+                                  : "";
+  fmt::print("checkpoint: {} ({}); format {}{}\n", dir.string(), model->describe(), o.format, weights);
   const std::vector<deploy::TensorPlan> plan = deploy::plan_export(*model, options);  // every check, nothing written
   if (o.plan) {
     for (const deploy::TensorPlan& t : plan) {
@@ -57,8 +60,8 @@ int main(int argc, char** argv) {
   CLI::App app{"mpt-export: writes a train_gpt checkpoint (GPT-2 or Llama) for inference runtimes"};
   Options o;
   app.add_option("checkpoint", o.checkpoint, "a train_gpt --save-dir, or one of its step-* checkpoints")->required();
-  app.add_option("--format", o.format, "gguf-f32, gguf-q8_0, gguf-q4_0 (llama.cpp); ct-int8 (W8A8), ct-int4 (W4A16), "
-                 "ct-fp8 (compressed-tensors: transformers, vLLM)")->required();
+  app.add_option("--format", o.format, "gguf-f32, gguf-q8_0, gguf-q4_0, gguf-q4_k (llama.cpp); ct-int8 (W8A8), ct-int4 "
+                 "(W4A16), ct-fp8 (compressed-tensors: transformers, vLLM)")->required();
   app.add_option("--out", o.out, "the GGUF file, or the compressed-tensors directory, to write");
   app.add_option("--group", o.group, "INT4 group size (32 or 128)")->check(CLI::PositiveNumber);
   app.add_option("--tokenizer", o.tokenizer, "the tokenizer JSON (default: tokenizer.json beside the checkpoints)");

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # tools/make_quant_goldens.sh: the quantized-export goldens (tests/goldens/quantized/): two tiny trained models, what
-# llama.cpp, transformers + compressed-tensors and the gguf package make of mptrain's exports of them.
+# llama.cpp, transformers + compressed-tensors and the gguf package make of mptrain's exports of them, and what the gguf
+# package and llama.cpp make of mptrain's Q4_K blocks (step 6, tools/q4k_reference.py, which also runs alone).
 #
-# A tool, never a build or test dependency: tests/deploy/test_export_goldens.cpp reads the committed files, so CI checks
-# the consumers' results without installing them. Needs build/cpu (train_gpt, mpt-export, generate) and three venvs:
+# A tool, never a build or test dependency: tests/deploy/test_export_goldens.cpp and tests/io/test_gguf_q4k.cpp read the
+# committed files, so CI checks the consumers' results without installing them. Needs build/cpu (train_gpt,
+# mpt-export, generate, tests/test_io) and three venvs:
 #   /tmp/llama-venv  llama-cpp-python 0.3.36 (tools/llama_cpp_check.py's docstring: how it is built)
 #   /tmp/ct-venv     torch 2.5.1, transformers 4.49.0, compressed-tensors 0.12.2, accelerate (tools/ct_check.py)
 #   /tmp/gguf-venv   gguf 0.19.0, numpy, safetensors (tools/gguf_dump.py)
@@ -102,5 +104,9 @@ for model, f in [("gpt", "q8_0"), ("gpt", "q4_0"), ("llama", "q4_0")]:
     m["gguf_version"] = meta(f"{w}/gguf_py.{model}.{f}.safetensors")["gguf_version"]
 write("gguf_py.safetensors", t, m)
 PY
+# 6. Q4_K: the gguf package's and llama.cpp's dequantization of mptrain's Q4_K blocks of a fixed [8, 512] tensor, and
+#    llama.cpp's own Q4_K quantization of it (tools/q4k_reference.py; the test writes the GGUF it reads).
+/tmp/llama-venv/bin/python "$root/tools/q4k_reference.py" --test-io "$root/build/cpu/tests/test_io" \
+  --out "$out/gguf_q4k.safetensors" >/dev/null
 chmod 644 "$out"/*.safetensors "$out"/*/*
 ls -l "$out" "$out"/llama "$out"/gpt

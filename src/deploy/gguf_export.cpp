@@ -1,4 +1,4 @@
-// src/deploy/gguf_export.cpp: a GPT-2 or Llama as a GGUF file llama.cpp loads: its metadata, the tokenizer, F32 and Q8_0 / Q4_0 tensors.
+// src/deploy/gguf_export.cpp: a GPT-2 or Llama as a GGUF file llama.cpp loads: its metadata, the tokenizer, F32, Q8_0, Q4_0 and Q4_K tensors.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -13,12 +13,26 @@ namespace mpt::deploy::detail {
 namespace {
 
 io::GgufType tensor_type(const ExportTensor& t) {
+  if (!t.q4_k.empty()) return io::GgufType::Q4_K;
   if (!t.q) return io::GgufType::F32;
   return t.q->spec.format == ops::QuantFormat::Int8 ? io::GgufType::Q8_0 : io::GgufType::Q4_0;
 }
 
-// general.file_type (llama_ftype): ALL_F32 0, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7.
-uint32_t file_type(Format f) { return f == Format::GgufQ8_0 ? 7u : (f == Format::GgufQ4_0 ? 2u : 0u); }
+// general.file_type (llama.cpp's llama_ftype): ALL_F32 0, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7; gguf-q4_k: MOSTLY_Q4_K_S 14
+// when every quantized tensor is Q4_K, MOSTLY_Q4_K_M 15 when some are its Q8_0 fallbacks (llama.cpp's Q4_K_M mixes
+// Q4_K with a few wider types too), MOSTLY_Q8_0 7 when all are. llama.cpp only names the file's type with it.
+uint32_t file_type(Format f, const std::vector<ExportTensor>& tensors) {
+  if (f != Format::GgufQ4_K) return f == Format::GgufQ8_0 ? 7u : (f == Format::GgufQ4_0 ? 2u : 0u);
+  int64_t q4_k = 0, q8_0 = 0;
+  for (const ExportTensor& t : tensors) q4_k += !t.q4_k.empty(), q8_0 += t.q.has_value();
+  if (q4_k == 0) return q8_0 > 0 ? 7u : 0u;
+  return q8_0 > 0 ? 15u : 14u;
+}
+
+std::string type_text(const ExportTensor& t) {
+  const std::string_view name = io::gguf_type_name(tensor_type(t));
+  return t.note.empty() ? std::string(name) : fmt::format("{} ({})", name, t.note);
+}
 
 // The packed blocks of a quantized tensor: one FP16 scale per 32 codes (its group's or its channel's).
 std::string packed(const ExportTensor& t) {
@@ -75,7 +89,7 @@ io::GgufWriter build(const ModelView& view, const std::vector<ExportTensor>& ten
   const std::string& a = view.arch;
   w.add_string("general.architecture", a);
   w.add_string("general.name", o.name);
-  w.add_u32("general.file_type", file_type(o.format));
+  w.add_u32("general.file_type", file_type(o.format, tensors));
   w.add_u32("general.quantization_version", io::kGgufQuantizationVersion);
   w.add_u32(a + ".context_length", static_cast<uint32_t>(view.context));
   w.add_u32(a + ".embedding_length", static_cast<uint32_t>(view.embd));
@@ -93,7 +107,8 @@ io::GgufWriter build(const ModelView& view, const std::vector<ExportTensor>& ten
   }
   add_tokenizer(w, view, o);
   for (const ExportTensor& t : tensors) {
-    w.add_tensor(t.source->gguf_name, t.value.shape(), tensor_type(t), t.q ? packed(t) : f32_bytes(t.value));
+    w.add_tensor(t.source->gguf_name, t.value.shape(), tensor_type(t),
+                 !t.q4_k.empty() ? t.q4_k : (t.q ? packed(t) : f32_bytes(t.value)));
   }
   return w;
 }
@@ -105,7 +120,7 @@ std::vector<TensorPlan> gguf_plan(const ModelView& view, const std::vector<Expor
   build(view, tensors, options);  // every check the writer makes
   std::vector<TensorPlan> plan;
   for (const ExportTensor& t : tensors) {
-    plan.push_back({t.source->gguf_name, t.value.shape(), std::string(io::gguf_type_name(tensor_type(t)))});
+    plan.push_back({t.source->gguf_name, t.value.shape(), type_text(t)});
   }
   return plan;
 }

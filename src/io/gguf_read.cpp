@@ -179,7 +179,8 @@ GgufValue read_value(Reader& r, const std::string& what) {
 }
 
 std::optional<GgufType> supported_type(uint32_t code) {
-  for (const GgufType t : {GgufType::F32, GgufType::F16, GgufType::Q4_0, GgufType::Q8_0, GgufType::BF16})
+  for (const GgufType t :
+       {GgufType::F32, GgufType::F16, GgufType::Q4_0, GgufType::Q8_0, GgufType::Q4_K, GgufType::BF16})
     if (static_cast<uint32_t>(t) == code) return t;
   return std::nullopt;
 }
@@ -218,8 +219,8 @@ GgufTensorInfo read_tensor_info(Reader& r, uint64_t index, uint32_t alignment, u
   }
   const auto code = r.get<uint32_t>(what + "'s type");
   const std::optional<GgufType> type = supported_type(code);
-  MPT_CHECK(type.has_value(), "[gguf] {}: {} has ggml type {} ({}); mptrain reads F32, F16, BF16, Q8_0 and Q4_0",
-            r.where(), what, code, gguf_type_name(code));
+  MPT_CHECK(type.has_value(), "[gguf] {}: {} has ggml type {} ({}); mptrain reads F32, F16, BF16, Q8_0, Q4_0 "
+            "and Q4_K", r.where(), what, code, gguf_type_name(code));
   t.type = *type;
   const int64_t block = gguf_block_size(t.type);
   const int64_t inner = n_dims == 0 ? 1 : t.shape.back();

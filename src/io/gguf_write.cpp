@@ -72,7 +72,9 @@ void pad_to(std::string& out, uint64_t alignment) { out.append(align_up(out.size
 
 std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-bool is_quantized(GgufType type) { return type == GgufType::Q8_0 || type == GgufType::Q4_0; }
+bool is_quantized(GgufType type) {
+  return type == GgufType::Q8_0 || type == GgufType::Q4_0 || type == GgufType::Q4_K;
+}
 
 }  // namespace
 

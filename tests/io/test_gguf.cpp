@@ -479,8 +479,8 @@ TEST(GgufRead, RefusesBadTensorInfos) {
                     "count overflows int64");
   expect_read_error(one({uint64_t{1} << 32, uint64_t{1} << 32}, 0, 0, 32), "dims[1] = 4294967296: its element count "
                     "overflows");
-  expect_read_error(one({32}, 14, 0, 210), "tensor \"t\" has ggml type 14 (Q6_K); mptrain reads F32, F16, BF16, Q8_0 "
-                    "and Q4_0");
+  expect_read_error(one({32}, 14, 0, 210), "tensor \"t\" has ggml type 14 (Q6_K); mptrain reads F32, F16, BF16, Q8_0, "
+                    "Q4_0 and Q4_K");
   expect_read_error(one({32}, 99, 0, 32), "ggml type 99 (unknown)");
   expect_read_error(one({48, 2}, 8, 0, 102), "tensor \"t\" is Q8_0 with 48 elements per row, not a multiple of its "
                     "32-element block");

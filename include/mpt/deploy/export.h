@@ -21,13 +21,17 @@ namespace mpt::deploy {
 //   gguf-q8_0   GGUF, the Linear weights Q8_0: INT8 per output channel, FP16 scales (QatScheme "int8"'s weights)
 //   gguf-q4_0   GGUF, the Linear weights Q4_0: INT4 per group (32, or 128 repeated over its 32-blocks), FP16 scales
 //               (QatScheme "int4"'s weights)
+//   gguf-q4_k   GGUF, the Linear weights Q4_K (llama.cpp's 4-bit k-quant, io::quantize_q4_k): post-training
+//               quantization of the FP32 weights, with no QAT scheme of its own; a weight whose width (inputs) is
+//               not a multiple of Q4_K's 256-wide blocks is Q8_0 instead (gguf-q8_0's weights), as llama.cpp's own
+//               quantizer falls back per tensor. deploy::apply_export_quantization gives mptrain the same weights.
 //   ct-int8     compressed-tensors "int-quantized": INT8 weights per channel, dynamic INT8 inputs per token (W8A8)
 //   ct-int4     compressed-tensors "pack-quantized": INT4 weights per group, inputs unquantized (W4A16)
 //   ct-fp8      compressed-tensors "float-quantized": FP8 E4M3 weights per channel, dynamic FP8 inputs per token
-// The quantized weights are ops::quantize_groups of the FP32 weights with the scheme QAT trains with (scheme()), so
-// a consumer's dequantized weights are exactly the ones mptrain's QAT forward and quantized inference compute with.
-// Embeddings, norms, biases and the LM head stay F32 (QatPolicy::linears_but_head).
-enum class Format : uint8_t { GgufF32, GgufQ8_0, GgufQ4_0, CtInt8, CtInt4, CtFp8 };
+// The quantized weights (but gguf-q4_k's) are ops::quantize_groups of the FP32 weights with the scheme QAT trains
+// with (scheme()), so a consumer's dequantized weights are exactly the ones mptrain's QAT forward and quantized
+// inference compute with. Embeddings, norms, biases and the LM head stay F32 (QatPolicy::linears_but_head).
+enum class Format : uint8_t { GgufF32, GgufQ8_0, GgufQ4_0, CtInt8, CtInt4, CtFp8, GgufQ4_K };
 Format parse_format(std::string_view name);  // throws naming the formats
 std::string_view format_name(Format f);
 bool is_gguf(Format f);
@@ -41,13 +45,16 @@ struct ExportOptions {
   std::string name = "mptrain";  // general.name
 };
 
-// The QAT scheme whose quantized model the format holds (none for gguf-f32).
+// The QAT scheme whose quantized model the format holds: none for gguf-f32, and none for gguf-q4_k, whose Q4_K
+// weights are post-training quantization of the FP32 weights (no QAT scheme trains on them; its Q8_0 fallbacks are
+// gguf-q8_0's weights).
 std::optional<amp::QatScheme> scheme(const ExportOptions& options);
 
-// What export_model would write: every tensor's name, shape and type ("Q4_0", "F32", "I32 packed INT4", ...), in file
-// order. Throws, before anything is written, when the format cannot hold the model: a model that is neither an
-// nn::GPT nor an nn::Llama, a quantized width not a multiple of the block, a group size that does not divide a
-// width, a vocabulary the format's tokenizer fields cannot describe, a missing tokenizer.
+// What export_model would write: every tensor's name, shape and type ("Q4_0", "F32", "I32 packed INT4", "Q8_0 (Q4_K
+// fallback: width 384 is not a multiple of 256)", ...), in file order. Throws, before anything is written, when the
+// format cannot hold the model: a model that is neither an nn::GPT nor an nn::Llama, a quantized width not a multiple
+// of the block, a group size that does not divide a width, a vocabulary the format's tokenizer fields cannot
+// describe, a missing tokenizer.
 struct TensorPlan {
   std::string name;
   std::vector<int64_t> shape;

@@ -1,4 +1,4 @@
-// mpt/io/gguf.h: GGUF (llama.cpp's model file format, version 3): writer, reader, and the Q8_0/Q4_0 block packers.
+// mpt/io/gguf.h: GGUF (llama.cpp's model file format, version 3): writer, reader, the Q8_0/Q4_0 packers, the Q4_K quantizer.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +13,11 @@
 namespace mpt::io {
 
 // ggml_type codes of the tensor types mptrain writes and reads (ggml's docs/gguf.md, enum ggml_type).
-enum class GgufType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30 };
+enum class GgufType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, Q4_K = 12, BF16 = 30 };
 
-// Elements per block (32 for Q4_0 and Q8_0, 1 otherwise) and bytes per block: Q8_0 is {f16 d; int8 qs[32]} (34
-// bytes), Q4_0 is {f16 d; uint8 qs[16]} (18 bytes).
+// Elements per block (32 for Q4_0 and Q8_0, 256 for Q4_K, 1 otherwise) and bytes per block: Q8_0 is {f16 d; int8
+// qs[32]} (34 bytes), Q4_0 is {f16 d; uint8 qs[16]} (18 bytes), Q4_K is {f16 d; f16 dmin; uint8 scales[12]; uint8
+// qs[128]} (144 bytes; see quantize_q4_k).
 int64_t gguf_block_size(GgufType type);
 int64_t gguf_block_bytes(GgufType type);
 // "F32", "Q8_0", ...; for a code mptrain does not support, ggml's name of it (or "unknown").
@@ -52,7 +53,7 @@ struct GgufKV {
 
 // The file's default alignment of the data section and of every tensor, when it holds no general.alignment.
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
-// ggml's GGML_QNT_VERSION: the general.quantization_version a file with Q8_0/Q4_0 tensors declares.
+// ggml's GGML_QNT_VERSION: the general.quantization_version a file with Q8_0/Q4_0/Q4_K tensors declares.
 inline constexpr uint32_t kGgufQuantizationVersion = 2;
 
 // Builds a GGUF v3 file in memory and writes it whole. Keys and tensors keep insertion order, the bytes are a
@@ -76,12 +77,12 @@ class GgufWriter {
 
   // A tensor of `shape_row_major` (torch's order: the last dimension is contiguous; written reversed, as GGUF's
   // dims[0] is the fastest-varying), 1 to 4 dimensions, names unique and at most 63 bytes (ggml's GGML_MAX_NAME).
-  // `bytes` must hold exactly the type's size for the shape; for Q8_0/Q4_0 the innermost dimension is a multiple
-  // of 32 and the bytes are the packed blocks, row after row (pack_q8_0 / pack_q4_0).
+  // `bytes` must hold exactly the type's size for the shape; for Q8_0/Q4_0 (Q4_K) the innermost dimension is a
+  // multiple of 32 (256) and the bytes are the packed blocks, row after row (pack_q8_0 / pack_q4_0 / quantize_q4_k).
   void add_tensor(std::string name, std::vector<int64_t> shape_row_major, GgufType type, std::string bytes);
 
-  // The file's bytes. Refuses a file with Q8_0/Q4_0 tensors but no general.quantization_version (the spec requires
-  // it of quantized files).
+  // The file's bytes. Refuses a file with quantized (Q8_0/Q4_0/Q4_K) tensors but no general.quantization_version
+  // (the spec requires it of quantized files).
   std::string serialize() const;
   // serialize(), written with a temporary file, fsync and rename: a file already at `path` is kept whole when
   // anything fails, including serialize()'s validation.
@@ -142,7 +143,21 @@ std::string pack_q8_0(std::span<const int8_t> codes, std::span<const uint16_t> s
 // qs[j] (j < 16) or the high nibble of qs[j - 16], stored as code + 8.
 std::string pack_q4_0(std::span<const int8_t> codes, std::span<const uint16_t> scale_f16_bits);
 
-// `n` elements of `type` from their bytes, as float (ggml's dequantization: d * code, computed in float).
+// Q4_K (llama.cpp's k-quant "Q4_K") blocks of `x`, whose size must be a multiple of 256 (a row of a tensor, or rows
+// one after another). A block is 256 values in 8 sub-blocks of 32, value = d * sc * q - dmin * m: q a 4-bit code in
+// [0, 15], sc and m the sub-block's 6-bit scale and min, d and dmin the block's FP16 super-scales. Bytes: d, dmin
+// (f16), scales[12] (sub-block j < 4: sc in scales[j] & 63, m in scales[j + 4] & 63; j >= 4: the low 4 bits of sc
+// and m in scales[j + 4]'s low and high nibbles, their top 2 bits in bits 6-7 of scales[j - 4] and scales[j]), qs[128]
+// (each 64 values: 32 bytes, the first 32 codes in the low nibbles, the next 32 in the high nibbles).
+// The search (ggml's quantize_row_q4_K_ref, our code): per sub-block, the affine fit x ~ scale * q - min with
+// min >= 0 that minimizes the squared error weighted by (rms + |x|), over a grid of 21 code assignments around the
+// min/max one, each refit in closed form; then the 8 scales and mins in 6 bits against the block's largest
+// (d = max scale / 63, dmin = max min / 63, FP16), and the codes again with those. Throws for a size that is not a
+// multiple of 256, a value that is not finite, or a block whose d or dmin overflows FP16.
+std::string quantize_q4_k(std::span<const float> x);
+
+// `n` elements of `type` from their bytes, as float, computed in float as ggml does: d * code (Q8_0, Q4_0);
+// (d * sc) * q - (dmin * m) (Q4_K).
 std::vector<float> dequantize_gguf(GgufType type, std::string_view bytes, int64_t n);
 
 }  // namespace mpt::io
