@@ -28,6 +28,27 @@ QatScheme QatScheme::named(std::string_view name, int64_t group_size) {
   MPT_THROW("[qat] unknown scheme '{}': expected int8, int4 or fp8", name);
 }
 
+std::optional<QatScheme::Recorded> QatScheme::from_precision(std::string_view precision) {
+  const size_t at = precision.find("+qat-");
+  if (at == std::string_view::npos) return std::nullopt;
+  std::string_view rest = precision.substr(at + 5);
+  const size_t plus = rest.find('+');
+  const std::string_view name = rest.substr(0, plus);
+  const bool lsq = plus != std::string_view::npos && rest.substr(plus) == "+lsq";
+  MPT_CHECK(plus == std::string_view::npos || lsq, "[qat] unknown suffix '{}' in the precision '{}'",
+            rest.substr(plus), precision);
+  if (name.substr(0, 6) == "int4-g") {
+    int64_t group = 0;
+    for (const char c : name.substr(6)) {
+      MPT_CHECK(c >= '0' && c <= '9' && group < (int64_t{1} << 40), "[qat] bad group size in the precision '{}'",
+                precision);
+      group = group * 10 + (c - '0');
+    }
+    return Recorded{named("int4", group), lsq};
+  }
+  return Recorded{named(name), lsq};
+}
+
 const QatScheme* QatPolicy::at(std::string_view path) const {
   const std::optional<QatScheme>* best = &all;
   size_t best_len = 0;

@@ -16,10 +16,13 @@ struct Target {
   nn::Linear* linear;
   const ops::QuantSpec* spec;
   detail::WeightCoding coding;
+  Tensor learned;  // the learned scales (LSQ) the file's codes are on, or undefined
 };
 
 // The weight's values as the file holds them, dequantized.
 Tensor exported_values(const Tensor& weight, const Target& t) {
+  if (t.coding == detail::WeightCoding::Scheme && t.learned.defined())
+    return ops::dequantize_groups(ops::quantize_groups(weight, *t.spec, t.learned.to(Device::cpu())));
   if (t.coding == detail::WeightCoding::Scheme) return ops::fake_quantize(weight, *t.spec);
   const std::vector<float> w = weight.to_vector<float>();  // row-major: each row is whole Q4_K blocks
   const std::string blocks = io::quantize_q4_k(w);
@@ -41,7 +44,9 @@ std::vector<std::string> apply_export_quantization(nn::Module& model, const Expo
     paths.push_back(module->path().empty() ? std::string("weight") : module->path() + ".weight");
     const std::string what = fmt::format("{} ({})", paths.back(), linear->weight().meta_str());
     targets.push_back({linear, &*s->weight,
-                       detail::weight_coding(options, *s->weight, linear->weight().shape().back(), what)});
+                       detail::weight_coding(options, *s->weight, linear->weight().shape().back(), what),
+                       detail::learned_scales(linear->weight_scale(), linear->weight_scale_spec(), *s->weight, options,
+                                              what)});
   }
   autograd::NoGradGuard no_grad;
   for (const Target& t : targets) {

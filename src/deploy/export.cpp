@@ -79,6 +79,17 @@ WeightCoding weight_coding(const ExportOptions& options, const ops::QuantSpec& s
   return WeightCoding::Scheme;
 }
 
+Tensor learned_scales(const Tensor& scale, const std::optional<ops::QuantSpec>& learned, const ops::QuantSpec& spec,
+                      const ExportOptions& options, std::string_view what) {
+  if (!scale.defined() || !learned || options.format == Format::GgufQ4_K) return {};
+  ops::QuantSpec plain = spec;
+  plain.f16_scale = false;
+  MPT_CHECK(*learned == plain, "[export] {}: {} learned its weight scales (LSQ) for {}, but the format writes {}: "
+            "export to the scheme it was trained with (its group size: --group), or from a model without learned "
+            "scales", format_name(options.format), what, learned->str(), plain.str());
+  return scale;
+}
+
 std::vector<ExportTensor> export_tensors(const ModelView& view, const ExportOptions& options) {
   const std::optional<amp::QatPolicy> policy = weight_policy(options);
   const bool gguf = is_gguf(options.format);
@@ -95,7 +106,12 @@ std::vector<ExportTensor> export_tensors(const ModelView& view, const ExportOpti
       } else {
         if (options.format == Format::GgufQ4_K)
           e.note = fmt::format("Q4_K fallback: width {} is not a multiple of {}", width, kQ4KBlock);
-        e.q = ops::quantize_groups(e.value, *ts->weight);  // checks that the group divides the width
+        const Tensor learned = learned_scales(t.weight_scale, t.weight_scale_spec, *ts->weight, options, what);
+        if (learned.defined())  // the rows of the scales follow the weight's (GGUF's rotary order)
+          e.q = ops::quantize_groups(e.value, *ts->weight,
+                                     gguf && t.rope_heads > 0 ? rope_interleave(learned, t.rope_heads) : learned);
+        else
+          e.q = ops::quantize_groups(e.value, *ts->weight);  // checks that the group divides the width
       }
     }
     out.push_back(std::move(e));

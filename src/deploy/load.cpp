@@ -8,6 +8,7 @@
 #include "mpt/nn/hf_gpt2.h"
 #include "mpt/nn/hf_llama.h"
 #include "mpt/nn/llama.h"
+#include "mpt/nn/quantize.h"
 #include "mpt/train/checkpoint.h"
 
 namespace mpt::deploy {
@@ -33,6 +34,10 @@ std::unique_ptr<nn::LanguageModel> load_checkpoint_model(const std::filesystem::
     MPT_THROW("[export] the checkpoint {} holds a '{}' model: the exporters know gpt2 and llama", dir.string(),
               info.model_type);
   }
+  // A run that learned its weight scales (train_gpt --qat-lsq) saved them as parameters: the model learns them too,
+  // so that the checkpoint's tensors have their slots (and the exporters and quantized inference use them).
+  if (const auto recorded = amp::QatScheme::from_precision(info.precision); recorded && recorded->learned_scales)
+    nn::learn_quantization_scales(*model, amp::QatPolicy::linears_but_head(recorded->scheme));
   train::TrainingState state{.model = model.get(), .precision = info.precision};
   train::load_checkpoint(dir, state);
   return model;

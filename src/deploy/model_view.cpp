@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "mpt/core/error.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/nn/layers.h"
 #include "mpt/nn/llama.h"
 
 namespace mpt::deploy::detail {
@@ -77,11 +80,29 @@ ModelView llama_view(const nn::Llama& m) {
 
 }  // namespace
 
+// Each Linear weight's learned scales (LSQ), from its module.
+void add_learned_scales(const nn::Module& model, ModelView& v) {
+  std::map<std::string, const nn::Linear*> linears;
+  for (const auto& [name, module] : model.named_modules())
+    if (const auto* l = dynamic_cast<const nn::Linear*>(module); l != nullptr && l->weight_scale().defined())
+      linears[module->path()] = l;
+  for (ViewTensor& t : v.tensors) {
+    const auto it = t.linear.empty() ? linears.end() : linears.find(t.linear);
+    if (it == linears.end()) continue;
+    t.weight_scale = host(it->second->weight_scale());
+    t.weight_scale_spec = it->second->weight_scale_spec();
+  }
+}
+
 ModelView view_of(const nn::Module& model) {
-  if (const auto* g = dynamic_cast<const nn::GPT*>(&model)) return gpt_view(*g);
-  if (const auto* l = dynamic_cast<const nn::Llama*>(&model)) return llama_view(*l);
-  MPT_THROW("[export] a {} cannot be exported: the exporters know GPT-2 (nn::GPT) and Llama (nn::Llama)",
-            model.type_name());
+  ModelView v;
+  if (const auto* g = dynamic_cast<const nn::GPT*>(&model)) v = gpt_view(*g);
+  else if (const auto* l = dynamic_cast<const nn::Llama*>(&model)) v = llama_view(*l);
+  else
+    MPT_THROW("[export] a {} cannot be exported: the exporters know GPT-2 (nn::GPT) and Llama (nn::Llama)",
+              model.type_name());
+  add_learned_scales(model, v);
+  return v;
 }
 
 Tensor rope_interleave(const Tensor& w, int64_t heads) {

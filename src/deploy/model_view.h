@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mpt/core/tensor.h"
 #include "mpt/nn/module.h"
+#include "mpt/ops/fake_quant.h"
 
 namespace mpt::deploy::detail {
 
@@ -19,6 +21,10 @@ struct ViewTensor {
   // rotate_half halves to interleaved pairs (convert_hf_to_gguf.py's permute); 0: none, else the head count.
   int64_t rope_heads = 0;
   bool hf_transposed = false;  // GPT-2's Conv1D weights are stored [in, out] by Hugging Face
+  // A Linear that learned its weight scales (LSQ, Linear::learn_weight_scale): them (on the CPU, contiguous, our row
+  // order) and the spec they were learned for; undefined / none otherwise.
+  Tensor weight_scale{};
+  std::optional<ops::QuantSpec> weight_scale_spec{};
 };
 
 struct ModelView {

@@ -33,6 +33,13 @@ enum class WeightCoding : uint8_t { Q4_K, Scheme };
 WeightCoding weight_coding(const ExportOptions& options, const ops::QuantSpec& spec, int64_t width,
                            std::string_view what);
 
+// The learned scales (LSQ) an export writes a Linear weight's codes on: `scale` (the Linear's, in our row order) when
+// the format writes `spec` codes and the weight learned its scales for `spec` (FP16 rounding aside); undefined for a
+// weight without learned scales and for gguf-q4_k (its own post-training quantization, fallbacks included). Throws,
+// naming `what`, when the weight learned them for another spec (another format or group size).
+Tensor learned_scales(const Tensor& scale, const std::optional<ops::QuantSpec>& learned, const ops::QuantSpec& spec,
+                      const ExportOptions& options, std::string_view what);
+
 // Every tensor of `view` as `options` writes it: the model's Linear weights quantized (weight_policy, weight_coding),
 // after the GGUF rotary reordering when `gguf`. Checks the widths first: throws naming the tensor, its shape and the
 // block or group it must fit.

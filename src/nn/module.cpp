@@ -100,6 +100,12 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out;
+  for (const auto& [name, m] : const_cast<Module*>(this)->named_modules()) out.emplace_back(name, m);
+  return out;
+}
+
 int64_t Module::num_parameters(bool trainable_only) const {
   int64_t n = 0;
   for (const NamedParameter& p : named_parameters())

@@ -1,6 +1,7 @@
 # tests/examples/qat_export.cmake: the quantization programs end to end on the built-in text: a GPT and a Llama
-# trained, INT4 QAT from the GPT (PTQ and FP32 reported first; a resume with another group refused), mpt-export to GGUF and
-# compressed-tensors (and its refusals, nothing written), generate with quantized Linear layers.
+# trained, INT4 QAT from the GPT (PTQ and FP32 reported first; a resume with another group refused; with learned scales
+# too), mpt-export to GGUF and compressed-tensors (and its refusals, nothing written), generate with quantized Linear
+# layers.
 # cmake -DBIN=<examples dir> -DWORK=dir -P this file
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -28,6 +29,16 @@ if(EXISTS ${WORK}/ct OR EXISTS ${WORK}/x)
 endif()
 run(generate 0 "quantized for inference: 8 Linear layers, weights int4-g32-f16scale.*tokens/s \\(int4, greedy\\)"
     ${BIN}/generate ${WORK}/qat --quantize int4 --tokens 20 --greedy)
+
+# Learned scales (LSQ): trained, resumable, exported on the learned grid, refused for another group, run quantized.
+run(qat_lsq 0 "qat: 8 learned weight scales \\(LSQ\\).*precision: fp32\\+qat-int4-g32\\+lsq.*final val loss"
+    ${BIN}/train_gpt ${shape} --init-from ${WORK}/gpt --qat int4 --qat-lsq --save-dir ${WORK}/lsq --steps 10)
+run(resume_lsq 0 "resumed from .* at step 10" ${BIN}/train_gpt --resume ${WORK}/lsq --steps 12)
+run(gguf_lsq 0 "wrote ${WORK}/lsq.gguf" ${BIN}/mpt-export ${WORK}/lsq --format gguf-q4_0 --out ${WORK}/lsq.gguf)
+run(gguf_lsq_group 1 "learned its weight scales \\(LSQ\\) for int4-g32" ${BIN}/mpt-export ${WORK}/lsq
+    --format gguf-q4_0 --group 64 --out ${WORK}/lsq64.gguf)
+run(generate_lsq 0 "quantized for inference: 8 Linear layers.*tokens/s \\(int4, greedy\\)"
+    ${BIN}/generate ${WORK}/lsq --quantize int4 --tokens 5 --greedy)
 
 set(llama --model llama --tokenizer bpe --vocab-size 384 --steps 10 --batch 4 --seq 32 --layers 1 --heads 2
           --kv-heads 1 --embd 32 --log-every 10 --eval-batches 2 --sample 0)

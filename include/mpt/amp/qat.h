@@ -25,7 +25,16 @@ struct QatScheme {
   //   "fp8"   FP8 E4M3 weights per output channel and inputs per token (compressed-tensors' FP8_DYNAMIC)
   // Throws for another name, or an INT4 group size that is not positive.
   static QatScheme named(std::string_view name, int64_t group_size = 32);
+  // The scheme a run's precision name records ("fp32+qat-int4-g32", "bf16+qat-int8+lsq": train_gpt's), and whether it
+  // learned its weight scales ("+lsq"); std::nullopt for a name without "+qat-". Throws for an unknown scheme.
+  struct Recorded;
+  static std::optional<Recorded> from_precision(std::string_view precision);
   bool operator==(const QatScheme&) const = default;
+};
+
+struct QatScheme::Recorded {
+  QatScheme scheme;
+  bool learned_scales = false;
 };
 
 // Which modules a scheme applies to, by dotted module path like amp::Policy's overrides: the longest matching prefix

@@ -37,6 +37,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, Module*>> named_children() const;
   std::vector<std::pair<std::string, Module*>> named_modules();  // this module ("") and every descendant
+  std::vector<std::pair<std::string, const Module*>> named_modules() const;
   int64_t num_parameters(bool trainable_only = false) const;
 
   // Training mode (dropout active) for this module and every descendant.
