@@ -130,8 +130,11 @@ TEST(QatLsq, GptTrainsItsScalesAndQuantizesOnThem) {
   nn::learn_quantization_scales(loaded, QatPolicy::linears_but_head(scheme));
   train::Trainer again(loaded, train::adamw({.lr = 1e-2}), options);
   again.load(dir);
-  for (const NamedParameter& p : loaded.named_parameters())
-    if (p.name == "h.0.attn.c_attn.weight_scale") EXPECT_EQ(p.tensor.to_vector<float>(), s1);
+  for (const NamedParameter& p : loaded.named_parameters()) {
+    if (p.name == "h.0.attn.c_attn.weight_scale") {
+      EXPECT_EQ(p.tensor.to_vector<float>(), s1);
+    }
+  }
   std::filesystem::remove_all(dir);
 
   // Quantized inference against PTQ in place, both on the learned (FP16-rounded) grid.

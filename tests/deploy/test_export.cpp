@@ -14,16 +14,16 @@
 #include "mpt/io/gguf.h"
 #include "mpt/io/safetensors.h"
 #include "mpt/mpt.h"
+#include "export_test_util.h"
 #include "test_util.h"
 
 namespace mpt {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace export_test;  // NOLINT(build/namespaces)
 using deploy::ExportOptions;
 using deploy::Format;
-
-fs::path temp(const std::string& name) { return fs::temp_directory_path() / (name + "_" + std::to_string(::getpid())); }
 
 nn::GPT tiny_gpt(int64_t embd = 64) {
   nn::GPTConfig c;
@@ -48,37 +48,8 @@ nn::LlamaConfig llama_config(int64_t vocab) {
   return c;
 }
 
-std::vector<float> floats(const Tensor& t) { return t.to(DType::F32).contiguous().to_vector<float>(); }
-
 // What mptrain computes with for a weight under `spec`: the fake-quantized values.
 std::vector<float> quantized(const Tensor& w, const ops::QuantSpec& spec) { return floats(ops::fake_quantize(w, spec)); }
-
-Tensor param(const nn::Module& m, const std::string& name) {
-  for (const auto& p : m.named_parameters())
-    if (p.name == name) return p.tensor;
-  ADD_FAILURE() << "no parameter " << name;
-  return {};
-}
-
-// llama.cpp's rotary rows by index: row h * d + half * d / 2 + i of Hugging Face's layout moves to h * d + 2 i + half.
-std::vector<float> interleave_rows(const std::vector<float>& w, int64_t heads, int64_t rows, int64_t cols) {
-  std::vector<float> out(w.size());
-  const int64_t d = rows / heads;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t half = 0; half < 2; ++half)
-      for (int64_t i = 0; i < d / 2; ++i)
-        for (int64_t c = 0; c < cols; ++c)
-          out[static_cast<size_t>((h * d + 2 * i + half) * cols + c)] =
-              w[static_cast<size_t>((h * d + half * d / 2 + i) * cols + c)];
-  return out;
-}
-
-std::vector<float> gguf_values(const io::GgufFile& f, const std::string& name) {
-  const io::GgufTensorInfo* t = f.find_tensor(name);
-  EXPECT_NE(t, nullptr) << name;
-  if (t == nullptr) return {};
-  return io::dequantize_gguf(t->type, t->bytes, t->numel());
-}
 
 TEST(ExportGguf, Gpt2TensorsReadBackAsTheQuantizedModel) {
   const nn::GPT model = tiny_gpt();

@@ -15,12 +15,14 @@
 #include "mpt/io/safetensors.h"
 #include "mpt/mpt.h"
 #include "mpt/train/init_from.h"
+#include "export_test_util.h"
 #include "sha256.h"
 
 namespace mpt {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace export_test;  // NOLINT(build/namespaces)
 const fs::path kDir = fs::path(MPT_GOLDENS_DIR) / "quantized";
 // general.name: mpt-export names a GGUF file after its checkpoint directory.
 const char* kName = "step-00000400";
@@ -32,15 +34,11 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
-fs::path temp(const std::string& name) { return fs::temp_directory_path() / (name + "_" + std::to_string(::getpid())); }
-
 std::unique_ptr<nn::Llama> golden_llama() {
   auto m = std::make_unique<nn::Llama>(nn::parse_hf_llama_config(read_file(kDir / "llama/config.json")));
   train::init_from(*m, kDir / "llama");
   return m;
 }
-
-std::vector<float> floats(const Tensor& t) { return t.to(DType::F32).contiguous().to_vector<float>(); }
 
 // max |a - b| over max |b|.
 double rel(const std::vector<float>& a, const std::vector<float>& b) {

@@ -13,27 +13,18 @@
 #include "mpt/mpt.h"
 #include "mpt/nn/quantize.h"
 #include "op_test.h"
+#include "export_test_util.h"
 #include "test_util.h"
 
 namespace mpt {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace export_test;  // NOLINT(build/namespaces)
 using amp::QatPolicy;
 using amp::QatScheme;
 using deploy::ExportOptions;
 using deploy::Format;
-
-fs::path temp(const std::string& name) { return fs::temp_directory_path() / (name + "_" + std::to_string(::getpid())); }
-
-const data::BpeTokenizer& bpe300() {
-  static const data::BpeTokenizer tok = [] {
-    std::string s;
-    for (int i = 0; i < 400; ++i) s += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 17) + "\n";
-    return data::BpeTokenizer::train(s, {.vocab_size = 300, .threads = 1});
-  }();
-  return tok;
-}
 
 nn::LlamaConfig llama64() {
   nn::LlamaConfig c = nn::llama_preset("llama-tiny");
@@ -155,7 +146,9 @@ TEST(ExportLsq, CheckpointsWithLearnedScalesLoad) {
     if (p.name.find("weight_scale") == std::string::npos) continue;
     ++scales;
     for (const auto& q : want) {
-      if (q.name == p.name) EXPECT_EQ(p.tensor.to_vector<float>(), q.tensor.to_vector<float>()) << p.name;
+      if (q.name == p.name) {
+        EXPECT_EQ(p.tensor.to_vector<float>(), q.tensor.to_vector<float>()) << p.name;
+      }
     }
   }
   EXPECT_EQ(scales, 4);

@@ -10,61 +10,23 @@
 #include "mpt/deploy/quantize.h"
 #include "mpt/io/gguf.h"
 #include "mpt/mpt.h"
+#include "export_test_util.h"
 #include "test_util.h"
 
 namespace mpt {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace export_test;  // NOLINT(build/namespaces)
 using deploy::ExportOptions;
 using deploy::Format;
 
 const char* kFallback = "Q8_0 (Q4_K fallback: width 384 is not a multiple of 256)";
 
-fs::path temp(const std::string& name) { return fs::temp_directory_path() / (name + "_" + std::to_string(::getpid())); }
-
-std::vector<float> floats(const Tensor& t) { return t.to(DType::F32).contiguous().to_vector<float>(); }
-
-Tensor param(const nn::Module& m, const std::string& name) {
-  for (const auto& p : m.named_parameters())
-    if (p.name == name) return p.tensor;
-  ADD_FAILURE() << "no parameter " << name;
-  return {};
-}
-
-std::vector<float> gguf_values(const io::GgufFile& f, const std::string& name) {
-  const io::GgufTensorInfo* t = f.find_tensor(name);
-  EXPECT_NE(t, nullptr) << name;
-  return t == nullptr ? std::vector<float>() : io::dequantize_gguf(t->type, t->bytes, t->numel());
-}
-
-// llama.cpp's rotary row order (tests/deploy/test_export.cpp has the same): row h d + half d / 2 + i moves to
-// h d + 2 i + half.
-std::vector<float> interleave_rows(const std::vector<float>& w, int64_t heads, int64_t rows, int64_t cols) {
-  std::vector<float> out(w.size());
-  const int64_t d = rows / heads;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t half = 0; half < 2; ++half)
-      for (int64_t i = 0; i < d / 2; ++i)
-        for (int64_t c = 0; c < cols; ++c)
-          out[static_cast<size_t>((h * d + 2 * i + half) * cols + c)] =
-              w[static_cast<size_t>((h * d + half * d / 2 + i) * cols + c)];
-  return out;
-}
-
 std::string plan_type(const std::vector<deploy::TensorPlan>& plan, const std::string& name) {
   for (const deploy::TensorPlan& t : plan)
     if (t.name == name) return t.type;
   return "(missing)";
-}
-
-const data::BpeTokenizer& bpe300() {
-  static const data::BpeTokenizer tok = [] {
-    std::string s;
-    for (int i = 0; i < 400; ++i) s += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 17) + "\n";
-    return data::BpeTokenizer::train(s, {.vocab_size = 300, .threads = 1});
-  }();
-  return tok;
 }
 
 nn::LlamaConfig llama256() {
