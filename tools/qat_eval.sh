@@ -2,7 +2,8 @@
 # tools/qat_eval.sh: validation loss of FP32, post-training quantization (PTQ) and quantization-aware fine-tuning (QAT)
 # of the README's character GPT and of a SentencePiece Llama, one table (docs/quantization.md, "Measured").
 #
-# Usage: bash tools/qat_eval.sh [BUILD_DIR] [QAT_STEPS]   (default build/cpu, 200). Each model is trained in FP32 once
+# Usage: bash tools/qat_eval.sh [BUILD_DIR] [QAT_STEPS] [FILTER]   (default build/cpu, 200, every row; FILTER: an
+# extended regex over "MODEL SCHEME..." lines, e.g. 'lsq' or '^llama'; a model none of whose rows match is not trained). Each model is trained in FP32 once
 # (2000 steps, the README's run) into A, and continued QAT_STEPS more FP32 steps into B (lr 3e-4 cosine to 3e-5, 20
 # warmup). For every scheme, `train_gpt --init-from A --qat S` reports A's FP32 and PTQ losses before its first step,
 # then fine-tunes QAT_STEPS steps with the same schedule (the QAT loss); `--init-from B --qat S --steps 1` reports B's
@@ -13,6 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/cpu}
 n=${2:-200}
+filter=${3:-.}
 bin=$build/examples/train_gpt
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -29,11 +31,14 @@ before() { sed -n "s/^before QAT: val loss \([0-9.]*\) .* | \([0-9.]*\) quantize
 final() { sed -n 's/.*final val loss \([0-9.]*\).*/\1/p'; }
 printf "%-6s %-14s %8s %8s %8s %10s %8s %10s %7s\n" model scheme fp32 ptq "fp32+$n" "ptq(+$n)" qat recovered "qat s"
 for m in gpt llama; do
+  IFS='|' read -r -a list <<<"${schemes[$m]}"
+  rows=()
+  for s in "${list[@]}"; do [[ "$m $s" =~ $filter ]] && rows+=("$s"); done
+  [ ${#rows[@]} = 0 ] && continue
   read -r -a flags <<<"${model_flags[$m]}"
   "$bin" "${flags[@]}" "${ev[@]}" --save-dir "$work/$m-A" >/dev/null
   "$bin" "${flags[@]}" "${ev[@]}" "${ft[@]}" --steps "$n" --init-from "$work/$m-A" --save-dir "$work/$m-B" >/dev/null
-  IFS='|' read -r -a list <<<"${schemes[$m]}"
-  for s in "${list[@]}"; do
+  for s in "${rows[@]}"; do
     read -r scheme group lsq <<<"$s"
     q=(--qat "$scheme" --qat-group "${group:-32}")
     [ -n "$lsq" ] && q+=(--qat-lsq)

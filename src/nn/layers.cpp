@@ -11,6 +11,7 @@
 #include "mpt/ops/embedding.h"
 #include "mpt/ops/layernorm.h"
 #include "mpt/ops/matmul.h"
+#include "mpt/ops/pointwise.h"
 #include "mpt/ops/quantized_linear.h"
 #include "mpt/autograd/grad_mode.h"
 
@@ -66,10 +67,14 @@ void Linear::learn_weight_scale(const ops::QuantSpec& spec) {
   Tensor init;
   {
     autograd::NoGradGuard no_grad;
-    init = ops::quantize_groups(weight(), s).scales.contiguous().clone();
+    init = ops::log(ops::quantize_groups(weight(), s).scales.contiguous());
   }
-  weight_scale_ = &register_parameter("weight_scale", std::move(init), /*weight_decay=*/false);
+  weight_log_scale_ = &register_parameter("weight_log_scale", std::move(init), /*weight_decay=*/false);
   weight_scale_spec_ = s;
+}
+
+Tensor Linear::weight_scale() const {
+  return weight_log_scale_ != nullptr ? ops::exp(*weight_log_scale_) : Tensor{};
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Module("LayerNorm"), eps_(eps) {

@@ -50,7 +50,7 @@ std::vector<std::string> learn_quantization_scales(Module& model, const amp::Qat
     const amp::QatScheme* scheme = policy.at(module->path());
     if (scheme == nullptr || !scheme->weight) continue;
     linear->learn_weight_scale(*scheme->weight);
-    done.push_back(module->path().empty() ? std::string("weight_scale") : module->path() + ".weight_scale");
+    done.push_back(module->path().empty() ? std::string("weight_log_scale") : module->path() + ".weight_log_scale");
   }
   return done;
 }

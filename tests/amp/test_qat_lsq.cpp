@@ -1,4 +1,4 @@
-// tests/amp/test_qat_lsq.cpp: QAT with learned weight scales (LSQ): the Linear's scale parameter, its forward and gradients against the op composed by hand, a GPT whose scales train and checkpoint, and PTQ / quantized inference on the learned grid.
+// tests/amp/test_qat_lsq.cpp: QAT with learned weight scales (LSQ): the Linear's log-scale parameter, its forward and gradients against the op composed by hand, a GPT whose scales train and checkpoint, and PTQ / quantized inference on the learned grid.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -30,8 +30,9 @@ ops::QuantSpec trained(ops::QuantSpec s) {
   return s;
 }
 
-// The scale is a parameter "weight_scale" without weight decay, started at the weight's absmax scales; learning it
-// twice with the same spec is a no-op, with another spec an error; FP8 and per-token specs are refused.
+// The scale is a parameter "weight_log_scale" (its logarithm) without weight decay, started at the log of the weight's
+// absmax scales; learning it twice with the same spec is a no-op, with another spec an error; FP8 and per-token specs
+// are refused.
 TEST(QatLsq, TheScaleIsAParameterStartedAtTheAbsmaxScale) {
   nn::Linear lin(64, 16, true);
   const ops::QuantSpec spec = *QatScheme::named("int4").weight;
@@ -39,12 +40,14 @@ TEST(QatLsq, TheScaleIsAParameterStartedAtTheAbsmaxScale) {
   lin.learn_weight_scale(spec);
   int found = 0;
   for (const NamedParameter& p : lin.named_parameters()) {
-    if (p.name != "weight_scale") continue;
+    if (p.name != "weight_log_scale") continue;
     ++found;
     EXPECT_FALSE(p.weight_decay);
     EXPECT_TRUE(p.tensor.requires_grad());
     EXPECT_EQ(p.tensor.shape(), (Shape{16, 2}));
-    EXPECT_EQ(p.tensor.to_vector<float>(), ops::quantize_groups(lin.weight(), trained(spec)).scales.to_vector<float>());
+    const std::vector<float> got = lin.weight_scale().to_vector<float>(),
+                             want = ops::quantize_groups(lin.weight(), trained(spec)).scales.to_vector<float>();
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 4e-7 * want[i]) << i;  // exp(log(s))
   }
   EXPECT_EQ(found, 1);
   EXPECT_MPT_ERROR(lin.learn_weight_scale(*QatScheme::named("int4", 64).weight), "already learns");
@@ -62,7 +65,7 @@ TEST(QatLsq, LinearForwardAndGradientsAreTheLearnedQuantization) {
       lin.learn_weight_scale(*scheme.weight);
       {  // move the scale off the absmax one, so that the clamp matters
         autograd::NoGradGuard no_grad;
-        Tensor(lin.weight_scale()).copy_(lin.weight_scale() * 0.7);
+        Tensor(lin.weight_log_scale()).copy_(lin.weight_log_scale() + std::log(0.7));
       }
       Tensor x = random_tensor({5, 64}, DType::F32, 3, 1.0).requires_grad_();
       const Tensor dy = random_tensor({5, 48}, DType::F32, 4, 1.0);
@@ -74,14 +77,15 @@ TEST(QatLsq, LinearForwardAndGradientsAreTheLearnedQuantization) {
       y.backward(dy.to(y.dtype()));
       const DType dt = bf16 ? DType::BF16 : DType::F32;
       Tensor xr = x.detach().clone().requires_grad_(), wr = lin.weight().detach().clone().requires_grad_();
-      Tensor br = lin.bias().detach().clone().requires_grad_(), sr = lin.weight_scale().detach().clone().requires_grad_();
+      Tensor br = lin.bias().detach().clone().requires_grad_();
+      Tensor sr = lin.weight_log_scale().detach().clone().requires_grad_();
       const Tensor xq = scheme.input ? ops::fake_quantize(xr, *scheme.input) : xr;
-      const Tensor yr = ops::linear(xq.to(dt), ops::fake_quantize_learned(wr, sr, trained(*scheme.weight)).to(dt),
-                                    br.to(dt));
+      const Tensor wq = ops::fake_quantize_learned(wr, ops::exp(sr), trained(*scheme.weight));
+      const Tensor yr = ops::linear(xq.to(dt), wq.to(dt), br.to(dt));
       yr.backward(dy.to(dt));
       const std::string what = std::string(name) + (bf16 ? " bf16" : " fp32");
       EXPECT_EQ(y.to(DType::F32).to_vector<float>(), yr.to(DType::F32).to_vector<float>()) << what;
-      for (const auto& [got, want] : {std::pair{lin.weight_scale().grad(), sr.grad()},
+      for (const auto& [got, want] : {std::pair{lin.weight_log_scale().grad(), sr.grad()},
                                       std::pair{lin.weight().grad(), wr.grad()}, std::pair{x.grad(), xr.grad()},
                                       std::pair{lin.bias().grad(), br.grad()}}) {
         ASSERT_TRUE(got.defined()) << what;
@@ -101,10 +105,10 @@ TEST(QatLsq, GptTrainsItsScalesAndQuantizesOnThem) {
   nn::GPT model(c);
   const auto scales = nn::learn_quantization_scales(model, QatPolicy::linears_but_head(scheme));
   ASSERT_EQ(scales.size(), 8u);  // 4 Linear layers per block, the tied head excluded
-  EXPECT_EQ(scales[0], "h.0.attn.c_attn.weight_scale");
+  EXPECT_EQ(scales[0], "h.0.attn.c_attn.weight_log_scale");
   std::vector<float> s0;
   for (const NamedParameter& p : model.named_parameters())
-    if (p.name == "h.0.attn.c_attn.weight_scale") s0 = p.tensor.to_vector<float>();
+    if (p.name == "h.0.attn.c_attn.weight_log_scale") s0 = p.tensor.to_vector<float>();
   ASSERT_FALSE(s0.empty());
   const train::TrainerOptions options{.policy = with_qat(amp::Policy::fp32(), scheme),
                                       .precision_name = "fp32+qat-int4-g32+lsq"};
@@ -120,7 +124,7 @@ TEST(QatLsq, GptTrainsItsScalesAndQuantizesOnThem) {
   EXPECT_LT(last_loss, 0.5 * first_loss);
   std::vector<float> s1;
   for (const NamedParameter& p : model.named_parameters())
-    if (p.name == "h.0.attn.c_attn.weight_scale") s1 = p.tensor.to_vector<float>();
+    if (p.name == "h.0.attn.c_attn.weight_log_scale") s1 = p.tensor.to_vector<float>();
   EXPECT_NE(s1, s0) << "the scales did not train";
 
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("mpt_lsq_" + std::to_string(::getpid()));
@@ -131,7 +135,7 @@ TEST(QatLsq, GptTrainsItsScalesAndQuantizesOnThem) {
   train::Trainer again(loaded, train::adamw({.lr = 1e-2}), options);
   again.load(dir);
   for (const NamedParameter& p : loaded.named_parameters()) {
-    if (p.name == "h.0.attn.c_attn.weight_scale") {
+    if (p.name == "h.0.attn.c_attn.weight_log_scale") {
       EXPECT_EQ(p.tensor.to_vector<float>(), s1);
     }
   }

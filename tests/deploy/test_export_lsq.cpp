@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -37,12 +38,12 @@ void learn_and_move(nn::Module& model, const QatScheme& scheme) {
   nn::learn_quantization_scales(model, QatPolicy::linears_but_head(scheme));
   autograd::NoGradGuard no_grad;
   for (const auto& p : model.named_parameters()) {
-    if (p.name.size() < 12 || p.name.substr(p.name.size() - 12) != "weight_scale") continue;
-    Tensor s = p.tensor;
+    if (p.name.find("weight_log_scale") == std::string::npos) continue;
+    Tensor s = p.tensor;  // the log of the scale
     const int64_t rows = s.shape()[0];
     std::vector<float> f(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) f[static_cast<size_t>(r)] = 0.6f + 0.01f * static_cast<float>(r % 30);
-    s.copy_(s * Tensor::from_vector(f, {rows, 1}));
+    for (int64_t r = 0; r < rows; ++r) f[static_cast<size_t>(r)] = std::log(0.6f + 0.01f * static_cast<float>(r % 30));
+    s.copy_(s + Tensor::from_vector(f, {rows, 1}));
   }
 }
 
@@ -143,7 +144,7 @@ TEST(ExportLsq, CheckpointsWithLearnedScalesLoad) {
   int scales = 0;
   const auto want = model.named_parameters();
   for (const auto& p : loaded->named_parameters()) {
-    if (p.name.find("weight_scale") == std::string::npos) continue;
+    if (p.name.find("weight_log_scale") == std::string::npos) continue;
     ++scales;
     for (const auto& q : want) {
       if (q.name == p.name) {

@@ -43,18 +43,22 @@ class Linear : public Module {
   const Quantized* quantized() const { return quantized_.get(); }
 
   // LSQ (nn::learn_quantization_scales): a trainable scale for the weight's QAT grid `spec` (integer formats; its
-  // FP16 rounding is dropped while training), registered as the parameter "weight_scale" (f32, spec's scales shape, no
-  // weight decay) and started at the absmax scale of the current weight. QAT then fake-quantizes the weight with it
-  // (ops::fake_quantize_learned), and PTQ, quantized inference and the exporters take their codes on its grid. Calling
-  // it again with the same spec does nothing; another spec is refused.
+  // FP16 rounding is dropped while training), held as its logarithm in the parameter "weight_log_scale" (f32, spec's
+  // scales shape, no weight decay) and started at the log of the current weight's absmax scale. Why the logarithm:
+  // AdamW moves a parameter by about lr per step whatever its gradient's size, which for scales near 1e-2 would be a
+  // relative change of several percent per step; in log space a step changes the scale by about lr, relatively. QAT
+  // then fake-quantizes the weight with exp(log scale) (ops::fake_quantize_learned, the gradient through the exp),
+  // and PTQ, quantized inference and the exporters take their codes on that grid. Calling it again with the same
+  // spec does nothing; another spec is refused.
   void learn_weight_scale(const ops::QuantSpec& spec);
-  const Tensor& weight_scale() const { return weight_scale_ != nullptr ? *weight_scale_ : none_; }  // or undefined
+  const Tensor& weight_log_scale() const { return weight_log_scale_ != nullptr ? *weight_log_scale_ : none_; }
+  Tensor weight_scale() const;  // exp(weight_log_scale()), recorded by autograd; undefined without a learned scale
   const std::optional<ops::QuantSpec>& weight_scale_spec() const { return weight_scale_spec_; }
 
  private:
   int64_t in_, out_;
   std::shared_ptr<const Quantized> quantized_;
-  Tensor* weight_scale_ = nullptr;
+  Tensor* weight_log_scale_ = nullptr;
   std::optional<ops::QuantSpec> weight_scale_spec_;
   Tensor* weight_;
   Tensor* bias_ = nullptr;

@@ -21,7 +21,7 @@ std::vector<std::string> quantize_weights(Module& model, const amp::QatPolicy& p
 std::vector<std::string> quantize_for_inference(Module& model, const amp::QatPolicy& policy);
 
 // LSQ: every Linear the policy gives an integer weight scheme learns its weight's scale (Linear::learn_weight_scale,
-// the parameter "<path>.weight_scale"); call it before building the optimizer (and before loading a checkpoint that
+// the parameter "<path>.weight_log_scale"); call it before building the optimizer (and before loading a checkpoint that
 // holds the scales). quantize_weights and quantize_for_inference then use the learned scales (FP16-rounded where the
 // scheme says f16_scale, as the exporters do). Returns the scales' paths.
 std::vector<std::string> learn_quantization_scales(Module& model, const amp::QatPolicy& policy);
