@@ -13,7 +13,7 @@ namespace mpt::ops {
 // dequantize_groups(w)) + b up to float summation order:
 //   W8A8 on the CPU (input INT8 per token, weight INT8 per channel): x's codes and W's codes in oneDNN's INT8 GEMM
 //     with exact INT32 sums, then y = float(acc) * s_x * s_w + b;
-//   other schemes on the CPU with N <= 16 rows (a decoding step): the codes read directly (1 byte per weight)
+//   other schemes on the CPU with N <= 4 rows (a decoding step): the codes read directly (1 byte per weight)
 //     in a weight-only GEMM, the group scales applied per group (kernels/cpu/quantized_gemm.h);
 //   W8A8 and FP8 (input E4M3 per token, weight E4M3 per channel) on CUDA: x's codes times W's codes on cuBLASLt's
 //     tensor cores (INT8 x INT8 -> exact INT32 on the IMMA kernels: out_features and K multiples of 4; E4M3 x E4M3
