@@ -39,7 +39,7 @@ Tensor qat_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     spec.f16_scale = false;
     Tensor wq = ops::fake_quantize_learned(weight, weight_scale, spec);
     if (wq.dtype() != dt) wq = wq.to(dt);
-    return ops::linear(xq, wq, bias.defined() && bias.dtype() != dt ? bias.to(dt) : bias, {.out_padded = out_padded});
+    return ops::linear(xq, wq, bias, {.out_padded = out_padded});  // the FP32 bias added in FP32, its gradient FP32
   }
   if (weight.dtype() == DType::F32 && dt != DType::F32) {
     Tensor copy;

@@ -80,8 +80,8 @@ GroupQuantized quantize_groups(const Tensor& x_in, const QuantSpec& spec, const 
   check_scale(x_in, scales_in, spec);
   autograd::NoGradGuard no_grad;
   const Tensor x = x_in.contiguous();
-  Tensor scales = scales_in.contiguous().clone();
-  if (spec.f16_scale) scales = scales.to(DType::F16).to(DType::F32);  // what an FP16 scale field holds
+  // A copy the result owns; FP16-rounded when the spec stores FP16 scales (what a GGUF block holds).
+  const Tensor scales = spec.f16_scale ? scales_in.to(DType::F16).to(DType::F32).contiguous() : scales_in.contiguous().clone();
   GroupQuantized q{Tensor::empty(x.shape(), DType::I8, x.device()), scales, spec};
   run(problem(x, spec), x, scales, Tensor{}, Tensor{}, Tensor{}, 1.0f, q.codes);
   return q;

@@ -81,7 +81,7 @@ TEST(QatLsq, LinearForwardAndGradientsAreTheLearnedQuantization) {
       Tensor sr = lin.weight_log_scale().detach().clone().requires_grad_();
       const Tensor xq = scheme.input ? ops::fake_quantize(xr, *scheme.input) : xr;
       const Tensor wq = ops::fake_quantize_learned(wr, ops::exp(sr), trained(*scheme.weight));
-      const Tensor yr = ops::linear(xq.to(dt), wq.to(dt), br.to(dt));
+      const Tensor yr = ops::linear(xq.to(dt), wq.to(dt), br);
       yr.backward(dy.to(dt));
       const std::string what = std::string(name) + (bf16 ? " bf16" : " fp32");
       EXPECT_EQ(y.to(DType::F32).to_vector<float>(), yr.to(DType::F32).to_vector<float>()) << what;
