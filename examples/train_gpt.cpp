@@ -125,7 +125,8 @@ void run(const ex::Options& o) {
                          .compression = grad_compression(o), .zero1 = o.zero1},
        .tokens_per_micro_batch = o.batch * o.seq,
        .flops_per_token = model.flops_per_token(o.seq),
-       .fp8_telemetry_every = o.fp8_telemetry});
+       .fp8_telemetry_every = o.fp8_telemetry,
+       .cuda_graph = o.cuda_graph});
   fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "
              "step; AdamW moments {}\n", precision_name, trainer.scaler().is_enabled() ? ", dynamic loss scaling" : "",
              o.grad_accum, o.moments);
@@ -177,9 +178,13 @@ void run(const ex::Options& o) {
   ex::Progress progress(o, start_step, world, log);
   double val_loss = 0;
   for (int64_t step = start_step; step < o.steps; ++step) {
-    const mpt::train::StepMetrics m = trainer.step([&](int64_t /*micro*/) {
+    std::vector<mpt::train::Batch> inputs;  // every micro-batch's, so that a CUDA graph can replay the whole step
+    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       const mpt::data::Batch b = loader.next();
-      return mpt::train::MicroBatchLoss{model.loss(b.x, b.y), o.batch * o.seq};
+      inputs.push_back({b.x, b.y});
+    }
+    const mpt::train::StepMetrics m = trainer.step(inputs, [&](int64_t, const mpt::train::Batch& in) {
+      return mpt::train::MicroBatchLoss{model.loss(in[0], in[1]), o.batch * o.seq};
     });
     progress.after_step(m, trainer, loader);
     const bool last = step + 1 == o.steps;
@@ -205,6 +210,11 @@ void run(const ex::Options& o) {
     }
   }
   progress.summary(trainer, val_loss, device);
+  if (o.cuda_graph) {
+    const mpt::train::GraphStatus& g = trainer.graph_status();
+    fmt::print("CUDA graph: {} replayed steps, {} warm-up steps, {} other eager steps{}\n", g.replays, g.warmups,
+               g.eager_steps, g.off.empty() ? std::string() : fmt::format(" (off: {})", g.off));
+  }
   if (o.sample_chars > 0) {
     const std::string text =
         trainer.evaluate([&] { return ex::sample(model, *corpus.tokenizer, o.sample_chars, device, o.seed); });

@@ -267,6 +267,9 @@ std::variant<Options, int> parse_options(int argc, char** argv, Options o) {
                  "or a checkpoint or --save-dir of this program (weights only: a fresh optimizer at step 0)");
   app.add_option("--bucket-mb", o.bucket_mb, "under mpirun: gradient MB per all-reduce bucket (default 25)");
   app.add_flag("--zero1", o.zero1, "under mpirun: shard the AdamW state across the ranks (ZeRO-1)");
+  app.add_flag("--cuda-graph", o.cuda_graph, "on a GPU: capture the training step into a CUDA graph after three "
+               "warm-up steps and replay it (one launch per step; needs --dropout 0 and one process; steps that "
+               "cannot be replayed run eagerly and the reason is printed)");
   app.add_option("--grad-compression", o.grad_compression,
                  "under mpirun: gradients on the wire as none (f32), bf16 or fp8 (MS-AMP's E4M3 all-reduce)");
   app.add_option("--save-dir", o.save_dir, "write checkpoints here (step-N/ directories and a latest pointer); "

@@ -48,6 +48,8 @@ struct Options {
   double bucket_mb = 25;
   bool zero1 = false;
   std::string grad_compression = "none";
+  // Capture the training step into a CUDA graph and replay it (TrainerOptions::cuda_graph; not saved).
+  bool cuda_graph = false;
 };
 
 // Parses the command line of `o.program` into `o` (whose fields hold the defaults): the flags; --config FILE, a TOML

@@ -35,14 +35,18 @@ Stream graph_stream(Device device) {
 CudaGraph::CudaGraph(Device device)
     : device_(device),
       stream_(graph_stream(device)),
-      pinned_(cuda_backend::host_alloc_pinned(sizeof(double) * kMaxReplayScalars), cuda_backend::host_free_pinned),
+      values_(kMaxReplayScalars, 0.0),
+      pinned_(cuda_backend::host_alloc_pinned(sizeof(double) * kMaxReplayScalars * kReplaySlots),
+              cuda_backend::host_free_pinned),
       scalars_(Tensor::empty({kMaxReplayScalars}, DType::F64, device)) {
+  for (int i = 0; i < kReplaySlots; ++i) slot_copied_.emplace_back(device_);
   cuda_backend::private_pool_begin(device_.index(), stream_.native());
   pool_ = true;
 }
 
 CudaGraph::~CudaGraph() {
   try {
+    wait_for_current();  // the pool's blocks are freed on the graph's stream: after the current stream's use of them
     stream_.synchronize();
   } catch (const std::exception&) {  // a failed step's error surfaced elsewhere; free what can be freed
   }
@@ -98,6 +102,7 @@ void CudaGraph::capture(const std::function<void()>& step) {
     } catch (const std::exception&) {  // the capture itself failed too; the step's error is the one to report
     }
     before_replay_.clear();
+    scalars_used_ = 0;
     throw;
   }
   exec_ = cuda_backend::capture_end(device_.index(), stream_.native());
@@ -106,9 +111,20 @@ void CudaGraph::capture(const std::function<void()>& step) {
 
 void CudaGraph::replay() {
   MPT_CHECK(exec_ != nullptr, "[cuda_graph] replay() before capture()");
-  for (const auto& check : before_replay_) check();
+  for (const auto& check : before_replay_) check();  // refreshes values_ too
   wait_for_current();
+  if (scalars_used_ > 0) {
+    const size_t slot = static_cast<size_t>(replays_ % kReplaySlots);
+    const Event& copied = slot_copied_[slot];
+    if (!copied.ready()) copied.synchronize();  // the device is kReplaySlots replays behind: wait for it
+    double* host = static_cast<double*>(pinned_.get()) + slot * kMaxReplayScalars;
+    std::memcpy(host, values_.data(), sizeof(double) * static_cast<size_t>(scalars_used_));
+    cuda_backend::memcpy(scalars_.data<double>(), device_, host, Device::cpu(),
+                         sizeof(double) * static_cast<size_t>(scalars_used_), device_.index(), stream_.native());
+    slot_copied_[slot].record(stream_);
+  }
   cuda_backend::graph_launch(device_.index(), exec_, stream_.native());
+  ++replays_;
   current_waits();
 }
 
@@ -117,13 +133,10 @@ const double* CudaGraph::replay_scalars(int count, std::function<void(double* ho
   MPT_CHECK(count > 0 && scalars_used_ + count <= kMaxReplayScalars,
             "[cuda_graph] a captured step may read {} host values per replay; {} more were asked for after {}",
             kMaxReplayScalars, count, scalars_used_);
-  double* host = static_cast<double*>(pinned_.get()) + scalars_used_;
+  double* host = values_.data() + scalars_used_;
   double* dev = scalars_.data<double>() + scalars_used_;
   scalars_used_ += count;
   refresh(host);
-  // Recorded in the graph: every replay copies what the host wrote just before it.
-  cuda_backend::memcpy(dev, device_, host, Device::cpu(), sizeof(double) * static_cast<size_t>(count), device_.index(),
-                       stream_.native());
   before_replay_.push_back([host, refresh = std::move(refresh)] { refresh(host); });
   return dev;
 }

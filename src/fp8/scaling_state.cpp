@@ -96,6 +96,12 @@ void Fp8ScalingState::update() {
   ops::delayed_scaling_update_(slots, r->algo == AmaxAlgo::Max, r->margin);  // one kernel, no host read
 }
 
+void Fp8ScalingState::replayed_update() {
+  if (std::get_if<DelayedScaling>(&recipe_) == nullptr) return;
+  ++num_updates_;
+  for (const auto& m : metas_) ++m->scale_version;
+}
+
 std::map<std::string, Tensor> Fp8ScalingState::state_dict() const {
   std::map<std::string, Tensor> dict;
   if (!std::holds_alternative<DelayedScaling>(recipe_)) return dict;  // nothing carries over between steps

@@ -63,6 +63,8 @@ StepResult::operator bool() const {
   return found_.item<float>() == 0.0f;  // the host read (waits for the device on CUDA)
 }
 
+StepResult StepResult::snapshot() const { return known_ ? *this : StepResult(found_.clone()); }
+
 GradScaler::GradScaler(Device device, const GradScalerOptions& options) : GradScaler(options, device) {}
 
 GradScaler::GradScaler(const GradScalerOptions& o, Device device)

@@ -70,14 +70,20 @@ Trainer::~Trainer() = default;
 
 int64_t Trainer::world_size() const { return dp_ != nullptr ? dp_->communicator()->size() : 1; }
 
+bool Trainer::telemetry_due() const {
+  return fp8_state() != nullptr && options_.fp8_telemetry_every > 0 && steps_done_ % options_.fp8_telemetry_every == 0;
+}
+
 StepMetrics Trainer::step(const std::function<MicroBatchLoss(int64_t micro)>& micro_batch, int64_t total_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const profile::Range range("step");
+  return finish_step(device_step(micro_batch, total_tokens, telemetry_due(), t0), t0);
+}
+
+StepMetrics Trainer::device_step(const std::function<MicroBatchLoss(int64_t)>& micro_batch, int64_t total_tokens,
+                                 bool telemetry, std::chrono::steady_clock::time_point t0) {
   StepMetrics m;
-  m.step = steps_done_;
   fp8::Fp8ScalingState* fp8 = fp8_state();
-  const bool telemetry = fp8 != nullptr && options_.fp8_telemetry_every > 0 &&
-                         steps_done_ % options_.fp8_telemetry_every == 0;
   if (telemetry) fp8->set_collect_telemetry(true);
   optimizer_->zero_grad();
   model_.zero_grad();  // with ZeRO-1 the optimizer holds only this rank's parameters
@@ -95,8 +101,10 @@ StepMetrics Trainer::step(const std::function<MicroBatchLoss(int64_t micro)>& mi
       {.normalization = options_.normalization, .total_tokens = total_tokens,
        .scale_loss = [&](const Tensor& l) { return scaler_.scale(l); }});
   m.loss = acc.loss;
+  m.tokens = acc.tokens;  // this rank's; finish_step makes it every rank's
   if (dp_ != nullptr) dp_->finish();  // the averaged gradients (waits for the buckets still in flight)
-  if (options_.synchronize_phases && device_.is_cuda()) Stream::current(device_).synchronize();
+  if (options_.synchronize_phases && device_.is_cuda() && CudaGraph::capturing(device_) == nullptr)
+    Stream::current(device_).synchronize();
   m.backward_done_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   scaler_.unscale_(*optimizer_);      // clipping sees the true gradients
   // Clipping: the optimizer multiplies each gradient by the coefficient as it reads it (one pass over the gradients
@@ -113,7 +121,7 @@ StepMetrics Trainer::step(const std::function<MicroBatchLoss(int64_t micro)>& mi
       clip_multiplier = std::move(c.coefficient);
     }
   }
-  m.lr = schedule_ != nullptr ? schedule_->current_lr() : optimizer_->param_groups().front().lr.value_or(0.0);
+  m.lr = current_lr();
   // The skip happens on the device; whether it did is read only with a loss scaler (it waits for the device).
   m.stepped = scaler_.step(*optimizer_, clip_multiplier);
   if (dp_ != nullptr) dp_->sync_parameters();  // ZeRO-1: every rank's updated shard everywhere
@@ -123,12 +131,22 @@ StepMetrics Trainer::step(const std::function<MicroBatchLoss(int64_t micro)>& mi
     fp8->set_collect_telemetry(false);
   }
   if (fp8 != nullptr) fp8->update();  // delayed scaling: the next step's scales from the amax history
+  return m;
+}
+
+double Trainer::current_lr() const {
+  return schedule_ != nullptr ? schedule_->current_lr() : optimizer_->param_groups().front().lr.value_or(0.0);
+}
+
+StepMetrics Trainer::finish_step(StepMetrics m, std::chrono::steady_clock::time_point t0) {
+  m.step = steps_done_;
   if (schedule_ != nullptr) schedule_->step();
   if (scaler_.is_enabled()) unread_.push_back(m.stepped);  // read in skipped_steps(), not here: no wait per step
   ++steps_done_;
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t world = world_size();
-  m.tokens = options_.tokens_per_micro_batch > 0 ? options_.tokens_per_micro_batch * k * world : acc.tokens * world;
+  m.tokens = options_.tokens_per_micro_batch > 0 ? options_.tokens_per_micro_batch * options_.grad_accum * world
+                                                 : m.tokens * world;
   if (m.seconds > 0) m.tokens_per_second = static_cast<double>(m.tokens) / m.seconds;
   m.mfu = mfu(m.tokens_per_second / static_cast<double>(world) * options_.flops_per_token, peak_);
   m.peak_memory_bytes = memory_stats(device_).peak_bytes;
@@ -178,6 +196,7 @@ std::filesystem::path Trainer::save(const std::filesystem::path& dir, const Save
 }
 
 CheckpointInfo Trainer::load(const std::filesystem::path& path) {
+  drop_graph();  // the checkpoint's tensors may not be the ones a graph captured
   TrainingState s = state("{}", "{}");
   CheckpointInfo info = load_checkpoint(path, s);
   steps_done_ = info.step;

@@ -300,6 +300,39 @@ TEST_F(CudartMisuse, CopyIntoPinnedMemoryLeavesTheHostUnsynchronised) {
   cudaStreamDestroy(s2);
 }
 
+// E8.4: an asynchronous copy from pinned memory may run after the call returns, so the host must leave the source
+// alone until it knows the copy is done. A write before that is refused at the next call; a write after a
+// synchronisation or a successful event query is fine.
+TEST_F(CudartMisuse, HostWritesAPinnedSourceBeforeItsCopyIsKnownDone) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 8), cudaSuccess);
+  double* h = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&h), 8), cudaSuccess);
+  *h = 1;
+  ASSERT_EQ(cudaMemcpyAsync(d, h, 8, cudaMemcpyHostToDevice, s), cudaSuccess);
+  *h = 2;  // the copy may not have run
+  EXPECT_NE(misuse([&] { (void)cudaMemsetAsync(d, 0, 8, s); }).find("before synchronising with that copy"),
+            std::string::npos);
+  EXPECT_NE(misuse([&] { (void)cudaStreamSynchronize(s); }).find("cudaMemcpyAsync"), std::string::npos);
+  *h = 1;  // as the copy read it: nothing to report any more
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  *h = 3;  // after the synchronisation: fine
+  ASSERT_EQ(cudaMemcpyAsync(d, h, 8, cudaMemcpyHostToDevice, s), cudaSuccess);
+  cudaEvent_t e = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  ASSERT_EQ(cudaEventQuery(e), cudaSuccess);  // the double ran it: the query tells the host so
+  *h = 4;
+  EXPECT_EQ(cudaMemsetAsync(d, 0, 8, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaEventDestroy(e);
+  cudaFreeHost(h);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
 // Device memory is not host memory: a host dereference dies with the allocation named, as does a kernel touching
 // freed memory through a pointer the launch could not see.
 TEST(CudartMisuseDeathTest, HostDereferenceOfDeviceMemory) {

@@ -128,6 +128,35 @@ TEST(GpuCudaGraph, ReplayedStepsHaveTheBitsOfEagerSteps) {
   }
 }
 
+// Replays queued back to back, the learning rate changed before each and nothing read in between: a replay's
+// learning rate must be the one set before it, although the host writes the next one while earlier replays may
+// still be queued (the emulated device refuses a pinned source rewritten before its copy is known done, E8.4).
+TEST(GpuCudaGraph, QueuedReplaysEachReadTheirOwnLearningRate) {
+  MPT_REQUIRE_GPU(8);
+  const Device dev = Device::cuda(0);
+  Trainer eager("fp16"), graphed("fp16");
+  Tensor x = Tensor::empty({kB, kT}, DType::I64, dev), y = Tensor::empty({kB, kT}, DType::I64, dev);
+  const auto [xs, ys] = batch(0);
+  x.copy_(xs);
+  y.copy_(ys);
+  const Tensor xe = xs.to(dev), ye = ys.to(dev);
+  CudaGraph graph(dev);
+  const std::function<void()> step = [&] { graphed.step(x, y); };
+  for (int s = 0; s < 2 + 2 * CudaGraph::kReplaySlots; ++s) {
+    graphed.set_lr(lr_at(s));
+    eager.set_lr(lr_at(s));
+    if (s < 2) {
+      graph.warmup(step);
+    } else {
+      if (s == 2) graph.capture(step);
+      graph.replay();
+    }
+    eager.step(xe, ye);
+  }
+  const mpt::StateDict g = graphed.model.state_dict(), e = eager.model.state_dict();
+  for (const auto& [name, t] : e) EXPECT_TRUE(testing::same_bits(to_cpu(g.at(name)), to_cpu(t))) << name;
+}
+
 // What a capture refuses, each with an error naming the reason: dropout (host-drawn Philox offsets), a step that
 // allocates a size its warm-up did not, an SGD learning rate changed after the capture, replay before capture.
 TEST(GpuCudaGraph, RefusesWhatAReplayCouldNotRepeat) {

@@ -45,12 +45,15 @@ class CudaGraph {
   // The graph capturing on this thread for `device`, or null (what ops consult to refuse or adapt).
   static CudaGraph* capturing(Device device);
 
-  // For a captured op that reads host values which may change between replays: `count` doubles in pinned host
-  // memory, copied to the returned device buffer by the graph itself each replay (the copy is recorded now, on the
-  // capturing stream); `refresh` writes the current values into `host` before every replay and once now. Both
-  // buffers are slices of arenas made with the graph (nothing may be allocated from the driver while capturing):
-  // kMaxReplayScalars values per graph.
+  // For a captured op that reads host values which may change between replays: `count` doubles on the device (the
+  // returned buffer, which the captured kernels read); `refresh` writes the current values into `host` now and
+  // before every replay, and replay() copies them to the device on the graph's stream just before the launch. The
+  // copy's pinned source is one of kReplaySlots buffers used in turn, each reused only after an event says its last
+  // copy ran (a pinned source may be read any time before then: rewriting it in place would let a replay that is
+  // still queued read the next step's values). The device buffer is made with the graph (nothing may be allocated
+  // from the driver while capturing): kMaxReplayScalars values per graph.
   static constexpr int kMaxReplayScalars = 1024;
+  static constexpr int kReplaySlots = 4;
   const double* replay_scalars(int count, std::function<void(double* host)> refresh);
   // A check run before every replay (e.g. that a value the graph baked in has not changed); it throws to refuse.
   void before_replay(std::function<void()> check);
@@ -65,9 +68,12 @@ class CudaGraph {
   void* exec_ = nullptr;
   bool pool_ = false;
   std::vector<std::function<void()>> before_replay_;
-  std::shared_ptr<void> pinned_;  // kMaxReplayScalars doubles of page-locked host memory
-  Tensor scalars_;                // and their device twins (f64, on the legacy stream: outside the private pool)
+  std::vector<double> values_;    // the replay scalars' current values (kMaxReplayScalars)
+  std::shared_ptr<void> pinned_;  // kReplaySlots x kMaxReplayScalars doubles of page-locked host memory
+  std::vector<Event> slot_copied_;  // per slot: recorded after the copy that last read it
+  Tensor scalars_;                // the device values (f64, on the legacy stream: outside the private pool)
   int scalars_used_ = 0;
+  int64_t replays_ = 0;
 };
 
 }  // namespace mpt

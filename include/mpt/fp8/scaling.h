@@ -143,6 +143,9 @@ class Fp8ScalingState {
   // device (one launch per 54 metas, plus the hook's own work): no host round trip.
   void update();
   int64_t num_updates() const { return num_updates_; }
+  // The host's side of an update() that a CUDA graph replayed (its kernel ran inside the graph): counts it and moves
+  // every meta's scale version on, as update() does, so FP8 weight copies made before it are not reused after.
+  void replayed_update();
 
   // "<name>.scale", "<name>.scale_inv", "<name>.amax_history" for every meta: CPU snapshots (clones) that later
   // updates do not touch. load_state_dict copies them back bit for bit into the registered metas (shapes must

@@ -41,6 +41,9 @@ class StepResult {
   StepResult(bool stepped) : known_(true), stepped_(stepped) {}  // NOLINT: implicit, like the bool it was
   explicit StepResult(Tensor found_inf) : found_(std::move(found_inf)) {}
   operator bool() const;  // NOLINT: implicit, so `if (scaler.step(opt))` and vector<bool> keep working
+  // A copy that keeps this verdict when its device flag is later overwritten (a CUDA graph's replay rewrites the
+  // captured step's found_inf): the flag is copied on the device, nothing is read.
+  StepResult snapshot() const;
 
  private:
   Tensor found_;
@@ -131,6 +134,9 @@ class GradScaler {
   // checked before anything changes. A disabled scaler ignores it; an enabled one rejects an empty dict (saved
   // from a disabled scaler). Per-optimizer stages are left alone.
   void load_state_dict(const nn::StateDict& dict);
+  // Forgets every optimizer's stage without an update: for a step that was abandoned half way (a CUDA-graph capture
+  // that failed records work without running it, so the device state is as before the step).
+  void forget_stages() { states_.clear(); }
 
  private:
   struct OptState {

@@ -2,17 +2,20 @@
 // scale updates, data parallelism, clipping, the optimizer and its schedule, metrics and checkpoints.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "mpt/amp/policy.h"
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/core/cuda_graph.h"
 #include "mpt/core/peak.h"
 #include "mpt/dist/communicator.h"
 #include "mpt/fp8/scaling.h"
@@ -61,8 +64,37 @@ struct TrainerOptions {
   // Every this many steps, collect each FP8 tensor's quantization telemetry (a host read per tensor). 0: never.
   int64_t fp8_telemetry_every = 0;
   // Synchronise the device when backward has finished, so StepMetrics::backward_done_seconds is exact (benchmarks).
+  // Not done in a replayed CUDA graph (there is no end of backward to wait for).
   bool synchronize_phases = false;
+  // Run step(batches, loss) as a CUDA graph (torch.cuda.CUDAGraph's rules, mpt/core/cuda_graph.h): the inputs are
+  // copied into static device buffers (one set per micro-batch), the first step runs eagerly (what lives across
+  // steps is made outside the graph's pool), the next two eagerly on the graph's stream and memory pool, the fourth
+  // is captured and every step after it is one replay: the host queues the whole
+  // step (micro-batches, clipping, the scaler, the optimizer, FP8 updates) as one launch, then only copies the
+  // inputs in and the loss, norm and skip verdict out. The learning rate is read on the device, so schedules work.
+  // Where a graph cannot run, steps run eagerly and graph_status() says why (also printed once on stderr): a model
+  // off CUDA, data parallelism, TokenSum (its divisor is a host value per step), a capture that fails (dropout, a
+  // host read in the model); single steps run eagerly when their inputs' shapes or dtypes differ from the captured
+  // ones (the graph stays for the next step that matches) or when they collect FP8 telemetry. The graph's private
+  // pool keeps one step's activations between steps; an eager step beside it uses memory of its own.
+  bool cuda_graph = false;
 };
+
+// Where a Trainer's CUDA graph stands (TrainerOptions::cuda_graph).
+struct GraphStatus {
+  bool captured = false;   // steps are replays
+  int64_t warmups = 0;     // eager steps before the capture: one on the current stream, two on the graph's
+  int64_t replays = 0;
+  int64_t eager_steps = 0;  // steps run without the graph
+  std::string off;          // why the graph is off for good (empty while it works)
+  std::string last_eager;   // why the last eager step was eager
+};
+
+// One micro-batch's input tensors (token ids, targets, masks, ...), on any device: the Trainer moves or copies them
+// to the model's device.
+using Batch = std::vector<Tensor>;
+// Micro-batch `micro`'s loss from its inputs, already on the model's device (a MicroBatchLoss or a Tensor).
+using BatchLoss = std::function<MicroBatchLoss(int64_t micro, const Batch& inputs)>;
 
 // What one step did. loss and grad_norm stay on the device: reading them (Trainer::read_loss, item()) waits for it.
 struct StepMetrics {
@@ -98,6 +130,12 @@ class Trainer {
   // updates and the schedule. Gradients are zeroed before the first micro-batch.
   // total_tokens: under TokenSum, the tokens of all micro-batches of this step (the loss divisor).
   StepMetrics step(const std::function<MicroBatchLoss(int64_t micro)>& micro_batch, int64_t total_tokens = 0);
+  // The same step from input tensors: micro-batch i's loss is loss(i, batches[i]) (batches.size() == grad_accum).
+  // With TrainerOptions::cuda_graph the step is captured and replayed (see there); without, it is step() above on
+  // the inputs moved to the model's device. Either way the parameters, optimizer state and metrics have the bits
+  // of the eager step.
+  StepMetrics step(const std::vector<Batch>& batches, const BatchLoss& loss, int64_t total_tokens = 0);
+  const GraphStatus& graph_status() const { return graph_status_; }
 
   // fn() with gradients off, the model in eval mode and the policy's Autocast (validation, sampling); train mode after.
   template <class F>
@@ -120,7 +158,8 @@ class Trainer {
   // Adds a part of the run that save() and load() carry along by name (TrainingState::parts), e.g. an EMA's counters.
   void add_state(StatefulPart part) { parts_.push_back(std::move(part)); }
   // Restores everything save() wrote (refusing another precision, shape or world size before changing anything);
-  // the next step() continues the run bit for bit. Returns what the checkpoint says of itself.
+  // the next step() continues the run bit for bit (a CUDA graph is dropped and captured again after two warm-up
+  // steps). Returns what the checkpoint says of itself.
   CheckpointInfo load(const std::filesystem::path& path);
 
   // Every rank's loss of that step, averaged (a collective: every rank calls it at the same step).
@@ -137,6 +176,8 @@ class Trainer {
   DataParallel* data_parallel() { return dp_.get(); }
   const TrainerOptions& options() const { return options_; }
   void set_synchronize_phases(bool on) { options_.synchronize_phases = on; }
+  // TrainerOptions::cuda_graph from the next step on (off drops a captured graph; on starts with the warm-ups).
+  void set_cuda_graph(bool on);
   const std::string& precision_name() const { return precision_name_; }
   const DensePeak& peak() const { return peak_; }  // MFU's denominator (flops 0: unknown)
   int64_t world_size() const;
@@ -146,6 +187,22 @@ class Trainer {
 
  private:
   TrainingState state(const std::string& run_config_json, const std::string& data_json);
+  bool telemetry_due() const;
+  // The step's device work (zeroing through the FP8 update); fills loss, grad_norm, stepped, backward time, tokens.
+  StepMetrics device_step(const std::function<MicroBatchLoss(int64_t)>& micro_batch, int64_t total_tokens,
+                          bool telemetry, std::chrono::steady_clock::time_point t0);
+  // The step's host work after it: telemetry, the schedule, counters and metrics.
+  StepMetrics finish_step(StepMetrics m, std::chrono::steady_clock::time_point t0);
+  double current_lr() const;
+  // step(batches, loss) without a graph: the inputs moved to the model's device.
+  StepMetrics eager_step(const std::vector<Batch>& batches, const BatchLoss& loss, int64_t total_tokens,
+                         std::chrono::steady_clock::time_point t0);
+  // Why this step cannot be a graph step ("" when it can); sets graph_status_.off for reasons that last.
+  std::string graph_refusal(const std::vector<Batch>& batches, bool telemetry);
+  void note_eager(const std::string& why, const std::string& kind);
+  StepMetrics graph_step(const std::vector<Batch>& batches, const BatchLoss& loss, int64_t total_tokens,
+                         std::chrono::steady_clock::time_point t0);
+  void drop_graph();
 
   nn::Module& model_;
   TrainerOptions options_;
@@ -158,8 +215,14 @@ class Trainer {
   std::vector<Tensor> params_;  // what clipping sees without data parallelism
   DensePeak peak_;
   int64_t steps_done_ = 0, skipped_ = 0;
-  std::vector<StepResult> unread_;
-  std::vector<StatefulPart> parts_;  // FP16: steps whose skip verdict is still on the device
+  std::vector<StepResult> unread_;  // FP16: steps whose skip verdict is still on the device
+  std::vector<StatefulPart> parts_;
+  // TrainerOptions::cuda_graph: the graph, its static inputs (per micro-batch) and what its captured step returned.
+  std::unique_ptr<CudaGraph> graph_;
+  std::vector<Batch> static_inputs_;
+  StepMetrics captured_;
+  GraphStatus graph_status_;
+  std::set<std::string> graph_warned_;  // kinds of eager steps already reported on stderr
 };
 
 }  // namespace mpt::train

@@ -51,7 +51,7 @@ void run_copy(std::unique_lock<std::mutex>& lock, StreamState& st, void* dst, co
   }
   if (host_waits) {
     lock.lock();
-    merge(host_clock(), st.full());
+    host_learns(state(), st.full(), "a blocking copy");
   }
   count_copy(kind, bytes, pageable, host_waits);
 }
@@ -96,6 +96,10 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, 
   const Access acc[2] = {Access{dst_dev ? dst : nullptr, bytes, true, "dst"},
                          Access{src_dev ? src : nullptr, bytes, false, "src"}};
   check_and_record(s, *st, op, api, acc, /*cross_device=*/true);  // copies may cross devices (staged, UVA)
+  if (kind == cudaMemcpyHostToDevice && !pageable && !host_waits && bytes <= kPinnedReadBytes) {
+    const auto* p = static_cast<const unsigned char*>(src);
+    s.pinned_reads.push_back({p, std::vector<unsigned char>(p, p + bytes), op, api});
+  }
   run_copy(lock, *st, dst, src, bytes, kind, pageable, host_waits);
   return cudaSuccess;
 }

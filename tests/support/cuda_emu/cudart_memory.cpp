@@ -159,7 +159,7 @@ cudaError_t cudaFree(void* ptr) {
   for (const auto& st : s.streams) {
     if (st->device != a.device || st->destroyed) continue;
     wait_all(lock, st->waits, "cudaFree");
-    merge(host_clock(), st->full());
+    host_learns(s, st->full(), "cudaFree");
   }
   release(s, a, OpId{});
   count(&Counters::frees);
@@ -181,6 +181,9 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   auto it = s.allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == s.allocations.end() || it->second->device != -1) return fail(cudaErrorInvalidValue);
+  const auto* lo = static_cast<const unsigned char*>(ptr);
+  const unsigned char* hi = lo + it->second->bytes;
+  std::erase_if(s.pinned_reads, [&](const PinnedRead& r) { return r.src >= lo && r.src < hi; });
   std::free(ptr);
   s.allocations.erase(it);
   count(&Counters::host_frees);

@@ -140,7 +140,40 @@ StreamState* resolve(State& s, cudaStream_t stream) {
   return nullptr;
 }
 
+namespace {
+
+std::string address(const void* p) {
+  std::ostringstream o;
+  o << p;
+  return o.str();
+}
+
+bool host_knows_done(const OpId& op) {
+  const Clock& h = host_clock();
+  return op.stream < h.size() && h[op.stream] >= op.seq;
+}
+
+}  // namespace
+
+void check_pinned_reads(State& s, const char* api) {
+  for (const PinnedRead& r : s.pinned_reads) {
+    if (host_knows_done(r.op) || std::memcmp(r.src, r.bytes.data(), r.bytes.size()) == 0) continue;
+    throw MisuseError("[cuda_emu] " + std::string(api) + ": the host wrote pinned memory at " +
+                      address(r.src) + " (" + std::to_string(r.bytes.size()) + " bytes) that an earlier " + r.api +
+                      " reads, before synchronising with that copy: on a GPU the copy may not have run yet and may "
+                      "read the new bytes (R8.3/E8.4: keep a pinned source untouched until its copy is known done, "
+                      "e.g. one buffer per copy in flight, reused after an event says it completed)");
+  }
+}
+
+void host_learns(State& s, const Clock& c, const char* api) {
+  check_pinned_reads(s, api);
+  merge(host_clock(), c);
+  std::erase_if(s.pinned_reads, [](const PinnedRead& r) { return host_knows_done(r.op); });
+}
+
 OpId issue(State& s, StreamState& st) {
+  check_pinned_reads(s, "an operation");
   merge(st.clock, host_clock());
   DeviceState& dev = s.devices[static_cast<size_t>(st.device)];
   if (st.legacy) {

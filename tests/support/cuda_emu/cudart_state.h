@@ -111,8 +111,19 @@ struct DeviceState {
   size_t capacity = 0, used = 0;
 };
 
+// An asynchronous copy that reads pinned host memory (R8.3): it may run any time before the host synchronises with
+// it, so the host must not write the source until then (E8.4). The double runs it at once and keeps the bytes it
+// read, to find a host write in between.
+struct PinnedRead {
+  const unsigned char* src = nullptr;
+  std::vector<unsigned char> bytes;  // what the copy read
+  OpId op;
+  std::string api;
+};
+
 struct State {
   std::mutex mutex;
+  std::vector<PinnedRead> pinned_reads;  // not yet known to the host as complete (sources up to kPinnedReadBytes)
   std::condition_variable changed;  // a pending operation completed
   std::vector<DeviceState> devices;
   std::vector<std::unique_ptr<StreamState>> streams;  // every stream ever made (handles stay recognisable)
@@ -129,6 +140,13 @@ Clock& host_clock();
 
 // The stream behind a handle (nullptr / legacy / per-thread: the current device's legacy stream), or nullptr.
 StreamState* resolve(State& s, cudaStream_t stream);
+// Pinned sources the double watches for host writes (larger copies are not snapshotted).
+inline constexpr size_t kPinnedReadBytes = size_t{1} << 20;
+// The host learned that the work in `c` completed (a synchronisation, a successful query, a blocking copy). Checks
+// the watched pinned sources first: one written while its copy was still pending throws MisuseError.
+void host_learns(State& s, const Clock& c, const char* api);
+// Throws MisuseError when the host wrote the source of a pinned copy it has not synchronised with.
+void check_pinned_reads(State& s, const char* api);
 // Issues one operation on st (applies host order and legacy-stream rules); returns its id.
 OpId issue(State& s, StreamState& st);
 // Waits (releasing the lock) until every pending operation in `waits` completed; throws MisuseError on timeout.

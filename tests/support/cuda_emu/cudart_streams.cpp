@@ -25,7 +25,7 @@ void prune(std::vector<std::shared_ptr<PendingImpl>>& waits) {
 }
 
 // The host waited for st: everything st did is now ordered before the host's next calls.
-void host_synchronized_with(StreamState& st) { merge(host_clock(), st.full()); }
+void host_synchronized_with(StreamState& st) { host_learns(state(), st.full(), "a synchronisation"); }
 
 }  // namespace
 
@@ -259,7 +259,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   EventState* ev = resolve_event(s, event);
   if (ev == nullptr) return fail(cudaErrorInvalidResourceHandle);
   wait_all(lock, ev->waits, "cudaEventSynchronize");
-  merge(host_clock(), ev->snapshot);
+  host_learns(s, ev->snapshot, "cudaEventSynchronize");
   count(&Counters::event_syncs);
   return cudaSuccess;
 }
@@ -272,7 +272,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (ev == nullptr) return fail(cudaErrorInvalidResourceHandle);
   prune(ev->waits);
   if (!ev->waits.empty()) return cudaErrorNotReady;
-  merge(host_clock(), ev->snapshot);
+  host_learns(s, ev->snapshot, "cudaEventQuery");
   return cudaSuccess;
 }
 
