@@ -158,6 +158,10 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
   std::string moments = "f32";
   mpt::bench::add_moments_option(app, moments);
+  std::string dp = "off";
+  app.add_option("--dp", dp, "data parallelism over the single-process communicator (its collectives are no-ops; "
+                 "the gradient buckets, their compression and their host reads are real): off, none, bf16 or fp8")
+      ->check(CLI::IsMember({"off", "none", "bf16", "fp8"}));
   app.add_option("--warmup", warmup, "untimed steps first (the allocator's pool, optimizer state, plan caches)");
   app.add_option("--steps", steps, "timed steps (medians; counters are the last step's)");
   app.add_flag("--cuda-graph", cuda_graph,
@@ -189,7 +193,11 @@ int main(int argc, char** argv) {
     mpt::train::Trainer trainer(
         model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}, .moments = mpt::bench::moment_storage(moments)}),
         {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, blocks),
-         .precision_name = precision, .clip = 1.0, .weight_decay = 0.1});
+         .precision_name = precision, .clip = 1.0, .weight_decay = 0.1,
+         .comm = dp == "off" ? nullptr : mpt::dist::single_process(),
+         .data_parallel = {.compression = dp == "fp8" ? mpt::train::GradCompression::FP8
+                                          : dp == "bf16" ? mpt::train::GradCompression::BF16
+                                                         : mpt::train::GradCompression::None}});
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
     const mpt::Tensor x = x_cpu.to(device), y = y_cpu.to(device);
     mpt::Tensor loss;

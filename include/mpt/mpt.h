@@ -26,6 +26,7 @@
 #include "mpt/ops/activation.h"
 #include "mpt/ops/attention.h"
 #include "mpt/ops/cast.h"
+#include "mpt/ops/fp8_wire.h"
 #include "mpt/ops/concat.h"
 #include "mpt/ops/dropout.h"
 #include "mpt/ops/elementwise.h"

@@ -271,8 +271,14 @@ Tensor column_sums(const Tensor& x_in, DType out_dtype) {
 
 Tensor amax(const Tensor& x_in) {
   const Device dev = detail::check_same_device({&x_in}, "amax");
+  return amax(x_in, Tensor::empty({}, DType::F32, dev));
+}
+
+Tensor amax(const Tensor& x_in, const Tensor& out) {
+  const Device dev = detail::check_same_device({&x_in, &out}, "amax");
+  MPT_CHECK(out.dtype() == DType::F32 && out.numel() == 1 && out.is_contiguous(),
+            "[amax] out must be one contiguous f32 element, got {}", out.meta_str());
   const Tensor x = x_in.contiguous();
-  Tensor out = Tensor::empty({}, DType::F32, dev);
   visit_wide(x.dtype(), "amax", "the input", [&](auto tag) {
     using T = decltype(tag);
     if (dev.is_cpu()) {

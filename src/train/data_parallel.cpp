@@ -8,13 +8,12 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/math/numerics.h"
-#include "kernels/math/quantize.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
 #include "mpt/core/profile.h"
 #include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
+#include "mpt/ops/fp8_wire.h"
 #include "mpt/optim/clip.h"
 
 namespace mpt::train {
@@ -22,12 +21,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// MS-AMP's compute_scaling_factor(amax, old = 1, fp_max, margin = 0): fp_max / amax floored to a power of two, 1 for
-// an amax of 0, Inf or NaN (docs/distributed.md); the project's one amax -> scale function with power_of_2.
-double pow2_scaling_factor(double amax, float fp_max) {
-  return kernels::math::ScaleFromAmax{fp_max, 0, /*power_of_2=*/true}(static_cast<float>(amax));
 }
 
 // The MAX all-reduce of a list of 0-d f32 tensors (one collective on `device`, the communicator's), in place.
@@ -69,7 +62,9 @@ struct DataParallel::Bucket {
   Tensor flat;                   // F32: the concatenated gradients, then the reduced ones
   Tensor wire;                   // what travels (flat itself, its BF16 or FP8 codes, or this rank's F32 shard)
   Tensor meta;                   // F32 [used flags | amaxes], MAX-reduced (on the parameters' device)
-  std::vector<double> scale;     // FP8: per parameter
+  Tensor used;                   // F32: this rank's used flags on the device, uploaded when used_host changes
+  std::vector<float> used_host;
+  ops::Fp8WireScales fp8;        // FP8: per parameter, made on the device from the shared amaxes
   size_t ready = 0;
   std::vector<bool> is_ready;
   std::unique_ptr<dist::Work> work, meta_work;
@@ -138,7 +133,6 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
     }
     b->flat = Tensor::zeros({at}, DType::F32, device_);
     b->is_ready.assign(order.size(), false);
-    b->scale.assign(order.size(), 1.0);
     if (options.zero1) b->wire = Tensor::zeros({b->counts[static_cast<size_t>(comm_->rank())]}, DType::F32, device_);
     buckets_.push_back(std::move(b));
   }
@@ -171,9 +165,9 @@ bool DataParallel::owns(const Tensor& param) const {
   return !options_.zero1;
 }
 
-void DataParallel::wait_for(const Bucket& b, dist::Work& work) const {
+void DataParallel::wait_for(const Bucket& b, dist::Work& work, bool on_device) const {
   try {
-    work.wait();
+    if (on_device) work.wait_on_device(); else work.wait();
   } catch (const Error& e) {
     const size_t index = bucket_of_[b.params.front()];
     MPT_THROW("[DataParallel] gradient bucket {} of {} ({} parameters, {} .. {}): {}", index, buckets_.size(),
@@ -215,23 +209,36 @@ void DataParallel::launch(Bucket& b) {
   const profile::Range range("communication/bucket {}", bucket_of_[b.params.front()]);
   autograd::NoGradGuard no_grad;
   const size_t np = b.params.size();
-  std::vector<float> meta(2 * np, 0.0f);  // [used | amax] per parameter
+  std::vector<float> used(np, 0.0f);
   for (size_t k = 0; k < np; ++k) {
     const Tensor& p = params_[b.params[k]];
     const Tensor g = p.grad();
     Tensor dst = b.part(k, p);
-    meta[k] = g.defined() ? 1.0f : 0.0f;
+    used[k] = g.defined() ? 1.0f : 0.0f;
     if (!g.defined()) {
       dst.zero_();
       continue;
     }
     dst.copy_(g.reshape({-1}));
-    if (options_.compression == GradCompression::FP8) {  // NaN counts as inf: MAX keeps it on every rank
-      const float amax = ops::amax(dst).item<float>();
-      meta[np + k] = std::isnan(amax) ? std::numeric_limits<float>::infinity() : amax;
-    }
   }
-  b.meta = Tensor::from_vector(meta, {static_cast<int64_t>(meta.size())}).to(device_);
+  // meta = [used flags | amaxes], made on the device: the flags are uploaded only when they change (a copy from
+  // host memory waits for the device), and copied on the device into meta, which the MAX all-reduce overwrites.
+  const int64_t n_p = static_cast<int64_t>(np);
+  if (!b.meta.defined()) b.meta = Tensor::zeros({2 * n_p}, DType::F32, device_);
+  if (used != b.used_host) {
+    b.used = Tensor::from_vector(used, {n_p}).to(device_);
+    b.used_host = used;
+  }
+  b.meta.slice(0, 0, n_p).copy_(b.used);
+  if (options_.compression == GradCompression::FP8) {  // the amaxes go straight into meta's slots
+    Tensor amaxes = b.meta.slice(0, n_p, 2 * n_p);
+    amaxes.zero_();
+    for (size_t k = 0; k < np; ++k) {
+      if (used[k] != 0.0f)
+        ops::amax(b.part(k, params_[b.params[k]]), amaxes.slice(0, static_cast<int64_t>(k), static_cast<int64_t>(k) + 1));
+    }
+    ops::fp8_wire_amax_(amaxes);  // a NaN travels as inf: MAX keeps it on every rank
+  }
   b.meta_work = comm_->all_reduce(b.meta, dist::ReduceOp::Max);
   const int64_t numel = b.flat.numel();
   switch (options_.compression) {
@@ -246,15 +253,15 @@ void DataParallel::launch(Bucket& b) {
       b.work = comm_->all_reduce_on_wire(b.wire, dist::ReduceOp::Sum);
       break;
     case GradCompression::FP8: {
-      wait_for(b, *b.meta_work);  // the shared amaxes set the scales (MS-AMP waits here too)
-      b.meta_work.reset();
-      const std::vector<float> shared = b.meta.to(Device::cpu()).to_vector<float>();
-      const double pre = 1.0 / std::sqrt(static_cast<double>(comm_->size()));
+      // The shared amaxes set the scales (MS-AMP waits here too): on a device stream the scale kernel waits for the
+      // MAX all-reduce, the host does not.
+      wait_for(b, *b.meta_work, /*on_device=*/true);
+      b.fp8 = ops::fp8_wire_scales(b.meta.slice(0, static_cast<int64_t>(np), static_cast<int64_t>(2 * np)),
+                                   comm_->size());
       b.wire = Tensor::empty({numel}, DType::F8E4M3, device_);
       for (size_t k = 0; k < np; ++k) {  // codes = saturate(g * s), one quantization per parameter
-        b.scale[k] = pow2_scaling_factor(shared[np + k], kE4M3Max) * pre;
         const Tensor& p = params_[b.params[k]];
-        const Tensor scale = Tensor::full({}, b.scale[k], DType::F32, device_);
+        const Tensor scale = b.fp8.scale.slice(0, static_cast<int64_t>(k), static_cast<int64_t>(k) + 1).reshape({});
         b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel())
             .copy_(ops::quantize_fp8(b.part(k, p), DType::F8E4M3, {.scale = scale}).data);
       }
@@ -293,14 +300,9 @@ void DataParallel::finish() {
     } else if (options_.compression == GradCompression::FP8) {
       for (size_t k = 0; k < np; ++k) {  // g = sum * 1 / (s * n); a non-finite shared amax gives NaN everywhere
         const Tensor& p = params_[b.params[k]];
-        Tensor dst = b.part(k, p);
-        if (!std::isfinite(meta[np + k])) {
-          dst.fill_(std::numeric_limits<double>::quiet_NaN());
-          continue;
-        }
         const ops::Quantized sum{b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel()),
-                                 Tensor::full({}, static_cast<float>(1.0 / (b.scale[k] * n)), DType::F32, device_)};
-        dst.copy_(ops::dequantize(sum));
+                                 b.fp8.inv.slice(0, static_cast<int64_t>(k), static_cast<int64_t>(k) + 1).reshape({})};
+        b.part(k, p).copy_(ops::dequantize(sum));
       }
     }
     // With zero1 this rank's shard starts at the offset of its first parameter in the bucket.

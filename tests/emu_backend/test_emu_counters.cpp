@@ -301,8 +301,8 @@ TEST_F(EmuCountersLt, MatmulsThatRanAreCounted) {
 }
 
 // Record-only mode (MPT_EMU_DEVICE_WORK=record-only): everything is issued, checked and counted as usual, but kernel
-// bodies, GEMM arithmetic, device-to-device copies and memsets do not run; new memory is not poisoned (it reads
-// zeros), host<->device copies move their bytes.
+// bodies, GEMM arithmetic, device-to-device copies above 64 KiB and memsets do not run; new memory is not poisoned
+// (it reads zeros), host<->device copies and small device copies move their bytes.
 TEST_F(EmuCountersLt, RecordOnlyCountsWhatWouldRunWithoutRunningIt) {
   using namespace mpt::lt_test;
   Dev<float> A(kA), B(kB), D(4);
@@ -326,9 +326,28 @@ TEST_F(EmuCountersLt, RecordOnlyCountsWhatWouldRunWithoutRunningIt) {
   EXPECT_EQ(counted(), "kernel_launches=1 kernel_bytes_read=16 kernel_bytes_written=16 matmuls=1 matmul_flops=24 "
                        "matmul_bytes=64 d2h=2 d2h_bytes=32 d2d=1 d2d_bytes=16 pageable_copies=2 sync_copies=2 "
                        "memsets=1 syncs=2");
-  EXPECT_EQ(after, before) << "no GEMM, kernel, memset or device copy ran";
+  EXPECT_EQ(after, std::vector<float>(kA.begin(), kA.begin() + 4))
+      << "no GEMM, kernel or memset ran; the 16-byte device copy (the last) did";
+  EXPECT_NE(before, after);
   EXPECT_EQ(fresh_host, std::vector<float>(4, 0.0f)) << "unpoisoned, unwritten memory reads zeros, without an error";
   ASSERT_EQ(cudaFree(fresh), cudaSuccess);
+  // A device copy above kRecordOnlyCopyBytes does not run.
+  const size_t big = mpt::cuda_emu::kRecordOnlyCopyBytes + 4;
+  void *src = nullptr, *dst = nullptr;
+  mpt::cuda_emu::set_record_only(true);  // before the allocations: not poisoned, they read zeros
+  ASSERT_EQ(cudaMalloc(&src, big), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dst, big), cudaSuccess);
+  const std::vector<unsigned char> ones(big, 1);
+  ASSERT_EQ(cudaMemcpy(src, ones.data(), big, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dst, src, big, cudaMemcpyDeviceToDevice, nullptr), cudaSuccess);
+  std::vector<unsigned char> got(big, 7), copied(big, 7);
+  ASSERT_EQ(cudaMemcpy(copied.data(), src, big, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), dst, big, cudaMemcpyDeviceToHost), cudaSuccess);
+  mpt::cuda_emu::set_record_only(false);
+  EXPECT_EQ(copied, ones) << "host<->device copies move their bytes";
+  EXPECT_EQ(got, std::vector<unsigned char>(big, 0)) << "the large device copy did not run";
+  ASSERT_EQ(cudaFree(src), cudaSuccess);
+  ASSERT_EQ(cudaFree(dst), cudaSuccess);
 }
 
 class EmuCountersNccl : public mpt::nccl_test::NcclDouble {};

@@ -219,5 +219,22 @@ TEST(GpuCast, ConversionsAcrossDevicesAndLayoutsMatchCpu) {
   }
 }
 
+// The FP8 gradient all-reduce's scales on the device: the CPU's bits (one functor), special amaxes included.
+TEST(GpuCast, Fp8WireScalesMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> amax{0.0f, 1.0f, 448.0f, 3.3e-7f, 1e-44f, 6.5e4f, inf, nan, 2.0f, 0.75f};
+  const Tensor cpu = Tensor::from_vector(amax, {static_cast<int64_t>(amax.size())});
+  Tensor dev = cpu.to(Device::cuda(0)), host = cpu.clone();
+  ops::fp8_wire_amax_(dev);
+  ops::fp8_wire_amax_(host);
+  EXPECT_TRUE(testing::same_bits(to_cpu(dev), host));
+  for (const int world : {1, 3, 8}) {
+    const ops::Fp8WireScales d = ops::fp8_wire_scales(dev, world), c = ops::fp8_wire_scales(host, world);
+    EXPECT_TRUE(testing::same_bits(to_cpu(d.scale), c.scale)) << world;
+    EXPECT_TRUE(testing::same_bits(to_cpu(d.inv), c.inv)) << world;
+  }
+}
+
 }  // namespace
 }  // namespace mpt

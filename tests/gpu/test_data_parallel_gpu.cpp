@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -11,6 +13,9 @@
 #include "device_test.h"
 #include "mpt/train/data_parallel.h"
 #include "mpt/mpt.h"
+#if defined(MPT_CUDA_EMULATION)
+#include "cuda_emu/counters.h"
+#endif
 
 namespace mpt {
 namespace {
@@ -157,6 +162,57 @@ TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
   EXPECT_EQ(to_cpu(out).to_vector<float>(), (std::vector<float>{1, 2, 3}));
   Tensor cpu_out = Tensor::zeros({3}, DType::F32, Device::cpu());
   EXPECT_THROW(comm->all_gather(in, cpu_out), Error);
+}
+
+// FP8 on the wire with one process: every gradient comes back as MS-AMP's quantization of plain training's gradient,
+// written out here: amax, scale = 2^floor(log2(448 / amax)) (pre-scale 1 / sqrt(1)), E4M3 codes of g * scale, times
+// float(1 / scale). The amaxes, the shared scales and the codes are made on the device: the buckets that leave from
+// the gradient hooks read nothing back to the host. A NaN loss gives NaN gradients everywhere.
+TEST(GpuDataParallel, OneProcessFp8WireIsMsAmpsQuantizationWithoutHostReads) {
+  MPT_REQUIRE_GPU(8);
+  const Device d = Device::cuda(0);
+  nn::GPT plain(tiny(5, d)), wrapped(tiny(5, d));
+  train::DataParallel dp(wrapped, dist::single_process(),
+                         {.bucket_bytes = 16 << 10, .compression = train::GradCompression::FP8});
+  const auto [x, y] = global_batch(1, 0);
+  const Tensor xd = x.to(d), yd = y.to(d);
+  plain.loss(xd, yd).backward();
+  for (int s = 0; s < 2; ++s) {  // the first step uploads each bucket's used flags; the second reads nothing back
+    wrapped.zero_grad();
+    const Tensor loss = wrapped.loss(xd, yd);
+#if defined(MPT_CUDA_EMULATION)
+    cuda_emu::reset_counters();
+#endif
+    loss.backward();
+#if defined(MPT_CUDA_EMULATION)
+    const cuda_emu::Counters c = cuda_emu::counters();
+    if (s == 1) {
+      EXPECT_EQ(c.d2h + c.syncs + c.event_syncs, 0u) << "FP8 buckets left the hooks with a host read: "
+                                                      << cuda_emu::to_string(c);
+    }
+#endif
+    if (s == 0) dp.finish();
+  }
+  dp.finish();
+  const auto a = wrapped.named_parameters(), b = plain.named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor g = to_cpu(b[i].tensor.grad());
+    float amax = 0;
+    for (float v : g.to_vector<float>()) amax = std::max(amax, std::abs(v));
+    const float scale = amax > 0 ? static_cast<float>(std::exp2(std::floor(std::log2(448.0f / amax)))) : 1.0f;
+    const ops::Quantized q = ops::quantize_fp8(g, DType::F8E4M3, {.scale = Tensor::full({}, scale, DType::F32)});
+    const Tensor want = ops::dequantize({q.data, Tensor::full({}, static_cast<float>(1.0 / scale), DType::F32)});
+    EXPECT_TRUE(testing::same_bits(to_cpu(a[i].tensor.grad()), want)) << a[i].name;
+  }
+  wrapped.zero_grad();
+  (wrapped.loss(xd, yd) * std::numeric_limits<double>::quiet_NaN()).backward();
+  dp.finish();
+  for (const auto& p : wrapped.named_parameters()) {
+    for (float v : to_cpu(p.tensor.grad()).to_vector<float>()) {
+      ASSERT_TRUE(std::isnan(v)) << p.name;
+    }
+  }
 }
 
 }  // namespace

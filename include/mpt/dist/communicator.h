@@ -24,6 +24,10 @@ class Work {
   virtual ~Work() = default;
   virtual bool test() = 0;  // true once complete (never blocks)
   virtual void wait() = 0;
+  // Orders the device's later work on the current stream after the collective without blocking the host, where the
+  // backend runs on a device stream (NCCL); elsewhere it is wait(). The tensors stay the collective's until wait()
+  // returned or test() said true.
+  virtual void wait_on_device() { wait(); }
 };
 
 // One process's view of the job. Tensors are contiguous, on the communicator's device (the CPU for MPI and the single

@@ -67,6 +67,9 @@ struct BlockQuantizeOptions {
 
 // max |x| as a 0-d f32 tensor on x's device; NaN if any element is NaN, 0 for an empty tensor.
 Tensor amax(const Tensor& x);
+// The same written into `out`, one contiguous f32 element on x's device (e.g. a slot of a vector of amaxes); returns
+// out.
+Tensor amax(const Tensor& x, const Tensor& out);
 
 // Per-tensor quantization: data has x's shape, scale_inv is 0-d (1 / the scale used).
 Quantized quantize_fp8(const Tensor& x, DType fp8, const QuantizeOptions& options = {});

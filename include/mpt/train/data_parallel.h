@@ -104,7 +104,9 @@ class DataParallel {
   void launch_ready();
   void launch(Bucket& b);
   void progress();
-  void wait_for(const Bucket& b, dist::Work& work) const;  // names the bucket when the collective fails or times out
+  // Waits for the collective (on_device: orders the current stream after it, the host going on where the backend
+  // allows); names the bucket when the collective fails or times out.
+  void wait_for(const Bucket& b, dist::Work& work, bool on_device = false) const;
 
   std::shared_ptr<dist::Communicator> comm_;
   DataParallelOptions options_;

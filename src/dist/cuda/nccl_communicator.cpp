@@ -90,6 +90,12 @@ class NcclWork final : public Work {
     complete();
     return true;
   }
+  void wait_on_device() override {
+    if (complete_) return;
+    cuda_backend::DeviceGuard guard(st_->device.index());
+    st_->check_async(what_, rank_);
+    order_after();
+  }
   void wait() override {
     const auto start = std::chrono::steady_clock::now();
     for (int spins = 0; !test(); ++spins) {

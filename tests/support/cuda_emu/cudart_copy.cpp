@@ -47,7 +47,7 @@ void run_copy(std::unique_lock<std::mutex>& lock, StreamState& st, void* dst, co
   {
     const DeviceAccessScope access;
     const DeviceCodeMark device_code;
-    if (!(record_only() && kind == cudaMemcpyDeviceToDevice)) std::memmove(dst, src, bytes);
+    if (!(record_only() && kind == cudaMemcpyDeviceToDevice && bytes > kRecordOnlyCopyBytes)) std::memmove(dst, src, bytes);
   }
   if (host_waits) {
     lock.lock();

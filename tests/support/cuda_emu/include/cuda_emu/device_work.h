@@ -71,12 +71,15 @@ int pointer_device(const void* p);
 
 // Record-only mode: what a GPU would run is issued, checked, ordered and counted as usual (launch configurations,
 // pointer arguments, stream order, captures and replays, Counters with their bytes and FLOPs), but not carried out:
-// kernel bodies, cuBLASLt's arithmetic, device-to-device copies and memsets are skipped, and new device memory is
-// not poisoned (reading it gives zeros; host<->device copies still move their bytes). For measuring the host's cost
-// of a step at full size (benchmarks/bench_step_cost): the results are meaningless. Off by default;
+// kernel bodies, cuBLASLt's arithmetic, device-to-device copies above kRecordOnlyCopyBytes and memsets are skipped,
+// and new device memory is not poisoned (reading it gives zeros; host<->device copies still move their bytes). Small
+// device copies still run, so that bookkeeping the host reads back (e.g. DataParallel's flags of which parameters had
+// gradients) keeps its values and the host takes the path it takes on a GPU. For measuring the host's cost of a
+// step at full size (benchmarks/bench_step_cost): the results are meaningless. Off by default;
 // MPT_EMU_DEVICE_WORK=record-only switches it on at start-up.
 void set_record_only(bool on);
 bool record_only();
+inline constexpr size_t kRecordOnlyCopyBytes = 64 << 10;
 
 // How long waits on pending operations may take (default 60 s, MPT_EMU_WAIT_TIMEOUT_MS overrides).
 std::chrono::milliseconds wait_timeout();
