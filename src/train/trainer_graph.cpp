@@ -147,10 +147,17 @@ StepMetrics Trainer::graph_step(const std::vector<Batch>& batches, const BatchLo
     }
     graph_status_.captured = true;
     just_captured = true;
+    captured_grads_.clear();
+    for (const Tensor& p : params_) captured_grads_.push_back(p.grad());
   }
   const double lr = current_lr();  // the value the replay reads (refreshed on the device before the launch)
   graph_->replay();
   ++graph_status_.replays;
+  // The gradients are the captured step's buffers, which every replay rewrites; an eager step in between (FP8
+  // telemetry, other shapes) left its own on the parameters.
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (captured_grads_[i].defined() && params_[i].grad().storage() != captured_grads_[i].storage())
+      params_[i].set_grad(captured_grads_[i]);
   StepMetrics m = copied_out(captured_);
   m.lr = lr;
   m.backward_done_seconds = 0;  // nothing marks the end of backward inside a replay
@@ -167,6 +174,7 @@ void Trainer::drop_graph() {
   graph_.reset();
   static_inputs_.clear();
   captured_ = {};
+  captured_grads_.clear();
   graph_status_.captured = false;
   graph_status_.warmups = 0;
 }

@@ -76,7 +76,8 @@ struct TrainerOptions {
   // off CUDA, data parallelism, TokenSum (its divisor is a host value per step), a capture that fails (dropout, a
   // host read in the model); single steps run eagerly when their inputs' shapes or dtypes differ from the captured
   // ones (the graph stays for the next step that matches) or when they collect FP8 telemetry. The graph's private
-  // pool keeps one step's activations between steps; an eager step beside it uses memory of its own.
+  // pool keeps one step's activations between steps; an eager step beside it uses memory of its own. Give the inputs
+  // on the device (as mpt::data::DataLoader does): a copy from host memory waits for the device.
   bool cuda_graph = false;
 };
 
@@ -221,6 +222,7 @@ class Trainer {
   std::unique_ptr<CudaGraph> graph_;
   std::vector<Batch> static_inputs_;
   StepMetrics captured_;
+  std::vector<Tensor> captured_grads_;  // params_' gradients as the captured step left them
   GraphStatus graph_status_;
   std::set<std::string> graph_warned_;  // kinds of eager steps already reported on stderr
 };
