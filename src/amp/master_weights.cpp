@@ -5,12 +5,14 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <variant>
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
 #include "mpt/ops/elementwise.h"
+#include "mpt/ops/linear.h"
 #include "mpt/fp8/linear.h"
 
 namespace mpt::amp {
@@ -35,7 +37,7 @@ struct Fp8Entry {
 
 struct Cache {
   std::mutex mutex;
-  std::map<std::pair<const autograd::AutogradMeta*, DType>, Entry> entries;
+  std::map<std::tuple<const autograd::AutogradMeta*, DType, int64_t>, Entry> entries;  // (master, dtype, padded rows)
   std::map<std::pair<const autograd::AutogradMeta*, size_t>, Fp8Entry> fp8_entries;
   CastCacheStats stats;
 };
@@ -129,19 +131,31 @@ std::shared_ptr<const fp8::Fp8Weight> fp8_weight_copy(const Tensor& master, cons
   return copy;
 }
 
-Tensor compute_copy(const Tensor& master, DType dtype) {
+Tensor compute_copy(const Tensor& master, DType dtype) { return compute_copy(master, dtype, 0); }
+
+Tensor compute_copy(const Tensor& master, DType dtype, int64_t padded_rows) {
   MPT_CHECK(master.defined(), "[compute_copy] undefined master tensor");
-  if (master.dtype() == dtype) return master;
-  if (master.dtype() != DType::F32 || !master.is_leaf() || master.autograd_meta() == nullptr) return master.to(dtype);
+  const bool pad = padded_rows > 0;
+  if (pad) {
+    MPT_CHECK(master.dim() == 2 && padded_rows > master.size(0),
+              "[compute_copy] padded_rows {} must exceed the rows of a 2-d master, got {}", padded_rows,
+              master.meta_str());
+    MPT_CHECK(!autograd::is_grad_enabled(),
+              "[compute_copy] a padded copy is made with grad mode off (the GEMM's weight gradient goes to the master)");
+  }
+  if (!pad && master.dtype() == dtype) return master;
+  if (master.dtype() != DType::F32 || !master.is_leaf() || master.autograd_meta() == nullptr)
+    return pad ? ops::padded_rows(master, padded_rows, dtype) : master.to(dtype);
   const bool wants_grad = master.requires_grad() && autograd::is_grad_enabled();
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  Entry& e = c.entries[{master.autograd_meta().get(), dtype}];
+  Entry& e = c.entries[{master.autograd_meta().get(), dtype, padded_rows}];
   if (e.copy.defined() && e.data == master.data_ptr() && e.requires_grad == wants_grad) {
     ++c.stats.hits;
     return e.copy;
   }
-  e = Entry{make_copy(master, dtype, wants_grad), master.data_ptr(), wants_grad, master.autograd_meta()};
+  e = Entry{pad ? ops::padded_rows(master, padded_rows, dtype) : make_copy(master, dtype, wants_grad),
+            master.data_ptr(), wants_grad, master.autograd_meta()};
   ++c.stats.casts;
   return e.copy;
 }
@@ -151,7 +165,7 @@ void invalidate_compute_copies(const Tensor& master) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   const autograd::AutogradMeta* id = master.autograd_meta().get();
-  for (auto it = c.entries.lower_bound({id, DType{}}); it != c.entries.end() && it->first.first == id;)
+  for (auto it = c.entries.lower_bound({id, DType{}, int64_t{0}}); it != c.entries.end() && std::get<0>(it->first) == id;)
     it = c.entries.erase(it);
   for (auto it = c.fp8_entries.lower_bound({id, size_t{0}}); it != c.fp8_entries.end() && it->first.first == id;)
     it = c.fp8_entries.erase(it);

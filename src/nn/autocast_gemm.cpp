@@ -83,12 +83,13 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
     const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
     if (xc.dtype() != dt) xc = xc.to(dt);
     if (weight.dtype() == DType::F32 && dt != DType::F32) {
-      // The GEMMs read the cached low-precision copy; the gradient lands in the master (ops::linear writes dW in
-      // FP32 from the BF16/FP16 GEMM), and the FP32 bias is added in the GEMM's FP32 epilogue.
+      // The GEMMs read the cached low-precision copy (at the padded width, when padding: padded once per step,
+      // not per call); the gradient lands in the master (ops::linear writes dW in FP32 from the BF16/FP16 GEMM),
+      // and the FP32 bias is added in the GEMM's FP32 epilogue.
       Tensor copy;
       {
         autograd::NoGradGuard no_grad;
-        copy = amp::compute_copy(weight, dt);
+        copy = amp::compute_copy(weight, dt, out_padded > weight.size(0) ? out_padded : 0);
       }
       return ops::linear(xc, weight, bias, {.compute_weight = std::move(copy), .out_padded = out_padded});
     }

@@ -20,13 +20,26 @@ Tensor bias_grad(const Tensor& dy) {
 
 }  // namespace detail
 
+Tensor padded_rows(const Tensor& w, int64_t rows, DType dtype) {
+  MPT_CHECK(w.defined() && w.dim() == 2 && rows > w.size(0),
+            "[padded_rows] expected a 2-d weight with fewer than {} rows, got {}", rows,
+            w.defined() ? w.meta_str() : "undefined");
+  autograd::NoGradGuard no_grad;
+  Tensor out = Tensor::empty({rows, w.size(1)}, dtype, w.device());
+  out.slice(0, w.size(0), rows).zero_();
+  out.slice(0, 0, w.size(0)).copy_(w.detach());
+  return out;
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const LinearOptions& opt) {
   const char* op = "linear";
   MPT_CHECK(x.defined() && weight.defined() && x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
             "[linear] expected x [N, K] and weight [M, K], got x {} and weight {}",
             x.defined() ? x.meta_str() : "undefined", weight.defined() ? weight.meta_str() : "undefined");
   const Tensor& w = opt.compute_weight.defined() ? opt.compute_weight : weight;
-  MPT_CHECK(w.shape() == weight.shape() && w.dtype() == x.dtype() && is_floating(x.dtype()) && !is_fp8(x.dtype()),
+  const bool w_padded = opt.compute_weight.defined() && opt.out_padded > weight.size(0) && w.dim() == 2 &&
+                        w.size(0) == opt.out_padded && w.size(1) == weight.size(1);
+  MPT_CHECK((w.shape() == weight.shape() || w_padded) && w.dtype() == x.dtype() && is_floating(x.dtype()) && !is_fp8(x.dtype()),
             "[linear] the GEMM needs x and the weight it reads in one of f32, f16, bf16, f64: got x {} and weight {}{}",
             x.meta_str(), w.meta_str(), opt.compute_weight.defined() ? " (compute_weight)" : "");
   MPT_CHECK(weight.dtype() == x.dtype() ||
@@ -45,12 +58,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
   const bool pad = opt.out_padded > rows;
 
   const detail::GradRecorder grad({&x, &weight, &bias});
-  Tensor wp = w;  // the weight the GEMMs read: zero rows appended when padding
-  if (pad) {
-    autograd::NoGradGuard no_grad;
-    wp = Tensor::zeros({opt.out_padded, w.size(1)}, w.dtype(), w.device());
-    wp.slice(0, 0, rows).copy_(w);
-  }
+  // The weight the GEMMs read: zero rows appended when padding (already, for a padded compute copy).
+  const Tensor wp = pad && !w_padded ? padded_rows(w, opt.out_padded, w.dtype()) : w;
   Tensor y = matmul(x, wp, {.trans_b = true, .bias = bias.defined() ? bias.detach() : Tensor{}});
   // Saved only for the gradients wanted: a frozen weight keeps no activation alive, a frozen input no weight copy.
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();

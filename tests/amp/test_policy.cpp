@@ -140,6 +140,51 @@ TEST(MasterWeights, CastsOncePerOptimizerStepAcrossMicroBatches) {
   }
 }
 
+// The padded compute copy (GPT's LM head at a padded vocabulary): the BF16 cast in the first rows, zeros after,
+// cached until the master changes, and a linear that reads it has the bits of one that pads per call.
+TEST(MasterWeights, PaddedCopyIsTheCastWithZeroRowsCachedOncePerStep) {
+  const Tensor master = testing::random_tensor({5, 3}, DType::F32, 7).requires_grad_();
+  amp::invalidate_compute_copies();
+  amp::reset_cast_cache_stats();
+  Tensor padded;
+  {
+    autograd::NoGradGuard no_grad;
+    padded = amp::compute_copy(master, DType::BF16, 8);
+    EXPECT_EQ(amp::compute_copy(master, DType::BF16, 8).data_ptr(), padded.data_ptr());
+    EXPECT_MPT_ERROR(amp::compute_copy(master, DType::BF16, 5), "padded_rows 5 must exceed the rows of a 2-d master");
+  }
+  EXPECT_EQ(amp::cast_cache_stats().casts, 1);
+  EXPECT_EQ(amp::cast_cache_stats().hits, 1);
+  ASSERT_EQ(padded.shape(), (Shape{8, 3}));
+  const auto f32 = [](const Tensor& t) { return t.to(DType::F32).to_vector<float>(); };  // bf16 -> f32 is exact
+  EXPECT_TRUE(testing::same_bits(f32(padded.slice(0, 0, 5)), f32(master.detach().to(DType::BF16))));
+  EXPECT_EQ(padded.slice(0, 5, 8).to(DType::F32).to_vector<float>(), std::vector<float>(9, 0.0f));
+  EXPECT_MPT_ERROR(amp::compute_copy(master, DType::BF16, 8), "a padded copy is made with grad mode off");
+  amp::invalidate_compute_copies(master);
+  {
+    autograd::NoGradGuard no_grad;
+    EXPECT_NE(amp::compute_copy(master, DType::BF16, 8).data_ptr(), padded.data_ptr());  // made again
+  }
+  // ops::linear reading the cached padded copy against padding the unpadded copy per call: the same bits.
+  const Tensor x = testing::random_tensor({4, 3}, DType::F32, 8).to(DType::BF16);
+  std::vector<Tensor> y, dw;
+  for (const bool cached : {true, false}) {
+    master.set_grad(Tensor{});
+    Tensor copy;
+    {
+      autograd::NoGradGuard no_grad;
+      copy = cached ? amp::compute_copy(master, DType::BF16, 8) : amp::compute_copy(master, DType::BF16);
+    }
+    const Tensor out = ops::linear(x, master, Tensor{}, {.compute_weight = copy, .out_padded = 8});
+    ops::sum(out.to(DType::F32)).backward();
+    y.push_back(out);
+    dw.push_back(master.grad());
+  }
+  EXPECT_TRUE(testing::same_bits(f32(y[0]), f32(y[1])));
+  EXPECT_TRUE(testing::same_bits(f32(dw[0]), f32(dw[1])));
+  EXPECT_EQ(dw[0].shape(), (Shape{5, 3}));
+}
+
 TEST(Autocast, PerModuleOverrideKeepsABlockInFp32) {
   nn::GPTConfig c;
   c.vocab_size = 11;

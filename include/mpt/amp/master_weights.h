@@ -21,6 +21,11 @@ namespace mpt::amp {
 // gradients accumulate in FP32, not in the low precision) and cleared, and the master's post-accumulate hooks run.
 // A master that is not an F32 leaf, or already has `dtype`, is returned cast by a plain (recorded) to().
 Tensor compute_copy(const Tensor& master, DType dtype);
+// The same copy of a 2-d master [M, K] with zero rows appended up to padded_rows > M (ops::padded_rows), cached
+// beside the unpadded one and invalidated with it: the weight a GEMM at a padded width reads (GPT's LM head at 50304
+// of 50257 classes, ops::LinearOptions::out_padded), made once per optimizer step instead of padded per call. Made
+// without gradient (the GEMM's weight gradient goes to the master): grad mode must be off.
+Tensor compute_copy(const Tensor& master, DType dtype, int64_t padded_rows);
 
 // The FP8 copy of the master weight `master` (M, K) under `recipe` (fp8::quantize_fp8_weight: E4M3 codes of W and,
 // when `transpose`, of W^T), for fp8::fp8_linear's fp8::Fp8LinearConfig::weight_fp8. Cached beside the compute copies,

@@ -7,7 +7,8 @@ namespace mpt::ops {
 
 struct LinearOptions {
   // The copy of `weight` the GEMMs read, in x's dtype (e.g. amp::compute_copy(weight, BF16) of an FP32 master);
-  // undefined: `weight` itself. It is not differentiated: the weight gradient goes to `weight`, in weight's dtype,
+  // undefined: `weight` itself. With out_padded it may already have out_padded rows, the extra ones zero
+  // (amp::compute_copy(weight, BF16, out_padded), cached: then nothing is padded per call). It is not differentiated: the weight gradient goes to `weight`, in weight's dtype,
   // so a BF16 GEMM writes an FP32 master's gradient in FP32 directly (no BF16 rounding, no cast, no second pass).
   Tensor compute_weight{};
   // 0, or the output width padded to `out_padded` >= M columns (no bias): the GEMMs read the weight with zero rows
@@ -17,6 +18,10 @@ struct LinearOptions {
   // only if they are 0 (ops::softmax_cross_entropy with `classes` writes them so).
   int64_t out_padded = 0;
 };
+
+// w [M, K] as `dtype` with zero rows appended to `rows` > M: [rows, K], one conversion of w into the prefix and a
+// zero fill of the M..rows tail only (no bias, not recorded by autograd).
+Tensor padded_rows(const Tensor& w, int64_t rows, DType dtype);
 
 // x: [N, K]; weight: [M, K]; bias: [M] or undefined (any float dtype but FP8). Returns y [N, M] in x's dtype (f32,
 // f16, bf16 or f64), y = x W^T + b with products accumulated in FP32 and the bias added in FP32 before the one
