@@ -14,14 +14,16 @@ constexpr int64_t kParallelElements = 1 << 15;
 // dweight/dbias partial sums: a fixed chunk count keeps the summation order independent of the threads.
 constexpr int64_t kGradChunks = 32;
 
-template <class T>
+template <class T, class Y>
 struct ForwardRows {
   OpmathRow<T> x, residual, out;
-  explicit ForwardRows(int64_t n) : x(n), residual(n), out(n) {}
+  OpmathRow<Y> y;
+  explicit ForwardRows(int64_t n) : x(n), residual(n), out(n), y(n) {}
 };
 
-template <class T, class P, class F>
-void forward_row(const math::LayerNormForwardParams<T, P>& p, int64_t r, const F* w, const F* b, ForwardRows<T>& rows) {
+template <class T, class P, class Y, class F>
+void forward_row(const math::LayerNormForwardParams<T, P, Y>& p, int64_t r, const F* w, const F* b,
+                 ForwardRows<T, Y>& rows) {
   const int64_t n = p.cols, offset = r * n;
   const F* x = rows.x.load(p.x + offset, n);
   if (p.residual != nullptr) {
@@ -41,27 +43,28 @@ void forward_row(const math::LayerNormForwardParams<T, P>& p, int64_t r, const F
 #pragma omp simd reduction(+ : sq)
   for (int64_t c = 0; c < n; ++c) sq += (x[c] - mean) * (x[c] - mean);
   const F rstd = math::layer_norm_rstd(sq / static_cast<F>(n), static_cast<F>(p.eps));
-  F* y = rows.out.out(p.y + offset);
+  F* y = rows.y.out(p.y + offset);
   if (b != nullptr) {
     for (int64_t c = 0; c < n; ++c) y[c] = math::layer_norm_output(x[c], mean, rstd, w[c], b[c]);
   } else {
     for (int64_t c = 0; c < n; ++c) y[c] = math::layer_norm_output(x[c], mean, rstd, w[c], F(0));
   }
-  rows.out.store(p.y + offset, n);
+  rows.y.store(p.y + offset, n);
   p.mean[r] = mean;
   p.rstd[r] = rstd;
 }
 
-template <class T>
+template <class T, class G>
 struct BackwardRows {
-  OpmathRow<T> x, dy, dx, old;
-  explicit BackwardRows(int64_t n) : x(n), dy(n), dx(n), old(n) {}
+  OpmathRow<T> x, dx, old;
+  OpmathRow<G> dy;
+  explicit BackwardRows(int64_t n) : x(n), dx(n), old(n), dy(n) {}
 };
 
 // dx for row r; adds dy * xhat and dy into the chunk's partials pw, pb.
-template <class T, class P, class F>
-void backward_row(const math::LayerNormBackwardParams<T, P>& p, int64_t r, const F* w, F* pw, F* pb,
-                  BackwardRows<T>& rows) {
+template <class T, class P, class G, class F>
+void backward_row(const math::LayerNormBackwardParams<T, P, G>& p, int64_t r, const F* w, F* pw, F* pb,
+                  BackwardRows<T, G>& rows) {
   const int64_t n = p.cols, offset = r * n;
   const F* x = rows.x.load(p.x + offset, n);
   const F* dy = rows.dy.load(p.dy + offset, n);
@@ -95,8 +98,8 @@ void store_param_grad(P* out, const F* partials, int64_t chunks, int64_t stride,
 
 }  // namespace
 
-template <class T, class P>
-void layer_norm_forward(const math::LayerNormForwardParams<T, P>& p) {
+template <class T, class P, class Y>
+void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y>& p) {
   using F = math::opmath_t<T>;
   if (p.rows <= 0 || p.cols <= 0) return;
   std::vector<F> w_storage, b_storage;
@@ -104,14 +107,14 @@ void layer_norm_forward(const math::LayerNormForwardParams<T, P>& p) {
   const F* b = params_as<F>(p.bias, p.cols, b_storage);
 #pragma omp parallel if (p.rows * p.cols > kParallelElements)
   {
-    ForwardRows<T> rows(p.cols);
+    ForwardRows<T, Y> rows(p.cols);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < p.rows; ++r) forward_row(p, r, w, b, rows);
   }
 }
 
-template <class T, class P>
-void layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p) {
+template <class T, class P, class G>
+void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p) {
   using F = math::opmath_t<T>;
   if (p.rows <= 0 || p.cols <= 0) return;
   const int64_t n = p.cols;
@@ -122,7 +125,7 @@ void layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p) {
   std::vector<F> partials(static_cast<size_t>(chunks * 2 * n), F(0));  // (chunks, 2, cols)
 #pragma omp parallel if (p.rows * n > kParallelElements)
   {
-    BackwardRows<T> rows(n);
+    BackwardRows<T, G> rows(n);
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < chunks; ++k) {
       F* pw = partials.data() + k * 2 * n;
@@ -137,15 +140,17 @@ void layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p) {
   }
 }
 
-#define MPT_INSTANTIATE(T, P)                                                          \
-  template void layer_norm_forward<T, P>(const math::LayerNormForwardParams<T, P>&); \
-  template void layer_norm_backward<T, P>(const math::LayerNormBackwardParams<T, P>&);
-MPT_INSTANTIATE(float, float)
-MPT_INSTANTIATE(double, double)
-MPT_INSTANTIATE(f16, f16)
-MPT_INSTANTIATE(bf16, bf16)
-MPT_INSTANTIATE(f16, float)
-MPT_INSTANTIATE(bf16, float)
+#define MPT_INSTANTIATE(T, P, Y)                                                             \
+  template void layer_norm_forward<T, P, Y>(const math::LayerNormForwardParams<T, P, Y>&); \
+  template void layer_norm_backward<T, P, Y>(const math::LayerNormBackwardParams<T, P, Y>&);
+MPT_INSTANTIATE(float, float, float)
+MPT_INSTANTIATE(double, double, double)
+MPT_INSTANTIATE(f16, f16, f16)
+MPT_INSTANTIATE(bf16, bf16, bf16)
+MPT_INSTANTIATE(f16, float, f16)
+MPT_INSTANTIATE(bf16, float, bf16)
+MPT_INSTANTIATE(float, float, f16)   // an f32 residual stream's norm written for (and read back from) an f16 GEMM
+MPT_INSTANTIATE(float, float, bf16)  // likewise BF16
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

@@ -17,8 +17,9 @@ constexpr int64_t kSharedPartialBytes = 48 * 1024;
 
 // Three passes over the row (with a residual, the first one writes s = x + residual and later passes read
 // s back): sum, sum of squared deviations, output.
-template <class T, class P, bool kVec>
-__global__ void __launch_bounds__(kMaxThreads) layer_norm_forward_kernel(const math::LayerNormForwardParams<T, P> p) {
+template <class T, class P, class Y, bool kVec>
+__global__ void __launch_bounds__(kMaxThreads)
+    layer_norm_forward_kernel(const math::LayerNormForwardParams<T, P, Y> p) {
   __shared__ float scratch[math::kBlockReduceScratch];
   using Pack = RowPack<T, kVec>;
   const int64_t n = p.cols, offset = static_cast<int64_t>(blockIdx.x) * n;
@@ -75,9 +76,9 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_forward_kernel(const m
 // Block b handles rows b, b + gridDim.x, ...: dx per row, and its threads sum dy * xhat and dy of the columns
 // they own into acc (shared memory, or the block's slice of `partials` when use_shared is false), which is
 // finally written to the block's slice (blocks, 2, cols) of `partials`.
-template <class T, class P, bool kVec>
+template <class T, class P, class G, bool kVec>
 __global__ void __launch_bounds__(kBackwardThreads)
-    layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P> p, float* partials, bool use_shared) {
+    layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P, G> p, float* partials, bool use_shared) {
   __shared__ float scratch[math::kBlockReduceScratch];
   MPT_DYNAMIC_SHARED(float, smem);
   using Pack = RowPack<T, kVec>;
@@ -143,9 +144,10 @@ MPT_DEVICE MPT_INLINE void store_param_grad(P* out, int64_t c, float v, bool acc
 }
 
 // One thread per column: dweight[c] (+)= sum over slices in block order, likewise dbias.
-template <class T, class P>
+template <class T, class P, class G>
 __global__ void __launch_bounds__(kParamThreads)
-    layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P> p, const float* partials, int64_t blocks) {
+    layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P, G> p, const float* partials,
+                                 int64_t blocks) {
   const int64_t n = p.cols;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= n) return;
@@ -162,8 +164,8 @@ bool bad_shape(int64_t rows, int64_t cols) { return rows < 0 || cols < 1 || rows
 
 }  // namespace
 
-template <class T, class P>
-cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P>& p, cudaStream_t stream) {
+template <class T, class P, class Y>
+cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y>& p, cudaStream_t stream) {
   if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const bool fused = p.residual != nullptr;
@@ -179,16 +181,16 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P>& p, cuda
   const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
   const uint64_t cols = static_cast<uint64_t>(p.cols);
   const uint64_t read_bytes = elems * sizeof(T) * (fused ? 2 : 1) + cols * sizeof(P) * (p.bias != nullptr ? 2 : 1);
-  const uint64_t written_bytes =
-      elems * sizeof(T) * (fused ? 2 : 1) + 2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>);
+  const uint64_t written_bytes = elems * (sizeof(Y) + (fused ? sizeof(T) : 0)) +
+                                 2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>);
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
                             read_bytes, written_bytes};
-  return vec ? launch(layer_norm_forward_kernel<T, P, true>, config, p)
-             : launch(layer_norm_forward_kernel<T, P, false>, config, p);
+  return vec ? launch(layer_norm_forward_kernel<T, P, Y, true>, config, p)
+             : launch(layer_norm_forward_kernel<T, P, Y, false>, config, p);
 }
 
-template <class T, class P>
-cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p, float* scratch, cudaStream_t stream) {
+template <class T, class P, class G>
+cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p, float* scratch, cudaStream_t stream) {
   if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   if (p.dy == nullptr || p.x == nullptr || p.weight == nullptr || p.mean == nullptr || p.rstd == nullptr ||
@@ -205,14 +207,14 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p, fl
   const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
   const uint64_t cols = static_cast<uint64_t>(p.cols);
   const uint64_t partials = static_cast<uint64_t>(blocks) * static_cast<uint64_t>(partial_bytes);
-  const uint64_t read_bytes = elems * sizeof(T) * (p.accumulate_dx ? 3 : 2) + cols * sizeof(P) +
+  const uint64_t read_bytes = elems * (sizeof(G) + sizeof(T) * (p.accumulate_dx ? 2 : 1)) + cols * sizeof(P) +
                               2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
                               (use_shared ? 0 : partials);
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
                             use_shared ? static_cast<size_t>(partial_bytes) : 0, stream, read_bytes,
                             elems * sizeof(T) + partials};
-  const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, true>, config, p, scratch, use_shared)
-                            : launch(layer_norm_backward_kernel<T, P, false>, config, p, scratch, use_shared);
+  const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, G, true>, config, p, scratch, use_shared)
+                            : launch(layer_norm_backward_kernel<T, P, G, false>, config, p, scratch, use_shared);
   if (e != cudaSuccess) return e;
   // The partials in; dweight (and dbias) out, read first when accumulated.
   const uint64_t param_read = partials + (p.accumulate_dweight ? cols * sizeof(P) : 0) +
@@ -220,17 +222,20 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P>& p, fl
   const uint64_t param_written = cols * sizeof(P) * (p.dbias != nullptr ? 2 : 1);
   const LaunchConfig reduce{dim3(static_cast<unsigned>((p.cols + kParamThreads - 1) / kParamThreads)),
                             dim3(kParamThreads), 0, stream, param_read, param_written};
-  return launch(layer_norm_param_grad_kernel<T, P>, reduce, p, static_cast<const float*>(scratch), blocks);
+  return launch(layer_norm_param_grad_kernel<T, P, G>, reduce, p, static_cast<const float*>(scratch), blocks);
 }
 
-#define MPT_INSTANTIATE(T, P)                                                                                  \
-  template cudaError_t layer_norm_forward<T, P>(const math::LayerNormForwardParams<T, P>&, cudaStream_t); \
-  template cudaError_t layer_norm_backward<T, P>(const math::LayerNormBackwardParams<T, P>&, float*, cudaStream_t);
-MPT_INSTANTIATE(float, float)
-MPT_INSTANTIATE(f16, f16)
-MPT_INSTANTIATE(bf16, bf16)
-MPT_INSTANTIATE(f16, float)
-MPT_INSTANTIATE(bf16, float)
+#define MPT_INSTANTIATE(T, P, Y)                                                                              \
+  template cudaError_t layer_norm_forward<T, P, Y>(const math::LayerNormForwardParams<T, P, Y>&, cudaStream_t); \
+  template cudaError_t layer_norm_backward<T, P, Y>(const math::LayerNormBackwardParams<T, P, Y>&, float*,      \
+                                                    cudaStream_t);
+MPT_INSTANTIATE(float, float, float)
+MPT_INSTANTIATE(f16, f16, f16)
+MPT_INSTANTIATE(bf16, bf16, bf16)
+MPT_INSTANTIATE(f16, float, f16)
+MPT_INSTANTIATE(bf16, float, bf16)
+MPT_INSTANTIATE(float, float, f16)   // an f32 residual stream's norm written for (and read back from) an f16 GEMM
+MPT_INSTANTIATE(float, float, bf16)  // likewise BF16
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -7,16 +7,28 @@
 
 namespace mpt::kernels::cuda {
 
-// kWidth consecutive elements of T widened to float: one Vec16 when kVec, else one element.
+// N consecutive elements of U moved as one access (8 bytes for four bf16 beside float rows).
+template <class U, int N>
+struct alignas(sizeof(U) * N) RowVec {
+  U v[N];
+};
+
+// kWidth consecutive elements of T widened to float: one Vec16 when kVec, else one element. load and store also
+// take another element type U (a float row's output written as bf16, its gradient read as bf16): the same kWidth
+// elements, as one access of kWidth * sizeof(U) bytes.
 template <class T, bool kVec>
 struct RowPack {
   static constexpr int kWidth = kVec ? Vec16<T>::kSize : 1;
   float v[kWidth];
 
-  MPT_DEVICE MPT_INLINE static RowPack load(const T* p) {
+  template <class U = T>
+  MPT_DEVICE MPT_INLINE static RowPack load(const U* p) {
     RowPack r;
     if constexpr (kVec) {
-      const Vec16<T> q = load16(p);
+#if defined(MPT_CUDA_EMULATION)
+      ::mpt::cuda_emu::check_aligned(p, sizeof(RowVec<U, kWidth>), "RowPack::load");
+#endif
+      const RowVec<U, kWidth> q = *reinterpret_cast<const RowVec<U, kWidth>*>(p);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) r.v[k] = math::load(q.v[k]);
     } else {
@@ -25,14 +37,18 @@ struct RowPack {
     return r;
   }
 
-  MPT_DEVICE MPT_INLINE void store(T* p) const {
+  template <class U = T>
+  MPT_DEVICE MPT_INLINE void store(U* p) const {
     if constexpr (kVec) {
-      Vec16<T> q;
+      RowVec<U, kWidth> q;
 #pragma unroll
-      for (int k = 0; k < kWidth; ++k) q.v[k] = math::store<T>(v[k]);
-      store16(p, q);
+      for (int k = 0; k < kWidth; ++k) q.v[k] = math::store<U>(v[k]);
+#if defined(MPT_CUDA_EMULATION)
+      ::mpt::cuda_emu::check_aligned(p, sizeof(RowVec<U, kWidth>), "RowPack::store");
+#endif
+      *reinterpret_cast<RowVec<U, kWidth>*>(p) = q;
     } else {
-      *p = math::store<T>(v[0]);
+      *p = math::store<U>(v[0]);
     }
   }
 };

@@ -12,15 +12,16 @@ namespace mpt::kernels::math {
 // y = (x - mean) * rstd * weight + bias over each row of `cols` elements; statistics in opmath (float,
 // double for double). With `rms` it is RMSNorm: mean is taken as 0 (and saved as 0), rstd = 1 / sqrt(mean(x^2) + eps). With `residual`, the row normalised is s = x + residual, rounded to T and written
 // to `sum` first: the statistics come from the rounded s, so the saved (s, mean, rstd) are consistent for
-// backward. bias may be null (no bias). T is the activation type, P the parameter type (T or float).
-template <class T, class P>
+// backward. bias may be null (no bias). T is the activation type, P the parameter type (T or float), Y the output's
+// (T, or f16/bf16 beside float T: the normalised row rounded once, straight to the dtype of the GEMM that reads it).
+template <class T, class P, class Y = T>
 struct LayerNormForwardParams {
   const T* x = nullptr;         // (rows, cols)
   const T* residual = nullptr;  // (rows, cols) or null
   T* sum = nullptr;             // (rows, cols): x + residual, when residual is given
   const P* weight = nullptr;    // (cols)
   const P* bias = nullptr;      // (cols) or null
-  T* y = nullptr;               // (rows, cols)
+  Y* y = nullptr;               // (rows, cols)
   opmath_t<T>* mean = nullptr;  // (rows)
   opmath_t<T>* rstd = nullptr;  // (rows)
   int64_t rows = 0;
@@ -30,10 +31,11 @@ struct LayerNormForwardParams {
 };
 
 // dx, dweight, dbias of y = xhat * weight + bias, xhat = (x - mean) * rstd. Each output is overwritten, or
-// added to when its accumulate flag is set (backward accumulates into gradients). dbias may be null.
-template <class T, class P>
+// added to when its accumulate flag is set (backward accumulates into gradients). dbias may be null. G is dy's type:
+// T, or the f16/bf16 of a forward that wrote Y = G (widened exactly to float as it is read).
+template <class T, class P, class G = T>
 struct LayerNormBackwardParams {
-  const T* dy = nullptr;              // (rows, cols)
+  const G* dy = nullptr;              // (rows, cols)
   const T* x = nullptr;               // (rows, cols): the normalised input (s for the fused residual add)
   const P* weight = nullptr;          // (cols)
   const opmath_t<T>* mean = nullptr;  // (rows)

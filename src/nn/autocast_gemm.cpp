@@ -98,6 +98,15 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
   return ops::linear(xc, w, bias, {.out_padded = out_padded});
 }
 
+DType autocast_input_dtype(DType x, const Tensor& weight, std::string_view path) {
+  const amp::Policy* policy = amp::current_policy();
+  if (policy == nullptr || x != DType::F32 || qat_scheme(policy, path) != nullptr) return x;
+  const amp::Precision p = policy->at(path);
+  if (p == amp::Precision::FP8) return x;
+  const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);  // as autocast_linear casts
+  return dt == DType::BF16 || dt == DType::F16 ? dt : x;
+}
+
 Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::string_view path1, const Tensor& w2,
                     const Tensor& b2, std::string_view path2) {
   const amp::Policy* policy = amp::current_policy();

@@ -18,6 +18,11 @@ namespace mpt::nn::detail {
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
                        const char* layer, int64_t out_padded = 0, const Tensor& weight_scale = {});
 
+// The dtype autocast_linear(x, weight, ..., path) reads an x of dtype `x` in, where a producer may write that dtype
+// directly (bit for bit the cast autocast_linear would otherwise make): f16 or bf16 for an f32 x whose GEMM runs in
+// FP16/BF16. `x` itself otherwise: no policy, an f32 GEMM, FP8 and QAT (which quantize x as it comes).
+DType autocast_input_dtype(DType x, const Tensor& weight, std::string_view path);
+
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
 // run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast
 // (with the cached compute copies of FP32 masters); fp8::fp8_mlp under FP8 (each layer's metas registered under its

@@ -2,11 +2,11 @@
 #include "mpt/nn/gpt.h"
 
 #include "autocast_gemm.h"
+#include "recompute.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "mpt/autograd/checkpoint.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/profile.h"
 #include "mpt/ops/activation.h"
@@ -108,16 +108,20 @@ namespace {
 Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.dtype() ? t : t.to(stream.dtype()); }
 }  // namespace
 
+// Each norm writes its output in the dtype of the one GEMM that reads it (BF16 under BF16 Autocast): the cast that
+// GEMM would make is folded into the norm's store, bit for bit, and its backward reads the BF16 gradient directly.
 Tensor Block::forward(const Tensor& x, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
   // h = x + attn(ln_1(x))
-  auto [h, normed] = ln_2_->forward_residual(like(attn_->forward(ln_1_->forward(x), lengths), x), x);
+  const Tensor a = attn_->forward(ln_1_->forward(x, attn_->c_attn().input_dtype(x.dtype())), lengths);
+  auto [h, normed] = ln_2_->forward_residual(like(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
   return ops::add(h, like(mlp_->forward(normed), h));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const {
-  const Tensor a = attn_->forward_cached(ln_1_->forward(x), k_cache, v_cache, pos, capacity);
-  auto [h, normed] = ln_2_->forward_residual(like(a, x), x);
+  const Tensor normed_1 = ln_1_->forward(x, attn_->c_attn().input_dtype(x.dtype()));
+  const Tensor a = attn_->forward_cached(normed_1, k_cache, v_cache, pos, capacity);
+  auto [h, normed] = ln_2_->forward_residual(like(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
   return ops::add(h, like(mlp_->forward(normed), h));
 }
 
@@ -156,18 +160,24 @@ GPT::GPT(const GPTConfig& c) : LanguageModel("GPT"), config_(c) {
 
 Tensor GPT::forward(const Tensor& ids, const Tensor& lengths) const {
   const profile::Range range("forward");  // the phase; module ranges nest inside, the loss follows it
-  return head(features(ids, lengths), 0);
+  return head(head_norm(trunk(ids, lengths)), 0);
 }
 
 Tensor GPT::loss_logits(const Tensor& ids, const Tensor& lengths) const {
   const profile::Range range("forward");
-  return head(features(ids, lengths), padded_head_width(ids.device()));
+  return head(head_norm(trunk(ids, lengths)), padded_head_width(ids.device()));
+}
+
+std::string GPT::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
+
+Tensor GPT::head_norm(const Tensor& x) const {
+  return ln_f_->forward(x, detail::autocast_input_dtype(x.dtype(), wte_->weight(), head_path()));
 }
 
 Tensor GPT::head(const Tensor& x, int64_t out_padded) const {
   const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd;
   // The LM head, tied to wte; a policy addresses it as "lm_head".
-  const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
+  const std::string head = head_path();
   const profile::Range head_range(head);
   const Tensor logits = detail::autocast_linear(x.reshape({B * T, C}), wte_->weight(), Tensor{}, head, "GPT",
                                                 out_padded > config_.vocab_size ? out_padded : 0);
@@ -184,7 +194,9 @@ int64_t GPT::padded_head_width(int64_t vocab, int64_t multiple, bool cuda) {
   return multiple > 1 ? (vocab + multiple - 1) / multiple * multiple : vocab;
 }
 
-Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const {
+Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const { return ln_f_->forward(trunk(ids, lengths)); }
+
+Tensor GPT::trunk(const Tensor& ids, const Tensor& lengths) const {
   MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
             "[GPT] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
   const int64_t T = ids.size(1);
@@ -200,12 +212,12 @@ Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const {
   for (const auto& block : *h_) {
     if (checkpoint_blocks_) {
       const Block* b = block.get();
-      x = autograd::checkpoint([b, lengths](const Tensor& in) { return b->forward(in, lengths); }, x);
+      x = detail::checkpoint_under_policy([b, lengths](const Tensor& in) { return b->forward(in, lengths); }, x);
     } else {
       x = block->forward(x, lengths);
     }
   }
-  return ln_f_->forward(x);
+  return x;
 }
 
 Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
@@ -225,9 +237,8 @@ Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
   Tensor x = ops::add(wte_->forward(ids), wpe_->forward(p));
   for (size_t i = 0; i < n; ++i) x = (*h_)[i].forward_cached(x, cache.k[i], cache.v[i], pos, config_.block_size);
   cache.length = pos + t;
-  x = ln_f_->forward(x.slice(1, t - 1, t).reshape({B, C}));
-  const std::string head = path().empty() ? std::string("lm_head") : path() + ".lm_head";
-  return detail::autocast_linear(x, wte_->weight(), Tensor{}, head, "GPT");
+  x = head_norm(x.slice(1, t - 1, t).reshape({B, C}));
+  return detail::autocast_linear(x, wte_->weight(), Tensor{}, head_path(), "GPT");
 }
 
 void GPT::freeze(int64_t blocks) {

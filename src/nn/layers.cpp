@@ -53,6 +53,10 @@ Tensor Linear::forward(const Tensor& x) const {
       .reshape(out_shape);
 }
 
+DType Linear::input_dtype(DType x) const {
+  return quantized_ != nullptr ? x : detail::autocast_input_dtype(x, weight(), path());
+}
+
 void Linear::learn_weight_scale(const ops::QuantSpec& spec) {
   ops::QuantSpec s = spec;
   s.f16_scale = false;  // trained in f32; rounded where a file stores FP16
@@ -83,16 +87,17 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Modu
   if (bias) bias_ = &register_parameter("bias", Tensor::zeros({dim}, where.dtype, where.device), false);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const {
+Tensor LayerNorm::forward(const Tensor& x, std::optional<DType> y_dtype) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("LayerNorm", x, weight(), weight().numel());
-  return ops::layer_norm(x, weight(), bias(), eps_).y;
+  return ops::layer_norm(x, weight(), bias(), eps_, y_dtype).y;
 }
 
-std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) const {
+std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual,
+                                                      std::optional<DType> y_dtype) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("LayerNorm", x, weight(), weight().numel());
-  ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_);
+  ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_, y_dtype);
   return {std::move(r.sum), std::move(r.y)};
 }
 
@@ -101,16 +106,17 @@ RMSNorm::RMSNorm(int64_t dim, double eps, Placement where) : Module("RMSNorm"), 
   weight_ = &register_parameter("weight", Tensor::ones({dim}, where.dtype, where.device), false);
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const {
+Tensor RMSNorm::forward(const Tensor& x, std::optional<DType> y_dtype) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("RMSNorm", x, weight(), weight().numel());
-  return ops::rms_norm(x, weight(), eps_).y;
+  return ops::rms_norm(x, weight(), eps_, y_dtype).y;
 }
 
-std::pair<Tensor, Tensor> RMSNorm::forward_residual(const Tensor& x, const Tensor& residual) const {
+std::pair<Tensor, Tensor> RMSNorm::forward_residual(const Tensor& x, const Tensor& residual,
+                                                    std::optional<DType> y_dtype) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("RMSNorm", x, weight(), weight().numel());
-  ops::ResidualLayerNormResult r = ops::residual_rms_norm(x, residual, weight(), eps_);
+  ops::ResidualLayerNormResult r = ops::residual_rms_norm(x, residual, weight(), eps_, y_dtype);
   return {std::move(r.sum), std::move(r.y)};
 }
 

@@ -2,11 +2,11 @@
 #include "mpt/nn/llama.h"
 
 #include "autocast_gemm.h"
+#include "recompute.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "mpt/autograd/checkpoint.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/profile.h"
 #include "mpt/ops/attention.h"
@@ -189,14 +189,23 @@ const ops::RopeTable& Llama::rope_for(const Tensor& like) const {
   return *it;
 }
 
+std::string Llama::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
+
+Tensor Llama::head_norm(const Tensor& x) const {
+  return norm_->forward(x, lm_head_ ? lm_head_->input_dtype(x.dtype())
+                                    : detail::autocast_input_dtype(x.dtype(), embed_->weight(), head_path()));
+}
+
 Tensor Llama::head(const Tensor& x) const {
   if (lm_head_) return lm_head_->forward(x);
-  const std::string name = path().empty() ? std::string("lm_head") : path() + ".lm_head";
+  const std::string name = head_path();
   const profile::Range range(name);
   return detail::autocast_linear(x, embed_->weight(), Tensor{}, name, "Llama");
 }
 
-Tensor Llama::features(const Tensor& ids, const Tensor& lengths) const {
+Tensor Llama::features(const Tensor& ids, const Tensor& lengths) const { return norm_->forward(trunk(ids, lengths)); }
+
+Tensor Llama::trunk(const Tensor& ids, const Tensor& lengths) const {
   MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
             "[Llama] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
   MPT_CHECK(ids.size(1) <= config_.block_size, "[Llama] sequence length {} exceeds block_size {}", ids.size(1),
@@ -206,17 +215,18 @@ Tensor Llama::features(const Tensor& ids, const Tensor& lengths) const {
   for (const auto& block : *layers_) {
     if (checkpoint_blocks_) {
       const LlamaBlock* b = block.get();
-      x = autograd::checkpoint([b, rope, lengths](const Tensor& in) { return b->forward(in, rope, lengths); }, x);
+      x = detail::checkpoint_under_policy(
+          [b, rope, lengths](const Tensor& in) { return b->forward(in, rope, lengths); }, x);
     } else {
       x = block->forward(x, rope, lengths);
     }
   }
-  return norm_->forward(x);
+  return x;
 }
 
 Tensor Llama::forward(const Tensor& ids, const Tensor& lengths) const {
   const profile::Range range("forward");
-  const Tensor x = features(ids, lengths);
+  const Tensor x = head_norm(trunk(ids, lengths));
   const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
   return head(x.reshape({B * T, C})).reshape({B, T, config_.vocab_size});
 }
@@ -240,7 +250,7 @@ Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) const {
   for (size_t i = 0; i < n; ++i)
     x = (*layers_)[i].forward_cached(x, rope, cache.k[i], cache.v[i], pos, config_.block_size);
   cache.length = pos + t;
-  return head(norm_->forward(x.slice(1, t - 1, t).reshape({B, C})));
+  return head(head_norm(x.slice(1, t - 1, t).reshape({B, C})));
 }
 
 void Llama::freeze(int64_t blocks) {

@@ -19,14 +19,28 @@ using detail::visit_float;
 // The statistics' dtype: f32, or f64 for the f64 reference path.
 DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-// Calls f(T{}, P{}) for activation type T and parameter dtype `param` (T itself, or f32 beside f16/bf16).
-template <class T, class F>
-void visit_param(DType param, const char* op, F&& f) {
-  if (param == dtype_of<T>()) return f(T{}, T{});
-  if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
-    if (param == DType::F32) return f(T{}, float{});
-  }
-  MPT_THROW("[{}] weight must be {} or f32 (with f16/bf16 inputs), got {}", op, dtype_of<T>(), param);
+// Calls f(T{}, P{}, Y{}) once, for the kernels' type triples: activations T; parameters P, T or f32 beside f16/bf16;
+// Y, the forward's output and the backward's dy, T or f16/bf16 beside f32 T (the norm written in the dtype of the
+// GEMM that reads it). `y_role` names Y in errors.
+template <class F>
+void visit_types(DType x, DType param, DType y, const char* y_role, const char* op, F&& f) {
+  visit_float(x, op, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr bool kHalf = std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
+    constexpr bool kF32 = std::is_same_v<T, float>;
+    MPT_CHECK(param == x || (kHalf && param == DType::F32), "[{}] weight must be {} or f32 (with f16/bf16 inputs), "
+              "got {}", op, x, param);
+    MPT_CHECK(y == x || (kF32 && (y == DType::F16 || y == DType::BF16)),
+              "[{}] {} must be the input's dtype ({}) or, beside an f32 input, f16 or bf16; got {}", op, y_role, x, y);
+    if constexpr (kF32) {
+      if (y == DType::BF16) return f(T{}, T{}, bf16{});
+      if (y == DType::F16) return f(T{}, T{}, f16{});
+    }
+    if constexpr (kHalf) {
+      if (param == DType::F32) return f(T{}, float{}, T{});
+    }
+    f(T{}, T{}, T{});
+  });
 }
 
 struct RowShape {
@@ -50,9 +64,9 @@ RowShape check_input(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   return {rows, cols};
 }
 
-// Forward, with or without the fused residual add (residual defined).
+// Forward, with or without the fused residual add (residual defined); y in y_dtype (x's when unset).
 LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* sum_out, const Tensor& weight_in,
-                        const Tensor& bias_in, double eps, bool rms, const char* op) {
+                        const Tensor& bias_in, double eps, bool rms, std::optional<DType> y_dtype, const char* op) {
   const Device dev = residual_in ? detail::check_same_device({&x_in, residual_in, &weight_in}, op)
                                  : detail::check_same_device({&x_in, &weight_in}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, bias_in, op);
@@ -64,35 +78,35 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
   const Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
   const Tensor residual = residual_in ? residual_in->contiguous() : Tensor();
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  const DType ydt = y_dtype.value_or(x.dtype());
   LayerNormResult out{
-      Tensor::empty(x.shape(), x.dtype(), dev),
+      Tensor::empty(x.shape(), ydt, dev),
       {Tensor::empty({rows}, stats_dtype(x.dtype()), dev), Tensor::empty({rows}, stats_dtype(x.dtype()), dev)}};
   if (residual_in) *sum_out = Tensor::empty(x.shape(), x.dtype(), dev);
-  visit_float(x.dtype(), op, [&](auto tag) {
+  visit_types(x.dtype(), weight.dtype(), ydt, "the output dtype", op, [&](auto tag, auto ptag, auto ytag) {
     using T = decltype(tag);
-    visit_param<T>(weight.dtype(), op, [&](auto, auto ptag) {
-      using P = decltype(ptag);
-      kernels::math::LayerNormForwardParams<T, P> p;
-      p.x = x.data<T>();
-      if (residual_in) {
-        p.residual = residual.data<T>();
-        p.sum = sum_out->data<T>();
-      }
-      p.weight = weight.data<P>();
-      p.bias = bias.defined() ? bias.data<P>() : nullptr;
-      p.y = out.y.data<T>();
-      p.mean = out.saved.mean.data<kernels::math::opmath_t<T>>();
-      p.rstd = out.saved.rstd.data<kernels::math::opmath_t<T>>();
-      p.rows = rows;
-      p.cols = cols;
-      p.eps = eps;
-      p.rms = rms;
-      if (dev.is_cpu()) {
-        kernels::cpu::layer_norm_forward(p);
-      } else if constexpr (!std::is_same_v<T, double>) {
-        MPT_CUDA_KERNEL(kernels::cuda::layer_norm_forward(p, static_cast<cudaStream_t>(detail::stream_of(dev))));
-      }
-    });
+    using P = decltype(ptag);
+    using Y = decltype(ytag);
+    kernels::math::LayerNormForwardParams<T, P, Y> p;
+    p.x = x.data<T>();
+    if (residual_in) {
+      p.residual = residual.data<T>();
+      p.sum = sum_out->data<T>();
+    }
+    p.weight = weight.data<P>();
+    p.bias = bias.defined() ? bias.data<P>() : nullptr;
+    p.y = out.y.data<Y>();
+    p.mean = out.saved.mean.data<kernels::math::opmath_t<T>>();
+    p.rstd = out.saved.rstd.data<kernels::math::opmath_t<T>>();
+    p.rows = rows;
+    p.cols = cols;
+    p.eps = eps;
+    p.rms = rms;
+    if (dev.is_cpu()) {
+      kernels::cpu::layer_norm_forward(p);
+    } else if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::layer_norm_forward(p, static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
   });
   out.saved.rms = rms;
   return out;
@@ -114,9 +128,10 @@ Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, co
 
 namespace {
 
-LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms, const char* op) {
+LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms,
+                     std::optional<DType> y_dtype, const char* op) {
   const detail::GradRecorder grad({&x, &weight, &bias});
-  LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, rms, op);
+  LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, rms, y_dtype, op);
   grad.record(rms ? "RmsNormBackward" : "LayerNormBackward", {&r.y},
               [x = x.detach(), w = weight.detach(), saved = r.saved, has_bias = bias.defined()](
                   const std::vector<Tensor>& g) {
@@ -127,10 +142,11 @@ LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 }
 
 ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                      const Tensor& bias, double eps, bool rms, const char* op) {
+                                      const Tensor& bias, double eps, bool rms, std::optional<DType> y_dtype,
+                                      const char* op) {
   const detail::GradRecorder grad({&x, &residual, &weight, &bias});
   ResidualLayerNormResult out;
-  LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, rms, op);
+  LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, rms, y_dtype, op);
   out.y = std::move(r.y);
   out.saved = std::move(r.saved);
   // Outputs: sum (output 0) and y (output 1). d(sum) reaches x and residual directly; dy goes through the norm.
@@ -152,21 +168,23 @@ ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, c
 
 }  // namespace
 
-LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  return norm(x, weight, bias, eps, false, "layer_norm");
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                           std::optional<DType> y_dtype) {
+  return norm(x, weight, bias, eps, false, y_dtype, "layer_norm");
 }
 
-LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  return norm(x, weight, Tensor(), eps, true, "rms_norm");
+LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps, std::optional<DType> y_dtype) {
+  return norm(x, weight, Tensor(), eps, true, y_dtype, "rms_norm");
 }
 
 ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                            const Tensor& bias, double eps) {
-  return residual_norm(x, residual, weight, bias, eps, false, "residual_layer_norm");
+                                            const Tensor& bias, double eps, std::optional<DType> y_dtype) {
+  return residual_norm(x, residual, weight, bias, eps, false, y_dtype, "residual_layer_norm");
 }
 
-ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps) {
-  return residual_norm(x, residual, weight, Tensor(), eps, true, "residual_rms_norm");
+ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                                          std::optional<DType> y_dtype) {
+  return residual_norm(x, residual, weight, Tensor(), eps, true, y_dtype, "residual_rms_norm");
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
@@ -174,7 +192,6 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   const char* op = "layer_norm_backward";
   const Device dev = detail::check_same_device({&dy_in, &x_in, &weight_in, &saved.mean, &saved.rstd}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, Tensor(), op);
-  detail::check_same_dtype({&x_in, &dy_in}, op);
   detail::check_shape(dy_in, x_in.shape(), "dy", op);
   for (const Tensor* s : {&saved.mean, &saved.rstd}) {
     MPT_CHECK(s->dtype() == stats_dtype(x_in.dtype()), "[{}] saved statistics must be {}, got {}", op,
@@ -192,39 +209,37 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   }
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
   const Tensor mean = saved.mean.contiguous(), rstd = saved.rstd.contiguous();
-  visit_float(x.dtype(), op, [&](auto tag) {
+  visit_types(x.dtype(), weight.dtype(), dy.dtype(), "dy", op, [&](auto tag, auto ptag, auto gtag) {
     using T = decltype(tag);
+    using P = decltype(ptag);
+    using G = decltype(gtag);
     using F = kernels::math::opmath_t<T>;
-    visit_param<T>(weight.dtype(), op, [&](auto, auto ptag) {
-      using P = decltype(ptag);
-      kernels::math::LayerNormBackwardParams<T, P> p;
-      p.dy = dy.data<T>();
-      p.x = x.data<T>();
-      p.weight = weight.data<P>();
-      p.mean = mean.data<F>();
-      p.rstd = rstd.data<F>();
-      p.dx = g.dx.data<T>();
-      p.dweight = g.dweight.data<P>();
-      p.dbias = has_bias ? g.dbias.data<P>() : nullptr;
-      p.rows = rows;
-      p.cols = cols;
-      p.accumulate_dx = acc_dx;
-      p.accumulate_dweight = acc_dw;
-      p.accumulate_dbias = acc_db;
-      p.rms = saved.rms;
-      if (dev.is_cpu()) {
-        kernels::cpu::layer_norm_backward(p);
-      } else if constexpr (!std::is_same_v<T, double>) {
+    kernels::math::LayerNormBackwardParams<T, P, G> p;
+    p.dy = dy.data<G>();
+    p.x = x.data<T>();
+    p.weight = weight.data<P>();
+    p.mean = mean.data<F>();
+    p.rstd = rstd.data<F>();
+    p.dx = g.dx.data<T>();
+    p.dweight = g.dweight.data<P>();
+    p.dbias = has_bias ? g.dbias.data<P>() : nullptr;
+    p.rows = rows;
+    p.cols = cols;
+    p.accumulate_dx = acc_dx;
+    p.accumulate_dweight = acc_dw;
+    p.accumulate_dbias = acc_db;
+    p.rms = saved.rms;
+    if (dev.is_cpu()) {
+      kernels::cpu::layer_norm_backward(p);
+    } else if constexpr (!std::is_same_v<T, double>) {
 #if defined(MPT_WITH_CUDA)
-        Tensor scratch =
-            Tensor::empty({kernels::cuda::layer_norm_backward_scratch_floats(rows, cols)}, DType::F32, dev);
-        MPT_CUDA_KERNEL(kernels::cuda::layer_norm_backward(p, scratch.data<float>(),
-                                                           static_cast<cudaStream_t>(detail::stream_of(dev))));
+      Tensor scratch = Tensor::empty({kernels::cuda::layer_norm_backward_scratch_floats(rows, cols)}, DType::F32, dev);
+      MPT_CUDA_KERNEL(kernels::cuda::layer_norm_backward(p, scratch.data<float>(),
+                                                         static_cast<cudaStream_t>(detail::stream_of(dev))));
 #else
-        MPT_THROW("[cuda] {}", cuda_backend::kNotBuilt);
+      MPT_THROW("[cuda] {}", cuda_backend::kNotBuilt);
 #endif
-      }
-    });
+    }
   });
   return g;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mpt/train/grad_scaler.h"
+#include "mpt/amp/policy.h"
 #include "mpt/core/profile.h"
 #include "mpt/dist/communicator.h"
 #include "mpt/train/data_parallel.h"
@@ -128,6 +129,36 @@ TEST(Profile, BackwardNodesHaveRanges) {
   profile::set_nvtx(true);
   ops::sum(linear.forward(x)).backward();
   EXPECT_EQ(rec.tree(), "Linear,backward(SumBackward,ReshapeBackward,LinearBackward,AccumulateGrad,AccumulateGrad)");
+}
+
+// Under BF16 Autocast each LayerNorm writes BF16 for the one GEMM that reads it (ops::layer_norm's y_dtype, bit for bit
+// the cast it replaces: tests/ops/test_layernorm.cpp), so a GPT's backward has a cast node (CopyBackward) for each
+// sublayer output entering the FP32 residual stream, two per block, and none for ln_1, ln_2 or ln_f (4 per block and 1
+// before). Every block also copies its attention output [B, H, T, D] into [B, T, C] (one more CopyBackward, with or
+// without Autocast).
+TEST(Profile, UnderBf16AutocastOnlyTheSublayerOutputsAreCast) {
+  for (const int64_t layers : {1, 3}) {
+    nn::GPT model = tiny_gpt(layers);
+    const auto [x, y] = batch();
+    auto casts = [](const std::string& tree) {
+      int64_t n = 0;
+      for (size_t at = tree.find("CopyBackward"); at != std::string::npos; at = tree.find("CopyBackward", at + 1)) ++n;
+      return n;
+    };
+    {
+      Recorder rec(/*with_nodes=*/true);
+      profile::set_nvtx(true);
+      {
+        const amp::Autocast autocast(amp::Policy::bf16());
+        model.loss(x, y).backward();
+      }
+      EXPECT_EQ(casts(rec.tree()), 3 * layers) << rec.tree();
+    }
+    Recorder rec(/*with_nodes=*/true);
+    profile::set_nvtx(true);
+    model.loss(x, y).backward();
+    EXPECT_EQ(casts(rec.tree()), layers) << rec.tree();
+  }
 }
 
 TEST(Profile, RecomputedBlocksRunInsideBackward) {

@@ -149,6 +149,74 @@ TEST(GpuOps, LayerNormForwardAndBackwardMatchCpu) {
   }
 }
 
+// split_qkv_heads on the device: q, k, v and d(qkv) (written slot by slot with strided device copies; k unused, so its
+// slots are zero-filled through a strided view) have the CPU's bits.
+TEST(GpuOps, SplitQkvHeadsAndItsGradientMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const int64_t B = 2, T = 7, H = 3, D = 8, C = H * D;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor qkv = random_tensor({B, T, 3 * C}, dt, 60);
+    const Tensor gq = random_tensor({B, H, T, D}, dt, 61), gv = random_tensor({B, H, T, D}, dt, 62);
+    std::vector<Tensor> out;
+    for (const bool gpu : {false, true}) {
+      const Tensor a = (gpu ? to_gpu(qkv) : qkv.clone()).requires_grad_(true);
+      const ops::QkvHeads h = ops::split_qkv_heads(a, H);
+      ops::add(ops::sum(ops::mul(h.q, gpu ? to_gpu(gq) : gq)), ops::sum(ops::mul(h.v, gpu ? to_gpu(gv) : gv)))
+          .backward();
+      out.insert(out.end(), {h.q, h.k, h.v, a.grad()});
+    }
+    for (size_t i = 0; i < 4; ++i)
+      expect_match(out[4 + i], out[i], Match::exact(dt), tag("split_qkv_heads", dt) + " output " + std::to_string(i));
+  }
+}
+
+// The norms' y_dtype on the device: an f32 row normalised and stored as bf16/f16 (vector path at 96 columns, scalar
+// at 37) has the bits of the f32 norm followed by the cast, on the same backend; its backward reading dy in the half
+// dtype has those of the f32 backward of dy widened (accumulating into given gradients too). Against the CPU: as
+// LayerNormForwardAndBackwardMatchCpu.
+TEST(GpuOps, NormsWriteAHalfOutputOfAnF32InputAsTheCastWouldBitForBit) {
+  MPT_REQUIRE_GPU(8);
+  for (const DType half : {DType::BF16, DType::F16}) {
+    for (const int64_t cols : {96, 37}) {
+      for (const int kind : {0, 1, 2}) {  // layer_norm, residual_layer_norm, rms_norm
+        const std::string what = tag("norm", half) + " cols " + std::to_string(cols) + " kind " + std::to_string(kind);
+        const Tensor x = random_tensor({4, 9, cols}, DType::F32, 40, 2.0);
+        const Tensor r = random_tensor({4, 9, cols}, DType::F32, 41);
+        const Tensor w = random_tensor({cols}, DType::F32, 42), b = random_tensor({cols}, DType::F32, 43);
+        const Tensor dy = to_gpu(random_tensor({4, 9, cols}, half, 44));
+        const Tensor gx = to_gpu(x), gr = to_gpu(r), gw = to_gpu(w), gb = to_gpu(b);
+        auto norm = [&](const Tensor& in, const Tensor& res, const Tensor& wt, const Tensor& bs,
+                        std::optional<DType> y_dtype) -> std::pair<Tensor, ops::LayerNormResult> {
+          if (kind == 1) {
+            ops::ResidualLayerNormResult o = ops::residual_layer_norm(in, res, wt, bs, 1e-5, y_dtype);
+            return {o.sum, {o.y, o.saved}};
+          }
+          return {in, kind == 2 ? ops::rms_norm(in, wt, 1e-6, y_dtype) : ops::layer_norm(in, wt, bs, 1e-5, y_dtype)};
+        };
+        const auto [normed_in, fused] = norm(gx, gr, gw, gb, half);
+        const auto [unfused_in, unfused] = norm(gx, gr, gw, gb, std::nullopt);
+        expect_match(fused.y, unfused.y.to(half), Match::exact(half), what + " y");
+        expect_match(fused.saved.rstd, unfused.saved.rstd, Match::exact(DType::F32), what + " rstd");
+        expect_match(normed_in, unfused_in, Match::exact(DType::F32), what + " sum");
+        const auto cpu = norm(x, r, w, b, half).second;
+        expect_match(fused.y, cpu.y, row_reduced(half, 2), what + " y against the CPU");
+        const bool bias = kind != 2;
+        const auto gf = ops::layer_norm_backward(dy, normed_in, gw, fused.saved, bias);
+        const auto gu = ops::layer_norm_backward(dy.to(DType::F32), normed_in, gw, fused.saved, bias);
+        expect_match(gf.dx, gu.dx, Match::exact(DType::F32), what + " dx");
+        expect_match(gf.dweight, gu.dweight, Match::exact(DType::F32), what + " dweight");
+        if (bias) expect_match(gf.dbias, gu.dbias, Match::exact(DType::F32), what + " dbias");
+        const Tensor dx0 = to_gpu(random_tensor(x.shape(), DType::F32, 45));
+        const auto af =
+            ops::layer_norm_backward(dy, normed_in, gw, fused.saved, bias, {dx0.clone(), Tensor(), Tensor()});
+        const auto au = ops::layer_norm_backward(dy.to(DType::F32), normed_in, gw, fused.saved, bias,
+                                                 {dx0.clone(), Tensor(), Tensor()});
+        expect_match(af.dx, au.dx, Match::exact(DType::F32), what + " dx +=");
+      }
+    }
+  }
+}
+
 TEST(GpuOps, ResidualLayerNormMatchesCpu) {
   MPT_REQUIRE_GPU(8);
   for (DType dt : kFloat16s) {

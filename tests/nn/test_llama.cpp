@@ -120,6 +120,23 @@ TEST(Llama, PaddedBatchAndCheckpointingGiveTheSameResults) {
   const auto params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i)
     EXPECT_EQ(params[i].grad().to_vector<float>(), plain[i].to_vector<float>()) << model.named_parameters()[i].name;
+  // Under BF16 Autocast too, backward outside its scope: the recomputation runs under the forward's policy again.
+  auto bf16_grads = [&](bool checkpointed) {
+    model.zero_grad();
+    model.set_activation_checkpointing(checkpointed);
+    Tensor loss;
+    {
+      amp::Autocast autocast(amp::Policy::bf16());
+      loss = model.loss(ids, ids);
+    }
+    loss.backward();
+    std::vector<std::vector<float>> g;
+    for (const Tensor& p : model.parameters()) g.push_back(p.grad().to_vector<float>());
+    return g;
+  };
+  const auto bf16_plain = bf16_grads(false), bf16_recomputed = bf16_grads(true);
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_EQ(bf16_recomputed[i], bf16_plain[i]) << "bf16 " << model.named_parameters()[i].name;
 }
 
 TEST(Llama, LearnsToCountInBf16) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "mpt/autograd/engine.h"
 #include "mpt/ops/layernorm.h"
 #include "op_test.h"
 #include "test_util.h"
@@ -215,6 +216,58 @@ TEST(ResidualLayerNorm, BackwardThroughTheSumMatchesFiniteDifferences) {
   mpt::testing::expect_close(g.dx, numeric[1], {1e-6, 1e-7}, "d residual");
 }
 
+// Each norm's y_dtype: an f32 input's norm written as f16/bf16 is the f32 norm rounded once, so y, the statistics and
+// (through autograd, dy in the half dtype) every gradient have the bits of the norm followed by a cast. Both the
+// vector (96 columns) and the scalar (37) row paths; the residual norms with gradients through the sum too.
+TEST(LayerNorm, HalfOutputOfAnF32InputIsTheNormThenItsCastBitForBit) {
+  enum Kind { kLayer, kRms, kResidualLayer, kResidualRms };
+  for (const DType half : {DType::BF16, DType::F16}) {
+    for (const Kind kind : {kLayer, kRms, kResidualLayer, kResidualRms}) {
+      for (const int64_t cols : {96, 37}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(half) << " kind " << kind << " cols " << cols);
+        const bool rms = kind == kRms || kind == kResidualRms, residual = kind >= kResidualLayer;
+        const uint64_t seed = 300 + static_cast<uint64_t>(cols);
+        const Tensor x = random_tensor({5, 3, cols}, DType::F32, seed, 2.0);
+        const Tensor r = random_tensor({5, 3, cols}, DType::F32, seed + 1, 2.0);
+        const Tensor w = random_tensor({cols}, DType::F32, seed + 2), b = random_tensor({cols}, DType::F32, seed + 3);
+        const Tensor dy = random_tensor({5, 3, cols}, half, seed + 4);
+        const Tensor dsum = random_tensor({5, 3, cols}, DType::F32, seed + 5);
+        // y, the saved statistics, then the gradients of x, r, w, b (those the kind has).
+        auto run = [&](std::optional<DType> y_dtype) {
+          std::vector<Tensor> leaves;
+          for (const Tensor* t : {&x, &r, &w, &b}) leaves.push_back(t->clone().requires_grad_());
+          const Tensor &lx = leaves[0], &lr = leaves[1], &lw = leaves[2], &lb = leaves[3];
+          Tensor y, sum, mean, rstd;
+          if (residual) {
+            ops::ResidualLayerNormResult o = rms ? ops::residual_rms_norm(lx, lr, lw, 1e-6, y_dtype)
+                                                 : ops::residual_layer_norm(lx, lr, lw, lb, 1e-5, y_dtype);
+            y = o.y, sum = o.sum, mean = o.saved.mean, rstd = o.saved.rstd;
+          } else {
+            ops::LayerNormResult o =
+                rms ? ops::rms_norm(lx, lw, 1e-6, y_dtype) : ops::layer_norm(lx, lw, lb, 1e-5, y_dtype);
+            y = o.y, mean = o.saved.mean, rstd = o.saved.rstd;
+          }
+          if (!y_dtype) y = y.to(half);
+          EXPECT_EQ(y.dtype(), half);
+          if (residual) {
+            autograd::backward({y, sum}, {dy, dsum});
+          } else {
+            y.backward(dy);
+          }
+          std::vector<Tensor> out{y, mean, rstd};
+          for (const Tensor& l : leaves)
+            if (l.grad().defined()) out.push_back(l.grad());
+          return out;
+        };
+        const std::vector<Tensor> fused = run(half), unfused = run(std::nullopt);
+        ASSERT_EQ(fused.size(), unfused.size());
+        ASSERT_EQ(fused.size(), 3u + (residual ? 2u : 1u) + 1u + (rms ? 0u : 1u));  // y, stats, dx (dr), dw (db)
+        for (size_t i = 0; i < fused.size(); ++i) EXPECT_TRUE(same_bits(fused[i], unfused[i])) << "output " << i;
+      }
+    }
+  }
+}
+
 TEST(LayerNorm, RejectsBadArguments) {
   const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4});
   EXPECT_MPT_ERROR(ops::layer_norm(Tensor::zeros({2, 4}, DType::I32), w, w), "[layer_norm] expected a f32, f64");
@@ -229,6 +282,14 @@ TEST(LayerNorm, RejectsBadArguments) {
   EXPECT_MPT_ERROR(ops::layer_norm(Tensor(), w, w), "[layer_norm] argument 0 is an undefined tensor");
   EXPECT_MPT_ERROR(ops::residual_layer_norm(x, Tensor::zeros({2, 5}), w, w), "[residual_layer_norm] residual must");
   EXPECT_MPT_ERROR(ops::residual_layer_norm(x, x.to(DType::BF16), w, w), "dtype mismatch");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, w, 1e-5, DType::F64),
+                   "[layer_norm] the output dtype must be the input's dtype (f32) or, beside an f32 input, f16 or "
+                   "bf16; got f64");
+  EXPECT_MPT_ERROR(ops::rms_norm(x.to(DType::BF16), w, 1e-6, DType::F32), "[rms_norm] the output dtype must be");
+  const auto saved_bf16 = ops::layer_norm(x.to(DType::BF16), w, w).saved;
+  EXPECT_MPT_ERROR(ops::layer_norm_backward(x.to(DType::F16), x.to(DType::BF16), w, saved_bf16),
+                   "[layer_norm_backward] dy must be the input's dtype (bf16) or, beside an f32 input, f16 or bf16; "
+                   "got f16");
   const auto saved = ops::layer_norm(x, w, w).saved;
   EXPECT_MPT_ERROR(ops::layer_norm_backward(Tensor::zeros({2, 3}), x, w, saved), "[layer_norm_backward] dy must");
   EXPECT_MPT_ERROR(ops::layer_norm_backward(x, x, w, {saved.mean, Tensor::zeros({3})}), "saved statistics must");

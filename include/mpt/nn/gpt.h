@@ -147,6 +147,10 @@ class GPT : public LanguageModel, public Exportable {
 
  private:
   Tensor head(const Tensor& x, int64_t out_padded) const;  // features [B, T, C] -> logits [B, T, vocab or padded]
+  std::string head_path() const;  // "lm_head" under the model's path: what a policy calls the LM head
+  // ln_f of x [.., C] in the dtype the LM head's GEMM reads (its cast folded into the norm).
+  Tensor head_norm(const Tensor& x) const;
+  Tensor trunk(const Tensor& ids, const Tensor& lengths) const;  // the blocks' output, before ln_f
 
   GPTConfig config_;
   bool checkpoint_blocks_ = false;

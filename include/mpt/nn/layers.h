@@ -27,6 +27,10 @@ class Linear : public Module {
          Generator& gen = default_generator());
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  // The dtype this layer's GEMM reads x in, for an x of dtype `x` under the current Autocast policy, when that is a
+  // plain rounding of x a producer may write directly (a LayerNorm before it: LayerNorm::forward's y_dtype); `x`
+  // itself otherwise (no policy, FP8, QAT, quantized weights: the layer takes x as it is).
+  DType input_dtype(DType x) const;
   const Tensor& weight() const { return *weight_; }
   const Tensor& bias() const { return bias_ != nullptr ? *bias_ : none_; }  // undefined without bias
   int64_t in_features() const { return in_; }
@@ -69,11 +73,14 @@ class Linear : public Module {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, Placement where = {});
-  Tensor forward(const Tensor& x) const;
+  // y_dtype: the output's dtype (ops::layer_norm): x's when unset, or the dtype of the one GEMM that reads it
+  // (Linear::input_dtype), the cast folded into the norm.
+  Tensor forward(const Tensor& x, std::optional<DType> y_dtype = {}) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // (x + residual, layer_norm(x + residual)) in one pass (ops::residual_layer_norm): the residual stream and the
-  // normalised input of the next sublayer.
-  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual) const;
+  // normalised input of the next sublayer (in y_dtype when given).
+  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual,
+                                             std::optional<DType> y_dtype = {}) const;
   const Tensor& weight() const { return *weight_; }
   const Tensor& bias() const { return bias_ != nullptr ? *bias_ : none_; }
   double eps() const { return eps_; }
@@ -89,10 +96,11 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6, Placement where = {});
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, std::optional<DType> y_dtype = {}) const;  // y_dtype: as LayerNorm's
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // (x + residual, rms_norm(x + residual)) in one pass (ops::residual_rms_norm).
-  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual) const;
+  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual,
+                                             std::optional<DType> y_dtype = {}) const;
   const Tensor& weight() const { return *weight_; }
   double eps() const { return eps_; }
 

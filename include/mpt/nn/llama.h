@@ -126,6 +126,10 @@ class Llama : public LanguageModel, public Exportable {
  private:
   const ops::RopeTable& rope_for(const Tensor& like) const;  // the cached table for like's device and precision
   Tensor head(const Tensor& x) const;                          // the LM head on [N, C]
+  std::string head_path() const;                               // the tied LM head's name for a policy: "lm_head"
+  // The final norm of x [.., C] in the dtype the LM head's GEMM reads (its cast folded into the norm).
+  Tensor head_norm(const Tensor& x) const;
+  Tensor trunk(const Tensor& ids, const Tensor& lengths) const;  // the blocks' output, before the final norm
 
   LlamaConfig config_;
   bool checkpoint_blocks_ = false;

@@ -1,6 +1,8 @@
 // mpt/ops/layernorm.h: LayerNorm over the last dim, forward beside backward, and fused residual add + LayerNorm.
 #pragma once
 
+#include <optional>
+
 #include "mpt/core/tensor.h"
 
 namespace mpt::ops {
@@ -13,18 +15,22 @@ struct LayerNormSaved {
 };
 
 struct LayerNormResult {
-  Tensor y;  // same shape and dtype as x
+  Tensor y;  // x's shape, in x's dtype or the y_dtype asked for
   LayerNormSaved saved;
 };
 
 // y = (x - mean) * rstd * weight + bias over the last dimension C of x (any leading shape), statistics in
 // f32 (f64 for f64). x: f32, f16, bf16 (f64 on the CPU); weight and bias: [C], of x's dtype or f32 (f32
 // masters with f16/bf16 activations); bias may be undefined (no bias).
-LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// y_dtype: y's dtype, x's when unset; beside an f32 x also f16 or bf16: the f32 result rounded once as it is stored,
+// bit for bit layer_norm(x, ...).y.to(y_dtype) without the cast's pass over memory (the norm written for the
+// low-precision GEMM that reads it, as under Autocast). Its backward reads dy in y's dtype (widened exactly).
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
+                           std::optional<DType> y_dtype = {});
 
 struct ResidualLayerNormResult {
   Tensor sum;  // x + residual in x's dtype: the new residual stream, and the input backward needs
-  Tensor y;    // layer_norm(sum)
+  Tensor y;    // layer_norm(sum), in y_dtype when given
   LayerNormSaved saved;
 };
 
@@ -32,15 +38,15 @@ struct ResidualLayerNormResult {
 // come from the rounded sum, so backward is layer_norm_backward(dy, result.sum, weight, result.saved);
 // the residual branch's gradient is dsum itself (d(x + residual) / dx = 1).
 ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                            const Tensor& bias, double eps = 1e-5);
+                                            const Tensor& bias, double eps = 1e-5, std::optional<DType> y_dtype = {});
 
 // RMSNorm (Llama's): y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) over the last dimension, no mean
 // subtraction and no bias, statistics in f32 (f64 for f64): the LayerNorm kernels with the mean fixed at 0, so the
 // same fused row pass on CPU and CUDA. saved.mean is zeros and saved.rms is true; layer_norm_backward handles it.
-LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6, std::optional<DType> y_dtype = {});
 // sum = x + residual and y = rms_norm(sum) in one pass (the pre-norm residual stream of a Llama block).
 ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                          double eps = 1e-6);
+                                          double eps = 1e-6, std::optional<DType> y_dtype = {});
 
 struct LayerNormGrads {
   Tensor dx;       // shape and dtype of x
@@ -48,10 +54,10 @@ struct LayerNormGrads {
   Tensor dbias;    // shape and dtype of bias (undefined when the forward had no bias)
 };
 
-// Gradients of layer_norm(x, weight, bias) given dy and the saved statistics. Each member of `into` that is
-// defined is accumulated into (+=) and returned; the others are new tensors. dweight and dbias are reduced
-// over rows in a fixed order: the same inputs give the same bits on every run. `has_bias` says whether to
-// produce dbias.
+// Gradients of layer_norm(x, weight, bias) given dy (x's dtype, or the forward's y_dtype) and the saved
+// statistics. Each member of `into` that is defined is accumulated into (+=) and returned; the others are new
+// tensors. dweight and dbias are reduced over rows in a fixed order: the same inputs give the same bits on every
+// run. `has_bias` says whether to produce dbias.
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormSaved& saved,
                                    bool has_bias = true, LayerNormGrads into = {});
 
