@@ -19,12 +19,8 @@ QkvHeads split_qkv_heads(const Tensor& qkv, int64_t n_head) {
       if (g[static_cast<size_t>(i)].defined()) dst.copy_(g[static_cast<size_t>(i)]);
       else dst.zero_();
     };
-    if (!like.device().is_cpu()) {  // dense copies only (a strided device copy_ is staged through the host)
-      Tensor all = Tensor::empty({3, B, n_head, T, D}, like.dtype(), like.device());
-      for (int64_t i = 0; i < 3; ++i) fill(all.select(0, i), i);
-      return std::vector<Tensor>{all.permute({1, 3, 0, 2, 4}).contiguous().reshape({B, T, 3 * C})};
-    }
-    // Each head-major gradient is written straight into its slots of d(qkv): no zero fill, no accumulation.
+    // Each head-major gradient is written straight into its slots of d(qkv) (a strided copy, on the CPU or the
+    // device): no zero fill, no accumulation, no intermediate [3, B, H, T, D] buffer.
     Tensor d = Tensor::empty({B, T, 3, n_head, D}, like.dtype(), like.device());
     for (int64_t i = 0; i < 3; ++i) fill(d.select(2, i).transpose(1, 2), i);  // [B, H, T, D] views
     return std::vector<Tensor>{d.reshape({B, T, 3 * C})};
