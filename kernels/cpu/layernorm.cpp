@@ -14,16 +14,17 @@ constexpr int64_t kParallelElements = 1 << 15;
 // dweight/dbias partial sums: a fixed chunk count keeps the summation order independent of the threads.
 constexpr int64_t kGradChunks = 32;
 
-template <class T, class Y>
+template <class T, class Y, class X>
 struct ForwardRows {
-  OpmathRow<T> x, residual, out;
+  OpmathRow<X> x;
+  OpmathRow<T> residual, out, sum;
   OpmathRow<Y> y;
-  explicit ForwardRows(int64_t n) : x(n), residual(n), out(n), y(n) {}
+  explicit ForwardRows(int64_t n) : x(n), residual(n), out(n), sum(n), y(n) {}
 };
 
-template <class T, class P, class Y, class F>
-void forward_row(const math::LayerNormForwardParams<T, P, Y>& p, int64_t r, const F* w, const F* b,
-                 ForwardRows<T, Y>& rows) {
+template <class T, class P, class Y, class X, class F>
+void forward_row(const math::LayerNormForwardParams<T, P, Y, X>& p, int64_t r, const F* w, const F* b,
+                 ForwardRows<T, Y, X>& rows) {
   const int64_t n = p.cols, offset = r * n;
   const F* x = rows.x.load(p.x + offset, n);
   if (p.residual != nullptr) {
@@ -31,7 +32,7 @@ void forward_row(const math::LayerNormForwardParams<T, P, Y>& p, int64_t r, cons
     F* s = rows.out.out(p.sum + offset);
     for (int64_t c = 0; c < n; ++c) s[c] = x[c] + res[c];
     rows.out.store(p.sum + offset, n);
-    x = rows.x.load(p.sum + offset, n);  // the sum as rounded to T
+    x = rows.sum.load(p.sum + offset, n);  // the sum as rounded to T
   }
   F sum = 0;
   if (!p.rms) {
@@ -54,17 +55,18 @@ void forward_row(const math::LayerNormForwardParams<T, P, Y>& p, int64_t r, cons
   p.rstd[r] = rstd;
 }
 
-template <class T, class G>
+template <class T, class G, class X>
 struct BackwardRows {
   OpmathRow<T> x, dx, old;
   OpmathRow<G> dy;
-  explicit BackwardRows(int64_t n) : x(n), dx(n), old(n), dy(n) {}
+  OpmathRow<X> dx_half;
+  explicit BackwardRows(int64_t n) : x(n), dx(n), old(n), dy(n), dx_half(n) {}
 };
 
 // dx for row r; adds dy * xhat and dy into the chunk's partials pw, pb.
-template <class T, class P, class G, class F>
-void backward_row(const math::LayerNormBackwardParams<T, P, G>& p, int64_t r, const F* w, F* pw, F* pb,
-                  BackwardRows<T, G>& rows) {
+template <class T, class P, class G, class X, class F>
+void backward_row(const math::LayerNormBackwardParams<T, P, G, X>& p, int64_t r, const F* w, F* pw, F* pb,
+                  BackwardRows<T, G, X>& rows) {
   const int64_t n = p.cols, offset = r * n;
   const F* x = rows.x.load(p.x + offset, n);
   const F* dy = rows.dy.load(p.dy + offset, n);
@@ -79,13 +81,20 @@ void backward_row(const math::LayerNormBackwardParams<T, P, G>& p, int64_t r, co
     pb[c] += dy[c];
   }
   const F g_mean = p.rms ? F(0) : sg / static_cast<F>(n), gx_mean = sgx / static_cast<F>(n);
-  const F* old = p.accumulate_dx ? rows.old.load(p.dx + offset, n) : nullptr;
+  const T* added = p.accumulate_dx ? p.dx : p.dx_add;
+  const F* old = added != nullptr ? rows.old.load(added + offset, n) : nullptr;
   F* dx = rows.dx.out(p.dx + offset);
   for (int64_t c = 0; c < n; ++c) {
     const F d = math::layer_norm_dx(dy[c] * w[c], (x[c] - mean) * rstd, rstd, g_mean, gx_mean);
     dx[c] = old != nullptr ? old[c] + d : d;
   }
   rows.dx.store(p.dx + offset, n);
+  if (p.dx_half != nullptr) {  // dx as rounded to T, rounded again to X: the cast a separate pass would make
+    const F* rounded = rows.x.load(p.dx + offset, n);
+    F* h = rows.dx_half.out(p.dx_half + offset);
+    for (int64_t c = 0; c < n; ++c) h[c] = rounded[c];
+    rows.dx_half.store(p.dx_half + offset, n);
+  }
 }
 
 template <class P, class F>
@@ -98,8 +107,8 @@ void store_param_grad(P* out, const F* partials, int64_t chunks, int64_t stride,
 
 }  // namespace
 
-template <class T, class P, class Y>
-void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y>& p) {
+template <class T, class P, class Y, class X>
+void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p) {
   using F = math::opmath_t<T>;
   if (p.rows <= 0 || p.cols <= 0) return;
   std::vector<F> w_storage, b_storage;
@@ -107,14 +116,14 @@ void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y>& p) {
   const F* b = params_as<F>(p.bias, p.cols, b_storage);
 #pragma omp parallel if (p.rows * p.cols > kParallelElements)
   {
-    ForwardRows<T, Y> rows(p.cols);
+    ForwardRows<T, Y, X> rows(p.cols);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < p.rows; ++r) forward_row(p, r, w, b, rows);
   }
 }
 
-template <class T, class P, class G>
-void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p) {
+template <class T, class P, class G, class X>
+void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p) {
   using F = math::opmath_t<T>;
   if (p.rows <= 0 || p.cols <= 0) return;
   const int64_t n = p.cols;
@@ -125,7 +134,7 @@ void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p) {
   std::vector<F> partials(static_cast<size_t>(chunks * 2 * n), F(0));  // (chunks, 2, cols)
 #pragma omp parallel if (p.rows * n > kParallelElements)
   {
-    BackwardRows<T, G> rows(n);
+    BackwardRows<T, G, X> rows(n);
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < chunks; ++k) {
       F* pw = partials.data() + k * 2 * n;
@@ -140,17 +149,23 @@ void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p) {
   }
 }
 
-#define MPT_INSTANTIATE(T, P, Y)                                                             \
-  template void layer_norm_forward<T, P, Y>(const math::LayerNormForwardParams<T, P, Y>&); \
-  template void layer_norm_backward<T, P, Y>(const math::LayerNormBackwardParams<T, P, Y>&);
-MPT_INSTANTIATE(float, float, float)
-MPT_INSTANTIATE(double, double, double)
-MPT_INSTANTIATE(f16, f16, f16)
-MPT_INSTANTIATE(bf16, bf16, bf16)
-MPT_INSTANTIATE(f16, float, f16)
-MPT_INSTANTIATE(bf16, float, bf16)
-MPT_INSTANTIATE(float, float, f16)   // an f32 residual stream's norm written for (and read back from) an f16 GEMM
-MPT_INSTANTIATE(float, float, bf16)  // likewise BF16
+#define MPT_INSTANTIATE(T, P, Y, X)                                                                \
+  template void layer_norm_forward<T, P, Y, X>(const math::LayerNormForwardParams<T, P, Y, X>&); \
+  template void layer_norm_backward<T, P, Y, X>(const math::LayerNormBackwardParams<T, P, Y, X>&);
+MPT_INSTANTIATE(float, float, float, float)
+MPT_INSTANTIATE(double, double, double, double)
+MPT_INSTANTIATE(f16, f16, f16, f16)
+MPT_INSTANTIATE(bf16, bf16, bf16, bf16)
+MPT_INSTANTIATE(f16, float, f16, f16)
+MPT_INSTANTIATE(bf16, float, bf16, bf16)
+// An f32 residual stream: the norm written for (and its gradient read back from) an f16/bf16 GEMM, and a sublayer's
+// f16/bf16 output entering it (its gradient written in its dtype too).
+MPT_INSTANTIATE(float, float, f16, float)
+MPT_INSTANTIATE(float, float, bf16, float)
+MPT_INSTANTIATE(float, float, f16, f16)
+MPT_INSTANTIATE(float, float, bf16, bf16)
+MPT_INSTANTIATE(float, float, float, f16)
+MPT_INSTANTIATE(float, float, float, bf16)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

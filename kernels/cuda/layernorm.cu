@@ -17,28 +17,28 @@ constexpr int64_t kSharedPartialBytes = 48 * 1024;
 
 // Three passes over the row (with a residual, the first one writes s = x + residual and later passes read
 // s back): sum, sum of squared deviations, output.
-template <class T, class P, class Y, bool kVec>
+template <class T, class P, class Y, class X, bool kVec>
 __global__ void __launch_bounds__(kMaxThreads)
-    layer_norm_forward_kernel(const math::LayerNormForwardParams<T, P, Y> p) {
+    layer_norm_forward_kernel(const math::LayerNormForwardParams<T, P, Y, X> p) {
   __shared__ float scratch[math::kBlockReduceScratch];
   using Pack = RowPack<T, kVec>;
   const int64_t n = p.cols, offset = static_cast<int64_t>(blockIdx.x) * n;
   const RowStride rs = row_stride<Pack::kWidth>();
-  const T* x = p.x + offset;
+  const X* x = p.x + offset;
+  const T* s = p.residual != nullptr ? p.sum + offset : nullptr;  // the row the later passes read: s, or x
+  auto load_row = [&](int64_t c) { return s != nullptr ? Pack::load(s + c) : Pack::load(x + c); };
 
   float sum = 0.0f;
   if (p.residual != nullptr) {
-    T* s = p.sum + offset;
     for (int64_t c = rs.first; c < n; c += rs.stride) {
       Pack a = Pack::load(x + c);
       const Pack b = Pack::load(p.residual + offset + c);
 #pragma unroll
       for (int k = 0; k < Pack::kWidth; ++k) a.v[k] = math::load(math::store<T>(a.v[k] + b.v[k]));
-      a.store(s + c);
+      a.store(p.sum + offset + c);
 #pragma unroll
       for (int k = 0; k < Pack::kWidth; ++k) sum += a.v[k];
     }
-    x = s;
   } else {
     for (int64_t c = rs.first; c < n; c += rs.stride) {
       const Pack a = Pack::load(x + c);
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 
   float sq = 0.0f;
   for (int64_t c = rs.first; c < n; c += rs.stride) {
-    const Pack a = Pack::load(x + c);
+    const Pack a = load_row(c);
 #pragma unroll
     for (int k = 0; k < Pack::kWidth; ++k) sq += (a.v[k] - mean) * (a.v[k] - mean);
   }
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const float rstd = math::layer_norm_rstd(sq / static_cast<float>(n), static_cast<float>(p.eps));
 
   for (int64_t c = rs.first; c < n; c += rs.stride) {
-    Pack a = Pack::load(x + c);
+    Pack a = load_row(c);
 #pragma unroll
     for (int k = 0; k < Pack::kWidth; ++k) {
       const float b = p.bias != nullptr ? static_cast<float>(math::load(p.bias[c + k])) : 0.0f;
@@ -76,9 +76,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 // Block b handles rows b, b + gridDim.x, ...: dx per row, and its threads sum dy * xhat and dy of the columns
 // they own into acc (shared memory, or the block's slice of `partials` when use_shared is false), which is
 // finally written to the block's slice (blocks, 2, cols) of `partials`.
-template <class T, class P, class G, bool kVec>
+template <class T, class P, class G, class X, bool kVec>
 __global__ void __launch_bounds__(kBackwardThreads)
-    layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P, G> p, float* partials, bool use_shared) {
+    layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P, G, X> p, float* partials, bool use_shared) {
   __shared__ float scratch[math::kBlockReduceScratch];
   MPT_DYNAMIC_SHARED(float, smem);
   using Pack = RowPack<T, kVec>;
@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
   const RowStride rs = row_stride<Pack::kWidth>();
   float* slice = partials + static_cast<int64_t>(blockIdx.x) * 2 * n;
   float* acc = use_shared ? smem : slice;
+  const T* added = p.accumulate_dx ? p.dx : p.dx_add;  // added to dx: its old value, or the sum's own gradient
   for (int64_t c = rs.first; c < n; c += rs.stride) {
 #pragma unroll
     for (int k = 0; k < Pack::kWidth; ++k) acc[c + k] = acc[n + c + k] = 0.0f;
@@ -118,12 +119,17 @@ __global__ void __launch_bounds__(kBackwardThreads)
         const float g = dx.v[k] * static_cast<float>(math::load(p.weight[c + k]));
         dx.v[k] = math::layer_norm_dx(g, xhat, rstd, g_mean, gx_mean);
       }
-      if (p.accumulate_dx) {
-        const Pack old = Pack::load(p.dx + offset + c);
+      if (added != nullptr) {
+        const Pack old = Pack::load(added + offset + c);
 #pragma unroll
         for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] += old.v[k];
       }
       dx.store(p.dx + offset + c);
+      if (p.dx_half != nullptr) {  // dx as stored in T, rounded again to X: the cast a separate pass would make
+#pragma unroll
+        for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] = math::load(math::store<T>(dx.v[k]));
+        dx.store(p.dx_half + offset + c);
+      }
     }
   }
   if (use_shared) {
@@ -144,9 +150,9 @@ MPT_DEVICE MPT_INLINE void store_param_grad(P* out, int64_t c, float v, bool acc
 }
 
 // One thread per column: dweight[c] (+)= sum over slices in block order, likewise dbias.
-template <class T, class P, class G>
+template <class T, class P, class G, class X>
 __global__ void __launch_bounds__(kParamThreads)
-    layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P, G> p, const float* partials,
+    layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P, G, X> p, const float* partials,
                                  int64_t blocks) {
   const int64_t n = p.cols;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -164,8 +170,8 @@ bool bad_shape(int64_t rows, int64_t cols) { return rows < 0 || cols < 1 || rows
 
 }  // namespace
 
-template <class T, class P, class Y>
-cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y>& p, cudaStream_t stream) {
+template <class T, class P, class Y, class X>
+cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p, cudaStream_t stream) {
   if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const bool fused = p.residual != nullptr;
@@ -180,24 +186,28 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y>& p, c
   // passes' re-reads of x, or of the sum this launch wrote, count nothing more.
   const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
   const uint64_t cols = static_cast<uint64_t>(p.cols);
-  const uint64_t read_bytes = elems * sizeof(T) * (fused ? 2 : 1) + cols * sizeof(P) * (p.bias != nullptr ? 2 : 1);
+  const uint64_t read_bytes =
+      elems * (sizeof(X) + (fused ? sizeof(T) : 0)) + cols * sizeof(P) * (p.bias != nullptr ? 2 : 1);
   const uint64_t written_bytes = elems * (sizeof(Y) + (fused ? sizeof(T) : 0)) +
                                  2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>);
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
                             read_bytes, written_bytes};
-  return vec ? launch(layer_norm_forward_kernel<T, P, Y, true>, config, p)
-             : launch(layer_norm_forward_kernel<T, P, Y, false>, config, p);
+  return vec ? launch(layer_norm_forward_kernel<T, P, Y, X, true>, config, p)
+             : launch(layer_norm_forward_kernel<T, P, Y, X, false>, config, p);
 }
 
-template <class T, class P, class G>
-cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p, float* scratch, cudaStream_t stream) {
+template <class T, class P, class G, class X>
+cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p, float* scratch,
+                                cudaStream_t stream) {
   if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   if (p.dy == nullptr || p.x == nullptr || p.weight == nullptr || p.mean == nullptr || p.rstd == nullptr ||
       p.dx == nullptr || p.dweight == nullptr || scratch == nullptr)
     return cudaErrorInvalidValue;
   constexpr int kWidth = Vec16<T>::kSize;
-  const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.dy) && is_aligned16(p.dx);
+  const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.dy) && is_aligned16(p.dx) &&
+                   is_aligned16(p.dx_add) && is_aligned16(p.dx_half);
+  if (p.accumulate_dx && p.dx_add != nullptr) return cudaErrorInvalidValue;
   const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kBackwardThreads);
   const int64_t blocks = p.rows < kGradBlocks ? p.rows : kGradBlocks;
   const int64_t partial_bytes = 2 * p.cols * static_cast<int64_t>(sizeof(float));
@@ -207,14 +217,15 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p,
   const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
   const uint64_t cols = static_cast<uint64_t>(p.cols);
   const uint64_t partials = static_cast<uint64_t>(blocks) * static_cast<uint64_t>(partial_bytes);
-  const uint64_t read_bytes = elems * (sizeof(G) + sizeof(T) * (p.accumulate_dx ? 2 : 1)) + cols * sizeof(P) +
+  const bool adds = p.accumulate_dx || p.dx_add != nullptr;
+  const uint64_t read_bytes = elems * (sizeof(G) + sizeof(T) * (adds ? 2 : 1)) + cols * sizeof(P) +
                               2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
                               (use_shared ? 0 : partials);
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
                             use_shared ? static_cast<size_t>(partial_bytes) : 0, stream, read_bytes,
-                            elems * sizeof(T) + partials};
-  const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, G, true>, config, p, scratch, use_shared)
-                            : launch(layer_norm_backward_kernel<T, P, G, false>, config, p, scratch, use_shared);
+                            elems * (sizeof(T) + (p.dx_half != nullptr ? sizeof(X) : 0)) + partials};
+  const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, G, X, true>, config, p, scratch, use_shared)
+                            : launch(layer_norm_backward_kernel<T, P, G, X, false>, config, p, scratch, use_shared);
   if (e != cudaSuccess) return e;
   // The partials in; dweight (and dbias) out, read first when accumulated.
   const uint64_t param_read = partials + (p.accumulate_dweight ? cols * sizeof(P) : 0) +
@@ -222,20 +233,27 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p,
   const uint64_t param_written = cols * sizeof(P) * (p.dbias != nullptr ? 2 : 1);
   const LaunchConfig reduce{dim3(static_cast<unsigned>((p.cols + kParamThreads - 1) / kParamThreads)),
                             dim3(kParamThreads), 0, stream, param_read, param_written};
-  return launch(layer_norm_param_grad_kernel<T, P, G>, reduce, p, static_cast<const float*>(scratch), blocks);
+  return launch(layer_norm_param_grad_kernel<T, P, G, X>, reduce, p, static_cast<const float*>(scratch), blocks);
 }
 
-#define MPT_INSTANTIATE(T, P, Y)                                                                              \
-  template cudaError_t layer_norm_forward<T, P, Y>(const math::LayerNormForwardParams<T, P, Y>&, cudaStream_t); \
-  template cudaError_t layer_norm_backward<T, P, Y>(const math::LayerNormBackwardParams<T, P, Y>&, float*,      \
-                                                    cudaStream_t);
-MPT_INSTANTIATE(float, float, float)
-MPT_INSTANTIATE(f16, f16, f16)
-MPT_INSTANTIATE(bf16, bf16, bf16)
-MPT_INSTANTIATE(f16, float, f16)
-MPT_INSTANTIATE(bf16, float, bf16)
-MPT_INSTANTIATE(float, float, f16)   // an f32 residual stream's norm written for (and read back from) an f16 GEMM
-MPT_INSTANTIATE(float, float, bf16)  // likewise BF16
+#define MPT_INSTANTIATE(T, P, Y, X)                                                                    \
+  template cudaError_t layer_norm_forward<T, P, Y, X>(const math::LayerNormForwardParams<T, P, Y, X>&,  \
+                                                      cudaStream_t);                                    \
+  template cudaError_t layer_norm_backward<T, P, Y, X>(const math::LayerNormBackwardParams<T, P, Y, X>&, \
+                                                       float*, cudaStream_t);
+MPT_INSTANTIATE(float, float, float, float)
+MPT_INSTANTIATE(f16, f16, f16, f16)
+MPT_INSTANTIATE(bf16, bf16, bf16, bf16)
+MPT_INSTANTIATE(f16, float, f16, f16)
+MPT_INSTANTIATE(bf16, float, bf16, bf16)
+// An f32 residual stream: the norm written for (and its gradient read back from) an f16/bf16 GEMM, and a sublayer's
+// f16/bf16 output entering it (its gradient written in its dtype too).
+MPT_INSTANTIATE(float, float, f16, float)
+MPT_INSTANTIATE(float, float, bf16, float)
+MPT_INSTANTIATE(float, float, f16, f16)
+MPT_INSTANTIATE(float, float, bf16, bf16)
+MPT_INSTANTIATE(float, float, float, f16)
+MPT_INSTANTIATE(float, float, float, bf16)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -14,9 +14,10 @@ namespace mpt::kernels::cuda {
 // array is aligned and cols is a whole number of vectors. Asynchronous on `stream`; cudaErrorInvalidValue
 // for rows < 0, cols < 1, rows > 2^31 - 1 or a missing pointer. T: float, mpt::f16, mpt::bf16 with P = T,
 // and f16/bf16 with P = float; the output Y is T, or f16/bf16 beside float T and P (the norm written in the dtype of
-// the GEMM that reads it: the cast that would follow is folded into the store).
-template <class T, class P, class Y>
-cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y>& p, cudaStream_t stream);
+// the GEMM that reads it: the cast that would follow is folded into the store); x's type X is T, or f16/bf16 beside
+// float T (a sublayer's low-precision output added to an f32 residual).
+template <class T, class P, class Y, class X>
+cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p, cudaStream_t stream);
 
 // Blocks of the backward kernel: the partial-sum slices.
 inline constexpr int64_t kLayerNormGradBlocks = 512;
@@ -32,8 +33,10 @@ constexpr int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols)
 // dy * xhat and dy into their own slice of `scratch` (through shared memory when 2 * cols floats fit in
 // 48 KiB); a second kernel adds the slices per column in block order. No atomics: the result is the same
 // on every run. `scratch` holds layer_norm_backward_scratch_floats(rows, cols) floats. dy's type G pairs with T as the
-// forward's Y does.
-template <class T, class P, class G>
-cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G>& p, float* scratch, cudaStream_t stream);
+// forward's Y does; dx_add and dx_half (X) as math::LayerNormBackwardParams says (cudaErrorInvalidValue for dx_add
+// with accumulate_dx).
+template <class T, class P, class G, class X>
+cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p, float* scratch,
+                                cudaStream_t stream);
 
 }  // namespace mpt::kernels::cuda

@@ -10,13 +10,16 @@
 namespace mpt::kernels::math {
 
 // y = (x - mean) * rstd * weight + bias over each row of `cols` elements; statistics in opmath (float,
-// double for double). With `rms` it is RMSNorm: mean is taken as 0 (and saved as 0), rstd = 1 / sqrt(mean(x^2) + eps). With `residual`, the row normalised is s = x + residual, rounded to T and written
-// to `sum` first: the statistics come from the rounded s, so the saved (s, mean, rstd) are consistent for
-// backward. bias may be null (no bias). T is the activation type, P the parameter type (T or float), Y the output's
-// (T, or f16/bf16 beside float T: the normalised row rounded once, straight to the dtype of the GEMM that reads it).
-template <class T, class P, class Y = T>
+// double for double). With `rms` it is RMSNorm: mean is taken as 0 (and saved as 0), rstd = 1 / sqrt(mean(x^2) +
+// eps). With `residual`, the row normalised is s = x + residual, rounded to T and written to `sum` first: the
+// statistics come from the rounded s, so the saved (s, mean, rstd) are consistent for backward. bias may be null
+// (no bias). T is the activation type, P the parameter type (T or float), Y the output's (T, or f16/bf16 beside
+// float T: the normalised row rounded once, straight to the dtype of the GEMM that reads it). X is x's: T, or with a
+// residual f16/bf16 beside float T (a low-precision sublayer output entering an f32 residual stream: widened
+// exactly, then added).
+template <class T, class P, class Y = T, class X = T>
 struct LayerNormForwardParams {
-  const T* x = nullptr;         // (rows, cols)
+  const X* x = nullptr;         // (rows, cols)
   const T* residual = nullptr;  // (rows, cols) or null
   T* sum = nullptr;             // (rows, cols): x + residual, when residual is given
   const P* weight = nullptr;    // (cols)
@@ -32,8 +35,10 @@ struct LayerNormForwardParams {
 
 // dx, dweight, dbias of y = xhat * weight + bias, xhat = (x - mean) * rstd. Each output is overwritten, or
 // added to when its accumulate flag is set (backward accumulates into gradients). dbias may be null. G is dy's type:
-// T, or the f16/bf16 of a forward that wrote Y = G (widened exactly to float as it is read).
-template <class T, class P, class G = T>
+// T, or the f16/bf16 of a forward that wrote Y = G (widened exactly to float as it is read). For a fused residual
+// sum, dx_add (the gradient reaching the sum directly) is added to dx, and dx_half, when given, receives dx rounded to
+// X as well (the gradient of a forward's f16/bf16 x; X is T otherwise).
+template <class T, class P, class G = T, class X = T>
 struct LayerNormBackwardParams {
   const G* dy = nullptr;              // (rows, cols)
   const T* x = nullptr;               // (rows, cols): the normalised input (s for the fused residual add)
@@ -41,6 +46,8 @@ struct LayerNormBackwardParams {
   const opmath_t<T>* mean = nullptr;  // (rows)
   const opmath_t<T>* rstd = nullptr;  // (rows)
   T* dx = nullptr;                    // (rows, cols)
+  const T* dx_add = nullptr;          // (rows, cols) or null; not with accumulate_dx
+  X* dx_half = nullptr;               // (rows, cols) or null
   P* dweight = nullptr;               // (cols)
   P* dbias = nullptr;                 // (cols) or null
   int64_t rows = 0;

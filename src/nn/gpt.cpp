@@ -3,6 +3,7 @@
 
 #include "autocast_gemm.h"
 #include "recompute.h"
+#include "residual_stream.h"
 
 #include <algorithm>
 #include <cmath>
@@ -102,27 +103,22 @@ Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
   mlp_ = register_module("mlp", std::make_shared<MLP>(c, gen));
 }
 
-namespace {
-// A sublayer's output in the residual stream's dtype (under Autocast the stream keeps the FP32 masters' dtype while
-// GEMMs produce FP16/BF16, as in PyTorch's autocast).
-Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.dtype() ? t : t.to(stream.dtype()); }
-}  // namespace
-
 // Each norm writes its output in the dtype of the one GEMM that reads it (BF16 under BF16 Autocast): the cast that
 // GEMM would make is folded into the norm's store, bit for bit, and its backward reads the BF16 gradient directly.
+// The attention's BF16 output enters ln_2's residual sum as it is (widened in the norm, its gradient rounded there).
 Tensor Block::forward(const Tensor& x, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
   // h = x + attn(ln_1(x))
   const Tensor a = attn_->forward(ln_1_->forward(x, attn_->c_attn().input_dtype(x.dtype())), lengths);
-  auto [h, normed] = ln_2_->forward_residual(like(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
-  return ops::add(h, like(mlp_->forward(normed), h));
+  auto [h, normed] = ln_2_->forward_residual(detail::into_residual_norm(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
+  return ops::add(h, detail::like(mlp_->forward(normed), h));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const {
   const Tensor normed_1 = ln_1_->forward(x, attn_->c_attn().input_dtype(x.dtype()));
   const Tensor a = attn_->forward_cached(normed_1, k_cache, v_cache, pos, capacity);
-  auto [h, normed] = ln_2_->forward_residual(like(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
-  return ops::add(h, like(mlp_->forward(normed), h));
+  auto [h, normed] = ln_2_->forward_residual(detail::into_residual_norm(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
+  return ops::add(h, detail::like(mlp_->forward(normed), h));
 }
 
 namespace {

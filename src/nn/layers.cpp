@@ -96,7 +96,7 @@ Tensor LayerNorm::forward(const Tensor& x, std::optional<DType> y_dtype) const {
 std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual,
                                                       std::optional<DType> y_dtype) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  check_input("LayerNorm", x, weight(), weight().numel());
+  check_input("LayerNorm", residual, weight(), weight().numel());  // x: residual's dtype, or f16/bf16 beside f32
   ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_, y_dtype);
   return {std::move(r.sum), std::move(r.y)};
 }
@@ -115,7 +115,7 @@ Tensor RMSNorm::forward(const Tensor& x, std::optional<DType> y_dtype) const {
 std::pair<Tensor, Tensor> RMSNorm::forward_residual(const Tensor& x, const Tensor& residual,
                                                     std::optional<DType> y_dtype) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  check_input("RMSNorm", x, weight(), weight().numel());
+  check_input("RMSNorm", residual, weight(), weight().numel());  // x: residual's dtype, or f16/bf16 beside f32
   ops::ResidualLayerNormResult r = ops::residual_rms_norm(x, residual, weight(), eps_, y_dtype);
   return {std::move(r.sum), std::move(r.y)};
 }

@@ -3,6 +3,7 @@
 
 #include "autocast_gemm.h"
 #include "recompute.h"
+#include "residual_stream.h"
 
 #include <algorithm>
 #include <cmath>
@@ -112,22 +113,19 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen) : Module("LlamaBloc
   mlp_ = register_module("mlp", std::make_shared<LlamaMLP>(c, gen));
 }
 
-namespace {
-// A sublayer's output in the residual stream's dtype (the stream keeps the FP32 masters' dtype under autocast).
-Tensor like(const Tensor& t, const Tensor& stream) { return t.dtype() == stream.dtype() ? t : t.to(stream.dtype()); }
-}  // namespace
 
 Tensor LlamaBlock::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  auto [h, normed] = post_norm_->forward_residual(like(attn_->forward(input_norm_->forward(x), rope, lengths), x), x);
-  return ops::add(h, like(mlp_->forward(normed), h));
+  const Tensor a = attn_->forward(input_norm_->forward(x), rope, lengths);
+  auto [h, normed] = post_norm_->forward_residual(detail::into_residual_norm(a, x), x);
+  return ops::add(h, detail::like(mlp_->forward(normed), h));
 }
 
 Tensor LlamaBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache,
                                   int64_t pos, int64_t capacity) const {
   const Tensor a = attn_->forward_cached(input_norm_->forward(x), rope, k_cache, v_cache, pos, capacity);
-  auto [h, normed] = post_norm_->forward_residual(like(a, x), x);
-  return ops::add(h, like(mlp_->forward(normed), h));
+  auto [h, normed] = post_norm_->forward_residual(detail::into_residual_norm(a, x), x);
+  return ops::add(h, detail::like(mlp_->forward(normed), h));
 }
 
 namespace {

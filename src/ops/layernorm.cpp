@@ -19,27 +19,41 @@ using detail::visit_float;
 // The statistics' dtype: f32, or f64 for the f64 reference path.
 DType stats_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-// Calls f(T{}, P{}, Y{}) once, for the kernels' type triples: activations T; parameters P, T or f32 beside f16/bf16;
-// Y, the forward's output and the backward's dy, T or f16/bf16 beside f32 T (the norm written in the dtype of the
-// GEMM that reads it). `y_role` names Y in errors.
+// Calls f(T{}, P{}, Y{}, X{}) once, for the kernels' type quadruples: activations T (the statistics', and a fused
+// residual sum's); parameters P, T or f32 beside f16/bf16; Y, the forward's output and the backward's dy, and X, a
+// fused residual's x (the forward's) and a second dx (the backward's), each T or, beside f32 T, f16/bf16 (the norm
+// written for a low-precision GEMM; a low-precision sublayer output entering an f32 residual stream). Y and X that
+// are both low precision are one dtype. `y_role` and `x_role` name Y and X in errors.
 template <class F>
-void visit_types(DType x, DType param, DType y, const char* y_role, const char* op, F&& f) {
-  visit_float(x, op, [&](auto tag) {
+void visit_types(DType t, DType param, DType y, DType x, const char* y_role, const char* x_role, const char* op,
+                 F&& f) {
+  visit_float(t, op, [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
     constexpr bool kF32 = std::is_same_v<T, float>;
-    MPT_CHECK(param == x || (kHalf && param == DType::F32), "[{}] weight must be {} or f32 (with f16/bf16 inputs), "
-              "got {}", op, x, param);
-    MPT_CHECK(y == x || (kF32 && (y == DType::F16 || y == DType::BF16)),
-              "[{}] {} must be the input's dtype ({}) or, beside an f32 input, f16 or bf16; got {}", op, y_role, x, y);
+    MPT_CHECK(param == t || (kHalf && param == DType::F32), "[{}] weight must be {} or f32 (with f16/bf16 inputs), "
+              "got {}", op, t, param);
+    for (const auto& [d, role] : {std::pair{y, y_role}, std::pair{x, x_role}}) {
+      MPT_CHECK(d == t || (kF32 && (d == DType::F16 || d == DType::BF16)),
+                "[{}] {} must be {} (the activations' dtype) or, with f32 activations, f16 or bf16; got {}", op, role,
+                t, d);
+    }
+    MPT_CHECK(y == t || x == t || y == x, "[{}] {} ({}) and {} ({}) must be one low-precision dtype", op, y_role, y,
+              x_role, x);
     if constexpr (kF32) {
-      if (y == DType::BF16) return f(T{}, T{}, bf16{});
-      if (y == DType::F16) return f(T{}, T{}, f16{});
+      auto with_half = [&](auto htag) {
+        using H = decltype(htag);
+        if (y != t && x != t) return f(T{}, T{}, H{}, H{});
+        if (y != t) return f(T{}, T{}, H{}, T{});
+        return f(T{}, T{}, T{}, H{});
+      };
+      if (y == DType::BF16 || x == DType::BF16) return with_half(bf16{});
+      if (y == DType::F16 || x == DType::F16) return with_half(f16{});
     }
     if constexpr (kHalf) {
-      if (param == DType::F32) return f(T{}, float{}, T{});
+      if (param == DType::F32) return f(T{}, float{}, T{}, T{});
     }
-    f(T{}, T{}, T{});
+    f(T{}, T{}, T{}, T{});
   });
 }
 
@@ -71,24 +85,23 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
                                  : detail::check_same_device({&x_in, &weight_in}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, bias_in, op);
   MPT_CHECK(std::isfinite(eps) && eps >= 0, "[{}] eps must be finite and >= 0, got {}", op, eps);
-  if (residual_in) {
-    detail::check_same_dtype({&x_in, residual_in}, op);
-    detail::check_shape(*residual_in, x_in.shape(), "residual", op);
-  }
+  if (residual_in) detail::check_shape(*residual_in, x_in.shape(), "residual", op);
   const Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
   const Tensor residual = residual_in ? residual_in->contiguous() : Tensor();
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
-  const DType ydt = y_dtype.value_or(x.dtype());
-  LayerNormResult out{
-      Tensor::empty(x.shape(), ydt, dev),
-      {Tensor::empty({rows}, stats_dtype(x.dtype()), dev), Tensor::empty({rows}, stats_dtype(x.dtype()), dev)}};
-  if (residual_in) *sum_out = Tensor::empty(x.shape(), x.dtype(), dev);
-  visit_types(x.dtype(), weight.dtype(), ydt, "the output dtype", op, [&](auto tag, auto ptag, auto ytag) {
+  const DType t = residual_in ? residual.dtype() : x.dtype();  // the sum's and the statistics' activation dtype
+  const DType ydt = y_dtype.value_or(t);
+  LayerNormResult out{Tensor::empty(x.shape(), ydt, dev),
+                      {Tensor::empty({rows}, stats_dtype(t), dev), Tensor::empty({rows}, stats_dtype(t), dev)}};
+  if (residual_in) *sum_out = Tensor::empty(x.shape(), t, dev);
+  visit_types(t, weight.dtype(), ydt, x.dtype(), "the output dtype", residual_in ? "x (beside the residual)" : "x",
+              op, [&](auto tag, auto ptag, auto ytag, auto xtag) {
     using T = decltype(tag);
     using P = decltype(ptag);
     using Y = decltype(ytag);
-    kernels::math::LayerNormForwardParams<T, P, Y> p;
-    p.x = x.data<T>();
+    using X = decltype(xtag);
+    kernels::math::LayerNormForwardParams<T, P, Y, X> p;
+    p.x = x.data<X>();
     if (residual_in) {
       p.residual = residual.data<T>();
       p.sum = sum_out->data<T>();
@@ -124,9 +137,88 @@ Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, co
   return given;
 }
 
-}  // namespace
 
-namespace {
+// layer_norm_backward, and for a fused residual sum also: dx_add (the gradient reaching the sum directly, added to
+// dx in the same pass) and a second copy of dx in dx_half_dtype (returned in dx_half; the gradient of a low-precision
+// x beside an f32 residual).
+struct NormGrads {
+  LayerNormGrads g;
+  Tensor dx_half;
+};
+
+NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in, const LayerNormSaved& saved,
+                   bool has_bias, LayerNormGrads into, const Tensor& dx_add_in, std::optional<DType> dx_half_dtype) {
+  const char* op = "layer_norm_backward";
+  const Device dev = detail::check_same_device({&dy_in, &x_in, &weight_in, &saved.mean, &saved.rstd}, op);
+  const auto [rows, cols] = check_input(x_in, weight_in, Tensor(), op);
+  detail::check_shape(dy_in, x_in.shape(), "dy", op);
+  for (const Tensor* s : {&saved.mean, &saved.rstd}) {
+    MPT_CHECK(s->dtype() == stats_dtype(x_in.dtype()), "[{}] saved statistics must be {}, got {}", op,
+              stats_dtype(x_in.dtype()), s->meta_str());
+    detail::check_shape(*s, {rows}, "saved statistics", op);
+  }
+  MPT_CHECK(has_bias || !into.dbias.defined(), "[{}] dbias was given but has_bias is false", op);
+  const bool acc_dx = into.dx.defined(), acc_dw = into.dweight.defined(), acc_db = into.dbias.defined();
+  MPT_CHECK(!(acc_dx && dx_add_in.defined()), "[{}] a dx to accumulate into and a gradient to add", op);
+  NormGrads out{{grad_output(into.dx, x_in, "dx", op), grad_output(into.dweight, weight_in, "dweight", op),
+                 has_bias ? grad_output(into.dbias, weight_in, "dbias", op) : Tensor()},
+                {}};
+  LayerNormGrads& g = out.g;
+  const DType half = dx_half_dtype.value_or(x_in.dtype());
+  if (dx_half_dtype) out.dx_half = Tensor::empty(x_in.shape(), half, dev);
+  Tensor dx_add;
+  if (dx_add_in.defined()) {
+    MPT_CHECK(dx_add_in.device() == dev && dx_add_in.dtype() == x_in.dtype(), "[{}] the gradient to add to dx must be "
+              "{} on {}, got {}", op, x_in.dtype(), dev, dx_add_in.meta_str());
+    detail::check_shape(dx_add_in, x_in.shape(), "the gradient to add to dx", op);
+    dx_add = dx_add_in.contiguous();
+  }
+  if (rows == 0) {  // sums over no rows
+    if (!acc_dw) g.dweight.zero_();
+    if (has_bias && !acc_db) g.dbias.zero_();
+    return out;
+  }
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
+  const Tensor mean = saved.mean.contiguous(), rstd = saved.rstd.contiguous();
+  visit_types(x.dtype(), weight.dtype(), dy.dtype(), half, "dy", "dx's second dtype", op,
+              [&](auto tag, auto ptag, auto gtag, auto xtag) {
+    using T = decltype(tag);
+    using P = decltype(ptag);
+    using G = decltype(gtag);
+    using X = decltype(xtag);
+    using F = kernels::math::opmath_t<T>;
+    kernels::math::LayerNormBackwardParams<T, P, G, X> p;
+    p.dy = dy.data<G>();
+    p.x = x.data<T>();
+    p.weight = weight.data<P>();
+    p.mean = mean.data<F>();
+    p.rstd = rstd.data<F>();
+    p.dx = g.dx.data<T>();
+    p.dx_add = dx_add.defined() ? dx_add.data<T>() : nullptr;
+    p.dx_half = out.dx_half.defined() ? out.dx_half.data<X>() : nullptr;
+    p.dweight = g.dweight.data<P>();
+    p.dbias = has_bias ? g.dbias.data<P>() : nullptr;
+    p.rows = rows;
+    p.cols = cols;
+    p.accumulate_dx = acc_dx;
+    p.accumulate_dweight = acc_dw;
+    p.accumulate_dbias = acc_db;
+    p.rms = saved.rms;
+    if (dev.is_cpu()) {
+      kernels::cpu::layer_norm_backward(p);
+    } else if constexpr (!std::is_same_v<T, double>) {
+#if defined(MPT_WITH_CUDA)
+      Tensor scratch = Tensor::empty({kernels::cuda::layer_norm_backward_scratch_floats(rows, cols)}, DType::F32, dev);
+      MPT_CUDA_KERNEL(kernels::cuda::layer_norm_backward(p, scratch.data<float>(),
+                                                         static_cast<cudaStream_t>(detail::stream_of(dev))));
+#else
+      MPT_THROW("[cuda] {}", cuda_backend::kNotBuilt);
+#endif
+    }
+  });
+  return out;
+}
+
 
 LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms,
                      std::optional<DType> y_dtype, const char* op) {
@@ -150,18 +242,25 @@ ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, c
   out.y = std::move(r.y);
   out.saved = std::move(r.saved);
   // Outputs: sum (output 0) and y (output 1). d(sum) reaches x and residual directly; dy goes through the norm.
+  // x's gradient is dsum in x's dtype: a low-precision x beside an f32 residual gets it rounded, written by the same
+  // pass (the cast a recorded x.to(f32) would have made in its backward).
+  const std::optional<DType> x_half =
+      x.dtype() != out.sum.dtype() ? std::optional<DType>(x.dtype()) : std::nullopt;
   grad.record(rms ? "ResidualRmsNormBackward" : "ResidualLayerNormBackward", {&out.sum, &out.y},
-              [sum = out.sum.detach(), w = weight.detach(), saved = out.saved, has_bias = bias.defined()](
+              [sum = out.sum.detach(), w = weight.detach(), saved = out.saved, has_bias = bias.defined(), x_half](
                   const std::vector<Tensor>& g) {
-                Tensor dsum = g[0];
+                Tensor dsum = g[0], dx;
                 Tensor dweight, dbias;
-                if (g[1].defined()) {
-                  LayerNormGrads d = layer_norm_backward(g[1], sum, w, saved, has_bias);
-                  dsum = dsum.defined() ? add(dsum, d.dx) : d.dx;
-                  dweight = d.dweight;
-                  dbias = d.dbias;
+                if (g[1].defined()) {  // dsum = g[0] + the norm's dx, in the norm's pass
+                  NormGrads d = backward(g[1], sum, w, saved, has_bias, {}, g[0], x_half);
+                  dsum = d.g.dx;
+                  dx = d.dx_half;
+                  dweight = d.g.dweight;
+                  dbias = d.g.dbias;
+                } else if (x_half) {
+                  dx = dsum.to(*x_half);
                 }
-                return std::vector<Tensor>{dsum, dsum, dweight, dbias};
+                return std::vector<Tensor>{x_half ? dx : dsum, dsum, dweight, dbias};
               });
   return out;
 }
@@ -187,61 +286,9 @@ ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residua
   return residual_norm(x, residual, weight, Tensor(), eps, true, y_dtype, "residual_rms_norm");
 }
 
-LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
-                                   const LayerNormSaved& saved, bool has_bias, LayerNormGrads into) {
-  const char* op = "layer_norm_backward";
-  const Device dev = detail::check_same_device({&dy_in, &x_in, &weight_in, &saved.mean, &saved.rstd}, op);
-  const auto [rows, cols] = check_input(x_in, weight_in, Tensor(), op);
-  detail::check_shape(dy_in, x_in.shape(), "dy", op);
-  for (const Tensor* s : {&saved.mean, &saved.rstd}) {
-    MPT_CHECK(s->dtype() == stats_dtype(x_in.dtype()), "[{}] saved statistics must be {}, got {}", op,
-              stats_dtype(x_in.dtype()), s->meta_str());
-    detail::check_shape(*s, {rows}, "saved statistics", op);
-  }
-  MPT_CHECK(has_bias || !into.dbias.defined(), "[{}] dbias was given but has_bias is false", op);
-  const bool acc_dx = into.dx.defined(), acc_dw = into.dweight.defined(), acc_db = into.dbias.defined();
-  LayerNormGrads g{grad_output(into.dx, x_in, "dx", op), grad_output(into.dweight, weight_in, "dweight", op),
-                   has_bias ? grad_output(into.dbias, weight_in, "dbias", op) : Tensor()};
-  if (rows == 0) {  // sums over no rows
-    if (!acc_dw) g.dweight.zero_();
-    if (has_bias && !acc_db) g.dbias.zero_();
-    return g;
-  }
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
-  const Tensor mean = saved.mean.contiguous(), rstd = saved.rstd.contiguous();
-  visit_types(x.dtype(), weight.dtype(), dy.dtype(), "dy", op, [&](auto tag, auto ptag, auto gtag) {
-    using T = decltype(tag);
-    using P = decltype(ptag);
-    using G = decltype(gtag);
-    using F = kernels::math::opmath_t<T>;
-    kernels::math::LayerNormBackwardParams<T, P, G> p;
-    p.dy = dy.data<G>();
-    p.x = x.data<T>();
-    p.weight = weight.data<P>();
-    p.mean = mean.data<F>();
-    p.rstd = rstd.data<F>();
-    p.dx = g.dx.data<T>();
-    p.dweight = g.dweight.data<P>();
-    p.dbias = has_bias ? g.dbias.data<P>() : nullptr;
-    p.rows = rows;
-    p.cols = cols;
-    p.accumulate_dx = acc_dx;
-    p.accumulate_dweight = acc_dw;
-    p.accumulate_dbias = acc_db;
-    p.rms = saved.rms;
-    if (dev.is_cpu()) {
-      kernels::cpu::layer_norm_backward(p);
-    } else if constexpr (!std::is_same_v<T, double>) {
-#if defined(MPT_WITH_CUDA)
-      Tensor scratch = Tensor::empty({kernels::cuda::layer_norm_backward_scratch_floats(rows, cols)}, DType::F32, dev);
-      MPT_CUDA_KERNEL(kernels::cuda::layer_norm_backward(p, scratch.data<float>(),
-                                                         static_cast<cudaStream_t>(detail::stream_of(dev))));
-#else
-      MPT_THROW("[cuda] {}", cuda_backend::kNotBuilt);
-#endif
-    }
-  });
-  return g;
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormSaved& saved,
+                                   bool has_bias, LayerNormGrads into) {
+  return backward(dy, x, weight, saved, has_bias, std::move(into), Tensor(), std::nullopt).g;
 }
 
 }  // namespace mpt::ops

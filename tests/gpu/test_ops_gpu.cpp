@@ -7,6 +7,7 @@
 #include <string>
 
 #include "device_test.h"
+#include "norm_checks.h"
 #include "mpt/mpt.h"
 #include "op_test.h"
 #include "test_util.h"
@@ -168,6 +169,12 @@ TEST(GpuOps, SplitQkvHeadsAndItsGradientMatchCpu) {
     for (size_t i = 0; i < 4; ++i)
       expect_match(out[4 + i], out[i], Match::exact(dt), tag("split_qkv_heads", dt) + " output " + std::to_string(i));
   }
+}
+
+// A residual norm's f16/bf16 x beside an f32 residual, on the device: tests/support/norm_checks.h.
+TEST(GpuOps, ResidualNormsFoldAHalfSublayerOutputBitForBit) {
+  MPT_REQUIRE_GPU(8);
+  testing::expect_residual_norm_folds_half_x(to_gpu(Tensor::zeros({1})).device());
 }
 
 // The norms' y_dtype on the device: an f32 row normalised and stored as bf16/f16 (vector path at 96 columns, scalar

@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "mpt/autograd/engine.h"
+#include "mpt/ops/elementwise.h"
 #include "mpt/ops/layernorm.h"
+#include "norm_checks.h"
 #include "op_test.h"
 #include "test_util.h"
 
@@ -268,6 +270,11 @@ TEST(LayerNorm, HalfOutputOfAnF32InputIsTheNormThenItsCastBitForBit) {
   }
 }
 
+// A residual norm's x in f16/bf16 beside an f32 residual: tests/support/norm_checks.h (also run on the device).
+TEST(ResidualLayerNorm, HalfSublayerOutputAndTheSumsGradientFoldInBitForBit) {
+  mpt::testing::expect_residual_norm_folds_half_x(Device::cpu());
+}
+
 TEST(LayerNorm, RejectsBadArguments) {
   const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4});
   EXPECT_MPT_ERROR(ops::layer_norm(Tensor::zeros({2, 4}, DType::I32), w, w), "[layer_norm] expected a f32, f64");
@@ -281,15 +288,20 @@ TEST(LayerNorm, RejectsBadArguments) {
   EXPECT_MPT_ERROR(ops::layer_norm(Tensor::zeros({2, 0}), Tensor::ones({0}), Tensor()), "dimension is empty");
   EXPECT_MPT_ERROR(ops::layer_norm(Tensor(), w, w), "[layer_norm] argument 0 is an undefined tensor");
   EXPECT_MPT_ERROR(ops::residual_layer_norm(x, Tensor::zeros({2, 5}), w, w), "[residual_layer_norm] residual must");
-  EXPECT_MPT_ERROR(ops::residual_layer_norm(x, x.to(DType::BF16), w, w), "dtype mismatch");
+  EXPECT_MPT_ERROR(ops::residual_layer_norm(x, x.to(DType::BF16), w.to(DType::BF16), w.to(DType::BF16)),
+                   "[residual_layer_norm] x (beside the residual) must be bf16 (the activations' dtype) or, with f32 "
+                   "activations, f16 or bf16; got f32");
+  EXPECT_MPT_ERROR(ops::residual_layer_norm(x.to(DType::F16), x, w, w, 1e-5, DType::BF16),
+                   "[residual_layer_norm] the output dtype (bf16) and x (beside the residual) (f16) must be one "
+                   "low-precision dtype");
   EXPECT_MPT_ERROR(ops::layer_norm(x, w, w, 1e-5, DType::F64),
-                   "[layer_norm] the output dtype must be the input's dtype (f32) or, beside an f32 input, f16 or "
-                   "bf16; got f64");
+                   "[layer_norm] the output dtype must be f32 (the activations' dtype) or, with f32 activations, f16 "
+                   "or bf16; got f64");
   EXPECT_MPT_ERROR(ops::rms_norm(x.to(DType::BF16), w, 1e-6, DType::F32), "[rms_norm] the output dtype must be");
   const auto saved_bf16 = ops::layer_norm(x.to(DType::BF16), w, w).saved;
   EXPECT_MPT_ERROR(ops::layer_norm_backward(x.to(DType::F16), x.to(DType::BF16), w, saved_bf16),
-                   "[layer_norm_backward] dy must be the input's dtype (bf16) or, beside an f32 input, f16 or bf16; "
-                   "got f16");
+                   "[layer_norm_backward] dy must be bf16 (the activations' dtype) or, with f32 activations, f16 or "
+                   "bf16; got f16");
   const auto saved = ops::layer_norm(x, w, w).saved;
   EXPECT_MPT_ERROR(ops::layer_norm_backward(Tensor::zeros({2, 3}), x, w, saved), "[layer_norm_backward] dy must");
   EXPECT_MPT_ERROR(ops::layer_norm_backward(x, x, w, {saved.mean, Tensor::zeros({3})}), "saved statistics must");

@@ -1,0 +1,22 @@
+// src/nn/residual_stream.h: a sublayer's output entering a transformer's residual stream (GPT and Llama blocks).
+#pragma once
+
+#include "mpt/core/tensor.h"
+
+namespace mpt::nn::detail {
+
+// t in the residual stream's dtype (under Autocast the stream keeps the FP32 masters' dtype while GEMMs produce
+// FP16/BF16, as in PyTorch's autocast): a recorded cast when the dtypes differ.
+inline Tensor like(const Tensor& t, const Tensor& stream) {
+  return t.dtype() == stream.dtype() ? t : t.to(stream.dtype());
+}
+
+// t as a fused residual norm (ops::residual_layer_norm / residual_rms_norm, x beside the stream) takes it: as it is
+// when it has the stream's dtype or is FP16/BF16 beside an FP32 stream (widened exactly inside the norm, its
+// gradient rounded by the norm's backward: bit for bit the cast like() records), else like(t, stream).
+inline Tensor into_residual_norm(const Tensor& t, const Tensor& stream) {
+  const bool widened = stream.dtype() == DType::F32 && (t.dtype() == DType::BF16 || t.dtype() == DType::F16);
+  return widened ? t : like(t, stream);
+}
+
+}  // namespace mpt::nn::detail
