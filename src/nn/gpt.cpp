@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/profile.h"
@@ -105,13 +106,25 @@ Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
 
 // Each norm writes its output in the dtype of the one GEMM that reads it (BF16 under BF16 Autocast): the cast that
 // GEMM would make is folded into the norm's store, bit for bit, and its backward reads the BF16 gradient directly.
-// The attention's BF16 output enters ln_2's residual sum as it is (widened in the norm, its gradient rounded there).
-Tensor Block::forward(const Tensor& x, const Tensor& lengths) const {
+// The attention's BF16 output enters ln_2's residual sum as it is (widened in the norm, its gradient rounded there),
+// and so does the previous block's MLP output enter ln_1's.
+std::pair<Tensor, Tensor> Block::forward_pending(const Tensor& x, const Tensor& pending, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
-  // h = x + attn(ln_1(x))
-  const Tensor a = attn_->forward(ln_1_->forward(x, attn_->c_attn().input_dtype(x.dtype())), lengths);
-  auto [h, normed] = ln_2_->forward_residual(detail::into_residual_norm(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
-  return ops::add(h, detail::like(mlp_->forward(normed), h));
+  const DType attn_in = attn_->c_attn().input_dtype(x.dtype()), mlp_in = mlp_->c_fc().input_dtype(x.dtype());
+  Tensor stream = x, normed_1;
+  if (pending.defined()) {
+    std::tie(stream, normed_1) = ln_1_->forward_residual(detail::into_residual_norm(pending, x), x, attn_in);
+  } else {
+    normed_1 = ln_1_->forward(x, attn_in);
+  }
+  const Tensor a = attn_->forward(normed_1, lengths);
+  auto [h, normed_2] = ln_2_->forward_residual(detail::into_residual_norm(a, stream), stream, mlp_in);
+  return {std::move(h), mlp_->forward(normed_2)};
+}
+
+Tensor Block::forward(const Tensor& x, const Tensor& lengths) const {
+  auto [h, m] = forward_pending(x, Tensor(), lengths);
+  return ops::add(h, detail::like(m, h));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const {
@@ -166,8 +179,14 @@ Tensor GPT::loss_logits(const Tensor& ids, const Tensor& lengths) const {
 
 std::string GPT::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
 
-Tensor GPT::head_norm(const Tensor& x) const {
-  return ln_f_->forward(x, detail::autocast_input_dtype(x.dtype(), wte_->weight(), head_path()));
+Tensor GPT::final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype) const {
+  const auto& [x, pending] = stream;
+  if (!pending.defined()) return ln_f_->forward(x, y_dtype);
+  return ln_f_->forward_residual(detail::into_residual_norm(pending, x), x, y_dtype).second;
+}
+
+Tensor GPT::head_norm(const std::pair<Tensor, Tensor>& stream) const {
+  return final_norm(stream, detail::autocast_input_dtype(stream.first.dtype(), wte_->weight(), head_path()));
 }
 
 Tensor GPT::head(const Tensor& x, int64_t out_padded) const {
@@ -190,9 +209,9 @@ int64_t GPT::padded_head_width(int64_t vocab, int64_t multiple, bool cuda) {
   return multiple > 1 ? (vocab + multiple - 1) / multiple * multiple : vocab;
 }
 
-Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const { return ln_f_->forward(trunk(ids, lengths)); }
+Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const { return final_norm(trunk(ids, lengths)); }
 
-Tensor GPT::trunk(const Tensor& ids, const Tensor& lengths) const {
+std::pair<Tensor, Tensor> GPT::trunk(const Tensor& ids, const Tensor& lengths) const {
   MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
             "[GPT] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
   const int64_t T = ids.size(1);
@@ -204,16 +223,16 @@ Tensor GPT::trunk(const Tensor& ids, const Tensor& lengths) const {
     cached = positions_.insert(positions_.end(), Tensor::arange(config_.block_size, ids.dtype(), ids.device()));
   }
   const Tensor pos = cached->slice(0, 0, T);
-  Tensor x = drop_->forward(ops::add(wte_->forward(ids), wpe_->forward(pos)));
+  Tensor x = drop_->forward(ops::add(wte_->forward(ids), wpe_->forward(pos))), pending;
   for (const auto& block : *h_) {
-    if (checkpoint_blocks_) {
+    if (checkpoint_blocks_) {  // one saved input per block: its MLP output added inside (the same bits)
       const Block* b = block.get();
       x = detail::checkpoint_under_policy([b, lengths](const Tensor& in) { return b->forward(in, lengths); }, x);
     } else {
-      x = block->forward(x, lengths);
+      std::tie(x, pending) = block->forward_pending(x, pending, lengths);
     }
   }
-  return x;
+  return {x, pending};
 }
 
 Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
@@ -233,7 +252,7 @@ Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
   Tensor x = ops::add(wte_->forward(ids), wpe_->forward(p));
   for (size_t i = 0; i < n; ++i) x = (*h_)[i].forward_cached(x, cache.k[i], cache.v[i], pos, config_.block_size);
   cache.length = pos + t;
-  x = head_norm(x.slice(1, t - 1, t).reshape({B, C}));
+  x = head_norm({x.slice(1, t - 1, t).reshape({B, C}), Tensor()});
   return detail::autocast_linear(x, wte_->weight(), Tensor{}, head_path(), "GPT");
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/profile.h"
@@ -113,12 +114,23 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen) : Module("LlamaBloc
   mlp_ = register_module("mlp", std::make_shared<LlamaMLP>(c, gen));
 }
 
+std::pair<Tensor, Tensor> LlamaBlock::forward_pending(const Tensor& x, const Tensor& pending,
+                                                      const ops::RopeTable& rope, const Tensor& lengths) const {
+  const profile::Range range(path().empty() ? type_name() : path());
+  Tensor stream = x, normed_1;  // the norms' outputs stay in the stream's dtype: three and two GEMMs read them
+  if (pending.defined()) {
+    std::tie(stream, normed_1) = input_norm_->forward_residual(detail::into_residual_norm(pending, x), x);
+  } else {
+    normed_1 = input_norm_->forward(x);
+  }
+  const Tensor a = attn_->forward(normed_1, rope, lengths);
+  auto [h, normed] = post_norm_->forward_residual(detail::into_residual_norm(a, stream), stream);
+  return {std::move(h), mlp_->forward(normed)};
+}
 
 Tensor LlamaBlock::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths) const {
-  const profile::Range range(path().empty() ? type_name() : path());
-  const Tensor a = attn_->forward(input_norm_->forward(x), rope, lengths);
-  auto [h, normed] = post_norm_->forward_residual(detail::into_residual_norm(a, x), x);
-  return ops::add(h, detail::like(mlp_->forward(normed), h));
+  auto [h, m] = forward_pending(x, Tensor(), rope, lengths);
+  return ops::add(h, detail::like(m, h));
 }
 
 Tensor LlamaBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache,
@@ -189,9 +201,16 @@ const ops::RopeTable& Llama::rope_for(const Tensor& like) const {
 
 std::string Llama::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
 
-Tensor Llama::head_norm(const Tensor& x) const {
-  return norm_->forward(x, lm_head_ ? lm_head_->input_dtype(x.dtype())
-                                    : detail::autocast_input_dtype(x.dtype(), embed_->weight(), head_path()));
+Tensor Llama::final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype) const {
+  const auto& [x, pending] = stream;
+  if (!pending.defined()) return norm_->forward(x, y_dtype);
+  return norm_->forward_residual(detail::into_residual_norm(pending, x), x, y_dtype).second;
+}
+
+Tensor Llama::head_norm(const std::pair<Tensor, Tensor>& stream) const {
+  const DType x = stream.first.dtype();
+  return final_norm(stream, lm_head_ ? lm_head_->input_dtype(x)
+                                     : detail::autocast_input_dtype(x, embed_->weight(), head_path()));
 }
 
 Tensor Llama::head(const Tensor& x) const {
@@ -201,25 +220,25 @@ Tensor Llama::head(const Tensor& x) const {
   return detail::autocast_linear(x, embed_->weight(), Tensor{}, name, "Llama");
 }
 
-Tensor Llama::features(const Tensor& ids, const Tensor& lengths) const { return norm_->forward(trunk(ids, lengths)); }
+Tensor Llama::features(const Tensor& ids, const Tensor& lengths) const { return final_norm(trunk(ids, lengths)); }
 
-Tensor Llama::trunk(const Tensor& ids, const Tensor& lengths) const {
+std::pair<Tensor, Tensor> Llama::trunk(const Tensor& ids, const Tensor& lengths) const {
   MPT_CHECK(ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
             "[Llama] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
   MPT_CHECK(ids.size(1) <= config_.block_size, "[Llama] sequence length {} exceeds block_size {}", ids.size(1),
             config_.block_size);
-  Tensor x = embed_->forward(ids);
+  Tensor x = embed_->forward(ids), pending;
   const ops::RopeTable& rope = rope_for(x);
   for (const auto& block : *layers_) {
-    if (checkpoint_blocks_) {
+    if (checkpoint_blocks_) {  // one saved input per block: its MLP output added inside (the same bits)
       const LlamaBlock* b = block.get();
       x = detail::checkpoint_under_policy(
           [b, rope, lengths](const Tensor& in) { return b->forward(in, rope, lengths); }, x);
     } else {
-      x = block->forward(x, rope, lengths);
+      std::tie(x, pending) = block->forward_pending(x, pending, rope, lengths);
     }
   }
-  return x;
+  return {x, pending};
 }
 
 Tensor Llama::forward(const Tensor& ids, const Tensor& lengths) const {
@@ -248,7 +267,7 @@ Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) const {
   for (size_t i = 0; i < n; ++i)
     x = (*layers_)[i].forward_cached(x, rope, cache.k[i], cache.v[i], pos, config_.block_size);
   cache.length = pos + t;
-  return head(head_norm(x.slice(1, t - 1, t).reshape({B, C})));
+  return head(head_norm({x.slice(1, t - 1, t).reshape({B, C}), Tensor()}));
 }
 
 void Llama::freeze(int64_t blocks) {

@@ -65,6 +65,11 @@ class Block : public Module {
   Block(const GPTConfig& config, Generator& gen);
   Tensor forward(const Tensor& x, const Tensor& lengths = {}) const;  // lengths: as CausalSelfAttention's
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  // The block on a residual stream whose last addition is pending: the stream before it is x + pending (pending: the
+  // previous block's MLP output, or undefined), added by ln_1 as a fused residual norm. Returns (h, mlp_out): the
+  // stream after the block is h + mlp_out, left for the next norm to add (llm.c's fused residual + LayerNorm: no
+  // separate add pass, no cast of mlp_out into an FP32 stream). The bits of forward()'s stream and gradients.
+  std::pair<Tensor, Tensor> forward_pending(const Tensor& x, const Tensor& pending, const Tensor& lengths = {}) const;
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const;
   CausalSelfAttention& attn() const { return *attn_; }
   MLP& mlp() const { return *mlp_; }
@@ -148,9 +153,13 @@ class GPT : public LanguageModel, public Exportable {
  private:
   Tensor head(const Tensor& x, int64_t out_padded) const;  // features [B, T, C] -> logits [B, T, vocab or padded]
   std::string head_path() const;  // "lm_head" under the model's path: what a policy calls the LM head
-  // ln_f of x [.., C] in the dtype the LM head's GEMM reads (its cast folded into the norm).
-  Tensor head_norm(const Tensor& x) const;
-  Tensor trunk(const Tensor& ids, const Tensor& lengths) const;  // the blocks' output, before ln_f
+  // The blocks' output before ln_f, as (x, pending): the stream is x + pending (Block::forward_pending; pending is
+  // undefined when the last block added its own MLP output, as checkpointed blocks do).
+  std::pair<Tensor, Tensor> trunk(const Tensor& ids, const Tensor& lengths) const;
+  // ln_f of the stream x + pending [.., C], in y_dtype (unset: the stream's).
+  Tensor final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype = {}) const;
+  // ln_f in the dtype the LM head's GEMM reads (its cast folded into the norm).
+  Tensor head_norm(const std::pair<Tensor, Tensor>& stream) const;
 
   GPTConfig config_;
   bool checkpoint_blocks_ = false;

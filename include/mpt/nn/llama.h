@@ -75,6 +75,10 @@ class LlamaBlock : public Module {
  public:
   LlamaBlock(const LlamaConfig& config, Generator& gen);
   Tensor forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths = {}) const;
+  // On a stream x + pending (the previous block's MLP output, or undefined): as GPT's Block::forward_pending, the
+  // input norm adds it as a fused residual norm and (h, mlp_out) come back for the next norm to add.
+  std::pair<Tensor, Tensor> forward_pending(const Tensor& x, const Tensor& pending, const ops::RopeTable& rope,
+                                            const Tensor& lengths = {}) const;
   Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache, int64_t pos,
                         int64_t capacity) const;
   LlamaAttention& self_attn() const { return *attn_; }
@@ -127,9 +131,12 @@ class Llama : public LanguageModel, public Exportable {
   const ops::RopeTable& rope_for(const Tensor& like) const;  // the cached table for like's device and precision
   Tensor head(const Tensor& x) const;                          // the LM head on [N, C]
   std::string head_path() const;                               // the tied LM head's name for a policy: "lm_head"
-  // The final norm of x [.., C] in the dtype the LM head's GEMM reads (its cast folded into the norm).
-  Tensor head_norm(const Tensor& x) const;
-  Tensor trunk(const Tensor& ids, const Tensor& lengths) const;  // the blocks' output, before the final norm
+  // The final norm in the dtype the LM head's GEMM reads (its cast folded into the norm).
+  Tensor head_norm(const std::pair<Tensor, Tensor>& stream) const;
+  // The blocks' output before the final norm as (x, pending), the stream x + pending (as GPT::trunk).
+  std::pair<Tensor, Tensor> trunk(const Tensor& ids, const Tensor& lengths) const;
+  // The final norm of the stream x + pending, in y_dtype (unset: the stream's).
+  Tensor final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype = {}) const;
 
   LlamaConfig config_;
   bool checkpoint_blocks_ = false;
