@@ -25,6 +25,7 @@ void adamw_dense(const math::AdamWTensor<P, G, M>& t, const math::AdamWCoefficie
     F m = math::load(t.exp_avg[i]), v = math::load(t.exp_avg_sq[i]);
     math::adamw_moments(c, g, m, v);
     t.param[i] = math::adamw_param(c, F(t.param[i]), m, v);
+    math::store_compute_copy(t, i, t.param[i]);
     t.exp_avg[i] = math::store<M>(m);
     t.exp_avg_sq[i] = math::store<M>(v);
   }
@@ -125,8 +126,11 @@ void adamw_8bit_block(const math::AdamWTensor<float, G, uint8_t>& t, int64_t blo
     absmax_m = abs_max(absmax_m, lane.m);
     absmax_v = abs_max(absmax_v, lane.v);
   }
-  for (int64_t j = 0; j < valid; ++j)
-    if (update[j]) t.param[begin + j] = adamw_param(c, t.param[begin + j], m[j], v[j]);
+  for (int64_t j = 0; j < valid; ++j) {
+    if (!update[j]) continue;  // the parameter, and so its compute copy, keeps its value
+    t.param[begin + j] = adamw_param(c, t.param[begin + j], m[j], v[j]);
+    store_compute_copy(t, begin + j, t.param[begin + j]);
+  }
   if (avx512) {
     quantize_lanes_avx512(m, v, valid, absmax_m, absmax_v, t.exp_avg + begin, t.exp_avg_sq + begin);
   } else {

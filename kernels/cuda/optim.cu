@@ -74,7 +74,9 @@ __global__ void __launch_bounds__(kThreads)
     if (i < t.n) {
       if (scale != nullptr) g[k] = math::optim_detail::mul(g[k], sc);
       math::adamw_moments(c, g[k], m[k], v[k]);
-      t.param[i] = math::adamw_param(c, p[k], m[k], v[k]);
+      p[k] = math::adamw_param(c, p[k], m[k], v[k]);
+      t.param[i] = p[k];
+      math::store_compute_copy(t, i, p[k]);
       t.exp_avg[i] = math::store<M>(m[k]);
       t.exp_avg_sq[i] = math::store<M>(v[k]);
     }
@@ -112,7 +114,11 @@ __global__ void __launch_bounds__(kThreads)
     const float absmax_m = math::block_allreduce(fabsf(l.m), math::MaxOp{}, 0.0f, scratch);
     const float absmax_v = math::block_allreduce(fabsf(l.v), math::MaxOp{}, 0.0f, scratch);
     if (real) {
-      if (l.update) t.param[i] = math::adamw_param(c, t.param[i], l.m, l.v);
+      if (l.update) {  // otherwise the parameter, and so its compute copy, keeps its value
+        const float p = math::adamw_param(c, t.param[i], l.m, l.v);
+        t.param[i] = p;
+        math::store_compute_copy(t, i, p);
+      }
       t.exp_avg[i] = math::quantize_signed_state(code_m, l.m, absmax_m);
       t.exp_avg_sq[i] = math::quantize_unsigned_state(code_v, l.v, absmax_v);
     }
@@ -320,6 +326,7 @@ uint64_t step_count_bytes(const T& t) {
 template <class G, class M>
 void add_traffic(Traffic& tr, const math::AdamWTensor<float, G, M>& t) {
   const uint64_t n = static_cast<uint64_t>(t.n);
+  tr.written += (t.copy_bf16 != nullptr || t.copy_f16 != nullptr) ? n * 2 : 0;  // the compute copy
   if constexpr (std::is_same_v<M, uint8_t>) {
     // 8-bit states: also one absmax pair per 256-element block, read and written. (A non-finite gradient skips its
     // param read and write; counted anyway.)

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/math/common.h"
+#include "kernels/math/opmath.h"
 #include "kernels/math/rounded.h"
 
 // Bit-identity between the CPU and the GPU. Every float operation below is an explicitly rounded +, -, *, / or
@@ -66,7 +67,18 @@ struct AdamWTensor {
   // *step + 1 instead of the call's host step and advances *step unless the guards skip the step, so a step
   // skipped on the device (found_inf) does not count, without the host reading anything.
   int64_t* step = nullptr;
+  // Optional (at most one): the parameter's FP16/BF16 compute copy, its first n elements rewritten with each updated
+  // parameter rounded to the copy's dtype (the cast a later forward would otherwise make of the whole tensor).
+  bf16* copy_bf16 = nullptr;
+  f16* copy_f16 = nullptr;
 };
+
+// Writes the updated parameter value p of element i into t's compute copy, if it has one.
+template <class P, class G, class M, class F>
+MPT_HD MPT_INLINE void store_compute_copy(const AdamWTensor<P, G, M>& t, int64_t i, F p) {
+  if (t.copy_bf16 != nullptr) t.copy_bf16[i] = store<bf16>(static_cast<float>(p));
+  if (t.copy_f16 != nullptr) t.copy_f16[i] = store<f16>(static_cast<float>(p));
+}
 
 // One parameter of an SGD step; momentum_buffer is null when momentum == 0.
 template <class P, class G>

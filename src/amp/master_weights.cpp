@@ -160,13 +160,39 @@ Tensor compute_copy(const Tensor& master, DType dtype, int64_t padded_rows) {
   return e.copy;
 }
 
-void invalidate_compute_copies(const Tensor& master) {
+void invalidate_compute_copies(const Tensor& master) { invalidate_compute_copies(master, Tensor()); }
+
+Tensor refreshable_compute_copy(const Tensor& master) {
+  if (!master.defined() || master.dtype() != DType::F32 || master.autograd_meta() == nullptr ||
+      !master.is_contiguous())
+    return {};
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  const autograd::AutogradMeta* id = master.autograd_meta().get();
+  Tensor found;
+  const auto first = c.entries.lower_bound({id, DType{}, int64_t{0}});
+  for (auto it = first; it != c.entries.end() && std::get<0>(it->first) == id; ++it) {
+    const Entry& e = it->second;
+    if (!e.copy.defined() || e.data != master.data_ptr() || !e.copy.is_contiguous()) continue;
+    if (e.copy.dtype() != DType::BF16 && e.copy.dtype() != DType::F16) continue;
+    if (!found.defined() || std::get<2>(it->first) > 0) found = e.copy;  // the padded one, when there are two
+  }
+  return found;
+}
+
+void invalidate_compute_copies(const Tensor& master, const Tensor& keep) {
   if (!master.defined() || master.autograd_meta() == nullptr) return;
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   const autograd::AutogradMeta* id = master.autograd_meta().get();
-  for (auto it = c.entries.lower_bound({id, DType{}, int64_t{0}}); it != c.entries.end() && std::get<0>(it->first) == id;)
-    it = c.entries.erase(it);
+  const auto first = c.entries.lower_bound({id, DType{}, int64_t{0}});
+  for (auto it = first; it != c.entries.end() && std::get<0>(it->first) == id;) {
+    if (keep.defined() && it->second.copy.shares_storage(keep)) {
+      ++it;
+    } else {
+      it = c.entries.erase(it);
+    }
+  }
   for (auto it = c.fp8_entries.lower_bound({id, size_t{0}}); it != c.fp8_entries.end() && it->first.first == id;)
     it = c.fp8_entries.erase(it);
 }

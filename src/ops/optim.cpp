@@ -149,6 +149,9 @@ void run_adamw(std::span<const AdamWSlot> slots, const std::vector<Tensor>& grad
     ts.push_back({s.param.data<P>(), grads[i].data<G>(), s.state.exp_avg.data<M>(), s.state.exp_avg_sq.data<M>(),
                   q ? s.state.exp_avg_absmax.data<float>() : nullptr,
                   q ? s.state.exp_avg_sq_absmax.data<float>() : nullptr, s.param.numel(), steps[i]});
+    const Tensor& copy = s.compute_copy;
+    if (copy.defined() && copy.dtype() == DType::BF16) ts.back().copy_bf16 = copy.data<bf16>();
+    if (copy.defined() && copy.dtype() == DType::F16) ts.back().copy_f16 = copy.data<f16>();
   }
   if (dev.is_cpu()) {
     kernels::cpu::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), h, step, guards);
@@ -213,6 +216,14 @@ void adamw_step(std::span<const AdamWSlot> slots, const AdamWParams& hp, const G
   for (size_t i = 0; i < slots.size(); ++i) {
     check_param_grad(slots[i], types, static_cast<int64_t>(i), op);
     check_state(slots[i].state, slots[i].param, storage, moment_dtype, types.dev, static_cast<int64_t>(i), op);
+    if (const Tensor& c = slots[i].compute_copy; c.defined()) {
+      MPT_CHECK(types.param == DType::F32 && (c.dtype() == DType::BF16 || c.dtype() == DType::F16) &&
+                    c.device() == types.dev && c.is_contiguous() && c.numel() >= slots[i].param.numel() &&
+                    !c.shares_storage(slots[i].param),
+                "[{}] parameter {}: a compute copy must be a contiguous bf16/f16 tensor of at least the f32 "
+                "parameter's {} elements on {}, got {} beside {}", op, i, slots[i].param.numel(), types.dev,
+                c.meta_str(), slots[i].param.meta_str());
+    }
     grads.push_back(slots[i].grad.contiguous());
   }
   const km::StepGuards guards = guards_of(scaling, types.dev, op);

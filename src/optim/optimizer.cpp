@@ -141,10 +141,11 @@ void Optimizer::step(const ops::GradScaling& scaling) {
       const Tensor& p = group.params[i];
       std::optional<ParamState>& st = states_[g][i];
       if (!st) st = ParamState{Tensor::zeros({}, DType::I64, p.device()), init_state(p, group)};
-      ready.push_back({p, p.grad(), &*st});
+      ready.push_back({p, p.grad(), &*st, amp::refreshable_compute_copy(p)});
     }
     step_group(group, ready, scaling);
-    for (Ready& r : ready) amp::invalidate_compute_copies(r.param);  // its FP16/BF16 compute copy is stale now
+    // A compute copy the step rewrote stays; every other copy of an updated parameter is stale now.
+    for (Ready& r : ready) amp::invalidate_compute_copies(r.param, r.copy_written ? r.copy : Tensor());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "mpt/amp/master_weights.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/error.h"
 #include "mpt/core/profile.h"
@@ -72,7 +73,8 @@ struct DataParallel::Bucket {
   Tensor part(size_t k, const Tensor& of) const;  // parameter k's slice of flat (`of`: the parameter)
 };
 
-DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicator> comm, const DataParallelOptions& options)
+DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicator> comm,
+                           const DataParallelOptions& options)
     : comm_(std::move(comm)), options_(options), alive_(std::make_shared<bool>(true)) {
   MPT_CHECK(comm_ != nullptr, "[DataParallel] no communicator");
   MPT_CHECK(options.bucket_bytes > 0, "[DataParallel] bucket_bytes {} must be positive", options.bucket_bytes);
@@ -90,6 +92,7 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
       comm_->broadcast(view, 0)->wait();
     }
   }
+  amp::invalidate_compute_copies();  // a copy cached before (a forward outside DataParallel) held this rank's values
   std::vector<nn::NamedParameter> named = module.named_parameters();
   std::reverse(named.begin(), named.end());  // backward finishes the last layers first
   for (const nn::NamedParameter& p : named) {
@@ -234,8 +237,9 @@ void DataParallel::launch(Bucket& b) {
     Tensor amaxes = b.meta.slice(0, n_p, 2 * n_p);
     amaxes.zero_();
     for (size_t k = 0; k < np; ++k) {
-      if (used[k] != 0.0f)
-        ops::amax(b.part(k, params_[b.params[k]]), amaxes.slice(0, static_cast<int64_t>(k), static_cast<int64_t>(k) + 1));
+      if (used[k] == 0.0f) continue;
+      const auto at = static_cast<int64_t>(k);
+      ops::amax(b.part(k, params_[b.params[k]]), amaxes.slice(0, at, at + 1));
     }
     ops::fp8_wire_amax_(amaxes);  // a NaN travels as inf: MAX keeps it on every rank
   }
@@ -270,7 +274,9 @@ void DataParallel::launch(Bucket& b) {
     }
   }
   timing_.bytes[bucket_of_[b.params[0]]] =
-      numel * (options_.compression == GradCompression::BF16 ? 2 : options_.compression == GradCompression::FP8 ? 1 : 4);
+      numel * (options_.compression == GradCompression::BF16  ? 2
+               : options_.compression == GradCompression::FP8 ? 1
+                                                              : 4);
   b.launched = true;
 }
 
@@ -377,7 +383,9 @@ void DataParallel::sync_parameters() {
     Bucket& b = *buckets_[i];
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& p = params_[b.params[k]];
-      if (owner_[b.params[k]] != me) p.detach().copy_(b.part(k, p).view(p.shape()));
+      if (owner_[b.params[k]] == me) continue;
+      p.detach().copy_(b.part(k, p).view(p.shape()));
+      amp::invalidate_compute_copies(p);  // its cached FP16/BF16/FP8 copies held the old values
     }
   }
 }

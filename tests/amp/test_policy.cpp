@@ -9,6 +9,7 @@
 #include "mpt/amp/policy.h"
 #include "mpt/mpt.h"
 #include "mpt/nn/gpt.h"
+#include "mpt/optim/adamw.h"
 #include "mpt/optim/sgd.h"
 #include "op_test.h"
 #include "test_util.h"
@@ -137,6 +138,45 @@ TEST(MasterWeights, CastsOncePerOptimizerStepAcrossMicroBatches) {
     opt.zero_grad();
     EXPECT_NE(model.block(0).mlp().c_fc().weight().to_vector<float>(), before);
     EXPECT_EQ(amp::cast_cache_stats().live, 0);  // every updated master's copy was dropped
+  }
+}
+
+// AdamW rewrites each updated master's BF16 copy in its step (ops::AdamWSlot::compute_copy) instead of dropping it: the
+// forwards after the first step cast nothing, and every kept copy has the bits of its new master's cast. (SGD still
+// drops them: CastsOncePerOptimizerStepAcrossMicroBatches.)
+TEST(MasterWeights, AdamWKeepsTheCopiesItRewritesAsTheNewMastersCast) {
+  nn::GPTConfig c;
+  c.vocab_size = 17;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  nn::GPT model(c);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  const Tensor ids = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {1, 8});
+  const int64_t per_forward = 4 * c.n_layer + 1;  // as CastsOncePerOptimizerStepAcrossMicroBatches
+  amp::invalidate_compute_copies();
+  amp::reset_cast_cache_stats();
+  for (int step = 0; step < 3; ++step) {
+    {
+      amp::Autocast ac(amp::Policy::bf16());
+      for (int micro = 0; micro < 2; ++micro) model.loss(ids, ids).backward();
+    }
+    EXPECT_EQ(amp::cast_cache_stats().casts, per_forward) << "step " << step;  // the first forward's only
+    EXPECT_EQ(amp::cast_cache_stats().hits, per_forward * (2 * step + 1)) << "step " << step;
+    const std::vector<float> before = model.block(0).mlp().c_fc().weight().to_vector<float>();
+    opt.step();
+    opt.zero_grad();
+    EXPECT_NE(model.block(0).mlp().c_fc().weight().to_vector<float>(), before);
+    EXPECT_EQ(amp::cast_cache_stats().live, per_forward) << "step " << step;  // kept, rewritten
+    for (const Tensor& w : {model.block(0).mlp().c_fc().weight(), model.block(1).attn().c_attn().weight(),
+                            model.wte().weight()}) {
+      const Tensor copy = amp::refreshable_compute_copy(w);
+      ASSERT_TRUE(copy.defined());
+      EXPECT_TRUE(testing::same_bits(copy.to(DType::F32).to_vector<float>(),
+                                     w.detach().to(DType::BF16).to(DType::F32).to_vector<float>()))
+          << "step " << step;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mpt/core/tensor.h"
+#include "mpt/ops/optim.h"
 
 namespace mpt::optim_test {
 
@@ -65,6 +66,38 @@ inline bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   const Tensor ca = a.contiguous(), cb = b.contiguous();
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+// ops::AdamWSlot::compute_copy on `dev`: after a step the copy's first n elements have the bits of the new parameter
+// cast to the copy's dtype, the rest of a longer copy is untouched, the parameter and moments are those of the same
+// step without a copy, and a step skipped by found_inf leaves the copy as it was. Every moment storage, BF16 and F16.
+inline void expect_adamw_writes_compute_copies(Device dev) {
+  const int64_t n = 600;  // more than two 8-bit blocks, a partial last one
+  for (const ops::MomentStorage storage : {ops::MomentStorage::F32, ops::MomentStorage::BF16,
+                                           ops::MomentStorage::Int8}) {
+    for (const DType dt : {DType::BF16, DType::F16}) {
+      for (const int64_t extra : {int64_t{0}, int64_t{5}}) {
+        SCOPED_TRACE(::testing::Message() << "moments " << static_cast<int>(storage) << " copy " << dtype_name(dt)
+                                          << " extra " << extra);
+        const Tensor p0 = Tensor::from_vector(values(n, 11), {n}).to(dev, DType::F32);
+        const Tensor g = Tensor::from_vector(values(n, 12), {n}).to(dev, DType::F32);
+        const Tensor with = p0.clone(), without = p0.clone();
+        const ops::AdamWState s_with = ops::adamw_state(with, storage), s_without = ops::adamw_state(without, storage);
+        const Tensor copy = Tensor::full({n + extra}, 7.0, dt, dev);  // 7: the untouched sentinel
+        const ops::AdamWParams hp{.lr = 1e-2, .weight_decay = 0.1};
+        const std::vector<ops::AdamWSlot> slots{{with, g, s_with, Tensor{}, copy}};
+        ops::adamw_step(slots, hp, {.found_inf = Tensor::full({1}, 1.0, DType::F32, dev)});
+        EXPECT_TRUE(same_bits(copy.to(Device::cpu()), Tensor::full({n + extra}, 7.0, dt))) << "skipped step";
+        ops::adamw_step(slots, hp);
+        ops::adamw_step(std::vector<ops::AdamWSlot>{{without, g, s_without}}, hp);
+        EXPECT_TRUE(same_bits(with.to(Device::cpu()), without.to(Device::cpu()))) << "parameter";
+        EXPECT_TRUE(same_bits(s_with.exp_avg.to(Device::cpu()), s_without.exp_avg.to(Device::cpu()))) << "exp_avg";
+        EXPECT_TRUE(same_bits(copy.slice(0, 0, n).to(Device::cpu()), with.to(dt).to(Device::cpu()))) << "copy";
+        EXPECT_TRUE(same_bits(copy.slice(0, n, n + extra).to(Device::cpu()), Tensor::full({extra}, 7.0, dt)))
+            << "the copy's tail";
+      }
+    }
+  }
 }
 
 }  // namespace mpt::optim_test

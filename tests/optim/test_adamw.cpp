@@ -189,6 +189,19 @@ TEST(AdamW, GradScalingUnscalesAndFoundInfSkipsTheStep) {
   EXPECT_EQ(opt_q.state(0, 0)->steps(), 1);
 }
 
+// The step rewrites an FP16/BF16 compute copy as the cast of each new parameter (amp's cached copies).
+TEST(AdamW, WritesTheComputeCopyAsTheCastOfTheNewParameter) {
+  expect_adamw_writes_compute_copies(Device::cpu());
+  const Tensor p = leaf(values(8, 1), {8});
+  p.set_grad(Tensor::zeros({8}));
+  const std::vector<ops::AdamWSlot> bad{{p, p.grad(), ops::adamw_state(p), Tensor{}, Tensor::zeros({8})}};
+  EXPECT_MPT_ERROR(ops::adamw_step(bad, {}), "[adamw_step] parameter 0: a compute copy must be a contiguous bf16/f16 "
+                   "tensor of at least the f32 parameter's 8 elements on cpu, got f32[8] cpu");
+  const std::vector<ops::AdamWSlot> short_copy{{p, p.grad(), ops::adamw_state(p), Tensor{},
+                                                Tensor::zeros({7}, DType::BF16)}};
+  EXPECT_MPT_ERROR(ops::adamw_step(short_copy, {}), "got bf16[7] cpu");
+}
+
 TEST(AdamW, InvalidHyperparametersThrowWithTheirValues) {
   Tensor p = leaf(values(2, 1), {2});
   EXPECT_MPT_ERROR(optim::AdamW({p}, {.lr = -1e-3}), "Invalid learning rate: -0.001");

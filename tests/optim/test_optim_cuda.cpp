@@ -61,6 +61,11 @@ TEST(OptimCuda, AdamWMatchesCpuBits) {
   }
 }
 
+TEST(OptimCuda, AdamWWritesTheComputeCopyAsTheCastOfTheNewParameter) {
+  if (!cuda_status().usable) GTEST_SKIP() << "no usable GPU: " << cuda_status().reason;
+  expect_adamw_writes_compute_copies(Device::cuda());
+}
+
 TEST(OptimCuda, SgdMatchesCpuBits) {
   expect_cuda_matches_cpu([](const std::vector<Tensor>& p) {
     return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01,

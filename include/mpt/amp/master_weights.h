@@ -45,6 +45,15 @@ std::shared_ptr<const fp8::Fp8Weight> fp8_weight_copy(const Tensor& master, cons
 // Drops the cached copies (FP16/BF16 and FP8) of one parameter, or of all.
 void invalidate_compute_copies(const Tensor& master);
 void invalidate_compute_copies();
+// The same, keeping `keep` (one of the master's FP16/BF16 copies that the caller brought up to date).
+void invalidate_compute_copies(const Tensor& master, const Tensor& keep);
+
+// The cached FP16/BF16 copy of the F32 master `master` that an optimizer step may rewrite in place instead of dropping
+// it (ops::AdamWSlot::compute_copy: each updated element rounded to the copy's dtype, the cast's bits): contiguous,
+// its first master.numel() elements the master's (a padded copy's extra rows stay zero; when the master has a padded
+// and an unpadded copy, the padded one). Undefined when none is cached. The step then calls
+// invalidate_compute_copies(master, copy) so that the master's other copies go.
+Tensor refreshable_compute_copy(const Tensor& master);
 
 struct CastCacheStats {
   int64_t casts = 0;  // copies made (FP16/BF16 and FP8)

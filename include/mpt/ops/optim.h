@@ -51,6 +51,11 @@ struct AdamWSlot {
   // The step then reads it (step + 1; params.step is ignored) and advances it on the device, unless found_inf
   // skips the step: the host never needs to know whether a step was skipped (torch's capturable/fused state_steps).
   Tensor step{};
+  // Optional: the F32 parameter's BF16/F16 compute copy (contiguous, on its device, at least param.numel() elements):
+  // its first param.numel() elements are rewritten with the updated parameter rounded to the copy's dtype, bit for
+  // bit the cast of the new parameter (amp's cached copies, refreshed by the step instead of remade by the next
+  // forward: llm.c's AdamW writes its BF16 parameters likewise). A step skipped by found_inf leaves it as it was.
+  Tensor compute_copy{};
 };
 
 // What a GradScaler hands a step; both optional, F32 with one element, on the parameters' device (nothing is

@@ -100,6 +100,8 @@ class Optimizer {
     Tensor param;
     Tensor grad;
     ParamState* state;
+    Tensor copy;                // the parameter's cached FP16/BF16 compute copy, if any (amp::refreshable_compute_copy)
+    bool copy_written = false;  // set by step_group when its kernels rewrote `copy` (else the step drops it)
   };
   // Updates the ready parameters of one group (the kernels advance their step counts).
   virtual void step_group(const ParamGroup& group, std::span<Ready> ready, const ops::GradScaling& scaling) = 0;
