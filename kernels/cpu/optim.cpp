@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/map.h"
 #include "kernels/math/opmath.h"
 
@@ -12,22 +13,39 @@ namespace {
 
 bool skipped(const math::StepGuards& guards) { return guards.found_inf != nullptr && *guards.found_inf != 0.0f; }
 
+// The compute copy of elements [begin, end), from the parameters just updated (still in cache): the vectorised
+// conversion (kernels/cpu/convert.h), whose bits are math::store's, so the same as the CUDA kernels' per-element store.
+template <class P, class G, class M>
+void write_compute_copy(const math::AdamWTensor<P, G, M>& t, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<P, float>) {
+    const auto n = static_cast<size_t>(end - begin);
+    if (t.copy_bf16 != nullptr) convert(t.param + begin, t.copy_bf16 + begin, n);
+    if (t.copy_f16 != nullptr) convert(t.param + begin, t.copy_f16 + begin, n);
+  }
+}
+
+constexpr int64_t kCopyChunk = 4096;  // elements updated, then converted into the compute copy, per piece
+
 template <class P, class G, class M>
 void adamw_dense(const math::AdamWTensor<P, G, M>& t, const math::AdamWCoefficients<math::opmath_t<P>>& c,
                  const float* grad_scale_inv) {
   using F = math::opmath_t<P>;
   const bool scaled = grad_scale_inv != nullptr;
   const F scale = scaled ? F(*grad_scale_inv) : F(1);
+  const int64_t chunks = (t.n + kCopyChunk - 1) / kCopyChunk;
 #pragma omp parallel for schedule(static) if (t.n > kParallelThreshold)
-  for (int64_t i = 0; i < t.n; ++i) {
-    F g = math::load(t.grad[i]);
-    if (scaled) g = math::optim_detail::mul(g, scale);
-    F m = math::load(t.exp_avg[i]), v = math::load(t.exp_avg_sq[i]);
-    math::adamw_moments(c, g, m, v);
-    t.param[i] = math::adamw_param(c, F(t.param[i]), m, v);
-    math::store_compute_copy(t, i, t.param[i]);
-    t.exp_avg[i] = math::store<M>(m);
-    t.exp_avg_sq[i] = math::store<M>(v);
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t begin = k * kCopyChunk, end = t.n - begin < kCopyChunk ? t.n : begin + kCopyChunk;
+    for (int64_t i = begin; i < end; ++i) {
+      F g = math::load(t.grad[i]);
+      if (scaled) g = math::optim_detail::mul(g, scale);
+      F m = math::load(t.exp_avg[i]), v = math::load(t.exp_avg_sq[i]);
+      math::adamw_moments(c, g, m, v);
+      t.param[i] = math::adamw_param(c, F(t.param[i]), m, v);
+      t.exp_avg[i] = math::store<M>(m);
+      t.exp_avg_sq[i] = math::store<M>(v);
+    }
+    write_compute_copy(t, begin, end);
   }
 }
 
@@ -126,11 +144,9 @@ void adamw_8bit_block(const math::AdamWTensor<float, G, uint8_t>& t, int64_t blo
     absmax_m = abs_max(absmax_m, lane.m);
     absmax_v = abs_max(absmax_v, lane.v);
   }
-  for (int64_t j = 0; j < valid; ++j) {
-    if (!update[j]) continue;  // the parameter, and so its compute copy, keeps its value
-    t.param[begin + j] = adamw_param(c, t.param[begin + j], m[j], v[j]);
-    store_compute_copy(t, begin + j, t.param[begin + j]);
-  }
+  for (int64_t j = 0; j < valid; ++j)
+    if (update[j]) t.param[begin + j] = adamw_param(c, t.param[begin + j], m[j], v[j]);
+  write_compute_copy(t, begin, begin + valid);  // a lane not updated converts to the copy it already has
   if (avx512) {
     quantize_lanes_avx512(m, v, valid, absmax_m, absmax_v, t.exp_avg + begin, t.exp_avg_sq + begin);
   } else {
