@@ -241,19 +241,7 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
                                                       cudaStream_t);                                    \
   template cudaError_t layer_norm_backward<T, P, Y, X>(const math::LayerNormBackwardParams<T, P, Y, X>&, \
                                                        float*, cudaStream_t);
-MPT_INSTANTIATE(float, float, float, float)
-MPT_INSTANTIATE(f16, f16, f16, f16)
-MPT_INSTANTIATE(bf16, bf16, bf16, bf16)
-MPT_INSTANTIATE(f16, float, f16, f16)
-MPT_INSTANTIATE(bf16, float, bf16, bf16)
-// An f32 residual stream: the norm written for (and its gradient read back from) an f16/bf16 GEMM, and a sublayer's
-// f16/bf16 output entering it (its gradient written in its dtype too).
-MPT_INSTANTIATE(float, float, f16, float)
-MPT_INSTANTIATE(float, float, bf16, float)
-MPT_INSTANTIATE(float, float, f16, f16)
-MPT_INSTANTIATE(float, float, bf16, bf16)
-MPT_INSTANTIATE(float, float, float, f16)
-MPT_INSTANTIATE(float, float, float, bf16)
+MPT_LAYER_NORM_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -58,6 +58,15 @@ struct LayerNormBackwardParams {
   bool rms = false;  // RMSNorm: mean is 0 and the mean(g) term of dx drops out
 };
 
+// The (T, P, Y, X) quadruples the CPU and CUDA kernels are built for (the CPU adds double), as X(T, P, Y, X): each
+// activation type with its own parameters, f16/bf16 activations with f32 parameters, and an f32 residual stream whose
+// norm is written for (and its gradient read back from) an f16/bf16 GEMM and which takes a sublayer's f16/bf16 output
+// (its gradient written in its dtype too).
+#define MPT_LAYER_NORM_TYPES(X)                                                                             \
+  X(float, float, float, float) X(f16, f16, f16, f16) X(bf16, bf16, bf16, bf16) X(f16, float, f16, f16)     \
+  X(bf16, float, bf16, bf16) X(float, float, f16, float) X(float, float, bf16, float)                       \
+  X(float, float, f16, f16) X(float, float, bf16, bf16) X(float, float, float, f16) X(float, float, float, bf16)
+
 template <class F>
 MPT_HD MPT_INLINE F layer_norm_rstd(F var, F eps) {
 #if defined(__CUDA_ARCH__)

@@ -111,14 +111,8 @@ Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
 std::pair<Tensor, Tensor> Block::forward_pending(const Tensor& x, const Tensor& pending, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
   const DType attn_in = attn_->c_attn().input_dtype(x.dtype()), mlp_in = mlp_->c_fc().input_dtype(x.dtype());
-  Tensor stream = x, normed_1;
-  if (pending.defined()) {
-    std::tie(stream, normed_1) = ln_1_->forward_residual(detail::into_residual_norm(pending, x), x, attn_in);
-  } else {
-    normed_1 = ln_1_->forward(x, attn_in);
-  }
-  const Tensor a = attn_->forward(normed_1, lengths);
-  auto [h, normed_2] = ln_2_->forward_residual(detail::into_residual_norm(a, stream), stream, mlp_in);
+  const auto [stream, normed_1] = detail::add_and_norm(*ln_1_, x, pending, attn_in);
+  auto [h, normed_2] = detail::add_and_norm(*ln_2_, stream, attn_->forward(normed_1, lengths), mlp_in);
   return {std::move(h), mlp_->forward(normed_2)};
 }
 
@@ -180,9 +174,7 @@ Tensor GPT::loss_logits(const Tensor& ids, const Tensor& lengths) const {
 std::string GPT::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
 
 Tensor GPT::final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype) const {
-  const auto& [x, pending] = stream;
-  if (!pending.defined()) return ln_f_->forward(x, y_dtype);
-  return ln_f_->forward_residual(detail::into_residual_norm(pending, x), x, y_dtype).second;
+  return detail::add_and_norm(*ln_f_, stream.first, stream.second, y_dtype).second;
 }
 
 Tensor GPT::head_norm(const std::pair<Tensor, Tensor>& stream) const {

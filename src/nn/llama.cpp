@@ -117,14 +117,9 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen) : Module("LlamaBloc
 std::pair<Tensor, Tensor> LlamaBlock::forward_pending(const Tensor& x, const Tensor& pending,
                                                       const ops::RopeTable& rope, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  Tensor stream = x, normed_1;  // the norms' outputs stay in the stream's dtype: three and two GEMMs read them
-  if (pending.defined()) {
-    std::tie(stream, normed_1) = input_norm_->forward_residual(detail::into_residual_norm(pending, x), x);
-  } else {
-    normed_1 = input_norm_->forward(x);
-  }
-  const Tensor a = attn_->forward(normed_1, rope, lengths);
-  auto [h, normed] = post_norm_->forward_residual(detail::into_residual_norm(a, stream), stream);
+  // The norms' outputs stay in the stream's dtype: three and two GEMMs read them.
+  const auto [stream, normed_1] = detail::add_and_norm(*input_norm_, x, pending);
+  auto [h, normed] = detail::add_and_norm(*post_norm_, stream, attn_->forward(normed_1, rope, lengths));
   return {std::move(h), mlp_->forward(normed)};
 }
 
@@ -202,9 +197,7 @@ const ops::RopeTable& Llama::rope_for(const Tensor& like) const {
 std::string Llama::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
 
 Tensor Llama::final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype) const {
-  const auto& [x, pending] = stream;
-  if (!pending.defined()) return norm_->forward(x, y_dtype);
-  return norm_->forward_residual(detail::into_residual_norm(pending, x), x, y_dtype).second;
+  return detail::add_and_norm(*norm_, stream.first, stream.second, y_dtype).second;
 }
 
 Tensor Llama::head_norm(const std::pair<Tensor, Tensor>& stream) const {

@@ -1,6 +1,9 @@
 // src/nn/residual_stream.h: a sublayer's output entering a transformer's residual stream (GPT and Llama blocks).
 #pragma once
 
+#include <optional>
+#include <utility>
+
 #include "mpt/core/tensor.h"
 
 namespace mpt::nn::detail {
@@ -17,6 +20,16 @@ inline Tensor like(const Tensor& t, const Tensor& stream) {
 inline Tensor into_residual_norm(const Tensor& t, const Tensor& stream) {
   const bool widened = stream.dtype() == DType::F32 && (t.dtype() == DType::BF16 || t.dtype() == DType::F16);
   return widened ? t : like(t, stream);
+}
+
+// The stream x + pending and its norm (in y_dtype; unset: the stream's), for a block that leaves its last residual add
+// to the next norm (Block::forward_pending): norm's fused residual form when an addition is pending, else the norm of
+// x. Norm: nn::LayerNorm or nn::RMSNorm.
+template <class Norm>
+std::pair<Tensor, Tensor> add_and_norm(const Norm& norm, const Tensor& x, const Tensor& pending,
+                                       std::optional<DType> y_dtype = {}) {
+  if (!pending.defined()) return {x, norm.forward(x, y_dtype)};
+  return norm.forward_residual(into_residual_norm(pending, x), x, y_dtype);
 }
 
 }  // namespace mpt::nn::detail

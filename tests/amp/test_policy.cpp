@@ -113,13 +113,19 @@ TEST(MasterWeights, HooksFireOnTheMasterAndFrozenMastersGetNoCopyGradient) {
 }
 
 // k micro-batches reuse one cast per parameter; the optimizer step invalidates, the next forward recasts.
-TEST(MasterWeights, CastsOncePerOptimizerStepAcrossMicroBatches) {
+// A 2-block GPT small enough for cast-cache counting.
+nn::GPTConfig tiny_config() {
   nn::GPTConfig c;
   c.vocab_size = 17;
   c.block_size = 8;
   c.n_layer = 2;
   c.n_head = 2;
   c.n_embd = 16;
+  return c;
+}
+
+TEST(MasterWeights, CastsOncePerOptimizerStepAcrossMicroBatches) {
+  const nn::GPTConfig c = tiny_config();
   nn::GPT model(c);
   optim::SGD opt(model.parameters(), {.lr = 0.1});
   const Tensor ids = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {1, 8});
@@ -145,12 +151,7 @@ TEST(MasterWeights, CastsOncePerOptimizerStepAcrossMicroBatches) {
 // forwards after the first step cast nothing, and every kept copy has the bits of its new master's cast. (SGD still
 // drops them: CastsOncePerOptimizerStepAcrossMicroBatches.)
 TEST(MasterWeights, AdamWKeepsTheCopiesItRewritesAsTheNewMastersCast) {
-  nn::GPTConfig c;
-  c.vocab_size = 17;
-  c.block_size = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
+  const nn::GPTConfig c = tiny_config();
   nn::GPT model(c);
   optim::AdamW opt(model.parameters(), {.lr = 1e-2});
   const Tensor ids = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {1, 8});
