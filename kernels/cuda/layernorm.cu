@@ -86,7 +86,6 @@ __global__ void __launch_bounds__(kBackwardThreads)
   const RowStride rs = row_stride<Pack::kWidth>();
   float* slice = partials + static_cast<int64_t>(blockIdx.x) * 2 * n;
   float* acc = use_shared ? smem : slice;
-  const T* added = p.accumulate_dx ? p.dx : p.dx_add;  // added to dx: its old value, or the sum's own gradient
   for (int64_t c = rs.first; c < n; c += rs.stride) {
 #pragma unroll
     for (int k = 0; k < Pack::kWidth; ++k) acc[c + k] = acc[n + c + k] = 0.0f;
@@ -119,16 +118,22 @@ __global__ void __launch_bounds__(kBackwardThreads)
         const float g = dx.v[k] * static_cast<float>(math::load(p.weight[c + k]));
         dx.v[k] = math::layer_norm_dx(g, xhat, rstd, g_mean, gx_mean);
       }
-      if (added != nullptr) {
-        const Pack old = Pack::load(added + offset + c);
+      // Added to dx: its old value, or the fused residual sum's own gradient (the pointers read from the kernel's
+      // parameters where they are used: holding one across the row loop spills the 8-wide kernels).
+      if (p.accumulate_dx || p.dx_add != nullptr) {
+        const Pack old = Pack::load((p.accumulate_dx ? p.dx : p.dx_add) + offset + c);
 #pragma unroll
         for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] += old.v[k];
       }
       dx.store(p.dx + offset + c);
-      if (p.dx_half != nullptr) {  // dx as stored in T, rounded again to X: the cast a separate pass would make
-#pragma unroll
-        for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] = math::load(math::store<T>(dx.v[k]));
-        dx.store(p.dx_half + offset + c);
+    }
+    // dx again in X (a low-precision x beside an f32 residual: the cast a separate pass would make), read back from
+    // what this thread just wrote (the same columns, so no barrier), in a loop of its own: inside the loop above the
+    // conversion's registers spill the 4-wide float kernels. X == T never asks for it.
+    if constexpr (!std::is_same_v<X, T>) {
+      static_assert(std::is_same_v<T, float>, "a second dx dtype only beside f32 rows");
+      if (p.dx_half != nullptr) {
+        for (int64_t c = rs.first; c < n; c += rs.stride) Pack::load(p.dx + offset + c).store(p.dx_half + offset + c);
       }
     }
   }
@@ -221,8 +226,10 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
   const uint64_t read_bytes = elems * (sizeof(G) + sizeof(T) * (adds ? 2 : 1)) + cols * sizeof(P) +
                               2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
                               (use_shared ? 0 : partials);
+  // dx_half: dx read back (from cache: the thread wrote it just before; counted) and written in X.
+  const uint64_t half_read = p.dx_half != nullptr ? elems * sizeof(T) : 0;
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
-                            use_shared ? static_cast<size_t>(partial_bytes) : 0, stream, read_bytes,
+                            use_shared ? static_cast<size_t>(partial_bytes) : 0, stream, read_bytes + half_read,
                             elems * (sizeof(T) + (p.dx_half != nullptr ? sizeof(X) : 0)) + partials};
   const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, G, X, true>, config, p, scratch, use_shared)
                             : launch(layer_norm_backward_kernel<T, P, G, X, false>, config, p, scratch, use_shared);
