@@ -2,9 +2,12 @@
 #include "kernels/cpu/layernorm.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/row_convert.h"
+#include "kernels/math/quantize.h"
 
 namespace mpt::kernels::cpu {
 
@@ -18,13 +21,16 @@ template <class T, class Y, class X>
 struct ForwardRows {
   OpmathRow<X> x;
   OpmathRow<T> residual, out, sum;
-  OpmathRow<Y> y;
-  explicit ForwardRows(int64_t n) : x(n), residual(n), out(n), sum(n), y(n) {}
+  OpmathRow<std::conditional_t<math::kFp8Output<Y>, T, Y>> y;  // unused for FP8 (the float row below)
+  std::vector<float> fp8;  // an FP8 output's float row before quantization
+  explicit ForwardRows(int64_t n)
+      : x(n), residual(n), out(n), sum(n), y(n), fp8(math::kFp8Output<Y> ? static_cast<size_t>(n) : 0) {}
 };
 
+// Returns the row's max |y| bits (NaN skipped) for an FP8 Y, whose codes it writes; 0 otherwise.
 template <class T, class P, class Y, class X, class F>
-void forward_row(const math::LayerNormForwardParams<T, P, Y, X>& p, int64_t r, const F* w, const F* b,
-                 ForwardRows<T, Y, X>& rows) {
+uint32_t forward_row(const math::LayerNormForwardParams<T, P, Y, X>& p, int64_t r, const F* w, const F* b,
+                     ForwardRows<T, Y, X>& rows) {
   const int64_t n = p.cols, offset = r * n;
   const F* x = rows.x.load(p.x + offset, n);
   if (p.residual != nullptr) {
@@ -44,15 +50,29 @@ void forward_row(const math::LayerNormForwardParams<T, P, Y, X>& p, int64_t r, c
 #pragma omp simd reduction(+ : sq)
   for (int64_t c = 0; c < n; ++c) sq += (x[c] - mean) * (x[c] - mean);
   const F rstd = math::layer_norm_rstd(sq / static_cast<F>(n), static_cast<F>(p.eps));
-  F* y = rows.y.out(p.y + offset);
+  F* y = nullptr;
+  if constexpr (math::kFp8Output<Y>) y = rows.fp8.data();
+  else y = rows.y.out(p.y + offset);
   if (b != nullptr) {
     for (int64_t c = 0; c < n; ++c) y[c] = math::layer_norm_output(x[c], mean, rstd, w[c], b[c]);
   } else {
     for (int64_t c = 0; c < n; ++c) y[c] = math::layer_norm_output(x[c], mean, rstd, w[c], F(0));
   }
-  rows.y.store(p.y + offset, n);
   p.mean[r] = mean;
   p.rstd[r] = rstd;
+  if constexpr (math::kFp8Output<Y>) {  // the quantization of the float row (kernels/math/quantize.h's element)
+    const float s = *p.y_scale;
+    uint32_t m = 0;
+    Y* q = p.y + offset;
+    for (int64_t c = 0; c < n; ++c) {
+      m = std::max(m, math::amax_bits(y[c], true));
+      q[c] = math::quantize_value<Y>(y[c], s, Fp8Saturation::Saturate);
+    }
+    return m;
+  } else {
+    rows.y.store(p.y + offset, n);
+    return 0;
+  }
 }
 
 template <class T, class G, class X>
@@ -114,11 +134,16 @@ void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p) {
   std::vector<F> w_storage, b_storage;
   const F* w = params_as<F>(p.weight, p.cols, w_storage);
   const F* b = params_as<F>(p.bias, p.cols, b_storage);
-#pragma omp parallel if (p.rows * p.cols > kParallelElements)
+  uint32_t amax = 0;
+#pragma omp parallel if (p.rows * p.cols > kParallelElements) reduction(max : amax)
   {
     ForwardRows<T, Y, X> rows(p.cols);
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < p.rows; ++r) forward_row(p, r, w, b, rows);
+    for (int64_t r = 0; r < p.rows; ++r) amax = std::max(amax, forward_row(p, r, w, b, rows));
+  }
+  if constexpr (math::kFp8Output<Y>) {  // folded into *y_amax (non-negative: its bits order like integers)
+    const uint32_t old = numerics_detail::bit_cast<uint32_t>(*p.y_amax);
+    *p.y_amax = numerics_detail::bit_cast<float>(std::max(old, math::canonical_amax_bits(amax)));
   }
 }
 
@@ -154,6 +179,10 @@ void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p) {
   template void layer_norm_backward<T, P, Y, X>(const math::LayerNormBackwardParams<T, P, Y, X>&);
 MPT_LAYER_NORM_TYPES(MPT_INSTANTIATE)
 MPT_INSTANTIATE(double, double, double, double)  // the CPU's float64 reference path
+#undef MPT_INSTANTIATE
+#define MPT_INSTANTIATE(T, P, Y, X) \
+  template void layer_norm_forward<T, P, Y, X>(const math::LayerNormForwardParams<T, P, Y, X>&);
+MPT_LAYER_NORM_FP8_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cpu

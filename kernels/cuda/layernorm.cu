@@ -1,9 +1,11 @@
 // kernels/cuda/layernorm.cu: LayerNorm forward/backward, one block per row, float math from kernels/math/layernorm.h.
 #include "kernels/cuda/layernorm.h"
 
+#include "kernels/cuda/amax.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/row_io.cuh"
 #include "kernels/math/numerics.h"
+#include "kernels/math/quantize.h"
 #include "kernels/math/reduce.h"
 
 namespace mpt::kernels::cuda {
@@ -58,6 +60,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   sq = math::block_allreduce(sq, math::SumOp{}, 0.0f, scratch);
   const float rstd = math::layer_norm_rstd(sq / static_cast<float>(n), static_cast<float>(p.eps));
 
+  unsigned m = 0;  // an FP8 output's max |y| bits
   for (int64_t c = rs.first; c < n; c += rs.stride) {
     Pack a = load_row(c);
 #pragma unroll
@@ -65,12 +68,24 @@ __global__ void __launch_bounds__(kMaxThreads)
       const float b = p.bias != nullptr ? static_cast<float>(math::load(p.bias[c + k])) : 0.0f;
       a.v[k] = math::layer_norm_output(a.v[k], mean, rstd, static_cast<float>(math::load(p.weight[c + k])), b);
     }
-    a.store(p.y + offset + c);
+    if constexpr (math::kFp8Output<Y>) {  // quantized as it is stored (kernels/math/quantize.h's element)
+      const float s = *p.y_scale;
+      RowVec<Y, Pack::kWidth> q;
+#pragma unroll
+      for (int k = 0; k < Pack::kWidth; ++k) {
+        m = math::AmaxBitsMax{}(m, math::amax_bits(a.v[k], true));
+        q.v[k] = math::quantize_value<Y>(a.v[k], s, Fp8Saturation::Saturate);
+      }
+      *reinterpret_cast<RowVec<Y, Pack::kWidth>*>(p.y + offset + c) = q;
+    } else {
+      a.store(p.y + offset + c);
+    }
   }
   if (threadIdx.x == 0) {
     p.mean[blockIdx.x] = mean;
     p.rstd[blockIdx.x] = rstd;
   }
+  if constexpr (math::kFp8Output<Y>) block_amax_to(m, reinterpret_cast<unsigned*>(p.y_amax));
 }
 
 // Block b handles rows b, b + gridDim.x, ...: dx per row, and its threads sum dy * xhat and dy of the columns
@@ -181,7 +196,7 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p
   if (p.rows == 0) return cudaSuccess;
   const bool fused = p.residual != nullptr;
   if (p.x == nullptr || p.weight == nullptr || p.y == nullptr || p.mean == nullptr || p.rstd == nullptr ||
-      (fused && p.sum == nullptr))
+      (fused && p.sum == nullptr) || (math::kFp8Output<Y> && (p.y_scale == nullptr || p.y_amax == nullptr)))
     return cudaErrorInvalidValue;
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.y) &&
@@ -194,7 +209,8 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p
   const uint64_t read_bytes =
       elems * (sizeof(X) + (fused ? sizeof(T) : 0)) + cols * sizeof(P) * (p.bias != nullptr ? 2 : 1);
   const uint64_t written_bytes = elems * (sizeof(Y) + (fused ? sizeof(T) : 0)) +
-                                 2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>);
+                                 2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
+                                 (math::kFp8Output<Y> ? sizeof(float) : 0);  // the scale read, the amax folded
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
                             read_bytes, written_bytes};
   return vec ? launch(layer_norm_forward_kernel<T, P, Y, X, true>, config, p)
@@ -249,6 +265,11 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
   template cudaError_t layer_norm_backward<T, P, Y, X>(const math::LayerNormBackwardParams<T, P, Y, X>&, \
                                                        float*, cudaStream_t);
 MPT_LAYER_NORM_TYPES(MPT_INSTANTIATE)
+#undef MPT_INSTANTIATE
+#define MPT_INSTANTIATE(T, P, Y, X)                                                                   \
+  template cudaError_t layer_norm_forward<T, P, Y, X>(const math::LayerNormForwardParams<T, P, Y, X>&, \
+                                                      cudaStream_t);
+MPT_LAYER_NORM_FP8_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 
 }  // namespace mpt::kernels::cuda

@@ -1,4 +1,5 @@
 // kernels/cuda/quantize.cu: FP8 amax, scales, per-tensor quantize, cast + transpose (+ dbias), column sums and dequantize kernels (math from kernels/math/quantize.h; block scaling in quantize_block.cu).
+#include "kernels/cuda/amax.cuh"
 #include "kernels/cuda/pack.cuh"
 #include "kernels/cuda/quantize.h"
 #include "kernels/math/quantize.h"
@@ -11,14 +12,6 @@ constexpr int kTile = 32;        // cast + transpose: 32 x 32 tiles, 32 x 8 thre
 constexpr int kTileRowsPerPass = 8;
 
 using UMaxOp = math::AmaxBitsMax;
-
-// Folds this thread's max |x| bits into *out: canonical NaN, block reduction, one atomicMax per block
-// (integer max is order-independent, so the result is deterministic). Every thread of the block must call it.
-MPT_DEVICE MPT_INLINE void block_amax_to(unsigned m, unsigned* out) {
-  __shared__ unsigned scratch[math::kBlockReduceScratch];
-  m = math::block_allreduce(math::canonical_amax_bits(m), UMaxOp{}, 0u, scratch);
-  if (math::block_thread_index() == 0 && m != 0) atomicMax(out, m);
-}
 
 __global__ void zero_kernel(unsigned* bits) { *bits = 0; }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/math/common.h"
 #include "kernels/math/opmath.h"
@@ -31,6 +32,11 @@ struct LayerNormForwardParams {
   int64_t cols = 0;
   double eps = 1e-5;  // rounded to opmath (float) before use, except for double
   bool rms = false;
+  // Y = f8e4m3 only (beside float T): y = e4m3(norm * *y_scale), saturating, and max |norm| over the rows (NaN
+  // skipped) folded into *y_amax (a non-negative float, raised with an integer max of its bits: atomically on CUDA):
+  // the per-tensor delayed-scaling quantization of the FP8 GEMM that reads y, bit for bit that of the float norm.
+  const float* y_scale = nullptr;
+  float* y_amax = nullptr;
 };
 
 // dx, dweight, dbias of y = xhat * weight + bias, xhat = (x - mean) * rstd. Each output is overwritten, or
@@ -66,6 +72,13 @@ struct LayerNormBackwardParams {
   X(float, float, float, float) X(f16, f16, f16, f16) X(bf16, bf16, bf16, bf16) X(f16, float, f16, f16)     \
   X(bf16, float, bf16, bf16) X(float, float, f16, float) X(float, float, bf16, float)                       \
   X(float, float, f16, f16) X(float, float, bf16, bf16) X(float, float, float, f16) X(float, float, float, bf16)
+
+// The forward's FP8 outputs (an f32 residual stream's norm quantized for an FP8 GEMM), x f32 or the f16/bf16 beside it.
+#define MPT_LAYER_NORM_FP8_TYPES(X) \
+  X(float, float, f8e4m3, float) X(float, float, f8e4m3, f16) X(float, float, f8e4m3, bf16)
+
+template <class Y>
+inline constexpr bool kFp8Output = std::is_same_v<Y, f8e4m3>;
 
 template <class F>
 MPT_HD MPT_INLINE F layer_norm_rstd(F var, F eps) {

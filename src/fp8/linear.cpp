@@ -28,8 +28,7 @@ using detail::gemm_tn;
 
 void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& c, DType out) {
   const Device dev = ops::detail::check_same_device({&x, &weight}, kOp);
-  MPT_CHECK(x.dim() >= 1 && detail::is_wide_dtype(x.dtype()) && x.numel() > 0,
-            "[{}] x must be f32, bf16 or f16 with at least one dim and no empty operands, got {}", kOp, x.meta_str());
+  detail::check_fp8_input(kOp, x, c.recipe, c.metas.input);
   detail::check_fp8_layer(kOp, {}, dev, x.size(-1), weight, bias, c.recipe, c.metas, c.weight_fp8);
   MPT_CHECK(detail::is_wide_dtype(out), "[{}] out_dtype must be f32, bf16 or f16, got {}", kOp, out);
 }
@@ -68,7 +67,7 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
 
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearConfig& config) {
   const ops::detail::GradRecorder grad({&x, &weight, &bias});
-  const DType out = config.out_dtype.value_or(x.dtype());
+  const DType out = config.out_dtype.value_or(detail::input_grad_dtype(x.dtype()));
   check_args(x, weight, bias, config, out);
   const int64_t k = x.size(-1), m = weight.size(0);
   const Tensor x2d = x.reshape({-1, k});  // (N, K)
@@ -103,7 +102,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     s.grad_meta = config.metas.grad_output;
     s.x_shape = x.shape();
     s.m = m;
-    s.x_dtype = x.dtype(), s.w_dtype = weight.dtype(), s.b_dtype = bias.defined() ? bias.dtype() : DType::F32;
+    s.x_dtype = detail::input_grad_dtype(x.dtype()), s.w_dtype = weight.dtype(), s.b_dtype = bias.defined() ? bias.dtype() : DType::F32;
     grad.record("Fp8LinearBackward", {&y},
                 [s = std::move(s)](const std::vector<Tensor>& g) { return fp8_linear_backward(g[0], s); });
   }

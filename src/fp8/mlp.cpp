@@ -79,11 +79,10 @@ std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s) {
 Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
                const Fp8MlpConfig& c) {
   const ops::detail::GradRecorder grad({&x, &w1, &b1, &w2, &b2});
-  MPT_CHECK(x.defined() && x.dim() == 2 && detail::is_wide_dtype(x.dtype()) && x.numel() > 0,
-            "[{}] expected a non-empty x [N, C] in f32, bf16 or f16, got {}", kOp,
-            x.defined() ? x.meta_str() : std::string("undefined"));
+  detail::check_fp8_input(kOp, x, c.recipe, c.metas1.input);
+  MPT_CHECK(x.dim() == 2, "[{}] expected a non-empty x [N, C], got {}", kOp, x.meta_str());
   const Device dev = x.device();
-  const DType out = c.out_dtype.value_or(x.dtype());
+  const DType out = c.out_dtype.value_or(detail::input_grad_dtype(x.dtype()));
   MPT_CHECK(detail::is_wide_dtype(out), "[{}] out_dtype must be f32, bf16 or f16, got {}", kOp, out);
   detail::check_fp8_layer(kOp, {"w1", "b1", "metas1", "weight1_fp8"}, dev, x.size(1), w1, b1, c.recipe, c.metas1,
                           c.weight1_fp8);
@@ -119,7 +118,7 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
     s.recipe = c.recipe;
     s.grad_meta1 = c.metas1.grad_output, s.grad_meta2 = c.metas2.grad_output;
     s.c_out = w2.size(0);
-    s.x_dtype = x.dtype(), s.w1_dtype = w1.dtype(), s.w2_dtype = w2.dtype();
+    s.x_dtype = detail::input_grad_dtype(x.dtype()), s.w1_dtype = w1.dtype(), s.w2_dtype = w2.dtype();
     s.b1_dtype = b1.defined() ? b1.dtype() : DType::F32, s.b2_dtype = b2.defined() ? b2.dtype() : DType::F32;
     grad.record("Fp8MlpBackward", {&y},
                 [s = std::move(s)](const std::vector<Tensor>& g) { return fp8_mlp_backward(g[0], s); });

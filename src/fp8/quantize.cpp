@@ -85,6 +85,16 @@ Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role
 
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
                  const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise, const Tensor& dbias) {
+  if (t.dtype() == DType::F8E4M3) {  // codes made with the meta's scale by the op before (check_fp8_input)
+    MPT_CHECK(role == Fp8Role::Input && std::holds_alternative<fp8::DelayedScaling>(recipe) && meta &&
+                  !dbias.defined() && t.dim() == 2,
+              "[quantize_for_gemm] f8e4m3 codes {} are taken as a 2-d input quantized under delayed scaling, not as {}",
+              t.meta_str(), fp8::to_string(role));
+    Fp8Pair p;
+    if (rowwise) p.rowwise = {t, meta->scale_inv, ScaleLayout::PerTensor};
+    if (columnwise) p.columnwise = {t.t().contiguous(), meta->scale_inv, ScaleLayout::PerTensor};
+    return p;
+  }
   // dbias comes from the columnwise pass (a weight's columnwise copy is its codes' transpose: no pass over t).
   const bool block = std::holds_alternative<fp8::BlockScaling>(recipe);
   const bool fused = columnwise && !(block && role == Fp8Role::Weight);
@@ -95,6 +105,20 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role
 }
 
 bool is_wide_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+void check_fp8_input(const char* op, const Tensor& x, const fp8::Fp8Recipe& recipe,
+                     const std::shared_ptr<fp8::Fp8TensorMeta>& input_meta) {
+  MPT_CHECK(x.defined() && x.dim() >= 1 && x.numel() > 0 && (is_wide_dtype(x.dtype()) || x.dtype() == DType::F8E4M3),
+            "[{}] x must be a non-empty f32, bf16 or f16 tensor (or f8e4m3 codes), got {}", op,
+            x.defined() ? x.meta_str() : std::string("undefined"));
+  if (x.dtype() != DType::F8E4M3) return;
+  MPT_CHECK(std::holds_alternative<fp8::DelayedScaling>(recipe),
+            "[{}] x {} is FP8 codes, which only delayed scaling takes (quantized with the input meta's scale); the "
+            "recipe is current or block scaling", op, x.meta_str());
+  MPT_CHECK(input_meta && !input_meta->collect_telemetry,
+            "[{}] x {} is FP8 codes but the input meta {}: telemetry measures the unquantized input, so give it in "
+            "f32", op, x.meta_str(), input_meta ? "collects telemetry" : "is missing");
+}
 
 
 void check_fp8_meta(const char* kOp, const std::shared_ptr<fp8::Fp8TensorMeta>& meta, const char* slot, Fp8Role role,

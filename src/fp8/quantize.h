@@ -27,11 +27,22 @@ struct Fp8Pair {
 // dbias (optional, a [cols] f32/bf16/f16 tensor): receives t's column sums, a gradient's bias gradient: fused into the
 // pass that makes the columnwise codes (the per-tensor cast + transpose, TE's cast_transpose_dbias, or block
 // scaling's transposed 1x128 quantization), else a column reduction of its own; the same bits either way.
+// An input t may come quantized already: f8e4m3 codes made under delayed scaling with the meta's scale (and its amax
+// folded into the history) by the op before (a norm's FP8 output, ops::NormOutput::fp8). They are used as they are,
+// with the meta's scale_inv, and the columnwise copy is their transpose (a byte copy, no second rounding).
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp8Role role,
                           const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
                           const Tensor& dbias = {});
 
 bool is_wide_dtype(DType t);  // f32, bf16 or f16: what FP8 quantization reads
+
+// An FP8 layer's input x [N, K]: a non-empty f32, bf16 or f16 tensor, or f8e4m3 codes (quantize_for_gemm) when the
+// recipe is delayed scaling, whose input meta is then not collecting telemetry (that needs the unquantized values).
+void check_fp8_input(const char* op, const Tensor& x, const fp8::Fp8Recipe& recipe,
+                     const std::shared_ptr<fp8::Fp8TensorMeta>& input_meta);
+
+// The dtype an FP8 layer returns x's gradient in: x's, or f32 for codes (the f32 output of the norm they stand for).
+inline DType input_grad_dtype(DType x) { return x == DType::F8E4M3 ? DType::F32 : x; }
 
 // A meta given for `slot` (its name in errors: "metas.input") fits the recipe and role (delayed scaling needs one, on
 // the operands' device).

@@ -66,6 +66,9 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
               "amp::Autocast", layer, x.meta_str(), weight.meta_str());
   } else {
     const amp::Precision p = policy->at(path);
+    MPT_CHECK(x.dtype() != DType::F8E4M3 || (p == amp::Precision::FP8 && qat_scheme(policy, path) == nullptr),
+              "[{}] '{}': the input {} is FP8 codes (a norm's output made for an FP8 GEMM: autocast_input_format), but "
+              "the policy runs this layer in {}", layer, path, x.meta_str(), amp::to_string(p));
     if (const amp::QatScheme* q = qat_scheme(policy, path)) return qat_linear(x, weight, bias, *q, p, path, layer, out_padded, weight_scale);
     if (p == amp::Precision::FP8) {
       MPT_CHECK(policy->fp8_state != nullptr, "[{}] '{}': the policy asks for FP8 but holds no Fp8ScalingState", layer, path);
@@ -98,11 +101,19 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
   return ops::linear(xc, w, bias, {.out_padded = out_padded});
 }
 
-DType autocast_input_dtype(DType x, const Tensor& weight, std::string_view path) {
+ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string_view path) {
   const amp::Policy* policy = amp::current_policy();
   if (policy == nullptr || x != DType::F32 || qat_scheme(policy, path) != nullptr) return x;
   const amp::Precision p = policy->at(path);
-  if (p == amp::Precision::FP8) return x;
+  if (p == amp::Precision::FP8) {
+    if (policy->fp8_state == nullptr || !std::holds_alternative<fp8::DelayedScaling>(policy->fp8_state->recipe()))
+      return x;
+    const fp8::Fp8LinearMetas metas = policy->fp8_state->register_linear(std::string(path));
+    const auto& in = metas.input;
+    if (in == nullptr || in->collect_telemetry || in->dtype != DType::F8E4M3 || in->scale.device() != weight.device())
+      return x;
+    return ops::NormOutput::fp8(in->scale, in->amax_history.slice(0, 0, 1));
+  }
   const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);  // as autocast_linear casts
   return dt == DType::BF16 || dt == DType::F16 ? dt : x;
 }

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "mpt/core/tensor.h"
+#include "mpt/ops/layernorm.h"
 
 namespace mpt::nn::detail {
 
@@ -18,10 +19,12 @@ namespace mpt::nn::detail {
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
                        const char* layer, int64_t out_padded = 0, const Tensor& weight_scale = {});
 
-// The dtype autocast_linear(x, weight, ..., path) reads an x of dtype `x` in, where a producer may write that dtype
-// directly (bit for bit the cast autocast_linear would otherwise make): f16 or bf16 for an f32 x whose GEMM runs in
-// FP16/BF16. `x` itself otherwise: no policy, an f32 GEMM, FP8 and QAT (which quantize x as it comes).
-DType autocast_input_dtype(DType x, const Tensor& weight, std::string_view path);
+// How a producer (a norm) may store the x of dtype `x` that autocast_linear(x, weight, ..., path) reads, bit for bit
+// what autocast_linear would otherwise make of it: f16 or bf16 for an f32 x whose GEMM runs in FP16/BF16 (the cast);
+// for an f32 x under FP8 delayed scaling, E4M3 codes with the layer's input scale and amax slot (the quantization;
+// not while that meta collects telemetry). `x` itself otherwise: no policy, an f32 GEMM, current or block scaling
+// (whose scales come from x itself or its blocks) and QAT. autocast_linear and autocast_mlp take such codes.
+ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string_view path);
 
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
 // run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast

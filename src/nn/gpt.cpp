@@ -110,7 +110,8 @@ Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
 // and so does the previous block's MLP output enter ln_1's.
 std::pair<Tensor, Tensor> Block::forward_pending(const Tensor& x, const Tensor& pending, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
-  const DType attn_in = attn_->c_attn().input_dtype(x.dtype()), mlp_in = mlp_->c_fc().input_dtype(x.dtype());
+  const ops::NormOutput attn_in = attn_->c_attn().input_format(x.dtype());
+  const ops::NormOutput mlp_in = mlp_->c_fc().input_format(x.dtype());
   const auto [stream, normed_1] = detail::add_and_norm(*ln_1_, x, pending, attn_in);
   auto [h, normed_2] = detail::add_and_norm(*ln_2_, stream, attn_->forward(normed_1, lengths), mlp_in);
   return {std::move(h), mlp_->forward(normed_2)};
@@ -122,9 +123,9 @@ Tensor Block::forward(const Tensor& x, const Tensor& lengths) const {
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos, int64_t capacity) const {
-  const Tensor normed_1 = ln_1_->forward(x, attn_->c_attn().input_dtype(x.dtype()));
+  const Tensor normed_1 = ln_1_->forward(x, attn_->c_attn().input_format(x.dtype()));
   const Tensor a = attn_->forward_cached(normed_1, k_cache, v_cache, pos, capacity);
-  auto [h, normed] = ln_2_->forward_residual(detail::into_residual_norm(a, x), x, mlp_->c_fc().input_dtype(x.dtype()));
+  auto [h, normed] = ln_2_->forward_residual(detail::into_residual_norm(a, x), x, mlp_->c_fc().input_format(x.dtype()));
   return ops::add(h, detail::like(mlp_->forward(normed), h));
 }
 
@@ -173,12 +174,12 @@ Tensor GPT::loss_logits(const Tensor& ids, const Tensor& lengths) const {
 
 std::string GPT::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
 
-Tensor GPT::final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype) const {
-  return detail::add_and_norm(*ln_f_, stream.first, stream.second, y_dtype).second;
+Tensor GPT::final_norm(const std::pair<Tensor, Tensor>& stream, const ops::NormOutput& out) const {
+  return detail::add_and_norm(*ln_f_, stream.first, stream.second, out).second;
 }
 
 Tensor GPT::head_norm(const std::pair<Tensor, Tensor>& stream) const {
-  return final_norm(stream, detail::autocast_input_dtype(stream.first.dtype(), wte_->weight(), head_path()));
+  return final_norm(stream, detail::autocast_input_format(stream.first.dtype(), wte_->weight(), head_path()));
 }
 
 Tensor GPT::head(const Tensor& x, int64_t out_padded) const {

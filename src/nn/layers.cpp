@@ -53,8 +53,8 @@ Tensor Linear::forward(const Tensor& x) const {
       .reshape(out_shape);
 }
 
-DType Linear::input_dtype(DType x) const {
-  return quantized_ != nullptr ? x : detail::autocast_input_dtype(x, weight(), path());
+ops::NormOutput Linear::input_format(DType x) const {
+  return quantized_ != nullptr ? ops::NormOutput(x) : detail::autocast_input_format(x, weight(), path());
 }
 
 void Linear::learn_weight_scale(const ops::QuantSpec& spec) {
@@ -87,17 +87,17 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Modu
   if (bias) bias_ = &register_parameter("bias", Tensor::zeros({dim}, where.dtype, where.device), false);
 }
 
-Tensor LayerNorm::forward(const Tensor& x, std::optional<DType> y_dtype) const {
+Tensor LayerNorm::forward(const Tensor& x, const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("LayerNorm", x, weight(), weight().numel());
-  return ops::layer_norm(x, weight(), bias(), eps_, y_dtype).y;
+  return ops::layer_norm(x, weight(), bias(), eps_, out).y;
 }
 
 std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual,
-                                                      std::optional<DType> y_dtype) const {
+                                                      const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("LayerNorm", residual, weight(), weight().numel());  // x: residual's dtype, or f16/bf16 beside f32
-  ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_, y_dtype);
+  ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_, out);
   return {std::move(r.sum), std::move(r.y)};
 }
 
@@ -106,17 +106,17 @@ RMSNorm::RMSNorm(int64_t dim, double eps, Placement where) : Module("RMSNorm"), 
   weight_ = &register_parameter("weight", Tensor::ones({dim}, where.dtype, where.device), false);
 }
 
-Tensor RMSNorm::forward(const Tensor& x, std::optional<DType> y_dtype) const {
+Tensor RMSNorm::forward(const Tensor& x, const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("RMSNorm", x, weight(), weight().numel());
-  return ops::rms_norm(x, weight(), eps_, y_dtype).y;
+  return ops::rms_norm(x, weight(), eps_, out).y;
 }
 
 std::pair<Tensor, Tensor> RMSNorm::forward_residual(const Tensor& x, const Tensor& residual,
-                                                    std::optional<DType> y_dtype) const {
+                                                    const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
   check_input("RMSNorm", residual, weight(), weight().numel());  // x: residual's dtype, or f16/bf16 beside f32
-  ops::ResidualLayerNormResult r = ops::residual_rms_norm(x, residual, weight(), eps_, y_dtype);
+  ops::ResidualLayerNormResult r = ops::residual_rms_norm(x, residual, weight(), eps_, out);
   return {std::move(r.sum), std::move(r.y)};
 }
 

@@ -196,14 +196,14 @@ const ops::RopeTable& Llama::rope_for(const Tensor& like) const {
 
 std::string Llama::head_path() const { return path().empty() ? std::string("lm_head") : path() + ".lm_head"; }
 
-Tensor Llama::final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype) const {
-  return detail::add_and_norm(*norm_, stream.first, stream.second, y_dtype).second;
+Tensor Llama::final_norm(const std::pair<Tensor, Tensor>& stream, const ops::NormOutput& out) const {
+  return detail::add_and_norm(*norm_, stream.first, stream.second, out).second;
 }
 
 Tensor Llama::head_norm(const std::pair<Tensor, Tensor>& stream) const {
   const DType x = stream.first.dtype();
-  return final_norm(stream, lm_head_ ? lm_head_->input_dtype(x)
-                                     : detail::autocast_input_dtype(x, embed_->weight(), head_path()));
+  return final_norm(stream, lm_head_ ? lm_head_->input_format(x)
+                                     : detail::autocast_input_format(x, embed_->weight(), head_path()));
 }
 
 Tensor Llama::head(const Tensor& x) const {

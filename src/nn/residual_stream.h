@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "mpt/core/tensor.h"
+#include "mpt/ops/layernorm.h"
 
 namespace mpt::nn::detail {
 
@@ -22,14 +23,14 @@ inline Tensor into_residual_norm(const Tensor& t, const Tensor& stream) {
   return widened ? t : like(t, stream);
 }
 
-// The stream x + pending and its norm (in y_dtype; unset: the stream's), for a block that leaves its last residual add
+// The stream x + pending and its norm (stored as `out` says: ops::NormOutput), for a block that leaves its last residual add
 // to the next norm (Block::forward_pending): norm's fused residual form when an addition is pending, else the norm of
 // x. Norm: nn::LayerNorm or nn::RMSNorm.
 template <class Norm>
 std::pair<Tensor, Tensor> add_and_norm(const Norm& norm, const Tensor& x, const Tensor& pending,
-                                       std::optional<DType> y_dtype = {}) {
-  if (!pending.defined()) return {x, norm.forward(x, y_dtype)};
-  return norm.forward_residual(into_residual_norm(pending, x), x, y_dtype);
+                                       const ops::NormOutput& out = {}) {
+  if (!pending.defined()) return {x, norm.forward(x, out)};
+  return norm.forward_residual(into_residual_norm(pending, x), x, out);
 }
 
 }  // namespace mpt::nn::detail

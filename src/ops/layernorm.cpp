@@ -78,9 +78,26 @@ RowShape check_input(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   return {rows, cols};
 }
 
-// Forward, with or without the fused residual add (residual defined); y in y_dtype (x's when unset).
+// An FP8 output's kernel types: f32 activations and parameters, x f32 or f16/bf16 beside them; scale and amax checked.
+template <class F>
+void visit_fp8_types(DType t, DType param, DType x, const NormOutput& out, Device dev, const char* op, F&& f) {
+  MPT_CHECK(t == DType::F32 && param == DType::F32 && (x == DType::F32 || x == DType::BF16 || x == DType::F16),
+            "[{}] an f8e4m3 output is made from f32 activations and parameters (x f32, or f16/bf16 beside an f32 "
+            "residual): got activations {}, weight {}, x {}", op, t, param, x);
+  for (const auto& [v, name] : {std::pair{&out.scale, "scale"}, std::pair{&out.amax, "amax"}}) {
+    MPT_CHECK(v->defined() && v->dtype() == DType::F32 && v->numel() == 1 && v->device() == dev &&
+                  v->is_contiguous(),
+              "[{}] an f8e4m3 output needs its {} as one contiguous f32 element on {} (NormOutput::fp8), got {}", op,
+              name, dev, v->defined() ? v->meta_str() : "undefined");
+  }
+  if (x == DType::BF16) return f(float{}, float{}, f8e4m3{}, bf16{});
+  if (x == DType::F16) return f(float{}, float{}, f8e4m3{}, f16{});
+  f(float{}, float{}, f8e4m3{}, float{});
+}
+
+// Forward, with or without the fused residual add (residual defined); y stored as `y_out` says.
 LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* sum_out, const Tensor& weight_in,
-                        const Tensor& bias_in, double eps, bool rms, std::optional<DType> y_dtype, const char* op) {
+                        const Tensor& bias_in, double eps, bool rms, const NormOutput& y_out, const char* op) {
   const Device dev = residual_in ? detail::check_same_device({&x_in, residual_in, &weight_in}, op)
                                  : detail::check_same_device({&x_in, &weight_in}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, bias_in, op);
@@ -90,12 +107,12 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
   const Tensor residual = residual_in ? residual_in->contiguous() : Tensor();
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   const DType t = residual_in ? residual.dtype() : x.dtype();  // the sum's and the statistics' activation dtype
-  const DType ydt = y_dtype.value_or(t);
+  const DType ydt = y_out.dtype.value_or(t);
+  const bool fp8 = ydt == DType::F8E4M3;
   LayerNormResult out{Tensor::empty(x.shape(), ydt, dev),
                       {Tensor::empty({rows}, stats_dtype(t), dev), Tensor::empty({rows}, stats_dtype(t), dev)}};
   if (residual_in) *sum_out = Tensor::empty(x.shape(), t, dev);
-  visit_types(t, weight.dtype(), ydt, x.dtype(), "the output dtype", residual_in ? "x (beside the residual)" : "x",
-              op, [&](auto tag, auto ptag, auto ytag, auto xtag) {
+  auto run = [&](auto tag, auto ptag, auto ytag, auto xtag) {
     using T = decltype(tag);
     using P = decltype(ptag);
     using Y = decltype(ytag);
@@ -115,12 +132,23 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
     p.cols = cols;
     p.eps = eps;
     p.rms = rms;
+    if constexpr (kernels::math::kFp8Output<Y>) {
+      p.y_scale = y_out.scale.data<float>();
+      p.y_amax = Tensor(y_out.amax).data<float>();
+    }
     if (dev.is_cpu()) {
       kernels::cpu::layer_norm_forward(p);
     } else if constexpr (!std::is_same_v<T, double>) {
       MPT_CUDA_KERNEL(kernels::cuda::layer_norm_forward(p, static_cast<cudaStream_t>(detail::stream_of(dev))));
     }
-  });
+  };
+  if (fp8) {
+    visit_fp8_types(t, weight.dtype(), x.dtype(), y_out, dev, op, run);
+  } else {
+    MPT_CHECK(!is_fp8(ydt), "[{}] an FP8 output is f8e4m3 (NormOutput::fp8), got {}", op, ydt);
+    visit_types(t, weight.dtype(), ydt, x.dtype(), "the output dtype", residual_in ? "x (beside the residual)" : "x",
+                op, run);
+  }
   out.saved.rms = rms;
   return out;
 }
@@ -221,9 +249,9 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
 
 
 LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms,
-                     std::optional<DType> y_dtype, const char* op) {
+                     const NormOutput& y_out, const char* op) {
   const detail::GradRecorder grad({&x, &weight, &bias});
-  LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, rms, y_dtype, op);
+  LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, rms, y_out, op);
   grad.record(rms ? "RmsNormBackward" : "LayerNormBackward", {&r.y},
               [x = x.detach(), w = weight.detach(), saved = r.saved, has_bias = bias.defined()](
                   const std::vector<Tensor>& g) {
@@ -234,11 +262,11 @@ LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 }
 
 ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                      const Tensor& bias, double eps, bool rms, std::optional<DType> y_dtype,
+                                      const Tensor& bias, double eps, bool rms, const NormOutput& y_out,
                                       const char* op) {
   const detail::GradRecorder grad({&x, &residual, &weight, &bias});
   ResidualLayerNormResult out;
-  LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, rms, y_dtype, op);
+  LayerNormResult r = forward(x, &residual, &out.sum, weight, bias, eps, rms, y_out, op);
   out.y = std::move(r.y);
   out.saved = std::move(r.saved);
   // Outputs: sum (output 0) and y (output 1). d(sum) reaches x and residual directly; dy goes through the norm.
@@ -268,22 +296,22 @@ ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, c
 }  // namespace
 
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                           std::optional<DType> y_dtype) {
-  return norm(x, weight, bias, eps, false, y_dtype, "layer_norm");
+                           const NormOutput& out) {
+  return norm(x, weight, bias, eps, false, out, "layer_norm");
 }
 
-LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps, std::optional<DType> y_dtype) {
-  return norm(x, weight, Tensor(), eps, true, y_dtype, "rms_norm");
+LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps, const NormOutput& out) {
+  return norm(x, weight, Tensor(), eps, true, out, "rms_norm");
 }
 
 ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                            const Tensor& bias, double eps, std::optional<DType> y_dtype) {
-  return residual_norm(x, residual, weight, bias, eps, false, y_dtype, "residual_layer_norm");
+                                            const Tensor& bias, double eps, const NormOutput& out) {
+  return residual_norm(x, residual, weight, bias, eps, false, out, "residual_layer_norm");
 }
 
 ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
-                                          std::optional<DType> y_dtype) {
-  return residual_norm(x, residual, weight, Tensor(), eps, true, y_dtype, "residual_rms_norm");
+                                          const NormOutput& out) {
+  return residual_norm(x, residual, weight, Tensor(), eps, true, out, "residual_rms_norm");
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormSaved& saved,

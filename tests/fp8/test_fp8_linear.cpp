@@ -380,10 +380,10 @@ TEST(Fp8Linear, Errors) {
   const Tensor x = Tensor::ones({4, 16}), w = Tensor::ones({8, 16});
   EXPECT_MPT_ERROR(fp8::fp8_linear(x, Tensor::ones({8, 15}), Tensor(), cfg), "has K = 16 but weight");
   EXPECT_MPT_ERROR(fp8::fp8_linear(x, Tensor::ones({8}), Tensor(), cfg), "weight must be a 2-d");
-  EXPECT_MPT_ERROR(fp8::fp8_linear(x.to(DType::F64), w, Tensor(), cfg), "x must be f32, bf16 or f16");
-  EXPECT_MPT_ERROR(fp8::fp8_linear(x.to(DType::F8E4M3), w, Tensor(), cfg), "x must be f32, bf16 or f16");
+  EXPECT_MPT_ERROR(fp8::fp8_linear(x.to(DType::F64), w, Tensor(), cfg), "x must be a non-empty f32, bf16 or f16");
+  EXPECT_MPT_ERROR(fp8::fp8_linear(x.to(DType::F8E5M2), w, Tensor(), cfg), "x must be a non-empty f32, bf16 or f16");
   EXPECT_MPT_ERROR(fp8::fp8_linear(x, w, Tensor::ones({7}), cfg), "bias must be f32, bf16 or f16 of shape [8]");
-  EXPECT_MPT_ERROR(fp8::fp8_linear(Tensor::ones({0, 16}), w, Tensor(), cfg), "no empty operands");
+  EXPECT_MPT_ERROR(fp8::fp8_linear(Tensor::ones({0, 16}), w, Tensor(), cfg), "x must be a non-empty");
   EXPECT_MPT_ERROR(fp8::fp8_linear(x, w, Tensor(), {fp8::DelayedScaling{}, {}, std::nullopt}),
                    "delayed scaling needs metas.input");
   EXPECT_MPT_ERROR(fp8::fp8_linear(x, w, Tensor(), {fp8::DelayedScaling{}, metas, DType::F8E4M3}),

@@ -248,12 +248,14 @@ TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
 
 // FP8 delayed scaling's quantizations, by launching site (cuda_emu::kernel_sites): an activation's or gradient's
 // is one cast + transpose launch that folds its amax straight into the meta's amax_history[0] (TransformerEngine's
-// layout), with no zeroing and no folding launch around it. The FP8 block (h.1) quantizes per micro-batch 4 inputs
-// (c_attn's, c_proj's, the MLP's x and h) and 4 gradients (c_attn's, c_proj's, the MLP's dy and dpre); its 4 weights
-// once per optimizer step (the cached codes), and only those keep an amax apart (amp::fp8_weight_copy records it
-// again): a zeroing and a folding launch each. The gradients of the biases behind c_attn, c_proj and the MLP's second
-// layer come from the cast + transpose of their dy (TE's cast_transpose_dbias, one finishing launch each), so the
-// column reductions left are the BF16 step's.
+// layout), with no zeroing and no folding launch around it. The FP8 block (h.1) has 4 inputs per micro-batch: c_attn's
+// and the MLP's x come from ln_1 and ln_2 as E4M3 codes (the norms quantize as they store: the same 14 norm launches as
+// BF16's), so only their transposes for wgrad are launched (one byte copy each); c_proj's and the MLP's h are cast +
+// transposed. Its 4 gradients (c_attn's, c_proj's, the MLP's dy and dpre) are cast + transposed too, and its 4
+// weights once per optimizer step (the cached codes), and only those keep an amax apart (amp::fp8_weight_copy
+// records it again): a zeroing and a folding launch each. The gradients of the biases behind c_attn, c_proj and the
+// MLP's second layer come from the cast + transpose of their dy (TE's cast_transpose_dbias, one finishing launch
+// each), so the column reductions left are the BF16 step's.
 // One step's launches by launching site (cuda_emu::kernel_sites), after two warm-up steps.
 std::map<std::string, uint64_t> step_sites(const std::string& precision) {
   TrainLoop loop(precision);
@@ -278,8 +280,10 @@ TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {
   std::map<std::string, uint64_t> launches = step_sites("fp8-delayed"), bf16 = step_sites("bf16");
   EXPECT_EQ(launches["quantize.cu dbias_finish"], kAccum * 3);
   EXPECT_EQ(launches["reduction.cu run_pass"], bf16["reduction.cu run_pass"]);
-  constexpr uint64_t kWeights = 4, kPerMicroBatch = 8;
+  constexpr uint64_t kWeights = 4, kPerMicroBatch = 6, kNormCodes = 2;
   EXPECT_EQ(launches["quantize.cu quantize_transpose"], kAccum * kPerMicroBatch + kWeights);
+  EXPECT_EQ(launches["layernorm.cu layer_norm_forward"], bf16["layernorm.cu layer_norm_forward"]);
+  EXPECT_EQ(launches["strided.cu launch_copy"], bf16["strided.cu launch_copy"] + kAccum * kNormCodes);
   EXPECT_EQ(launches["quantize.cu zero_amax"], kWeights);
   EXPECT_EQ(launches["quantize.cu fold_amax"], kWeights);
   EXPECT_EQ(launches["quantize.cu delayed_scaling_update"], 1u);

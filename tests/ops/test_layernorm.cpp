@@ -275,6 +275,25 @@ TEST(ResidualLayerNorm, HalfSublayerOutputAndTheSumsGradientFoldInBitForBit) {
   mpt::testing::expect_residual_norm_folds_half_x(Device::cpu());
 }
 
+// A norm's FP8 output is ops::quantize_fp8 of its f32 output: tests/support/norm_checks.h (also run on the device).
+TEST(LayerNorm, Fp8OutputIsTheDelayedQuantizationOfTheF32NormBitForBit) {
+  mpt::testing::expect_norm_fp8_output_is_the_quantized_norm(Device::cpu());
+}
+
+TEST(LayerNorm, Fp8OutputRejectsWhatItCannotQuantize) {
+  const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4}), one = Tensor::ones({});
+  EXPECT_MPT_ERROR(ops::layer_norm(x.to(DType::BF16), w.to(DType::BF16), Tensor(), 1e-5, ops::NormOutput::fp8(one, one)),
+                   "[layer_norm] an f8e4m3 output is made from f32 activations and parameters");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor(), 1e-5, ops::NormOutput::fp8(one, Tensor())),
+                   "[layer_norm] an f8e4m3 output needs its amax as one contiguous f32 element");
+  EXPECT_MPT_ERROR(ops::rms_norm(x, w, 1e-6, ops::NormOutput::fp8(Tensor::ones({2}), one)),
+                   "[rms_norm] an f8e4m3 output needs its scale as one contiguous f32 element");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor(), 1e-5, DType::F8E5M2),
+                   "[layer_norm] an FP8 output is f8e4m3 (NormOutput::fp8), got f8e5m2");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor(), 1e-5, DType::F8E4M3),
+                   "[layer_norm] an f8e4m3 output needs its scale");
+}
+
 TEST(LayerNorm, RejectsBadArguments) {
   const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4});
   EXPECT_MPT_ERROR(ops::layer_norm(Tensor::zeros({2, 4}, DType::I32), w, w), "[layer_norm] expected a f32, f64");

@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "mpt/autograd/engine.h"
+#include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/layernorm.h"
 #include "op_test.h"
@@ -58,6 +61,82 @@ inline void expect_residual_norm_folds_half_x(Device device) {
           EXPECT_TRUE(norm_same_bits(lr.grad(), ds)) << "dresidual";
           EXPECT_TRUE(norm_same_bits(lw.grad(), g.dweight)) << "dweight";
           if (!rms) EXPECT_TRUE(norm_same_bits(lb.grad(), g.dbias)) << "dbias";
+        }
+      }
+    }
+  }
+}
+
+// A norm's f8e4m3 output (ops::NormOutput::fp8, delayed scaling's input quantization folded into the norm): the codes
+// and the amax folded into the given slot are ops::quantize_fp8's of the f32 norm with the same scale, bit for bit
+// (saturation at a large scale, a NaN row skipped by the amax, a slot above the amax kept); the gradients from an f32
+// dy are the f32 norm's. Plain and residual norms (x f32 or bf16 beside the residual), LayerNorm and RMSNorm, a
+// vectorised (96) and a scalar (37) row.
+inline void expect_norm_fp8_output_is_the_quantized_norm(Device device) {
+  for (const bool rms : {false, true}) {
+    for (const int residual : {0, 1, 2}) {  // none, f32 x, bf16 x beside an f32 residual
+      for (const int64_t cols : {96, 37}) {
+        for (const float slot : {0.25f, 1e6f}) {
+          SCOPED_TRACE(::testing::Message() << "rms " << rms << " residual " << residual << " cols " << cols
+                                            << " amax slot " << slot);
+          const uint64_t seed = 900 + static_cast<uint64_t>(cols) + 10 * static_cast<uint64_t>(residual);
+          Tensor xc = random_tensor({3, 4, cols}, residual == 2 ? DType::BF16 : DType::F32, seed, 2.0);
+          if (residual != 2) {  // a NaN in one row: its norm is NaN, which the amax skips
+            xc.data<float>()[5 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
+          }
+          const Tensor x = xc.to(device);
+          const Tensor r = random_tensor({3, 4, cols}, DType::F32, seed + 1, 2.0).to(device);
+          const Tensor w = random_tensor({cols}, DType::F32, seed + 2, 3.0).to(device);
+          const Tensor b = random_tensor({cols}, DType::F32, seed + 3).to(device);
+          const Tensor dy = random_tensor({3, 4, cols}, DType::F32, seed + 4).to(device);
+          const Tensor dsum = random_tensor({3, 4, cols}, DType::F32, seed + 5).to(device);
+          const Tensor scale = Tensor::full({1}, 96.0, DType::F32).to(device);  // some |y| * 96 exceed 448: saturated
+          const Tensor amax = Tensor::full({1}, slot, DType::F32).to(device);
+          const Tensor lx = x.clone().requires_grad_(), lr = r.clone().requires_grad_();
+          const Tensor lw = w.clone().requires_grad_(), lb = b.clone().requires_grad_();
+          const ops::NormOutput out = ops::NormOutput::fp8(scale, amax);
+          Tensor y, sum;
+          if (residual == 0) {
+            y = rms ? ops::rms_norm(lx, lw, 1e-6, out).y : ops::layer_norm(lx, lw, lb, 1e-5, out).y;
+            autograd::backward({y}, {dy});
+          } else {
+            const ops::ResidualLayerNormResult o = rms ? ops::residual_rms_norm(lx, lr, lw, 1e-6, out)
+                                                       : ops::residual_layer_norm(lx, lr, lw, lb, 1e-5, out);
+            y = o.y, sum = o.sum;
+            autograd::backward({o.y, o.sum}, {dy, dsum});
+          }
+          // The unfused graph: the f32 norm through autograd, then quantize_fp8 of its output.
+          const Tensor ux = x.clone().requires_grad_(), ur = r.clone().requires_grad_();
+          const Tensor uw = w.clone().requires_grad_(), ub = b.clone().requires_grad_();
+          Tensor uy, usum;
+          if (residual == 0) {
+            uy = rms ? ops::rms_norm(ux, uw, 1e-6).y : ops::layer_norm(ux, uw, ub, 1e-5).y;
+            autograd::backward({uy}, {dy});
+          } else {
+            const ops::ResidualLayerNormResult o = rms ? ops::residual_rms_norm(ux, ur, uw, 1e-6)
+                                                       : ops::residual_layer_norm(ux, ur, uw, ub, 1e-5);
+            uy = o.y, usum = o.sum;
+            autograd::backward({o.y, o.sum}, {dy, dsum});
+          }
+          ops::QuantizeOptions q;
+          q.scale = scale;
+          q.amax = Tensor::full({1}, slot, DType::F32).to(device);
+          q.amax_accumulate = true;
+          q.amax_ignore_nan = true;
+          const ops::Quantized ref = ops::quantize_fp8(uy.detach(), DType::F8E4M3, q);
+          EXPECT_EQ(y.dtype(), DType::F8E4M3);
+          EXPECT_TRUE(norm_same_bits(y, ref.data)) << "codes";
+          EXPECT_TRUE(norm_same_bits(amax, q.amax)) << "amax: " << amax.to(Device::cpu()).data<float>()[0] << " vs "
+                                                    << q.amax.to(Device::cpu()).data<float>()[0];
+          if (slot < 1e6f) {  // the norm's amax is above 0.25, finite (the NaN skipped) and was folded in
+            const float a = amax.to(Device::cpu()).data<float>()[0];
+            EXPECT_TRUE(std::isfinite(a) && a > slot) << a;
+          }
+          if (residual != 0) EXPECT_TRUE(norm_same_bits(sum, usum)) << "sum";
+          EXPECT_TRUE(norm_same_bits(lx.grad(), ux.grad())) << "dx";
+          if (residual != 0) EXPECT_TRUE(norm_same_bits(lr.grad(), ur.grad())) << "dresidual";
+          EXPECT_TRUE(norm_same_bits(lw.grad(), uw.grad())) << "dweight";
+          if (!rms) EXPECT_TRUE(norm_same_bits(lb.grad(), ub.grad())) << "dbias";
         }
       }
     }

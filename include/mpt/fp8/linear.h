@@ -35,7 +35,7 @@ struct Fp8LinearConfig {
   // From fp8::Fp8ScalingState::register_linear. Delayed scaling needs all three (it quantizes with their scales
   // and records its amaxes there); the other recipes use them for telemetry only and accept none.
   fp8::Fp8LinearMetas metas{};
-  std::optional<DType> out_dtype{};  // y's dtype: f32, bf16 or f16; default x's dtype
+  std::optional<DType> out_dtype{};  // y's dtype: f32, bf16 or f16; default x's dtype (f32 for codes)
   // Optional: `weight` already quantized (quantize_fp8_weight under this recipe, or amp::fp8_weight_copy's cached
   // copy): used instead of quantizing `weight`, which still gives the shape, dW's dtype and the autograd edge (dW
   // goes to `weight`). It must have W's shape, this recipe, and W^T's codes when x requires grad. Nothing is
@@ -44,6 +44,10 @@ struct Fp8LinearConfig {
 };
 
 // x: (..., K) f32, bf16 or f16; weight: (M, K) f32 (master), bf16 or f16; bias: (M) or undefined. Returns y (..., M).
+// Under delayed scaling x may also be its f8e4m3 codes, quantized by the op before with metas.input's scale and its
+// amax folded into that meta (a norm's FP8 output: ops::NormOutput::fp8, TransformerEngine's LayerNormLinear): no
+// quantization of x here (its transpose for dW is a copy of the codes), and dx comes back in f32, the dtype of the
+// norm output the codes stand for. Not while metas.input collects telemetry (an error: that needs the values).
 // On CUDA, M and K must meet cuBLASLt's FP8 rules (multiples of 16; an error says so otherwise); any number of tokens
 // works (the GEMMs pad the token axis with zero codes where cuBLASLt needs it).
 // Forward: x and W quantized to E4M3 and multiplied in FP8 with FP32 accumulation; the bias is added in FP32 and y

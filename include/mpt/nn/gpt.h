@@ -156,8 +156,8 @@ class GPT : public LanguageModel, public Exportable {
   // The blocks' output before ln_f, as (x, pending): the stream is x + pending (Block::forward_pending; pending is
   // undefined when the last block added its own MLP output, as checkpointed blocks do).
   std::pair<Tensor, Tensor> trunk(const Tensor& ids, const Tensor& lengths) const;
-  // ln_f of the stream x + pending [.., C], in y_dtype (unset: the stream's).
-  Tensor final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype = {}) const;
+  // ln_f of the stream x + pending [.., C], stored as `out` says (default: the stream's dtype).
+  Tensor final_norm(const std::pair<Tensor, Tensor>& stream, const ops::NormOutput& out = {}) const;
   // ln_f in the dtype the LM head's GEMM reads (its cast folded into the norm).
   Tensor head_norm(const std::pair<Tensor, Tensor>& stream) const;
 

@@ -10,6 +10,7 @@
 #include "mpt/core/generator.h"
 #include "mpt/nn/module.h"
 #include "mpt/ops/fake_quant.h"
+#include "mpt/ops/layernorm.h"
 
 namespace mpt::nn {
 
@@ -27,10 +28,11 @@ class Linear : public Module {
          Generator& gen = default_generator());
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
-  // The dtype this layer's GEMM reads x in, for an x of dtype `x` under the current Autocast policy, when that is a
-  // plain rounding of x a producer may write directly (a LayerNorm before it: LayerNorm::forward's y_dtype); `x`
-  // itself otherwise (no policy, FP8, QAT, quantized weights: the layer takes x as it is).
-  DType input_dtype(DType x) const;
+  // How a producer may store this layer's input (a norm before it: LayerNorm::forward's `out`) for an x of dtype
+  // `x` under the current Autocast policy: in the f16/bf16 the GEMM reads (the cast it would make), or as the E4M3
+  // codes of FP8 delayed scaling with this layer's input scale and amax slot (the quantization it would make), bit
+  // for bit either way; `x` itself otherwise (no policy, other FP8 recipes, telemetry, QAT, quantized weights).
+  ops::NormOutput input_format(DType x) const;
   const Tensor& weight() const { return *weight_; }
   const Tensor& bias() const { return bias_ != nullptr ? *bias_ : none_; }  // undefined without bias
   int64_t in_features() const { return in_; }
@@ -73,14 +75,14 @@ class Linear : public Module {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, Placement where = {});
-  // y_dtype: the output's dtype (ops::layer_norm): x's when unset, or the dtype of the one GEMM that reads it
-  // (Linear::input_dtype), the cast folded into the norm.
-  Tensor forward(const Tensor& x, std::optional<DType> y_dtype = {}) const;
+  // out: how y is stored (ops::NormOutput): x's dtype by default, or the format of the one GEMM that reads it
+  // (Linear::input_format), the cast or FP8 quantization folded into the norm.
+  Tensor forward(const Tensor& x, const ops::NormOutput& out = {}) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // (x + residual, layer_norm(x + residual)) in one pass (ops::residual_layer_norm): the residual stream and the
-  // normalised input of the next sublayer (in y_dtype when given).
+  // normalised input of the next sublayer (stored as `out` says).
   std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual,
-                                             std::optional<DType> y_dtype = {}) const;
+                                             const ops::NormOutput& out = {}) const;
   const Tensor& weight() const { return *weight_; }
   const Tensor& bias() const { return bias_ != nullptr ? *bias_ : none_; }
   double eps() const { return eps_; }
@@ -96,11 +98,11 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6, Placement where = {});
-  Tensor forward(const Tensor& x, std::optional<DType> y_dtype = {}) const;  // y_dtype: as LayerNorm's
+  Tensor forward(const Tensor& x, const ops::NormOutput& out = {}) const;  // out: as LayerNorm's
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // (x + residual, rms_norm(x + residual)) in one pass (ops::residual_rms_norm).
   std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual,
-                                             std::optional<DType> y_dtype = {}) const;
+                                             const ops::NormOutput& out = {}) const;
   const Tensor& weight() const { return *weight_; }
   double eps() const { return eps_; }
 

@@ -135,8 +135,8 @@ class Llama : public LanguageModel, public Exportable {
   Tensor head_norm(const std::pair<Tensor, Tensor>& stream) const;
   // The blocks' output before the final norm as (x, pending), the stream x + pending (as GPT::trunk).
   std::pair<Tensor, Tensor> trunk(const Tensor& ids, const Tensor& lengths) const;
-  // The final norm of the stream x + pending, in y_dtype (unset: the stream's).
-  Tensor final_norm(const std::pair<Tensor, Tensor>& stream, std::optional<DType> y_dtype = {}) const;
+  // The final norm of the stream x + pending, stored as `out` says (default: the stream's dtype).
+  Tensor final_norm(const std::pair<Tensor, Tensor>& stream, const ops::NormOutput& out = {}) const;
 
   LlamaConfig config_;
   bool checkpoint_blocks_ = false;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "mpt/core/tensor.h"
 
@@ -15,22 +16,46 @@ struct LayerNormSaved {
 };
 
 struct LayerNormResult {
-  Tensor y;  // x's shape, in x's dtype or the y_dtype asked for
+  Tensor y;  // x's shape, in x's dtype or the output dtype asked for
   LayerNormSaved saved;
+};
+
+// How a norm stores y: its dtype (x's when unset) and, for f8e4m3, the FP8 GEMM's per-tensor quantization.
+// - f16 / bf16 beside an f32 x: the f32 result rounded once as it is stored, bit for bit layer_norm(x, ...).y.to(dtype)
+//   without the cast's pass over memory (the norm written for the low-precision GEMM that reads it, as under
+//   Autocast).
+// - f8e4m3 beside an f32 x (fp8(scale, amax)): y = e4m3(norm * scale) (saturating) and max |norm| (NaN skipped) folded
+//   into `amax` (amax = max(amax, ...), no pass of its own), bit for bit ops::quantize_fp8 of the f32 norm with that
+//   scale and amax_accumulate: delayed scaling's input quantization (TransformerEngine's LayerNorm + cast) with no
+//   f32 y written and read back. The codes' scale_inv is 1 / scale (the scaling meta's). The backward reads dy in f32
+//   (what the FP8 GEMM's dgrad gives the f32 norm it replaces).
+// The backward reads dy in y's dtype (f16/bf16 widened exactly), or f32 for FP8 y.
+struct NormOutput {
+  std::optional<DType> dtype;
+  Tensor scale;  // f8e4m3: f32, one element on x's device
+  Tensor amax;   // f8e4m3: f32, one element on x's device, a non-negative float
+  NormOutput(std::optional<DType> d = std::nullopt) {  // NOLINT(google-explicit-constructor)
+    if (d) dtype = *d;  // not dtype(d): GCC flags the copy of an empty optional's payload as uninitialised
+  }
+  NormOutput(DType d) : dtype(d) {}                                // NOLINT(google-explicit-constructor)
+  static NormOutput fp8(Tensor scale, Tensor amax) {
+    NormOutput o(DType::F8E4M3);
+    o.scale = std::move(scale);
+    o.amax = std::move(amax);
+    return o;
+  }
 };
 
 // y = (x - mean) * rstd * weight + bias over the last dimension C of x (any leading shape), statistics in
 // f32 (f64 for f64). x: f32, f16, bf16 (f64 on the CPU); weight and bias: [C], of x's dtype or f32 (f32
 // masters with f16/bf16 activations); bias may be undefined (no bias).
-// y_dtype: y's dtype, x's when unset; beside an f32 x also f16 or bf16: the f32 result rounded once as it is stored,
-// bit for bit layer_norm(x, ...).y.to(y_dtype) without the cast's pass over memory (the norm written for the
-// low-precision GEMM that reads it, as under Autocast). Its backward reads dy in y's dtype (widened exactly).
+// out: how y is stored (NormOutput: x's dtype by default).
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
-                           std::optional<DType> y_dtype = {});
+                           const NormOutput& out = {});
 
 struct ResidualLayerNormResult {
   Tensor sum;  // x + residual in x's dtype: the new residual stream, and the input backward needs
-  Tensor y;    // layer_norm(sum), in y_dtype when given
+  Tensor y;    // layer_norm(sum), stored as `out` says
   LayerNormSaved saved;
 };
 
@@ -38,15 +63,15 @@ struct ResidualLayerNormResult {
 // come from the rounded sum, so backward is layer_norm_backward(dy, result.sum, weight, result.saved);
 // the residual branch's gradient is dsum itself (d(x + residual) / dx = 1).
 ResidualLayerNormResult residual_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                            const Tensor& bias, double eps = 1e-5, std::optional<DType> y_dtype = {});
+                                            const Tensor& bias, double eps = 1e-5, const NormOutput& out = {});
 
 // RMSNorm (Llama's): y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) over the last dimension, no mean
 // subtraction and no bias, statistics in f32 (f64 for f64): the LayerNorm kernels with the mean fixed at 0, so the
 // same fused row pass on CPU and CUDA. saved.mean is zeros and saved.rms is true; layer_norm_backward handles it.
-LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6, std::optional<DType> y_dtype = {});
+LayerNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6, const NormOutput& out = {});
 // sum = x + residual and y = rms_norm(sum) in one pass (the pre-norm residual stream of a Llama block).
 ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                                          double eps = 1e-6, std::optional<DType> y_dtype = {});
+                                          double eps = 1e-6, const NormOutput& out = {});
 
 struct LayerNormGrads {
   Tensor dx;       // shape and dtype of x
@@ -54,7 +79,7 @@ struct LayerNormGrads {
   Tensor dbias;    // shape and dtype of bias (undefined when the forward had no bias)
 };
 
-// Gradients of layer_norm(x, weight, bias) given dy (x's dtype, or the forward's y_dtype) and the saved
+// Gradients of layer_norm(x, weight, bias) given dy (x's dtype, or the forward's f16/bf16 output dtype) and the saved
 // statistics. Each member of `into` that is defined is accumulated into (+=) and returned; the others are new
 // tensors. dweight and dbias are reduced over rows in a fixed order: the same inputs give the same bits on every
 // run. `has_bias` says whether to produce dbias.

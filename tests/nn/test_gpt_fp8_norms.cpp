@@ -1,0 +1,75 @@
+// tests/nn/test_gpt_fp8_norms.cpp: GPT under FP8 delayed scaling: ln_1 and ln_2 store their GEMM's E4M3 input codes
+// (the FP8 layer's input quantization folded into the norm), with the bits of the run whose layers quantize the
+// f32 norms themselves (telemetry on, which needs the unquantized inputs), step after step.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "mpt/mpt.h"
+#include "mpt/nn/gpt.h"
+
+namespace mpt {
+namespace {
+
+struct Steps {
+  std::vector<float> losses, scales;
+  std::vector<std::vector<float>> grads;
+};
+
+Steps run(bool telemetry, bool llama_like_bias) {
+  nn::GPTConfig c;
+  c.vocab_size = 37;
+  c.block_size = 16;
+  c.n_layer = 4;  // the policy keeps the first and last blocks in BF16
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.bias = !llama_like_bias;
+  nn::GPT model(c);
+  Generator data(5);
+  const Tensor ids = Tensor::uniform({3, 17}, 0, 37, DType::F32, Device::cpu(), data).to(DType::I64);
+  const amp::Policy policy = amp::Policy::named("fp8-delayed", c.n_layer, Device::cpu());
+  policy.fp8_state->set_collect_telemetry(telemetry);
+  Steps s;
+  for (int step = 0; step < 3; ++step) {
+    Tensor loss;
+    {
+      amp::Autocast autocast(policy);
+      for (size_t b = 0; b < 4; ++b) {  // the norms before c_attn and the MLP store E4M3 codes unless telemetry
+        const nn::Block& blk = model.block(b);
+        const DType want = b == 0 || b == 3 ? DType::BF16 : telemetry ? DType::F32 : DType::F8E4M3;
+        EXPECT_EQ(blk.attn().c_attn().input_format(DType::F32).dtype, want);
+        EXPECT_EQ(blk.mlp().c_fc().input_format(DType::F32).dtype, want);
+      }
+      loss = model.loss(ids.slice(1, 0, 16).contiguous(), ids.slice(1, 1, 17).contiguous());
+    }
+    loss.backward();
+    s.losses.push_back(loss.item<float>());
+    for (const auto& p : model.named_parameters()) {
+      s.grads.push_back(p.tensor.grad().to_vector<float>());
+      p.tensor.set_grad(Tensor());
+    }
+    policy.fp8_state->update();
+    for (const auto& m : policy.fp8_state->metas()) s.scales.push_back(m->scale.item<float>());
+  }
+  return s;
+}
+
+TEST(GptFp8Norms, NormsStoreTheFp8InputCodesWithTheBitsOfTheLayersQuantization) {
+  for (const bool no_bias : {false, true}) {
+    SCOPED_TRACE(no_bias ? "no bias" : "bias");
+    const Steps fused = run(false, no_bias), plain = run(true, no_bias);
+    ASSERT_EQ(fused.losses.size(), plain.losses.size());
+    EXPECT_EQ(std::memcmp(fused.losses.data(), plain.losses.data(), fused.losses.size() * sizeof(float)), 0);
+    EXPECT_EQ(fused.scales, plain.scales);
+    ASSERT_EQ(fused.grads.size(), plain.grads.size());
+    for (size_t i = 0; i < fused.grads.size(); ++i) {
+      ASSERT_EQ(fused.grads[i].size(), plain.grads[i].size());
+      EXPECT_EQ(std::memcmp(fused.grads[i].data(), plain.grads[i].data(), fused.grads[i].size() * sizeof(float)), 0)
+          << "gradient " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mpt
