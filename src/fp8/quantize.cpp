@@ -28,13 +28,12 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Ro
   const auto* delayed = std::get_if<fp8::DelayedScaling>(&recipe);
   QuantizeOptions o;
   o.amax_ignore_nan = true;  // TE's amax skips NaN elements (scaling-spec B2, C5 and C6)
-  // Activations and gradients fold their amax straight into the history's current slot (TE's amax_history[0]), in
-  // the quantizing pass itself. A weight's amax is kept apart as well: a cached weight copy records it again.
-  const bool into_history = delayed != nullptr && role != Fp8Role::Weight;
+  // Every role folds its amax straight into the history's current slot (TE's amax_history[0]) in the quantizing
+  // pass itself: no zeroing or folding launch (a cached weight copy records nothing again: amp::fp8_weight_copy).
   if (delayed != nullptr) {
     o.scale = meta->scale;
-    o.amax = into_history ? meta->amax_history.slice(0, 0, 1) : Tensor::empty({}, DType::F32, t.device());
-    o.amax_accumulate = into_history;
+    o.amax = meta->amax_history.slice(0, 0, 1);
+    o.amax_accumulate = true;
   } else {
     const auto& c = std::get<fp8::CurrentScaling>(recipe);
     o.power_of_2 = c.power_2_scale;
@@ -44,7 +43,6 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Ro
   if (columnwise) o.dbias = dbias;
   if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
   else q = quantize_fp8(t, fmt, o);
-  if (delayed != nullptr && !into_history) meta->record_amax(o.amax);
   if (meta && meta->collect_telemetry) {  // a debugging aid: reads the device
     const auto* c = std::get_if<fp8::CurrentScaling>(&recipe);
     const float scale = c ? fp8::compute_scale_from_amax(fp8::amax_ignore_nan(t), fp8::fp8_max(fmt), c->power_2_scale,
@@ -52,7 +50,7 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Ro
                           : meta->scale.item<float>();
     meta->measure(t, q, scale);
   }
-  return {q, qt, delayed != nullptr && !into_history ? o.amax : Tensor{}};
+  return {q, qt};
 }
 
 // Block scaling: weights 128x128 (the transposed codes share the tile scales), activations and gradients 1x128 with
@@ -155,7 +153,6 @@ Fp8Weight quantize_fp8_weight(const Tensor& weight, const fp8::Fp8Recipe& recipe
       detail::quantize_for_gemm(weight, recipe, fp8::Fp8Role::Weight, weight_meta, true, transpose);
   w.rowwise = p.rowwise;
   w.columnwise = p.columnwise;
-  w.amax = p.amax;
   return w;
 }
 

@@ -12,12 +12,10 @@ namespace mpt::fp8::detail {
 
 // One 2-d tensor quantized for the GEMMs that read it. rowwise: K along its columns, as stored (x and dy in the
 // GEMM that contracts their last dim, W in fprop). columnwise: its transpose (rows become K: x and dy in wgrad, W in
-// dgrad). Only the usages asked for are defined. amax: a weight's max |t| (NaN ignored) under delayed scaling, as
-// recorded into the meta (0-d f32 on t's device; what a cached weight copy records again), else undefined (inputs and
-// gradients fold theirs into the meta's amax_history[0] in the quantizing pass itself).
+// dgrad). Only the usages asked for are defined. Under delayed scaling every role's amax is folded into the meta's
+// amax_history[0] by the quantizing pass itself.
 struct Fp8Pair {
   ops::Quantized rowwise, columnwise;
-  Tensor amax;
 };
 
 // t (2-d) quantized under `recipe` as a tensor of `role`: rowwise and/or columnwise codes (block scaling: weights

@@ -252,8 +252,8 @@ TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
 // and the MLP's x come from ln_1 and ln_2 as E4M3 codes (the norms quantize as they store: the same 14 norm launches as
 // BF16's), so only their transposes for wgrad are launched (one byte copy each); c_proj's and the MLP's h are cast +
 // transposed. Its 4 gradients (c_attn's, c_proj's, the MLP's dy and dpre) are cast + transposed too, and its 4
-// weights once per optimizer step (the cached codes), and only those keep an amax apart (amp::fp8_weight_copy
-// records it again): a zeroing and a folding launch each. The gradients of the biases behind c_attn, c_proj and the
+// weights once per optimizer step (the cached codes), folding their amaxes into the history like the rest: no amax
+// is zeroed or folded by a launch of its own. The gradients of the biases behind c_attn, c_proj and the
 // MLP's second layer come from the cast + transpose of their dy (TE's cast_transpose_dbias, one finishing launch
 // each), so the column reductions left are the BF16 step's.
 // One step's launches by launching site (cuda_emu::kernel_sites), after two warm-up steps.
@@ -284,8 +284,8 @@ TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {
   EXPECT_EQ(launches["quantize.cu quantize_transpose"], kAccum * kPerMicroBatch + kWeights);
   EXPECT_EQ(launches["layernorm.cu layer_norm_forward"], bf16["layernorm.cu layer_norm_forward"]);
   EXPECT_EQ(launches["strided.cu launch_copy"], bf16["strided.cu launch_copy"] + kAccum * kNormCodes);
-  EXPECT_EQ(launches["quantize.cu zero_amax"], kWeights);
-  EXPECT_EQ(launches["quantize.cu fold_amax"], kWeights);
+  EXPECT_EQ(launches["quantize.cu zero_amax"], 0u);
+  EXPECT_EQ(launches["quantize.cu fold_amax"], 0u);
   EXPECT_EQ(launches["quantize.cu delayed_scaling_update"], 1u);
   emu::reset_counters();
   EXPECT_TRUE(emu::kernel_sites().empty()) << "reset_counters empties the tally";

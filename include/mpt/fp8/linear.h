@@ -17,9 +17,8 @@ struct Fp8Weight {
   ops::Quantized columnwise;  // (K, M) codes of W^T (same scale; block: the byte transpose, tile scales transposed);
                          // data undefined when made without the transpose
   size_t recipe_index = 0;  // fp8::Fp8Recipe::index() it was made under
-  uint64_t scale_version = 0;  // delayed: the weight meta's scale_version when the codes were made
-  Tensor amax;                 // delayed: max |W| (NaN ignored) as recorded into the weight meta (0-d f32, on the
-                               // device); otherwise undefined
+  uint64_t scale_version = 0;  // delayed: the weight meta's scale_version when the codes were made (max |W| went
+                               // into the meta's amax_history[0] as they were made)
   bool has_transpose() const { return columnwise.data.defined(); }
 };
 
