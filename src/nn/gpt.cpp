@@ -104,16 +104,17 @@ Block::Block(const GPTConfig& c, Generator& gen) : Module("Block") {
   mlp_ = register_module("mlp", std::make_shared<MLP>(c, gen));
 }
 
-// Each norm writes its output in the dtype of the one GEMM that reads it (BF16 under BF16 Autocast): the cast that
-// GEMM would make is folded into the norm's store, bit for bit, and its backward reads the BF16 gradient directly.
+// Each norm writes its output as the one GEMM that reads it takes it (BF16 under BF16 Autocast, E4M3 codes under FP8
+// delayed scaling): the cast or quantization that GEMM would make is folded into the norm's store, bit for bit, and
+// its backward reads the gradient as it comes (BF16; f32 from an FP8 layer).
 // The attention's BF16 output enters ln_2's residual sum as it is (widened in the norm, its gradient rounded there),
 // and so does the previous block's MLP output enter ln_1's.
 std::pair<Tensor, Tensor> Block::forward_pending(const Tensor& x, const Tensor& pending, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3"
-  const ops::NormOutput attn_in = attn_->c_attn().input_format(x.dtype());
-  const ops::NormOutput mlp_in = mlp_->c_fc().input_format(x.dtype());
-  const auto [stream, normed_1] = detail::add_and_norm(*ln_1_, x, pending, attn_in);
-  auto [h, normed_2] = detail::add_and_norm(*ln_2_, stream, attn_->forward(normed_1, lengths), mlp_in);
+  const auto [stream, normed_1] = detail::add_and_norm(*ln_1_, x, pending, attn_->c_attn().input_format(x.dtype()));
+  const Tensor a = attn_->forward(normed_1, lengths);
+  // The MLP's input format asked after the attention ran: FP8 layers register their metas in the layers' order.
+  auto [h, normed_2] = detail::add_and_norm(*ln_2_, stream, a, mlp_->c_fc().input_format(x.dtype()));
   return {std::move(h), mlp_->forward(normed_2)};
 }
 
