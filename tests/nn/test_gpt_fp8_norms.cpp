@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "mpt/mpt.h"
@@ -53,6 +54,30 @@ Steps run(bool telemetry, bool llama_like_bias) {
     for (const auto& m : policy.fp8_state->metas()) s.scales.push_back(m->scale.item<float>());
   }
   return s;
+}
+
+// The layers register their FP8 metas in the order they run (a checkpoint's state.json lists them so), also when a
+// norm asks its layer for the input format before the layer runs.
+TEST(GptFp8Norms, MetasRegisterInTheLayersOrder) {
+  nn::GPTConfig c;
+  c.vocab_size = 37;
+  c.block_size = 16;
+  c.n_layer = 3;
+  c.n_head = 2;
+  c.n_embd = 32;
+  nn::GPT model(c);
+  const amp::Policy policy = amp::Policy::named("fp8-delayed", c.n_layer, Device::cpu());
+  const Tensor ids = Tensor::zeros({1, 16}, DType::I64);
+  {
+    amp::Autocast autocast(policy);
+    (void)model.loss(ids, ids);
+  }
+  std::vector<std::string> names;
+  for (const auto& m : policy.fp8_state->metas()) {
+    if (m->role == fp8::Fp8Role::Input) names.push_back(m->name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"h.1.attn.c_attn.input", "h.1.attn.c_proj.input", "h.1.mlp.c_fc.input",
+                                              "h.1.mlp.c_proj.input"}));
 }
 
 TEST(GptFp8Norms, NormsStoreTheFp8InputCodesWithTheBitsOfTheLayersQuantization) {
