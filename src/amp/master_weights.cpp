@@ -141,7 +141,8 @@ Tensor compute_copy(const Tensor& master, DType dtype, int64_t padded_rows) {
               "[compute_copy] padded_rows {} must exceed the rows of a 2-d master, got {}", padded_rows,
               master.meta_str());
     MPT_CHECK(!autograd::is_grad_enabled(),
-              "[compute_copy] a padded copy is made with grad mode off (the GEMM's weight gradient goes to the master)");
+              "[compute_copy] a padded copy is made with grad mode off (the GEMM's weight gradient goes to the "
+              "master)");
   }
   if (!pad && master.dtype() == dtype) return master;
   if (master.dtype() != DType::F32 || !master.is_leaf() || master.autograd_meta() == nullptr)

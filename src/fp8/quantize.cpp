@@ -98,7 +98,9 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role
   const bool fused = columnwise && !(block && role == Fp8Role::Weight);
   if (dbias.defined() && !fused) Tensor(dbias).copy_(ops::detail::bias_grad(t));
   const Tensor fused_dbias = fused ? dbias : Tensor{};
-  if (block) return quantize_block(t, std::get<fp8::BlockScaling>(recipe), role, meta, rowwise, columnwise, fused_dbias);
+  if (block) {
+    return quantize_block(t, std::get<fp8::BlockScaling>(recipe), role, meta, rowwise, columnwise, fused_dbias);
+  }
   return quantize_per_tensor(t, recipe, role, meta, columnwise, fused_dbias);
 }
 

@@ -69,9 +69,12 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
     MPT_CHECK(x.dtype() != DType::F8E4M3 || (p == amp::Precision::FP8 && qat_scheme(policy, path) == nullptr),
               "[{}] '{}': the input {} is FP8 codes (a norm's output made for an FP8 GEMM: autocast_input_format), but "
               "the policy runs this layer in {}", layer, path, x.meta_str(), amp::to_string(p));
-    if (const amp::QatScheme* q = qat_scheme(policy, path)) return qat_linear(x, weight, bias, *q, p, path, layer, out_padded, weight_scale);
+    if (const amp::QatScheme* q = qat_scheme(policy, path)) {
+      return qat_linear(x, weight, bias, *q, p, path, layer, out_padded, weight_scale);
+    }
     if (p == amp::Precision::FP8) {
-      MPT_CHECK(policy->fp8_state != nullptr, "[{}] '{}': the policy asks for FP8 but holds no Fp8ScalingState", layer, path);
+      MPT_CHECK(policy->fp8_state != nullptr, "[{}] '{}': the policy asks for FP8 but holds no Fp8ScalingState", layer,
+                path);
       // The FP32 master weight and bias go in directly: fp8_linear quantizes the input (E4M3) and the gradient (per
       // the recipe) and adds the bias in FP32; dW lands in the master's FP32 gradient. The weight's E4M3 codes come
       // from the cast cache: made once per optimizer step, reused by every micro-batch.
@@ -143,7 +146,8 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
     auto c2 = amp::fp8_weight_copy(w2, recipe, m2.weight, need_w2t);
     return fp8::fp8_mlp(x, w1, b1, w2, b2,
                         {.recipe = recipe, .metas1 = std::move(m1), .metas2 = std::move(m2),
-                         .out_dtype = amp::output_dtype(p), .weight1_fp8 = std::move(c1), .weight2_fp8 = std::move(c2)});
+                         .out_dtype = amp::output_dtype(p), .weight1_fp8 = std::move(c1),
+                         .weight2_fp8 = std::move(c2)});
   }
   if (w1.dtype() != w2.dtype()) return {};
   if (p == amp::Precision::FP32) return x.dtype() == w1.dtype() ? ops::mlp(x, w1, b1, w2, b2) : Tensor{};

@@ -194,7 +194,8 @@ Tensor GPT::head(const Tensor& x, int64_t out_padded) const {
 }
 
 void GPT::set_padded_head(int64_t multiple) {
-  MPT_CHECK(multiple >= -1, "[GPT] set_padded_head: expected -1 (automatic), 0 (never) or a multiple, got {}", multiple);
+  MPT_CHECK(multiple >= -1, "[GPT] set_padded_head: expected -1 (automatic), 0 (never) or a multiple, got {}",
+            multiple);
   padded_head_ = multiple;
 }
 
@@ -260,7 +261,8 @@ void GPT::freeze(int64_t blocks) {
 double GPT::flops_per_token(int64_t seq) const {
   const GPTConfig& c = config_;
   const double embeddings = static_cast<double>((c.vocab_size + c.block_size) * c.n_embd);
-  const double dense = static_cast<double>(num_parameters()) - embeddings + static_cast<double>(c.vocab_size * c.n_embd);
+  const double dense =
+      static_cast<double>(num_parameters()) - embeddings + static_cast<double>(c.vocab_size * c.n_embd);
   return 6.0 * dense + 12.0 * static_cast<double>(c.n_layer * c.n_embd * seq);
 }
 

@@ -187,7 +187,8 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
   }
   MPT_CHECK(has_bias || !into.dbias.defined(), "[{}] dbias was given but has_bias is false", op);
   const bool acc_dx = into.dx.defined(), acc_dw = into.dweight.defined(), acc_db = into.dbias.defined();
-  MPT_CHECK(!(acc_dx && dx_add_in.defined()), "[{}] a dx to accumulate into and a gradient to add", op);
+  MPT_CHECK(!(acc_dx && dx_add_in.defined()),
+            "[{}] dx can be accumulated into (into.dx) or have a gradient added (dx_add), not both", op);
   NormGrads out{{grad_output(into.dx, x_in, "dx", op), grad_output(into.dweight, weight_in, "dweight", op),
                  has_bias ? grad_output(into.dbias, weight_in, "dbias", op) : Tensor()},
                 {}};

@@ -39,7 +39,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
   const Tensor& w = opt.compute_weight.defined() ? opt.compute_weight : weight;
   const bool w_padded = opt.compute_weight.defined() && opt.out_padded > weight.size(0) && w.dim() == 2 &&
                         w.size(0) == opt.out_padded && w.size(1) == weight.size(1);
-  MPT_CHECK((w.shape() == weight.shape() || w_padded) && w.dtype() == x.dtype() && is_floating(x.dtype()) && !is_fp8(x.dtype()),
+  MPT_CHECK((w.shape() == weight.shape() || w_padded) && w.dtype() == x.dtype() && is_floating(x.dtype()) &&
+                !is_fp8(x.dtype()),
             "[linear] the GEMM needs x and the weight it reads in one of f32, f16, bf16, f64: got x {} and weight {}{}",
             x.meta_str(), w.meta_str(), opt.compute_weight.defined() ? " (compute_weight)" : "");
   MPT_CHECK(weight.dtype() == x.dtype() ||

@@ -282,7 +282,8 @@ TEST(LayerNorm, Fp8OutputIsTheDelayedQuantizationOfTheF32NormBitForBit) {
 
 TEST(LayerNorm, Fp8OutputRejectsWhatItCannotQuantize) {
   const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4}), one = Tensor::ones({});
-  EXPECT_MPT_ERROR(ops::layer_norm(x.to(DType::BF16), w.to(DType::BF16), Tensor(), 1e-5, ops::NormOutput::fp8(one, one)),
+  EXPECT_MPT_ERROR(ops::layer_norm(x.to(DType::BF16), w.to(DType::BF16), Tensor(), 1e-5,
+                                   ops::NormOutput::fp8(one, one)),
                    "[layer_norm] an f8e4m3 output is made from f32 activations and parameters");
   EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor(), 1e-5, ops::NormOutput::fp8(one, Tensor())),
                    "[layer_norm] an f8e4m3 output needs its amax as one contiguous f32 element");
