@@ -8,7 +8,8 @@ namespace mpt::kernels::cpu {
 // See math::LayerNormForwardParams. Rows are split across OpenMP threads; the row statistics are two
 // passes in opmath (mean, then the mean of squared deviations). T: float, double, mpt::f16, mpt::bf16 with
 // P = T, and f16/bf16 with P = float; the output Y is T, or f16/bf16 beside float T and P; x's type X is T, or
-// f16/bf16 beside float T.
+// f16/bf16 beside float T. Y = f8e4m3 beside float T: codes and amax as math::LayerNormForwardParams says (the threads'
+// maxima combined, then folded into *y_amax).
 template <class T, class P, class Y, class X>
 void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p);
 

@@ -15,7 +15,9 @@ namespace mpt::kernels::cuda {
 // for rows < 0, cols < 1, rows > 2^31 - 1 or a missing pointer. T: float, mpt::f16, mpt::bf16 with P = T,
 // and f16/bf16 with P = float; the output Y is T, or f16/bf16 beside float T and P (the norm written in the dtype of
 // the GEMM that reads it: the cast that would follow is folded into the store); x's type X is T, or f16/bf16 beside
-// float T (a sublayer's low-precision output added to an f32 residual).
+// float T (a sublayer's low-precision output added to an f32 residual). Y = f8e4m3 beside float T
+// (MPT_LAYER_NORM_FP8_TYPES): the codes of the norm times *y_scale, the block's max |norm| folded into *y_amax with one
+// atomicMax (cudaErrorInvalidValue without y_scale and y_amax).
 template <class T, class P, class Y, class X>
 cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p, cudaStream_t stream);
 
