@@ -3,6 +3,7 @@
 // f32 norms themselves (telemetry on, which needs the unquantized inputs), step after step.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,14 +19,20 @@ struct Steps {
   std::vector<std::vector<float>> grads;
 };
 
-Steps run(bool telemetry, bool llama_like_bias) {
+// A small GPT: 37 tokens, context 16, 2 heads of 16. The FP8 policy keeps its first and last blocks in BF16.
+nn::GPTConfig small_gpt(int64_t n_layer, bool bias = true) {
   nn::GPTConfig c;
   c.vocab_size = 37;
   c.block_size = 16;
-  c.n_layer = 4;  // the policy keeps the first and last blocks in BF16
+  c.n_layer = n_layer;
   c.n_head = 2;
   c.n_embd = 32;
-  c.bias = !llama_like_bias;
+  c.bias = bias;
+  return c;
+}
+
+Steps run(bool telemetry, bool llama_like_bias) {
+  const nn::GPTConfig c = small_gpt(4, !llama_like_bias);
   nn::GPT model(c);
   Generator data(5);
   const Tensor ids = Tensor::uniform({3, 17}, 0, 37, DType::F32, Device::cpu(), data).to(DType::I64);
@@ -59,12 +66,7 @@ Steps run(bool telemetry, bool llama_like_bias) {
 // The layers register their FP8 metas in the order they run (a checkpoint's state.json lists them so), also when a
 // norm asks its layer for the input format before the layer runs.
 TEST(GptFp8Norms, MetasRegisterInTheLayersOrder) {
-  nn::GPTConfig c;
-  c.vocab_size = 37;
-  c.block_size = 16;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 32;
+  const nn::GPTConfig c = small_gpt(3);
   nn::GPT model(c);
   const amp::Policy policy = amp::Policy::named("fp8-delayed", c.n_layer, Device::cpu());
   const Tensor ids = Tensor::zeros({1, 16}, DType::I64);
