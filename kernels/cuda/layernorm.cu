@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const float rstd = math::layer_norm_rstd(sq / static_cast<float>(n), static_cast<float>(p.eps));
 
   unsigned m = 0;  // an FP8 output's max |y| bits
+  const float y_scale = math::kFp8Output<Y> ? *p.y_scale : 1.0f;  // read once
   for (int64_t c = rs.first; c < n; c += rs.stride) {
     Pack a = load_row(c);
 #pragma unroll
@@ -69,12 +70,11 @@ __global__ void __launch_bounds__(kMaxThreads)
       a.v[k] = math::layer_norm_output(a.v[k], mean, rstd, static_cast<float>(math::load(p.weight[c + k])), b);
     }
     if constexpr (math::kFp8Output<Y>) {  // quantized as it is stored (kernels/math/quantize.h's element)
-      const float s = *p.y_scale;
       RowVec<Y, Pack::kWidth> q;
 #pragma unroll
       for (int k = 0; k < Pack::kWidth; ++k) {
         m = math::AmaxBitsMax{}(m, math::amax_bits(a.v[k], true));
-        q.v[k] = math::quantize_value<Y>(a.v[k], s, Fp8Saturation::Saturate);
+        q.v[k] = math::quantize_value<Y>(a.v[k], y_scale, Fp8Saturation::Saturate);
       }
       *reinterpret_cast<RowVec<Y, Pack::kWidth>*>(p.y + offset + c) = q;
     } else {

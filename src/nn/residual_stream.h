@@ -23,9 +23,9 @@ inline Tensor into_residual_norm(const Tensor& t, const Tensor& stream) {
   return widened ? t : like(t, stream);
 }
 
-// The stream x + pending and its norm (stored as `out` says: ops::NormOutput), for a block that leaves its last residual add
-// to the next norm (Block::forward_pending): norm's fused residual form when an addition is pending, else the norm of
-// x. Norm: nn::LayerNorm or nn::RMSNorm.
+// The stream x + pending and its norm (stored as `out` says: ops::NormOutput), for a block that leaves its last
+// residual add to the next norm (Block::forward_pending): norm's fused residual form when an addition is pending, else
+// the norm of x. Norm: nn::LayerNorm or nn::RMSNorm.
 template <class Norm>
 std::pair<Tensor, Tensor> add_and_norm(const Norm& norm, const Tensor& x, const Tensor& pending,
                                        const ops::NormOutput& out = {}) {

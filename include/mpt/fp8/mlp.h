@@ -14,15 +14,16 @@ struct Fp8MlpConfig {
   fp8::Fp8Recipe recipe = fp8::DelayedScaling{};
   // Each layer's metas (fp8::Fp8ScalingState::register_linear), as fp8_linear takes them: delayed scaling needs both.
   fp8::Fp8LinearMetas metas1{}, metas2{};
-  std::optional<DType> out_dtype{};  // the hidden activation's and y's dtype: f32, bf16 or f16; default x's (f32 for codes)
+  // The hidden activation's and y's dtype: f32, bf16 or f16; default x's (f32 for codes).
+  std::optional<DType> out_dtype{};
   // Optional: w1 / w2 already quantized under this recipe (amp::fp8_weight_copy), as Fp8LinearConfig::weight_fp8;
   // with W^T's codes when the backward needs them (w1: x requires grad; w2: any gradient below it).
   std::shared_ptr<const Fp8Weight> weight1_fp8{}, weight2_fp8{};
 };
 
-// x [N, C] f32, bf16 or f16 (or its f8e4m3 codes under delayed scaling, as fp8_linear takes them); w1 [H, C], b1 [H] or undefined; w2 [C', H], b2 [C'] or undefined (f32 masters, bf16 or
-// f16). y [N, C'] in out_dtype. The same computation, scales and amax bookkeeping (metas1 then metas2, forward and
-// backward) as fp8_linear(gelu(fp8_linear(x, w1, b1, {metas1, out})), w2, b2, {metas2, out}), with the GELU in the
+// x [N, C] f32, bf16 or f16 (or its f8e4m3 codes under delayed scaling, as fp8_linear takes them); w1 [H, C], b1 [H]
+// or undefined; w2 [C', H], b2 [C'] or undefined (f32 masters, bf16 or f16). y [N, C'] in out_dtype. The same
+// computation, scales and amax bookkeeping (metas1 then metas2, forward and backward) as fp8_linear(gelu(fp8_linear(x, w1, b1, {metas1, out})), w2, b2, {metas2, out}), with the GELU in the
 // GEMMs:
 //   forward    the first FP8 GEMM's epilogue adds b1 and applies the GELU (cuBLASLt GELU_AUX_BIAS: h and the
 //              pre-activation, both in out_dtype, from one pass), then h is quantized for the second GEMM;

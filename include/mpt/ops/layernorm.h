@@ -27,9 +27,9 @@ struct LayerNormResult {
 // - f8e4m3 beside an f32 x (fp8(scale, amax)): y = e4m3(norm * scale) (saturating) and max |norm| (NaN skipped) folded
 //   into `amax` (amax = max(amax, ...), no pass of its own), bit for bit ops::quantize_fp8 of the f32 norm with that
 //   scale and amax_accumulate: delayed scaling's input quantization (TransformerEngine's LayerNorm + cast) with no
-//   f32 y written and read back. The codes' scale_inv is 1 / scale (the scaling meta's). The backward reads dy in f32
-//   (what the FP8 GEMM's dgrad gives the f32 norm it replaces).
-// The backward reads dy in y's dtype (f16/bf16 widened exactly), or f32 for FP8 y.
+//   f32 y written and read back. The codes' scale_inv is 1 / scale (the scaling meta's).
+// The backward reads dy in y's dtype (f16/bf16 widened exactly); for FP8 y in f32 (what an FP8 layer's dgrad returns
+// for codes), bf16 or f16.
 struct NormOutput {
   std::optional<DType> dtype;
   Tensor scale;  // f8e4m3: f32, one element on x's device

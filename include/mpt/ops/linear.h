@@ -9,7 +9,8 @@ struct LinearOptions {
   // The copy of `weight` the GEMMs read, in x's dtype (e.g. amp::compute_copy(weight, BF16) of an FP32 master);
   // undefined: `weight` itself. With out_padded it may already have out_padded rows, the extra ones zero
   // (amp::compute_copy(weight, BF16, out_padded), cached: then nothing is padded per call). It is not differentiated:
-  // the weight gradient goes to `weight`, in weight's dtype, so a BF16 GEMM writes an FP32 master's gradient in FP32 directly (no BF16 rounding, no cast, no second pass).
+  // the weight gradient goes to `weight`, in weight's dtype, so a BF16 GEMM writes an FP32 master's gradient in FP32
+  // directly (no BF16 rounding, no cast, no second pass).
   Tensor compute_weight{};
   // 0, or the output width padded to `out_padded` >= M columns (no bias): the GEMMs read the weight with zero rows
   // appended, so y's columns [M, out_padded) are 0, every GEMM dimension is the padded one (GPT-2's vocabulary of
