@@ -177,6 +177,15 @@ bool use_avx512() {
   return ok && g_avx512_enabled.load(std::memory_order_relaxed);
 }
 
+// Where head bh's rows of a tensor laid out by `st` start, and the distance between them (elements).
+struct Rows {
+  int64_t base, step;
+};
+Rows rows_of(const RowStrides& st, const AttentionShape& s, int64_t bh) {
+  if (st.row == 0) return {bh * s.seq * s.head_dim, s.head_dim};
+  return {bh / s.heads * st.batch + bh % s.heads * st.head, st.row};
+}
+
 // The keys head bh may attend: its sample's length under key padding, else all T.
 int64_t keys_of(const AttentionShape& s, int64_t bh) {
   return s.padding.lengths == nullptr ? s.seq : s.padding.lengths[bh / s.padding.heads];
@@ -204,12 +213,12 @@ void transpose_tiles(const F* a, int64_t rows, int64_t cols, int64_t lda, F* at,
 }
 
 template <class T, class F>
-void load_head_kv(const T* k, const T* v, int64_t t, int64_t d, ForwardScratch<F>& w) {
+void load_head_kv(const T* k, const T* v, int64_t t, int64_t d, int64_t step, ForwardScratch<F>& w) {
   const int64_t dp = round_up(d, kPad), tp = round_up(t, kBlock);
   for (int64_t j = 0; j < tp; ++j) {
     if (j < t) {
-      load_row(k + j * d, d, dp, w.kf.data() + j * dp);
-      load_row(v + j * d, d, dp, w.vf.data() + j * dp);
+      load_row(k + j * step, d, dp, w.kf.data() + j * dp);
+      load_row(v + j * step, d, dp, w.vf.data() + j * dp);
     } else {
       std::fill(w.kf.begin() + j * dp, w.kf.begin() + (j + 1) * dp, F(0));
       std::fill(w.vf.begin() + j * dp, w.vf.begin() + (j + 1) * dp, F(0));
@@ -262,12 +271,13 @@ MPT_ATTN_INLINE void forward_task(const AttentionShape& sh, const T* q, const T*
   const int64_t t = sh.seq, d = sh.head_dim, dp = round_up(d, kPad), tp = round_up(t, kBlock);
   const F scale = static_cast<F>(sh.scale);
   const int64_t i0 = qb * kBlock, m = std::min(kBlock, t - i0);
-  const int64_t base = bh * t * d, len = keys_of(sh, bh);
+  const Rows in = rows_of(sh.qkv, sh, bh), out = rows_of(sh.out, sh, bh);
+  const int64_t len = keys_of(sh, bh);
   if (w.head != bh) {
-    load_head_kv(k + base, v + base, t, d, w);
+    load_head_kv(k + in.base, v + in.base, t, d, in.step, w);
     w.head = bh;
   }
-  for (int64_t r = 0; r < m; ++r) load_row(q + base + (i0 + r) * d, d, dp, w.qf.data() + r * dp);
+  for (int64_t r = 0; r < m; ++r) load_row(q + in.base + (i0 + r) * in.step, d, dp, w.qf.data() + r * dp);
   std::fill(w.oacc.begin(), w.oacc.begin() + m * dp, F(0));
   math::OnlineSoftmax<F> state[kBlock];
   for (int64_t r = 0; r < m; ++r) state[r] = math::OnlineSoftmax<F>::start();
@@ -289,7 +299,7 @@ MPT_ATTN_INLINE void forward_task(const AttentionShape& sh, const T* q, const T*
     const F inv = F(1) / state[r].l;
     const F* orow = w.oacc.data() + r * dp;
     for (int64_t c = 0; c < d; ++c) w.row[c] = orow[c] * inv;
-    convert<T>(w.row.data(), o + base + (i0 + r) * d, static_cast<size_t>(d));
+    convert<T>(w.row.data(), o + out.base + (i0 + r) * out.step, static_cast<size_t>(d));
     lse[bh * t + i0 + r] = state[r].lse();
   }
 }
@@ -323,11 +333,12 @@ MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBack
                                    BackwardScratch<F>& w) {
   const int64_t t = sh.seq, d = sh.head_dim, dp = round_up(d, kPad), tp = round_up(t, kBlock);
   const F scale = static_cast<F>(sh.scale);
-  const int64_t base = bh * t * d, len = keys_of(sh, bh);
+  const Rows in = rows_of(sh.qkv, sh, bh), out = rows_of(sh.out, sh, bh);
+  const int64_t len = keys_of(sh, bh);
   for (int64_t j = 0; j < tp; ++j) {
     if (j < t) {
-      load_row(a.k + base + j * d, d, dp, w.kf.data() + j * dp);
-      load_row(a.v + base + j * d, d, dp, w.row.data());
+      load_row(a.k + in.base + j * in.step, d, dp, w.kf.data() + j * dp);
+      load_row(a.v + in.base + j * in.step, d, dp, w.row.data());
     } else {
       std::fill(w.kf.begin() + j * dp, w.kf.begin() + (j + 1) * dp, F(0));
       std::fill(w.row.begin(), w.row.end(), F(0));
@@ -342,10 +353,10 @@ MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBack
   for (int64_t i0 = 0; i0 < t; i0 += kBlock) {
     const int64_t m = std::min(kBlock, t - i0);
     for (int64_t r = 0; r < m; ++r) {
-      const int64_t off = base + (i0 + r) * d;
+      const int64_t off = in.base + (i0 + r) * in.step, out_off = out.base + (i0 + r) * out.step;
       load_row(a.q + off, d, dp, w.qf.data() + r * dp);
-      load_row(a.do_ + off, d, dp, w.dof.data() + r * dp);
-      load_row(a.o + off, d, dp, w.row.data());
+      load_row(a.do_ + out_off, d, dp, w.dof.data() + r * dp);
+      load_row(a.o + out_off, d, dp, w.row.data());
       F delta = 0;  // D_i = rowsum(dO_i * O_i)
       for (int64_t c = 0; c < d; ++c) delta += w.dof[r * dp + c] * w.row[c];
       w.delta[r] = delta;
@@ -370,11 +381,11 @@ MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBack
       gemm_ab_acc(m, dp, n, w.dpm.data(), kBlock, 1, w.kf.data() + j0 * dp, dp, w.dq.data(), dp);   // dQ += dS K
     }
     for (int64_t r = 0; r < m; ++r)
-      store_row(w.dq.data() + r * dp, a.dq + base + (i0 + r) * d, d, a.accumulate, w.row.data());
+      store_row(w.dq.data() + r * dp, a.dq + in.base + (i0 + r) * in.step, d, a.accumulate, w.row.data());
   }
   for (int64_t j = 0; j < t; ++j) {
-    store_row(w.dk.data() + j * dp, a.dk + base + j * d, d, a.accumulate, w.row.data());
-    store_row(w.dv.data() + j * dp, a.dv + base + j * d, d, a.accumulate, w.row.data());
+    store_row(w.dk.data() + j * dp, a.dk + in.base + j * in.step, d, a.accumulate, w.row.data());
+    store_row(w.dv.data() + j * dp, a.dv + in.base + j * in.step, d, a.accumulate, w.row.data());
   }
 }
 

@@ -8,15 +8,27 @@
 
 namespace mpt::kernels::cpu {
 
-// q, k, v, o: (B*H, T, D) contiguous, `batch_heads` = B*H independent heads; scale > 0 (usually 1/sqrt(D)).
-// `padding` (optional): per-sample key lengths (math::KeyPadding, host memory here); query i of sample b then attends
-// keys j <= i with j < lengths[b], and the kernels skip the key blocks past lengths[b].
+// Where the rows of one (B, H, T, D) tensor live, in elements: row i of head h of sample b starts at
+// b * batch + h * head + i * row, and its D values are contiguous. All zero (the default): contiguous (B*H, T, D).
+// A fused QKV projection's output (B, T, 3, H, D) holds q, k and v at {T * 3HD, D, 3HD} from three base pointers,
+// and an output stored (B, T, H, D) sits at {T * HD, D, HD}: attention reads and writes them without head copies.
+struct RowStrides {
+  int64_t batch = 0, head = 0, row = 0;
+};
+
+// q, k, v, o: (B*H, T, D), `batch_heads` = B*H independent heads; scale > 0 (usually 1/sqrt(D)). `qkv` places q, k, v
+// (and backward's dq, dk, dv), `out` places o (and backward's do_), `heads` = H splits a head index into (b, h) for
+// them. `padding` (optional): per-sample key lengths (math::KeyPadding, host memory here); query i of sample b then
+// attends keys j <= i with j < lengths[b], and the kernels skip the key blocks past lengths[b]. lse is always
+// contiguous (B*H, T).
 struct AttentionShape {
   int64_t batch_heads = 0;
   int64_t seq = 0;
   int64_t head_dim = 0;
   double scale = 0;
   math::KeyPadding padding{};
+  int64_t heads = 1;
+  RowStrides qkv{}, out{};
 };
 
 // o_i = sum_{j <= i} softmax_j(scale * q_i . k_j) v_j for every head and query i, and lse_i = the logsumexp
@@ -30,7 +42,7 @@ template <class T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, T* o, math::opmath_t<T>* lse);
 
 // Inputs and outputs of attention_backward: the forward's inputs, its output o and lse, the output gradient
-// do_, and the gradients dq, dk, dv (same layout as q).
+// do_ (o's layout), and the gradients dq, dk, dv (q's layout).
 template <class T>
 struct AttentionBackwardArgs {
   const T* q;

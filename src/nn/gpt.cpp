@@ -32,12 +32,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& lengths) cons
   MPT_CHECK(x.defined() && x.dim() == 3, "[CausalSelfAttention] expected x [B, T, C], got {}",
             x.defined() ? x.meta_str() : "undefined");
   const profile::Range range(path().empty() ? type_name() : path());  // "h.3.attn"
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const ops::QkvHeads h = ops::split_qkv_heads(c_attn_->forward(x), n_head_);  // [B, H, T, D] each
   ops::AttentionOptions options;
   options.lengths = lengths;
-  const Tensor y = ops::causal_attention(h.q, h.k, h.v, options).out;
-  return drop_->forward(c_proj_->forward(y.transpose(1, 2).reshape({B, T, C})));
+  // q, k, v read from c_attn's [B, T, 3C] output and the heads written side by side, [B, T, C], as c_proj reads them.
+  const Tensor y = ops::causal_attention_qkv(c_attn_->forward(x), n_head_, options).out;
+  return drop_->forward(c_proj_->forward(y));
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t pos,

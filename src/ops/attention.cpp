@@ -1,39 +1,29 @@
 // src/ops/attention.cpp: causal attention forward and backward: checks, one dtype dispatch, CPU flash kernel, or on
-// CUDA cuDNN's fused flash attention with the GEMM path as fallback (ops/attention_select.h chooses).
+// CUDA cuDNN's fused flash attention (attention_cudnn.cpp) with the GEMM path as fallback (ops/attention_select.h
+// chooses).
 #include "mpt/ops/attention.h"
 
-#include "mpt/core/determinism.h"
-
 #include <cmath>
-#include <cstdio>
 
 #include "kernels/cpu/attention.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/reduction.h"
-#include "ops/attention_select.h"
+#include "ops/attention_internal.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
-#include <map>
-#include <mutex>
-
-#include "backend/cuda/device_guard.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/lib/attention_cudnn.h"
 #include "mpt/core/stream.h"
 #endif
 
 namespace mpt::ops {
 
-namespace {
+namespace detail {
 
-using detail::visit_float;
+DType attention_lse_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-DType lse_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
-
-// Checks q, k, v (same (B, H, T, D) shape, dtype, device) and the scale; returns the kernel's shape.
-kernels::cpu::AttentionShape check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
-                                       const char* op) {
+kernels::cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionOptions& opt, const char* op) {
   detail::check_same_device({&q, &k, &v}, op);
   detail::check_same_dtype({&q, &k, &v}, op);
   detail::check_f64_on_cpu(q, op);
@@ -45,30 +35,13 @@ kernels::cpu::AttentionShape check_qkv(const Tensor& q, const Tensor& k, const T
   const int64_t d = q.size(3);
   MPT_CHECK(d >= 1, "[{}] the head dimension D must be at least 1, got q {}", op, q.meta_str());
   const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d));
-  return {q.size(0) * q.size(1), q.size(2), d, scale};
+  kernels::cpu::AttentionShape s{q.size(0) * q.size(1), q.size(2), d, scale};
+  s.heads = q.size(1);
+  return s;
 }
 
-// Grouped-query attention: k and v with H_kv heads (H_kv dividing q's H) serve H / H_kv query heads each. Returns the
-// group size G (1 for plain multi-head attention) after checking the shapes.
-int64_t kv_groups(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
-  if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || k.dim() != 4 || k.size(1) == q.size(1)) return 1;
-  MPT_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && k.size(0) == q.size(0) && k.size(2) == q.size(2) &&
-                k.size(3) == q.size(3) && v.shape() == k.shape(),
-            "[{}] grouped-query attention needs k and v (B, H_kv, T, D) of one shape with H_kv dividing q's heads: "
-            "q {}, k {}, v {}", op, q.meta_str(), k.meta_str(), v.meta_str());
-  return q.size(1) / k.size(1);
-}
-
-// kv (B, H_kv, T, D) with each head repeated G times in place: (B, H_kv * G, T, D), head h = kv head h / G (Hugging
-// Face's repeat_kv). Recorded views (expand, reshape): autograd sums the gradient of the G copies back.
-Tensor repeat_kv(const Tensor& kv, int64_t groups) {
-  const int64_t B = kv.size(0), H = kv.size(1), T = kv.size(2), D = kv.size(3);
-  return kv.unsqueeze(2).expand({B, H, groups, T, D}).reshape({B, H * groups, T, D});
-}
-
-// options.lengths checked ((B,) i32 on the CPU, each in [1, T]); undefined when there is none or no sample is padded
-// (plain causal attention then, cuDNN included).
-Tensor key_lengths(const Tensor& q, const AttentionOptions& opt, const char* op) {
+Tensor attention_key_lengths(const Tensor& q, const AttentionOptions& opt, kernels::cpu::AttentionShape& s,
+                             const char* op) {
   const Tensor& len = opt.lengths;
   if (!len.defined()) return {};
   MPT_CHECK(len.dtype() == DType::I32 && len.dim() == 1 && len.size(0) == q.size(0) && len.device().is_cpu(),
@@ -82,19 +55,14 @@ Tensor key_lengths(const Tensor& q, const AttentionOptions& opt, const char* op)
               q.size(2), q.meta_str());
     padded = padded || v[b] < q.size(2);
   }
-  return padded ? c : Tensor{};
+  if (!padded) return {};  // plain causal attention (cuDNN included)
+  // Where the kernels read them: a device copy for a CUDA q (a few bytes, on the current stream).
+  const Tensor where = q.device().is_cpu() ? c : c.to(q.device());
+  s.padding = {where.data<int32_t>(), q.size(1)};
+  return where;
 }
 
-// The lengths where the kernels read them: a device copy for a CUDA q (a few bytes, on the current stream).
-Tensor on_device(const Tensor& lengths, Device dev) {
-  return lengths.defined() && !dev.is_cpu() ? lengths.to(dev) : lengths;
-}
-
-// The kernels' view of the lengths (host or device pointer), none when `lengths` is undefined.
-kernels::math::KeyPadding padding_of(const Tensor& lengths, const Tensor& q) {
-  if (!lengths.defined()) return {};
-  return {lengths.data<int32_t>(), q.size(1)};
-}
+namespace {
 
 // CUDA, the GEMM path (the fallback when cuDNN cannot run a problem, or MPT_ATTENTION=gemm). Batched cuBLASLt GEMMs
 // around the causal softmax kernels: scores S = q k^T in f32 (B*H, T, T), P = causal softmax(scale * S) in place,
@@ -127,13 +95,19 @@ Tensor causal_probs_cuda(const Heads& h, const kernels::cpu::AttentionShape& s, 
   return p;
 }
 
-void attention_forward_cuda(const Heads& h, const kernels::cpu::AttentionShape& s, AttentionResult& r, const char* op) {
+}  // namespace
+
+void gemm_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
+                            AttentionResult& r, const char* op) {
+  const Heads h = heads_of(q, k, v, s);
   const Tensor p = causal_probs_cuda(h, s, r.lse, op);
   matmul_out(p.to(h.v.dtype()), h.v, r.out.reshape(heads_shape(s)));
 }
 
-void attention_backward_cuda(const Heads& h, const Tensor& dout, const kernels::cpu::AttentionShape& s,
-                             AttentionGrads& g, bool accumulate, const char* op) {
+void gemm_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                             const kernels::cpu::AttentionShape& s, AttentionGrads& g, bool accumulate,
+                             const char* op) {
+  const Heads h = heads_of(q, k, v, s);
   const DType dt = h.q.dtype();
   const float beta = accumulate ? 1.0f : 0.0f;
   const Tensor p = causal_probs_cuda(h, s, Tensor{}, op);
@@ -156,144 +130,29 @@ void attention_backward_cuda(const Heads& h, const Tensor& dout, const kernels::
   matmul_out(ds_lo, h.q, g.dk.reshape(heads_shape(s)), beta, ta);  // dk = dS^T q
 }
 
-#if defined(MPT_WITH_CUDA)
-namespace kcu = kernels::cuda;
+}  // namespace detail
 
-// One cuDNN handle per (device, stream), bound to that stream, created on first use and kept. A failed creation
-// (no driver: CUDNN_STATUS_NOT_INITIALIZED) is remembered and returns null with the reason in `why`.
-cudnnHandle_t cudnn_handle(const Stream& stream, std::string* why) {
-  struct Entry {
-    cudnnHandle_t handle = nullptr;
-    std::string error;
-  };
-  static std::mutex mutex;
-  static auto* handles = new std::map<std::pair<int, void*>, Entry>();  // never destroyed (used until exit)
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto [it, fresh] = handles->try_emplace({stream.device().index(), stream.native()});
-  Entry& e = it->second;
-  if (fresh) {
-    cudnnHandle_t h = nullptr;
-    cudnnStatus_t st = cudnnCreate(&h);
-    if (st == CUDNN_STATUS_SUCCESS) {
-      st = cudnnSetStream(h, static_cast<cudaStream_t>(stream.native()));
-      if (st != CUDNN_STATUS_SUCCESS) (void)cudnnDestroy(h);
-    }
-    if (st == CUDNN_STATUS_SUCCESS) e.handle = h;
-    else e.error = "cuDNN handle: " + cuda_backend::cudnn_failure_text(st);
-  }
-  *why = e.error;
-  return e.handle;
+namespace {
+
+using detail::visit_float;
+
+// Grouped-query attention: k and v with H_kv heads (H_kv dividing q's H) serve H / H_kv query heads each. Returns the
+// group size G (1 for plain multi-head attention) after checking the shapes.
+int64_t kv_groups(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || k.dim() != 4 || k.size(1) == q.size(1)) return 1;
+  MPT_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && k.size(0) == q.size(0) && k.size(2) == q.size(2) &&
+                k.size(3) == q.size(3) && v.shape() == k.shape(),
+            "[{}] grouped-query attention needs k and v (B, H_kv, T, D) of one shape with H_kv dividing q's heads: "
+            "q {}, k {}, v {}", op, q.meta_str(), k.meta_str(), v.meta_str());
+  return q.size(1) / k.size(1);
 }
 
-kcu::CudnnAttentionProblem cudnn_problem(const Tensor& q, const kernels::cpu::AttentionShape& s) {
-  return {q.size(0), q.size(1), q.size(2), q.size(3), q.dtype() == DType::BF16, static_cast<float>(s.scale),
-          s.padding.lengths != nullptr};
+// kv (B, H_kv, T, D) with each head repeated G times in place: (B, H_kv * G, T, D), head h = kv head h / G (Hugging
+// Face's repeat_kv). Recorded views (expand, reshape): autograd sums the gradient of the G copies back.
+Tensor repeat_kv(const Tensor& kv, int64_t groups) {
+  const int64_t B = kv.size(0), H = kv.size(1), T = kv.size(2), D = kv.size(3);
+  return kv.unsqueeze(2).expand({B, H, groups, T, D}).reshape({B, H * groups, T, D});
 }
-
-// A padded call's lengths as cuDNN's padding mask reads them (none unpadded): seq_len_kv the device key lengths,
-// seq_len_q every sample's T (no query row is padding: a padding query attends its sample's real keys). The Tensor
-// keeps seq_len_q's device allocation (256-byte aligned, stream-ordered) alive until the call is enqueued.
-struct CudnnLengths {
-  Tensor q_lengths;
-  kcu::CudnnSeqLens seq_lens;
-};
-
-CudnnLengths cudnn_lengths(const Tensor& q, const kernels::cpu::AttentionShape& s) {
-  if (s.padding.lengths == nullptr) return {};
-  CudnnLengths l{Tensor::full({q.size(0)}, static_cast<double>(q.size(2)), DType::I32, q.device()), {}};
-  l.seq_lens = {l.q_lengths.data<int32_t>(), s.padding.lengths};
-  return l;
-}
-
-// The cached cuDNN plan when the selection picks cuDNN and its plan builds, else null (the GEMM path runs). Under
-// MPT_ATTENTION=cudnn every refusal, the plan's included, throws instead.
-std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const kernels::cpu::AttentionShape& s,
-                                                          bool backward, cudnnHandle_t* handle, const char* op) {
-  const detail::AttentionMode mode = detail::attention_mode_from_env(op);
-  if (mode == detail::AttentionMode::Gemm) return nullptr;
-  const int device = q.device().index();
-  const CudaDeviceInfo& info = cuda_status().devices.at(device);
-  detail::AttentionQuery query{q.dtype(), q.size(0), q.size(1), q.size(2), q.size(3), s.scale, info.major,
-                               info.minor, backward, {}, deterministic(), s.padding.lengths != nullptr};
-  cuda_backend::DeviceGuard guard(device);
-  if (detail::cudnn_attention_rejection(query).empty())
-    *handle = cudnn_handle(Stream::current(q.device()), &query.cudnn_unavailable);
-  if (detail::select_attention_path(mode, query, op) == detail::AttentionPath::Gemm) {
-    // Once per process: an old cuDNN costs a lot of speed without any error to say so.
-    if (const std::string note = detail::old_cudnn_note(mode, query, static_cast<int64_t>(cudnnGetVersion()));
-        !note.empty()) {
-      static std::once_flag noted;
-      std::call_once(noted, [&] { std::fprintf(stderr, "%s\n", note.c_str()); });
-    }
-    return nullptr;
-  }
-  const auto pass = backward ? kcu::AttentionPass::Backward : kcu::AttentionPass::Forward;
-  try {
-    return kcu::cudnn_attention_plan(device, *handle, cudnn_problem(q, s), pass);
-  } catch (const kcu::CudnnError& e) {
-    MPT_CHECK(mode != detail::AttentionMode::Cudnn, "[{}] MPT_ATTENTION=cudnn, but cuDNN built no plan for {}: {}",
-              op, q.meta_str(), e.what());
-    return nullptr;  // auto: the static rules passed but this cuDNN has no engine; the failure is cached
-  }
-}
-
-// Device scratch for one cuDNN call (stream-ordered pool allocation, 256-byte aligned).
-Tensor cudnn_workspace(const kcu::CudnnAttentionPlan& plan, Device device) {
-  return Tensor::empty({static_cast<int64_t>(plan.workspace_bytes())}, DType::U8, device);
-}
-
-template <class F>
-void run_cudnn(const char* op, F&& call) {
-  try {
-    call();
-  } catch (const kcu::CudnnError& e) {
-    MPT_THROW("[{}] cuDNN attention failed: {}", op, e.what());
-  }
-}
-
-// True when cuDNN ran the forward (out and lse written).
-bool cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
-                   AttentionResult& r, const char* op) {
-  cudnnHandle_t handle = nullptr;
-  const auto plan = cudnn_plan(q, s, false, &handle, op);
-  if (!plan) return false;
-  cuda_backend::DeviceGuard guard(q.device().index());
-  const Tensor ws = cudnn_workspace(*plan, q.device());
-  const CudnnLengths lengths = cudnn_lengths(q, s);
-  run_cudnn(op, [&] {
-    plan->forward(handle, q.data_ptr(), k.data_ptr(), v.data_ptr(), r.out.data_ptr(), r.lse.data<float>(),
-                  ws.data_ptr(), lengths.seq_lens);
-  });
-  return true;
-}
-
-// True when cuDNN ran the backward. cuDNN writes fresh gradients, so accumulation goes through temporaries that
-// are added (+=, rounded once from f32) into the given dq, dk, dv.
-bool cudnn_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
-                    const Tensor& lse, const kernels::cpu::AttentionShape& s, AttentionGrads& g, bool accumulate,
-                    const char* op) {
-  cudnnHandle_t handle = nullptr;
-  const auto plan = cudnn_plan(q, s, true, &handle, op);
-  if (!plan) return false;
-  cuda_backend::DeviceGuard guard(q.device().index());
-  const auto fresh = [&](const Tensor& grad) {
-    return accumulate ? Tensor::empty(q.shape(), q.dtype(), q.device()) : grad;
-  };
-  const Tensor dq = fresh(g.dq), dk = fresh(g.dk), dv = fresh(g.dv);
-  const Tensor ws = cudnn_workspace(*plan, q.device());
-  const CudnnLengths lengths = cudnn_lengths(q, s);
-  run_cudnn(op, [&] {
-    plan->backward(handle, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
-                   lse.data<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), ws.data_ptr(), lengths.seq_lens);
-  });
-  if (accumulate) {
-    add_(g.dq, dq);
-    add_(g.dk, dk);
-    add_(g.dv, dv);
-  }
-  return true;
-}
-#endif
 
 void check_grad(const Tensor& g, const Tensor& q, const char* what, const char* op) {
   detail::check_same_dtype({&q, &g}, op);
@@ -310,20 +169,17 @@ AttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const T
   if (const int64_t g = kv_groups(q_in, k_in, v_in, op); g > 1)
     return causal_attention(q_in, repeat_kv(k_in, g), repeat_kv(v_in, g), options);
   const detail::GradRecorder grad({&q_in, &k_in, &v_in});
-  auto shape = check_qkv(q_in, k_in, v_in, options, op);
+  auto shape = detail::attention_shape(q_in, k_in, v_in, options, op);
   const Device dev = q_in.device();
-  const Tensor lengths = on_device(key_lengths(q_in, options, op), dev);
-  shape.padding = padding_of(lengths, q_in);
+  const Tensor lengths = detail::attention_key_lengths(q_in, options, shape, op);
   const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   AttentionResult r{Tensor::empty(q.shape(), q.dtype(), dev),
-                    Tensor::empty({q.size(0), q.size(1), q.size(2)}, lse_dtype(q.dtype()), dev)};
+                    Tensor::empty({q.size(0), q.size(1), q.size(2)}, detail::attention_lse_dtype(q.dtype()), dev)};
   [&] {
     if (q.numel() == 0) return;
     if (!dev.is_cpu()) {
-#if defined(MPT_WITH_CUDA)
-      if (cudnn_forward(q, k, v, shape, r, op)) return;
-#endif
-      attention_forward_cuda(heads_of(q, k, v, shape), shape, r, op);
+      if (detail::cudnn_attention_forward(q, k, v, shape, r, false, op)) return;
+      detail::gemm_attention_forward(q, k, v, shape, r, op);
       return;
     }
     visit_float(q.dtype(), op, [&](auto tag) {
@@ -362,20 +218,19 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
     add_(grads.dv, r.dv);
     return grads;
   }
-  auto shape = check_qkv(q_in, k_in, v_in, options, op);
+  auto shape = detail::attention_shape(q_in, k_in, v_in, options, op);
   detail::check_same_device({&q_in, &dout_in, &out_in, &lse_in}, op);
   detail::check_same_dtype({&q_in, &dout_in, &out_in}, op);
   detail::check_shape(dout_in, q_in.shape(), "dout", op);
   detail::check_shape(out_in, q_in.shape(), "out", op);
   detail::check_shape(lse_in, {q_in.size(0), q_in.size(1), q_in.size(2)}, "lse", op);
-  MPT_CHECK(lse_in.dtype() == lse_dtype(q_in.dtype()), "[{}] lse must be {} for {} inputs, got {}", op,
-            lse_dtype(q_in.dtype()), q_in.dtype(), lse_in.meta_str());
+  MPT_CHECK(lse_in.dtype() == detail::attention_lse_dtype(q_in.dtype()), "[{}] lse must be {} for {} inputs, got {}",
+            op, detail::attention_lse_dtype(q_in.dtype()), q_in.dtype(), lse_in.meta_str());
   const int given = int(grads.dq.defined()) + int(grads.dk.defined()) + int(grads.dv.defined());
   MPT_CHECK(given == 0 || given == 3, "[{}] give all three of dq, dk, dv to accumulate into, or none; got {}", op,
             given);
   const Device dev = q_in.device();
-  const Tensor lengths = on_device(key_lengths(q_in, options, op), dev);
-  shape.padding = padding_of(lengths, q_in);
+  const Tensor lengths = detail::attention_key_lengths(q_in, options, shape, op);
   const bool accumulate = given == 3;
   if (accumulate) {
     detail::check_same_device({&q_in, &grads.dq, &grads.dk, &grads.dv}, op);
@@ -393,10 +248,8 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   if (q.numel() == 0) return grads;
   const Tensor out = out_in.contiguous(), lse = lse_in.contiguous();
   if (!dev.is_cpu()) {
-#if defined(MPT_WITH_CUDA)
-    if (cudnn_backward(q, k, v, out, dout, lse, shape, grads, accumulate, op)) return grads;
-#endif
-    attention_backward_cuda(heads_of(q, k, v, shape), dout, shape, grads, accumulate, op);
+    if (detail::cudnn_attention_backward(q, k, v, out, dout, lse, shape, grads, accumulate, false, op)) return grads;
+    detail::gemm_attention_backward(q, k, v, dout, shape, grads, accumulate, op);
     return grads;
   }
   visit_float(q.dtype(), op, [&](auto tag) {

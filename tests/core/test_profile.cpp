@@ -134,17 +134,19 @@ TEST(Profile, BackwardNodesHaveRanges) {
 // Under BF16 Autocast each LayerNorm writes BF16 for the one GEMM that reads it (ops::layer_norm's y_dtype) and the
 // residual norms take the sublayers' BF16 outputs into the FP32 stream themselves (Block::forward_pending), bit for bit
 // the casts they replace (tests/ops/test_layernorm.cpp, tests/nn/test_gpt_checkpoint.cpp): a GPT's backward has no
-// cast node (CopyBackward) left (4 per block and ln_f's before). What remains is each block's copy of its attention
-// output [B, H, T, D] into [B, T, C], one CopyBackward per block with or without Autocast.
-TEST(Profile, UnderBf16AutocastNoActivationIsCast) {
+// cast node (CopyBackward) left (4 per block and ln_f's before). Nor a copy: the attention writes its output in
+// [B, T, C] (ops::causal_attention_qkv), where each block copied [B, H, T, D] into it before, with or without
+// Autocast.
+TEST(Profile, UnderBf16AutocastNoActivationIsCastOrCopied) {
   for (const int64_t layers : {1, 3}) {
     nn::GPT model = tiny_gpt(layers);
     const auto [x, y] = batch();
-    auto casts = [](const std::string& tree) {
+    auto count = [](const std::string& tree, const std::string& node) {
       int64_t n = 0;
-      for (size_t at = tree.find("CopyBackward"); at != std::string::npos; at = tree.find("CopyBackward", at + 1)) ++n;
+      for (size_t at = tree.find(node); at != std::string::npos; at = tree.find(node, at + 1)) ++n;
       return n;
     };
+    auto casts = [&](const std::string& tree) { return count(tree, "CopyBackward"); };
     {
       Recorder rec(/*with_nodes=*/true);
       profile::set_nvtx(true);
@@ -152,12 +154,14 @@ TEST(Profile, UnderBf16AutocastNoActivationIsCast) {
         const amp::Autocast autocast(amp::Policy::bf16());
         model.loss(x, y).backward();
       }
-      EXPECT_EQ(casts(rec.tree()), layers) << rec.tree();
+      EXPECT_EQ(casts(rec.tree()), 0) << rec.tree();
+      EXPECT_EQ(count(rec.tree(), "CausalAttentionQkvBackward"), layers) << rec.tree();
     }
     Recorder rec(/*with_nodes=*/true);
     profile::set_nvtx(true);
     model.loss(x, y).backward();
-    EXPECT_EQ(casts(rec.tree()), layers) << rec.tree();
+    EXPECT_EQ(casts(rec.tree()), 0) << rec.tree();
+    EXPECT_EQ(count(rec.tree(), "CausalAttentionQkvBackward"), layers) << rec.tree();
   }
 }
 

@@ -39,8 +39,8 @@ std::string device_json(int sm_major) {
          (hopper ? "NVIDIA H100 80GB HBM3" : "NVIDIA A100-SXM4-80GB") + R"("})";
 }
 
-CudnnAttentionProblem gpt_problem(bool bf16, int64_t d = 64, bool padded = false) {
-  return {4, 12, 1024, d, bf16, 0.125f, padded};  // GPT-2 small: B=4, H=12, T=1024, D=64, causal
+CudnnAttentionProblem gpt_problem(bool bf16, int64_t d = 64, bool padded = false, bool packed = false) {
+  return {4, 12, 1024, d, bf16, 0.125f, padded, packed};  // GPT-2 small: B=4, H=12, T=1024, D=64, causal
 }
 
 size_t config_count(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
@@ -102,12 +102,13 @@ struct Case {
   size_t configs;  // engine configs cuDNN 9.19 returns (CUDNN_HEUR_MODE_A)
   bool padded = false;
   int64_t d = 64;
+  bool packed = false;
 };
 
 std::string case_name(const Case& c) {
   return std::string("sm") + (c.sm_major == 9 ? "90" : "80") + (c.bf16 ? "_bf16" : "_f16") +
          (c.pass == AttentionPass::Forward ? "_forward" : "_backward") +
-         (c.padded ? "_padded_d" + std::to_string(c.d) : std::string());
+         (c.padded ? "_padded_d" + std::to_string(c.d) : std::string()) + (c.packed ? "_packed" : "");
 }
 std::string param_name(const testing::TestParamInfo<Case>& info) { return case_name(info.param); }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " (" << c.configs << " configs)"; }
@@ -121,7 +122,7 @@ TEST_P(GptShape, EngineConfigsFinalizeUpToModuleLoad) {
   const Case& c = GetParam();
   const CudnnDescriptor device = cudnn_device_properties(device_json(c.sm_major));
   const CudnnTarget target{nullptr, device.get()};
-  const auto graph = build_cudnn_attention_graph(gpt_problem(c.bf16, c.d, c.padded), c.pass, target);
+  const auto graph = build_cudnn_attention_graph(gpt_problem(c.bf16, c.d, c.padded, c.packed), c.pass, target);
   EXPECT_EQ(graph->op_count, (c.pass == AttentionPass::Forward ? 14 : 22) + (c.padded ? 6 : 0));
   const std::vector<CudnnDescriptor> configs = cudnn_engine_configs(*graph, target);
   ASSERT_GE(configs.size(), 1u);
@@ -157,6 +158,22 @@ INSTANTIATE_TEST_SUITE_P(CudnnAttentionAotPadded, GptShape,
                                          Case{8, false, AttentionPass::Forward, 1, true, 128},
                                          Case{8, true, AttentionPass::Backward, 2, true, 128},
                                          Case{8, false, AttentionPass::Backward, 2, true, 128}),
+                         param_name);
+
+// GPT's layout (CudnnAttentionProblem::packed: q, k, v read from the fused QKV projection's (B, T, 3, H, D) output,
+// o and do in (B, T, H, D), dq, dk, dv written into one (B, T, 3, H, D) gradient), plain and key-padded. The
+// heuristics accept strided operands, so this proves the engines exist for the layout, not that the strides say
+// what the op means: tests/ops/test_attention_qkv.cpp runs the same strides through the CPU kernel against the
+// head-major op, and tests/gpu on a GPU.
+INSTANTIATE_TEST_SUITE_P(CudnnAttentionAotPacked, GptShape,
+                         testing::Values(Case{9, true, AttentionPass::Forward, 4, false, 64, true},
+                                         Case{9, true, AttentionPass::Backward, 3, false, 64, true},
+                                         Case{8, true, AttentionPass::Forward, 3, false, 64, true},
+                                         Case{8, true, AttentionPass::Backward, 3, false, 64, true},
+                                         Case{9, false, AttentionPass::Backward, 3, false, 64, true},
+                                         Case{9, true, AttentionPass::Forward, 4, true, 64, true},
+                                         Case{9, true, AttentionPass::Backward, 3, true, 64, true},
+                                         Case{8, true, AttentionPass::Backward, 3, true, 64, true}),
                          param_name);
 
 // The shape tests/gpu's GpuAttention.KeyPaddedForwardAndBackwardMatchCpu runs on cuDNN (B=3, H=2, T=77, D=32, bf16,

@@ -1,4 +1,6 @@
-// tests/gpu/test_attention_fp8_linear_gpu.cpp: causal attention forward/backward and fp8_linear (delayed, current, block recipes, with the scaling metas) on cuda:0 against the CPU (skipped without a GPU).
+// tests/gpu/test_attention_fp8_linear_gpu.cpp: causal attention forward/backward (head-major and in the fused QKV
+// layout) and fp8_linear (delayed, current, block recipes, with the scaling metas) on cuda:0 against the CPU (skipped
+// without a GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,6 +108,44 @@ TEST(GpuAttention, KeyPaddedForwardAndBackwardMatchCpu) {
     // The padding keys of sample 1 (positions 30..76) are attended by no query: exactly zero gradients.
     for (double x : to_cpu(gg.dk).select(0, 1).slice(1, 30, t).to(DType::F64).contiguous().to_vector<double>())
       ASSERT_EQ(x, 0.0) << n;
+  }
+}
+
+// causal_attention_qkv on the device (cuDNN with the fused layout's strides where it runs, else the GEMM path on
+// head-major copies) against the CPU kernel at the same strides, with the bounds above; plain and key-padded. Under
+// emulation the GEMM path's copies are checked; on a GPU with cuDNN, the strides the graph declares.
+TEST(GpuAttention, FusedQkvLayoutMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const int64_t B = 3, T = 77, H = 2, D = 64, C = H * D;
+  for (bool padded : {false, true}) {
+    ops::AttentionOptions o;
+    if (padded) o.lengths = Tensor::from_vector(std::vector<int32_t>{77, 30, 1}, {B});
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      const std::string n = name_of(dt) + (padded ? " padded" : "");
+      const Tensor qkv = random_tensor({B, T, 3 * C}, dt, 9), dout = random_tensor({B, T, C}, dt, 10);
+      const auto want = ops::causal_attention_qkv(qkv, H, o);
+      const auto got = ops::causal_attention_qkv(to_gpu(qkv), H, o);
+      const double u = testing::unit_roundoff(dt), u32 = 0x1p-24, vmax = max_abs(qkv);
+      testing::Tolerance out_tol{2 * u, (u + 2 * static_cast<double>(T) * u32) * vmax};
+      if (dt == DType::F32) out_tol.atol = 2 * static_cast<double>(T) * u32 * vmax;
+      expect_match(got.out, want.out, Match::close(out_tol), "fused-layout attention out " + n);
+      const double score_max = vmax * vmax * static_cast<double>(D) / std::sqrt(static_cast<double>(D));
+      expect_match(got.lse, want.lse, Match::close({8 * u32, 2 * static_cast<double>(D) * u32 * score_max}),
+                   "fused-layout attention lse " + n);
+      const Tensor gw = ops::causal_attention_qkv_backward(dout, qkv, want.out, want.lse, H, o);
+      const Tensor gg = ops::causal_attention_qkv_backward(to_gpu(dout), to_gpu(qkv), got.out, got.lse, H, o);
+      const double grad_tol = dt == DType::F32 ? 64 * static_cast<double>(T) * u32 : 8 * u;
+      for (int64_t part = 0; part < 3; ++part) {  // dq, dk, dv: each normwise against its own magnitude
+        EXPECT_LE(normwise_error(to_cpu(gg).slice(2, part * C, (part + 1) * C), gw.slice(2, part * C, (part + 1) * C)),
+                  grad_tol)
+            << "fused-layout d(qkv) part " << part << " " << n;
+      }
+      if (padded) {  // sample 1's padding keys (positions 30..76) get exactly zero dk and dv
+        for (double x : to_cpu(gg).select(0, 1).slice(0, 30, T).slice(1, C, 3 * C).to(DType::F64).contiguous()
+                            .to_vector<double>())
+          ASSERT_EQ(x, 0.0) << n;
+      }
+    }
   }
 }
 

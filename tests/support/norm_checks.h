@@ -60,7 +60,9 @@ inline void expect_residual_norm_folds_half_x(Device device) {
           EXPECT_TRUE(norm_same_bits(lx.grad(), ds.to(half))) << "dx (half)";
           EXPECT_TRUE(norm_same_bits(lr.grad(), ds)) << "dresidual";
           EXPECT_TRUE(norm_same_bits(lw.grad(), g.dweight)) << "dweight";
-          if (!rms) EXPECT_TRUE(norm_same_bits(lb.grad(), g.dbias)) << "dbias";
+          if (!rms) {
+            EXPECT_TRUE(norm_same_bits(lb.grad(), g.dbias)) << "dbias";
+          }
         }
       }
     }
@@ -132,9 +134,13 @@ inline void expect_norm_fp8_output_is_the_quantized_norm(Device device) {
             const float a = amax.to(Device::cpu()).data<float>()[0];
             EXPECT_TRUE(std::isfinite(a) && a > slot) << a;
           }
-          if (residual != 0) EXPECT_TRUE(norm_same_bits(sum, usum)) << "sum";
+          if (residual != 0) {
+            EXPECT_TRUE(norm_same_bits(sum, usum)) << "sum";
+          }
           EXPECT_TRUE(norm_same_bits(lx.grad(), ux.grad())) << "dx";
-          if (residual != 0) EXPECT_TRUE(norm_same_bits(lr.grad(), ur.grad())) << "dresidual";
+          if (residual != 0) {
+            EXPECT_TRUE(norm_same_bits(lr.grad(), ur.grad())) << "dresidual";
+          }
           EXPECT_TRUE(norm_same_bits(lw.grad(), uw.grad())) << "dweight";
           if (!rms) EXPECT_TRUE(norm_same_bits(lb.grad(), ub.grad())) << "dbias";
         }

@@ -58,6 +58,19 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
                                          const Tensor& out, const Tensor& lse, const AttentionOptions& options = {},
                                          AttentionGrads grads = {});
 
+// Causal attention straight from a fused QKV projection's output, in the layout of the GEMMs around it (llm.c's):
+// qkv (B, T, 3 * H * D) laid out [q | k | v] with the heads inside each (what split_qkv_heads reads), and out
+// (B, T, H * D), the heads side by side, what the output projection reads; lse (B, H, T) as causal_attention's. The
+// values of causal_attention on split_qkv_heads(qkv) with its output transposed to (B, T, H, D), bit for bit on the
+// CPU, without their head copies: the CPU kernel and cuDNN read q, k, v and write out at their strides, and the
+// backward reads dout and writes d(qkv), one (B, T, 3 * H * D) tensor, likewise. (The CUDA GEMM fallback copies to
+// head-major and back.) Options as causal_attention's, key padding included; no grouped-query form.
+AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, const AttentionOptions& options = {});
+
+// Its gradient: d(qkv) (B, T, 3 * H * D) from dout (B, T, H * D), the forward's qkv, out and lse.
+Tensor causal_attention_qkv_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                     int64_t n_head, const AttentionOptions& options = {});
+
 struct QkvHeads {
   Tensor q, k, v;  // (B, H, T, D) each, contiguous
 };

@@ -122,6 +122,15 @@ void CudnnAttentionPlan::execute(cudnnHandle_t handle, const int64_t* uids, void
   check(cudnnBackendExecute(handle, plan_.get(), pack.get()), "cudnnBackendExecute", plan_);
 }
 
+void CudnnAttentionPlan::check_packed(const void* q, const void* k, const void* v, const char* what) const {
+  if (!problem_.packed) return;
+  const int64_t block = problem_.h * problem_.d * 2;  // one of q, k, v per (b, t) row, in bytes (f16 or bf16)
+  const char* base = static_cast<const char*>(q);
+  if (k != base + block || v != base + 2 * block)
+    throw CudnnError(CUDNN_STATUS_BAD_PARAM, std::string("CudnnAttentionPlan: a packed plan's ") + what +
+                                                 " must be the three column blocks of one (B, T, 3, H, D) buffer");
+}
+
 int CudnnAttentionPlan::add_seq_lens(CudnnSeqLens seq_lens, int64_t* uids, void** ptrs, int n) const {
   const auto refuse = [](const char* why) {
     throw CudnnError(CUDNN_STATUS_BAD_PARAM, std::string("CudnnAttentionPlan: ") + why);
@@ -145,6 +154,7 @@ int CudnnAttentionPlan::add_seq_lens(CudnnSeqLens seq_lens, int64_t* uids, void*
 
 void CudnnAttentionPlan::forward(cudnnHandle_t handle, const void* q, const void* k, const void* v, void* o,
                                  float* stats, void* workspace, CudnnSeqLens seq_lens) const {
+  check_packed(q, k, v, "q, k, v");
   int64_t uids[10] = {kQ, kK, kV, kO, kStats, kScale, kMaskValue};
   void* ptrs[10] = {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, stats,
                     const_cast<float*>(&scale_), const_cast<float*>(&mask_value_)};
@@ -175,6 +185,8 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, const void* q, const voi
                     const_cast<float*>(&scale_),
                     const_cast<float*>(&mask_value_),
                     const_cast<float*>(&one_)};
+  check_packed(q, k, v, "q, k, v");
+  check_packed(dq, dk, dv, "dq, dk, dv");
   const int n = add_seq_lens(seq_lens, uids, ptrs, 14);
   // Zeroing first: before 9.6 the engine accumulates into dQ_accum; padded, the key rows past seq_len_kv are outside
   // the dK and dV GEMMs' M extent (cudnn-frontend's m_override), and whether the engine writes them is undocumented.
@@ -187,15 +199,19 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, const void* q, const voi
   if (cudnnGetVersion() < 90600) zero(dq_accum, p.b * p.h * p.t * p.d * 4, "dQ_accum");
   if (p.padded) {
     const int64_t grad_bytes = p.b * p.h * p.t * p.d * 2;  // f16 or bf16
-    zero(dk, grad_bytes, "dK");
-    zero(dv, grad_bytes, "dV");
+    if (p.packed) {
+      zero(dq, 3 * grad_bytes, "dQKV");  // dk and dv interleave with dq; dq's rows are all rewritten
+    } else {
+      zero(dk, grad_bytes, "dK");
+      zero(dv, grad_bytes, "dV");
+    }
   }
   execute(handle, uids, ptrs, n, cudnn_ws);
 }
 
 std::shared_ptr<const CudnnAttentionPlan> cudnn_attention_plan(int device, cudnnHandle_t handle,
                                                                const CudnnAttentionProblem& p, AttentionPass pass) {
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, bool, int>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, bool, bool, int>;
   struct Entry {
     std::shared_ptr<const CudnnAttentionPlan> plan;
     std::shared_ptr<const CudnnError> error;  // a build that failed fails again at once, without rebuilding
@@ -204,7 +220,7 @@ std::shared_ptr<const CudnnAttentionPlan> cudnn_attention_plan(int device, cudnn
   static auto* cache = new std::map<Key, Entry>();  // never destroyed: plans must not outlive cuDNN at exit
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &p.scale, sizeof(scale_bits));
-  const Key key{device, p.b, p.h, p.t, p.d, p.bf16, scale_bits, p.padded, int(pass)};
+  const Key key{device, p.b, p.h, p.t, p.d, p.bf16, scale_bits, p.padded, p.packed, int(pass)};
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = cache->find(key); it != cache->end()) {

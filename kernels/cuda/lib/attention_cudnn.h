@@ -14,9 +14,12 @@
 
 namespace mpt::kernels::cuda {
 
-// One attention call: q, k, v, o, do, dq, dk, dv are (B, H, T, D) contiguous (strides H*T*D, T*D, D, 1) in f16 or
-// bf16; stats is f32 (B, H, T): each row's logsumexp of the scaled, causally masked scores (the op's lse).
-// Compute is f32 throughout; the probabilities P enter the second GEMM in the I/O dtype (flash attention).
+// One attention call: q, k, v, o, do, dq, dk, dv are (B, H, T, D) in f16 or bf16, contiguous (strides H*T*D, T*D,
+// D, 1) or, `packed`, where a fused QKV projection and the next GEMM keep them (llm.c's layout): q, k and v (and dq,
+// dk, dv) the three column blocks of one (B, T, 3, H, D) buffer (k = q + H*D elements, v = q + 2*H*D; strides
+// T*3HD, D, 3HD, 1) and o, do (B, T, H, D) (strides T*HD, D, HD, 1). stats is f32 (B, H, T) contiguous: each
+// row's logsumexp of the scaled, causally masked scores (the op's lse). Compute is f32 throughout; the
+// probabilities P enter the second GEMM in the I/O dtype (flash attention).
 struct CudnnAttentionProblem {
   int64_t b = 0, h = 0, t = 0, d = 0;
   bool bf16 = true;  // false: f16
@@ -25,6 +28,7 @@ struct CudnnAttentionProblem {
   // int32 (B) device arrays given at execution (CudnnSeqLens). mptrain passes seq_len_q = T (every query row is
   // real: a padding query still attends its sample's real keys) and seq_len_kv = the key lengths.
   bool padded = false;
+  bool packed = false;
   bool operator==(const CudnnAttentionProblem&) const = default;
 };
 
@@ -141,12 +145,16 @@ class CudnnAttentionPlan {
   // Asynchronous on the handle's stream (cudnnSetStream). Throws CudnnError. `seq_lens`: a padded plan's lengths.
   void forward(cudnnHandle_t handle, const void* q, const void* k, const void* v, void* o, float* stats,
                void* workspace, CudnnSeqLens seq_lens = {}) const;
-  // Writes fresh gradients (dq, dk, dv are overwritten, never accumulated into). Padded: dk and dv are zeroed first,
-  // so key rows at or past seq_len_kv[b] get exact zeros whether or not the engine writes them.
+  // Writes fresh gradients (dq, dk, dv are overwritten, never accumulated into). Padded: dk and dv are zeroed first
+  // (packed: the whole (B, T, 3, H, D) gradient buffer from dq on), so key rows at or past seq_len_kv[b] get exact
+  // zeros whether or not the engine writes them. Packed plans check that k, v, dk, dv follow q and dq as the layout
+  // says (CudnnError otherwise).
   void backward(cudnnHandle_t handle, const void* q, const void* k, const void* v, const void* o, const void* dout,
                 const float* stats, void* dq, void* dk, void* dv, void* workspace, CudnnSeqLens seq_lens = {}) const;
 
  private:
+  // Packed plans: throws CudnnError unless k and v are q's neighbouring column blocks.
+  void check_packed(const void* q, const void* k, const void* v, const char* what) const;
   // Appends the padded plan's seq_len uids and pointers (checked) to the caller's first n entries; returns the count.
   int add_seq_lens(CudnnSeqLens seq_lens, int64_t* uids, void** ptrs, int n) const;
   void execute(cudnnHandle_t handle, const int64_t* uids, void* const* ptrs, int n, void* workspace) const;

@@ -177,6 +177,7 @@ class GraphBuilder {
 struct Layouts {
   Dims bhtd, bhdt, bhtt, bht1, b111;
   Dims s_bhtd, s_bhdt, s_bhtt, s_bhtt_t, s_bht1, s_b111;
+  Dims s_qkv, s_qkv_t, s_out;  // the stored Q, K, V (dQ, dK, dV), K^T, V^T, and O, dO: s_bhtd, s_bhdt unless packed
   cudnnDataType_t io;
 };
 
@@ -193,6 +194,9 @@ Layouts layouts_of(const CudnnAttentionProblem& p) {
           .s_bhtt_t = {h * t * t, t * t, 1, t},
           .s_bht1 = {h * t, t, 1, 1},
           .s_b111 = {1, 1, 1, 1},
+          .s_qkv = p.packed ? Dims{t * 3 * h * d, d, 3 * h * d, 1} : Dims{h * t * d, t * d, d, 1},
+          .s_qkv_t = p.packed ? Dims{t * 3 * h * d, d, 1, 3 * h * d} : Dims{h * t * d, t * d, 1, d},
+          .s_out = p.packed ? Dims{t * h * d, d, h * d, 1} : Dims{h * t * d, t * d, d, 1},
           .io = p.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
 }
 
@@ -266,10 +270,10 @@ Desc scaled_causal_scores(GraphBuilder& gb, const Layouts& l, Desc q, Desc kt, D
 // O = softmax(causal(scale Q K^T)) V and Stats = max + log(sum exp): 14 operations, 20 padded.
 void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProblem& prob,
                    const CudnnGraphOptions& opt) {
-  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_bhtd);
-  const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_bhdt);
-  const Desc v = gb.tensor("V", kV, l.io, l.bhtd, l.s_bhtd);
-  const Desc o = gb.tensor("O", kO, l.io, l.bhtd, l.s_bhtd);
+  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_qkv);
+  const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_qkv_t);
+  const Desc v = gb.tensor("V", kV, l.io, l.bhtd, l.s_qkv);
+  const Desc o = gb.tensor("O", kO, l.io, l.bhtd, l.s_out);
   const Desc stats = gb.tensor("Stats", kStats, kF32, l.bht1, l.s_bht1);
   const Desc scale = gb.scalar("scale", kScale);
   const Desc mask_value = gb.scalar("mask value", kMaskValue);
@@ -299,15 +303,15 @@ void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProbl
 void build_backward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProblem& prob,
                     const CudnnGraphOptions& opt) {
   const cudnnDataType_t low = l.io;
-  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_bhtd);
-  const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_bhdt);
-  const Desc vt = gb.tensor("V^T", kV, l.io, l.bhdt, l.s_bhdt);
-  const Desc o = gb.tensor("O", kO, l.io, l.bhtd, l.s_bhtd);
-  const Desc dout = gb.tensor("dO", kDout, l.io, l.bhtd, l.s_bhtd);
+  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_qkv);
+  const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_qkv_t);
+  const Desc vt = gb.tensor("V^T", kV, l.io, l.bhdt, l.s_qkv_t);
+  const Desc o = gb.tensor("O", kO, l.io, l.bhtd, l.s_out);
+  const Desc dout = gb.tensor("dO", kDout, l.io, l.bhtd, l.s_out);
   const Desc stats = gb.tensor("Stats", kStats, kF32, l.bht1, l.s_bht1);
-  const Desc dq = gb.tensor("dQ", kDq, l.io, l.bhtd, l.s_bhtd);
-  const Desc dk = gb.tensor("dK", kDk, l.io, l.bhtd, l.s_bhtd);
-  const Desc dv = gb.tensor("dV", kDv, l.io, l.bhtd, l.s_bhtd);
+  const Desc dq = gb.tensor("dQ", kDq, l.io, l.bhtd, l.s_qkv);
+  const Desc dk = gb.tensor("dK", kDk, l.io, l.bhtd, l.s_qkv);
+  const Desc dv = gb.tensor("dV", kDv, l.io, l.bhtd, l.s_qkv);
   const Desc softmax_sum = gb.tensor("softmax_sum", kSoftmaxSum, kF32, l.bht1, l.s_bht1);
   const Desc dq_accum = gb.tensor("dQ_accum", kDqAccum, kF32, l.bhtd, l.s_bhtd);
   const Desc scale = gb.scalar("scale", kScale);
@@ -343,7 +347,7 @@ void build_backward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProb
   gb.reshape("dS^T", ds, dst);
   gb.matmul("dK = dS^T Q", dst, q, dk, extents(pad, skv, nullptr, sq));
 
-  const Desc k = gb.virt("K", kF32, l.bhtd, l.s_bhtd);
+  const Desc k = gb.virt("K", kF32, l.bhtd, l.s_qkv);
   gb.reshape("K = (K^T)^T", kt, k);
   gb.matmul("dQ_accum = dS K", ds, k, dq_accum, extents(pad, sq, nullptr, skv));
   gb.pointwise("dQ = dQ_accum", CUDNN_POINTWISE_IDENTITY, kF32, dq_accum, nullptr, nullptr, dq);
