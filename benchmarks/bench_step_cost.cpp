@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_emu/counters.h"
+#include "cuda_emu/cudnn.h"
 #include "cuda_emu/device_work.h"
 #include "gpt_bench.h"
 #include "mpt/nn/gpt.h"
@@ -174,8 +175,15 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", kernel_rows,
                  "after the timed steps, one step broken down by launching site (the launcher that made each "
                  "kernel's LaunchConfig): the N with the most kernel bytes");
+  std::string attention = "cudnn";
+  app.add_option("--attention", attention,
+                 "cudnn: attention as a GPU with cuDNN 9.16+ runs it in BF16/FP16 (the emulated cuDNN: one launch per "
+                 "forward or backward with its operands' bytes); gemm: the cuBLASLt fallback (B x H x T x T scores; "
+                 "the only path of this benchmark before 2026-11-29)")
+      ->check(CLI::IsMember({"cudnn", "gemm"}));
   app.add_option("--json", json_path, "write the result as JSON to this file ('-': stdout, instead of the table)");
   CLI11_PARSE(app, argc, argv);
+  emu::set_cudnn_sdpa(attention == "cudnn");
 
   // An H200's memory, unless the environment says otherwise; read at the first CUDA call.
   setenv("MPT_EMU_DEVICE_MEMORY_MB", "144384", 0);
@@ -221,8 +229,8 @@ int main(int argc, char** argv) {
     for (int s = 0; s < warmup; ++s) step();
     mpt::reset_peak_memory_stats(device);
     const Cost eager = measure(step);
-    // The library's own allocator on the emulated device: what a GPU run of the same step holds at its peak (the
-    // emulation's attention is the GEMM fallback, which keeps B x H x T x T probabilities that cuDNN does not).
+    // The library's own allocator on the emulated device: what a GPU run of the same step holds at its peak (with
+    // --attention gemm, the fallback's B x H x T x T probabilities too, which cuDNN never holds).
     const mpt::MemoryStats memory = mpt::memory_stats(device);
     Cost graph;
     std::string graph_note;
@@ -268,7 +276,7 @@ int main(int argc, char** argv) {
                      {"device", "cuda_emu (record-only)"},
                      {"model", model.describe()},
                      {"params", model.num_parameters()},
-                     {"precision", precision}, {"moments", moments},
+                     {"precision", precision}, {"moments", moments}, {"attention", attention},
                      {"batch", batch},
                      {"seq", config.block_size},
                      {"tokens_per_step", tokens},
@@ -294,9 +302,9 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
-    std::printf("%s, batch %lld x %lld, %s, AdamW moments %s, emulated device in record-only mode\n",
+    std::printf("%s, batch %lld x %lld, %s, AdamW moments %s, attention %s, emulated device in record-only mode\n",
                 model.describe().c_str(), static_cast<long long>(batch), static_cast<long long>(config.block_size),
-                precision.c_str(), moments.c_str());
+                precision.c_str(), moments.c_str(), attention.c_str());
     std::printf("host per step (eager): %.2f ms for %llu device operations (%.2f us each)\n", eager.host_s * 1e3,
                 static_cast<unsigned long long>(operations(c)), eager.host_s * 1e6 / std::max<double>(1, operations(c)));
     if (cuda_graph && graph_note.empty()) {

@@ -1,4 +1,5 @@
-// tests/emu_backend/test_cudnn_fallback.cpp: without cuDNN (never emulated), CUDA attention takes the cuBLASLt fallback, and a forced cuDNN says why.
+// tests/emu_backend/test_cudnn_fallback.cpp: with cuDNN missing (the emulation default), CUDA attention takes the
+// cuBLASLt fallback, and a forced cuDNN says why.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -1,0 +1,144 @@
+// tests/emu_backend/test_cudnn_sdpa_emu.cpp: attention's cuDNN path (plans, variant packs, lengths, the fused QKV
+// layout's strides) run end to end on the emulated cuDNN (cuda_emu/cudnn.h), against the CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_emu/cudnn.h"
+#include "mpt/core/stream.h"
+#include "mpt/mpt.h"
+#include "op_test.h"
+
+namespace mpt {
+namespace {
+
+Tensor cpu(const Tensor& t) { return t.to(Device::cpu()); }
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : cpu(t).to(DType::F64).contiguous().to_vector<double>()) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// max |got - want| / max |want|.
+double normwise_error(const Tensor& got, const Tensor& want) {
+  const auto g = cpu(got).to(DType::F64).contiguous().to_vector<double>();
+  const auto w = cpu(want).to(DType::F64).contiguous().to_vector<double>();
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    err = std::max(err, std::isnan(g[i]) ? INFINITY : std::fabs(g[i] - w[i]));
+    mag = std::max(mag, std::fabs(w[i]));
+  }
+  return err / mag;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = cpu(a).contiguous(), y = cpu(b).contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::equal(static_cast<const char*>(x.data_ptr()), static_cast<const char*>(x.data_ptr()) + x.nbytes(),
+                    static_cast<const char*>(y.data_ptr()));
+}
+
+// The double on, on a stream of the test's own (mptrain caches a cuDNN handle per stream, a failed one too).
+class CudnnSdpaEmu : public ::testing::Test {
+ protected:
+  void SetUp() override { cuda_emu::set_cudnn_sdpa(true); }
+  void TearDown() override { cuda_emu::set_cudnn_sdpa(false); }
+  Stream stream_{Device::cuda(0)};
+  StreamGuard guard_{stream_};
+};
+
+// One attention through the cuDNN path, head-major and in GPT's fused layout: the path runs (two graph executions
+// per forward + backward), both layouts give the same bits (the double does the same arithmetic on the same values,
+// read at the strides each graph declares: a wrong stride reads other elements or faults), and both match the CPU
+// within the bounds GpuAttention derives for P rounded to the I/O dtype (tests/gpu/test_attention_fp8_linear_gpu.cpp).
+TEST_F(CudnnSdpaEmu, HeadMajorAndFusedLayoutsRunOnCudnnAndMatchCpu) {
+  const int64_t B = 3, T = 45, H = 2, D = 64, C = H * D;
+  for (bool padded : {false, true}) {
+    ops::AttentionOptions o;
+    if (padded) o.lengths = Tensor::from_vector(std::vector<int32_t>{45, 20, 1}, {B});
+    for (DType dt : {DType::BF16, DType::F16}) {
+      const std::string n = std::string(dtype_name(dt)) + (padded ? " padded" : "");
+      const Tensor qkv = testing::random_tensor({B, T, 3 * C}, dt, 21);
+      const Tensor dout = testing::random_tensor({B, T, C}, dt, 22);
+      const Device gpu = Device::cuda(0);
+      const uint64_t before = cuda_emu::cudnn_sdpa_executions();
+      const ops::AttentionResult fused = ops::causal_attention_qkv(qkv.to(gpu), H, o);
+      const Tensor dfused = ops::causal_attention_qkv_backward(dout.to(gpu), qkv.to(gpu), fused.out, fused.lse, H, o);
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 2) << n;
+      // Head-major: the same q, k, v and dout copied out of the fused tensors.
+      const ops::QkvHeads h = ops::split_qkv_heads(qkv.to(gpu), H);
+      const Tensor dout_h = dout.to(gpu).view({B, T, H, D}).transpose(1, 2).contiguous();
+      const ops::AttentionResult plain = ops::causal_attention(h.q, h.k, h.v, o);
+      const ops::AttentionGrads g = ops::causal_attention_backward(dout_h, h.q, h.k, h.v, plain.out, plain.lse, o);
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 4) << n;
+      EXPECT_TRUE(same_bits(fused.out, plain.out.transpose(1, 2).reshape({B, T, C}))) << "out " << n;
+      EXPECT_TRUE(same_bits(fused.lse, plain.lse)) << "lse " << n;
+      const Tensor dplain = Tensor::empty({B, T, 3, H, D}, dt, gpu);
+      dplain.select(2, 0).transpose(1, 2).copy_(g.dq);
+      dplain.select(2, 1).transpose(1, 2).copy_(g.dk);
+      dplain.select(2, 2).transpose(1, 2).copy_(g.dv);
+      EXPECT_TRUE(same_bits(dfused, dplain.reshape({B, T, 3 * C}))) << "d(qkv) " << n;
+
+      const ops::AttentionResult want = ops::causal_attention_qkv(qkv, H, o);
+      const Tensor dwant = ops::causal_attention_qkv_backward(dout, qkv, want.out, want.lse, H, o);
+      const double u = dt == DType::BF16 ? 0x1p-8 : 0x1p-11, u32 = 0x1p-24, vmax = max_abs(qkv);
+      const auto og = cpu(fused.out).to(DType::F64).to_vector<double>();
+      const auto ow = want.out.to(DType::F64).to_vector<double>();
+      for (size_t i = 0; i < ow.size(); ++i)
+        ASSERT_NEAR(og[i], ow[i], 2 * u * std::fabs(ow[i]) + (u + 2 * static_cast<double>(T) * u32) * vmax) << n;
+      const double score_max = vmax * vmax * std::sqrt(static_cast<double>(D));
+      const auto lg = cpu(fused.lse).to_vector<double>(), lw = want.lse.to_vector<double>();
+      for (size_t i = 0; i < lw.size(); ++i)
+        ASSERT_NEAR(lg[i], lw[i], 8 * u32 * std::fabs(lw[i]) + 2 * static_cast<double>(D) * u32 * score_max) << n;
+      for (int64_t part = 0; part < 3; ++part)  // dq, dk, dv
+        EXPECT_LE(normwise_error(dfused.slice(2, part * C, (part + 1) * C), dwant.slice(2, part * C, (part + 1) * C)),
+                  8 * u)
+            << "d(qkv) part " << part << " " << n;
+      if (padded) {  // sample 1's padding keys (20..44) get exactly zero dk and dv (zeroed before the graph runs)
+        for (double x : cpu(dfused).select(0, 1).slice(0, 20, T).slice(1, C, 3 * C).to(DType::F64).contiguous()
+                            .to_vector<double>())
+          ASSERT_EQ(x, 0.0) << n;
+      }
+    }
+  }
+}
+
+// GPT-2's attention shape through the whole cuDNN path in record-only mode is what bench_step_cost measures; here a
+// small GPT's BF16 step: the attention layers take the cuDNN path (2 executions per layer) and the loss and every
+// gradient match the CPU's within BF16's budget for one step.
+TEST_F(CudnnSdpaEmu, GptStepUnderBf16AutocastRunsItsAttentionOnCudnn) {
+  nn::GPTConfig c;
+  c.vocab_size = 64, c.block_size = 32, c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.dropout = 0;
+  nn::GPT cpu_model(c), gpu_model(c);  // the same initialisation (GPTConfig::seed)
+  gpu_model.to(Device::cuda(0));
+  std::vector<int32_t> tokens(2 * 32), targets(2 * 32);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7 + 3) % 64);
+    targets[i] = static_cast<int32_t>((i * 5 + 1) % 64);
+  }
+  const Tensor x = Tensor::from_vector(tokens, {2, 32}), y = Tensor::from_vector(targets, {2, 32});
+  const uint64_t before = cuda_emu::cudnn_sdpa_executions();
+  double loss_gpu = 0, loss_cpu = 0;
+  {
+    const amp::Autocast autocast(amp::Policy::bf16());
+    const Tensor l = gpu_model.loss(x.to(Device::cuda(0)), y.to(Device::cuda(0)));
+    l.backward();
+    loss_gpu = cpu(l).to(DType::F64).item<double>();
+    const Tensor lc = cpu_model.loss(x, y);
+    lc.backward();
+    loss_cpu = lc.to(DType::F64).item<double>();
+  }
+  EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 2 * c.n_layer);
+  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-2 * std::fabs(loss_cpu));
+  const auto gp = gpu_model.named_parameters(), cp = cpu_model.named_parameters();
+  ASSERT_EQ(gp.size(), cp.size());
+  for (size_t i = 0; i < gp.size(); ++i)
+    EXPECT_LE(normwise_error(gp[i].tensor.grad(), cp[i].tensor.grad()), 0.05) << gp[i].name;
+}
+
+}  // namespace
+}  // namespace mpt
