@@ -30,6 +30,7 @@ void check_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const
   const Device dev = ops::detail::check_same_device({&x, &weight}, kOp);
   detail::check_fp8_input(kOp, x, c.recipe, c.metas.input);
   detail::check_fp8_layer(kOp, {}, dev, x.size(-1), weight, bias, c.recipe, c.metas, c.weight_fp8);
+  ops::detail::check_compute_bias(c.compute_bias, bias, kOp, "compute_bias");
   MPT_CHECK(detail::is_wide_dtype(out), "[{}] out_dtype must be f32, bf16 or f16, got {}", kOp, out);
 }
 
@@ -89,7 +90,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   }
 
   // (N, K) x (M, K)^T, the bias added in FP32 in the GEMM's epilogue before the one rounding to `out`.
-  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, out, {.bias = bias.defined() ? bias.detach() : Tensor{},
+  Tensor y = gemm_tn(xq.rowwise, wq.rowwise, out, {.bias = ops::detail::epilogue_bias(config.compute_bias, bias),
                                                    .fp8_fast_accum = detail::fast_accum_fprop(config.recipe)});
   Shape y_shape = x.shape();
   y_shape.back() = m;

@@ -88,6 +88,8 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
                           c.weight1_fp8);
   detail::check_fp8_layer(kOp, {"w2", "b2", "metas2", "weight2_fp8"}, dev, w1.size(0), w2, b2, c.recipe, c.metas2,
                           c.weight2_fp8);
+  ops::detail::check_compute_bias(c.compute_b1, b1, kOp, "compute_b1");
+  ops::detail::check_compute_bias(c.compute_b2, b2, kOp, "compute_b2");
   Saved s;
   s.need_dx = grad && x.requires_grad();
   s.need_dw1 = grad && w1.requires_grad();
@@ -102,13 +104,13 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
   const detail::Fp8Pair w1q = weight_codes(w1, c.weight1_fp8, c.recipe, c.metas1, s.need_dx, "weight1");
   Tensor pre = Tensor::empty({n, hidden}, out, dev);
   const bool fast = detail::fast_accum_fprop(c.recipe);
-  const Tensor h = gemm_tn(xq.rowwise, w1q.rowwise, out, {.bias = b1.defined() ? b1.detach() : Tensor{},
+  const Tensor h = gemm_tn(xq.rowwise, w1q.rowwise, out, {.bias = ops::detail::epilogue_bias(c.compute_b1, b1),
                                                            .gelu_aux = pre, .fp8_fast_accum = fast});
   // Layer 2: h quantized (its transpose for dW2), y = h W2^T + b2.
   const detail::Fp8Pair hq =
       detail::quantize_for_gemm(h, c.recipe, Fp8Role::Input, c.metas2.input, true, s.need_dw2);
   const detail::Fp8Pair w2q = weight_codes(w2, c.weight2_fp8, c.recipe, c.metas2, s.need_dpre(), "weight2");
-  Tensor y = gemm_tn(hq.rowwise, w2q.rowwise, out, {.bias = b2.defined() ? b2.detach() : Tensor{},
+  Tensor y = gemm_tn(hq.rowwise, w2q.rowwise, out, {.bias = ops::detail::epilogue_bias(c.compute_b2, b2),
                                                    .fp8_fast_accum = fast});
 
   if (grad) {

@@ -54,6 +54,17 @@ Tensor qat_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   return ops::linear(xq, wq, bias, {.out_padded = out_padded});
 }
 
+// The FP32 master bias as a CUDA GEMM's epilogue adds it (cuBLASLt: in the output's dtype, BF16 for an FP8 GEMM into
+// F32): the cached copy (amp::compute_copy: made once, rewritten by AdamW) instead of a cast on every call. The same
+// bits as that cast. Undefined elsewhere: the CPU's GEMMs add the FP32 bias in FP32, and an F32 output reads it as is.
+Tensor epilogue_bias(const Tensor& bias, DType out, bool fp8_gemm) {
+  if (!bias.defined() || !bias.device().is_cuda() || bias.dtype() != DType::F32) return {};
+  const DType dt = fp8_gemm && out == DType::F32 ? DType::BF16 : out;
+  if (dt != DType::BF16 && dt != DType::F16) return {};
+  autograd::NoGradGuard no_grad;
+  return amp::compute_copy(bias, dt);
+}
+
 }  // namespace
 
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
@@ -82,22 +93,24 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
       fp8::Fp8LinearMetas metas = policy->fp8_state->register_linear(std::string(path));
       const bool need_wt = autograd::is_grad_enabled() && x.requires_grad();  // dgrad reads W^T's codes
       auto w8 = amp::fp8_weight_copy(weight, recipe, metas.weight, need_wt);
+      const DType out = amp::output_dtype(p);
       return fp8::fp8_linear(x, weight, bias,
-                             {.recipe = recipe, .metas = std::move(metas), .out_dtype = amp::output_dtype(p),
-                              .weight_fp8 = std::move(w8)});
+                             {.recipe = recipe, .metas = std::move(metas), .out_dtype = out,
+                              .weight_fp8 = std::move(w8), .compute_bias = epilogue_bias(bias, out, true)});
     }
     const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
     if (xc.dtype() != dt) xc = xc.to(dt);
     if (weight.dtype() == DType::F32 && dt != DType::F32) {
       // The GEMMs read the cached low-precision copy (at the padded width, when padding: padded once per step,
       // not per call); the gradient lands in the master (ops::linear writes dW in FP32 from the BF16/FP16 GEMM),
-      // and the FP32 bias is added in the GEMM's FP32 epilogue.
+      // and the bias is added in the GEMM's FP32 epilogue (on CUDA its cached copy in dt, what cuBLASLt reads).
       Tensor copy;
       {
         autograd::NoGradGuard no_grad;
         copy = amp::compute_copy(weight, dt, out_padded > weight.size(0) ? out_padded : 0);
       }
-      return ops::linear(xc, weight, bias, {.compute_weight = std::move(copy), .out_padded = out_padded});
+      return ops::linear(xc, weight, bias, {.compute_weight = std::move(copy),
+                                            .compute_bias = epilogue_bias(bias, dt, false), .out_padded = out_padded});
     }
     w = amp::compute_copy(weight, dt);  // a master in another dtype: a recorded cast
   }
@@ -144,10 +157,11 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
     const bool need_w2t = grad && (x.requires_grad() || w1.requires_grad() || (b1.defined() && b1.requires_grad()));
     auto c1 = amp::fp8_weight_copy(w1, recipe, m1.weight, need_w1t);
     auto c2 = amp::fp8_weight_copy(w2, recipe, m2.weight, need_w2t);
+    const DType out = amp::output_dtype(p);
     return fp8::fp8_mlp(x, w1, b1, w2, b2,
-                        {.recipe = recipe, .metas1 = std::move(m1), .metas2 = std::move(m2),
-                         .out_dtype = amp::output_dtype(p), .weight1_fp8 = std::move(c1),
-                         .weight2_fp8 = std::move(c2)});
+                        {.recipe = recipe, .metas1 = std::move(m1), .metas2 = std::move(m2), .out_dtype = out,
+                         .weight1_fp8 = std::move(c1), .weight2_fp8 = std::move(c2),
+                         .compute_b1 = epilogue_bias(b1, out, true), .compute_b2 = epilogue_bias(b2, out, true)});
   }
   if (w1.dtype() != w2.dtype()) return {};
   if (p == amp::Precision::FP32) return x.dtype() == w1.dtype() ? ops::mlp(x, w1, b1, w2, b2) : Tensor{};
@@ -160,7 +174,9 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
     c1 = amp::compute_copy(w1, dt);
     c2 = amp::compute_copy(w2, dt);
   }
-  return ops::mlp(xc, w1, b1, w2, b2, {.compute_w1 = std::move(c1), .compute_w2 = std::move(c2)});
+  return ops::mlp(xc, w1, b1, w2, b2,
+                  {.compute_w1 = std::move(c1), .compute_w2 = std::move(c2),
+                   .compute_b1 = epilogue_bias(b1, dt, false), .compute_b2 = epilogue_bias(b2, dt, false)});
 }
 
 }  // namespace mpt::nn::detail

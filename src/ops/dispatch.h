@@ -78,6 +78,15 @@ class GradRecorder {
   autograd::NoGradGuard no_grad_;  // after active_: the decision is made with the caller's grad mode
 };
 
+// A bias's copy in the dtype a GEMM's epilogue reads (LinearOptions::compute_bias and its kin): checked to be a 1-d
+// float tensor of bias's shape on its device when defined (`name` in the error), and refused without a bias.
+void check_compute_bias(const Tensor& compute_bias, const Tensor& bias, const char* op, const char* name);
+// What the GEMM adds: compute_bias when defined, else bias (detached; undefined when there is none).
+inline Tensor epilogue_bias(const Tensor& compute_bias, const Tensor& bias) {
+  if (compute_bias.defined()) return compute_bias.detach();
+  return bias.defined() ? bias.detach() : Tensor{};
+}
+
 // The bias gradient of a Linear: the column sums of a 2-d dy in FP32 (f64 for f64), never rounded to dy's dtype
 // (src/ops/linear.cpp).
 Tensor bias_grad(const Tensor& dy);

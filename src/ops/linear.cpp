@@ -18,6 +18,14 @@ Tensor bias_grad(const Tensor& dy) {
   return column_sums(dy, DType::F32);
 }
 
+void check_compute_bias(const Tensor& compute_bias, const Tensor& bias, const char* op, const char* name) {
+  if (!compute_bias.defined()) return;
+  MPT_CHECK(bias.defined() && compute_bias.shape() == bias.shape() && is_floating(compute_bias.dtype()) &&
+                !is_fp8(compute_bias.dtype()) && compute_bias.device() == bias.device(),
+            "[{}] {} must be the bias's copy (its shape, on its device, in a float dtype): got {} for the bias {}", op,
+            name, compute_bias.meta_str(), bias.defined() ? bias.meta_str() : "none");
+}
+
 }  // namespace detail
 
 Tensor padded_rows(const Tensor& w, int64_t rows, DType dtype) {
@@ -52,6 +60,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
               weight.size(0), bias.meta_str());
   detail::check_same_device({&x, &weight, &w}, op);
   if (bias.defined()) detail::check_same_device({&x, &bias}, op);
+  detail::check_compute_bias(opt.compute_bias, bias, op, "compute_bias");
   const int64_t rows = weight.size(0);
   MPT_CHECK(opt.out_padded == 0 || (opt.out_padded >= rows && !bias.defined()),
             "[linear] out_padded must be 0 or at least the weight's {} rows, without a bias: got {} (bias {})", rows,
@@ -61,7 +70,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
   const detail::GradRecorder grad({&x, &weight, &bias});
   // The weight the GEMMs read: zero rows appended when padding (already, for a padded compute copy).
   const Tensor wp = pad && !w_padded ? padded_rows(w, opt.out_padded, w.dtype()) : w;
-  Tensor y = matmul(x, wp, {.trans_b = true, .bias = bias.defined() ? bias.detach() : Tensor{}});
+  Tensor y = matmul(x, wp, {.trans_b = true, .bias = detail::epilogue_bias(opt.compute_bias, bias)});
   // Saved only for the gradients wanted: a frozen weight keeps no activation alive, a frozen input no weight copy.
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   grad.record("LinearBackward", {&y},

@@ -68,14 +68,16 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
   const Tensor& w2c = o.compute_w2.defined() ? o.compute_w2 : w2;
   check_layer(x, w1, w1c, b1, x.size(1), "w1", "b1");
   check_layer(x, w2, w2c, b2, w1.size(0), "w2", "b2");
+  detail::check_compute_bias(o.compute_b1, b1, kOp, "compute_b1");
+  detail::check_compute_bias(o.compute_b2, b2, kOp, "compute_b2");
   const detail::GradRecorder grad({&x, &w1, &b1, &w2, &b2});
   const int64_t n = x.size(0), hidden = w1.size(0);
   Tensor pre = Tensor::empty({n, hidden}, x.dtype(), x.device());
   Tensor h = Tensor::empty({n, hidden}, x.dtype(), x.device());
   // Grad is off from here (GradRecorder): the epilogue options are not differentiable, this op records its node.
   matmul_out(x.detach(), w1c.detach(), h, 0.0f,
-             {.trans_b = true, .bias = b1.defined() ? b1.detach() : Tensor{}, .gelu_aux = pre});
-  Tensor y = matmul(h, w2c.detach(), {.trans_b = true, .bias = b2.defined() ? b2.detach() : Tensor{}});
+             {.trans_b = true, .bias = detail::epilogue_bias(o.compute_b1, b1), .gelu_aux = pre});
+  Tensor y = matmul(h, w2c.detach(), {.trans_b = true, .bias = detail::epilogue_bias(o.compute_b2, b2)});
   Saved s{x.detach(), pre, h, w1c.detach(), w2c.detach(), w1.dtype(), w2.dtype(),
           b1.defined() ? b1.dtype() : DType::F32, b2.defined() ? b2.dtype() : DType::F32,
           x.requires_grad(), w1.requires_grad(), b1.defined() && b1.requires_grad(), w2.requires_grad(),

@@ -114,6 +114,7 @@ class TrainLoop {
     return out;
   }
   const ScalarReadback& readback() const { return readback_; }
+  const nn::GPT& model() const { return model_; }
   const Tensor& last_loss() const { return last_loss_; }
   const train::GradScaler& scaler() const { return scaler_; }
 
@@ -273,6 +274,36 @@ std::map<std::string, uint64_t> step_sites(const std::string& precision) {
   for (const auto& [name, n] : launches) std::printf("%-12s %-48s %llu\n", precision.c_str(), name.c_str(),
                                                      static_cast<unsigned long long>(n));
   return launches;
+}
+
+// Under BF16 Autocast the Linears' FP32 biases reach cuBLASLt's epilogues as cached BF16 copies (amp::compute_copy,
+// rewritten in place by AdamW like the weights'), not cast on every call: after warm-up a step's only casts are,
+// per block and micro-batch, the MLP's db1 (the DGELU_BGRAD epilogue writes it in BF16 for the FP32 master's
+// gradient) and the attention fallback's three roundings to BF16 (P forward, P and dS backward; cuDNN does them
+// inside its kernel): 4, where the four bias casts of the forward made 8. Each cached copy holds the cast's bits of
+// its master. The FP8 block's layers (fp8_linear / fp8_mlp, whose FP8 GEMMs add a BF16 bias) take copies too: the
+// FP8 step casts exactly as often.
+TEST(GpuStepCounts, Bf16BiasesReachTheGemmsAsCachedCopies) {
+  MPT_REQUIRE_GPU(8);
+  std::map<std::string, uint64_t> launches = step_sites("bf16");
+  constexpr uint64_t kBlocks = 3;
+  EXPECT_EQ(launches["cast.cu convert"], (1 + 3) * kBlocks * kAccum);
+  EXPECT_EQ(step_sites("fp8-delayed")["cast.cu convert"], launches["cast.cu convert"]);
+  for (const std::string precision : {"bf16", "fp8-delayed"}) {
+    TrainLoop loop(precision);
+    for (int s = 0; s < 3; ++s) loop.step(s, false);
+    int biases = 0;
+    for (const NamedParameter& p : loop.model().named_parameters()) {
+      const bool linear_bias = p.name.find("ln") == std::string::npos && p.name.size() > 5 &&
+                               p.name.substr(p.name.size() - 5) == ".bias";
+      if (!linear_bias) continue;
+      const Tensor copy = amp::refreshable_compute_copy(p.tensor);
+      ASSERT_TRUE(copy.defined()) << precision << " " << p.name;
+      EXPECT_TRUE(testing::same_bits(copy, p.tensor.to(DType::BF16))) << precision << " " << p.name;
+      ++biases;
+    }
+    EXPECT_EQ(biases, static_cast<int>(4 * kBlocks)) << precision;
+  }
 }
 
 TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {

@@ -10,6 +10,7 @@
 #include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/linear.h"
+#include "mpt/ops/mlp.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/reduction.h"
 #include "op_test.h"
@@ -100,6 +101,44 @@ TEST(Linear, MasterWeightAndComputeCopyGradientsMatchFloat64) {
       EXPECT_NEAR(db[static_cast<size_t>(j)], s, 16 * 0x1p-24 * a) << "db " << dtype_name(dt) << " column " << j;
     }
   }
+}
+
+// LinearOptions::compute_bias (what autocast passes on CUDA: the master bias's BF16 copy, cuBLASLt's bias type): the
+// GEMM adds the copy's values, bit for bit what the master rounded to BF16 gives, and the gradient still goes to the
+// FP32 master, bit for bit as without the copy. MlpOptions::compute_b1 / compute_b2 likewise.
+TEST(Linear, ComputeBiasIsWhatTheGemmAddsAndTheGradientGoesToTheMaster) {
+  const int64_t n = 33, k = 24, m = 16;
+  const Tensor master = random_tensor({m, k}, DType::F32, 61), x = random_tensor({n, k}, DType::BF16, 63);
+  const Tensor bias = random_tensor({m}, DType::F32, 62), dy = random_tensor({n, m}, DType::BF16, 64);
+  const Tensor wc = master.to(DType::BF16), bc = bias.to(DType::BF16);
+  Tensor b1 = bias.clone(), b2 = bias.clone(), rounded = bc.to(DType::F32);
+  b1.requires_grad_(true);
+  b2.requires_grad_(true);
+  const Tensor with = ops::linear(x, master, b1, {.compute_weight = wc, .compute_bias = bc});
+  const Tensor want = ops::linear(x, master, rounded, {.compute_weight = wc});
+  EXPECT_EQ(with.to_vector<float>(), want.to_vector<float>());
+  with.backward(dy);
+  ops::linear(x, master, b2, {.compute_weight = wc}).backward(dy);
+  ASSERT_EQ(b1.grad().dtype(), DType::F32);
+  EXPECT_EQ(b1.grad().to_vector<float>(), b2.grad().to_vector<float>());
+  // The MLP: both biases through their copies.
+  const int64_t h = 32;
+  const Tensor w1 = random_tensor({h, k}, DType::F32, 65), w2 = random_tensor({m, h}, DType::F32, 66);
+  const Tensor c1 = random_tensor({h}, DType::F32, 67), c2 = random_tensor({m}, DType::F32, 68);
+  const ops::MlpOptions base{.compute_w1 = w1.to(DType::BF16), .compute_w2 = w2.to(DType::BF16)};
+  ops::MlpOptions copies = base;
+  copies.compute_b1 = c1.to(DType::BF16), copies.compute_b2 = c2.to(DType::BF16);
+  const Tensor y_copies = ops::mlp(x, w1, c1, w2, c2, copies);
+  const Tensor r1 = c1.to(DType::BF16).to(DType::F32), r2 = c2.to(DType::BF16).to(DType::F32);
+  const Tensor y_rounded = ops::mlp(x, w1, r1, w2, r2, base);
+  EXPECT_EQ(y_copies.to_vector<float>(), y_rounded.to_vector<float>());
+  EXPECT_MPT_ERROR(ops::linear(x, master, bias, {.compute_weight = wc, .compute_bias = bc.slice(0, 0, 8)}),
+                   "[linear] compute_bias must be the bias's copy (its shape, on its device, in a float dtype): got "
+                   "bf16[8] cpu for the bias f32[16] cpu");
+  EXPECT_MPT_ERROR(ops::linear(x, master, {}, {.compute_weight = wc, .compute_bias = bc}), "for the bias none");
+  EXPECT_MPT_ERROR(ops::mlp(x, w1, c1, w2, c2, {.compute_w1 = base.compute_w1, .compute_w2 = base.compute_w2,
+                                                .compute_b2 = c1.to(DType::BF16)}),
+                   "compute_b2 must be the bias's copy");
 }
 
 TEST(Linear, BackwardMatchesFiniteDifferencesInFloat64) {

@@ -40,6 +40,9 @@ struct Fp8LinearConfig {
   // goes to `weight`). It must have W's shape, this recipe, and W^T's codes when x requires grad. Nothing is
   // recorded into metas.weight (the copy recorded W's amax when it was made).
   std::shared_ptr<const Fp8Weight> weight_fp8{};
+  // Optional: the bias as the GEMM's epilogue reads it (ops::LinearOptions::compute_bias; cuBLASLt's FP8 GEMMs add a
+  // BF16 bias for BF16 and F32 outputs). Not differentiated: db goes to `bias`.
+  Tensor compute_bias{};
 };
 
 // x: (..., K) f32, bf16 or f16; weight: (M, K) f32 (master), bf16 or f16; bias: (M) or undefined. Returns y (..., M).

@@ -19,6 +19,8 @@ struct Fp8MlpConfig {
   // Optional: w1 / w2 already quantized under this recipe (amp::fp8_weight_copy), as Fp8LinearConfig::weight_fp8;
   // with W^T's codes when the backward needs them (w1: x requires grad; w2: any gradient below it).
   std::shared_ptr<const Fp8Weight> weight1_fp8{}, weight2_fp8{};
+  // Optional: b1 / b2 as the GEMMs' epilogues read them (Fp8LinearConfig::compute_bias).
+  Tensor compute_b1{}, compute_b2{};
 };
 
 // x [N, C] f32, bf16 or f16 (or its f8e4m3 codes under delayed scaling, as fp8_linear takes them); w1 [H, C], b1 [H]

@@ -12,6 +12,11 @@ struct LinearOptions {
   // the weight gradient goes to `weight`, in weight's dtype, so a BF16 GEMM writes an FP32 master's gradient in FP32
   // directly (no BF16 rounding, no cast, no second pass).
   Tensor compute_weight{};
+  // The bias as the GEMM's epilogue reads it (cuBLASLt adds a bias of the output's dtype: a BF16 copy of an FP32
+  // master under BF16 Autocast, amp::compute_copy, made once per optimizer step instead of cast per call);
+  // undefined: `bias`, converted by the GEMM where it needs another dtype. Not differentiated: the bias gradient goes
+  // to `bias`. Its values are what the GEMM adds: on the CPU, whose GEMMs add an FP32 bias in FP32, leave it unset.
+  Tensor compute_bias{};
   // 0, or the output width padded to `out_padded` >= M columns (no bias): the GEMMs read the weight with zero rows
   // appended, so y's columns [M, out_padded) are 0, every GEMM dimension is the padded one (GPT-2's vocabulary of
   // 50257 as 50304: cuBLASLt's fast kernels want multiples of 8) and nothing is copied to or from an unpadded

@@ -9,6 +9,8 @@ struct MlpOptions {
   // The copies of w1 / w2 the GEMMs read, in x's dtype (amp::compute_copy of FP32 masters); undefined: the weights
   // themselves. Not differentiated: the weight gradients go to w1 / w2 in their dtype (as ops::linear's).
   Tensor compute_w1{}, compute_w2{};
+  // The biases as the GEMMs' epilogues read them (LinearOptions::compute_bias); undefined: b1 / b2.
+  Tensor compute_b1{}, compute_b2{};
 };
 
 // x [N, C]; w1 [H, C], b1 [H] or undefined; w2 [C', H], b2 [C'] or undefined (any float dtype but FP8; f64 on the
