@@ -217,13 +217,15 @@ std::pair<Tensor, Tensor> GPT::trunk(const Tensor& ids, const Tensor& lengths) c
     cached = positions_.insert(positions_.end(), Tensor::arange(config_.block_size, ids.dtype(), ids.device()));
   }
   const Tensor pos = cached->slice(0, 0, T);
+  // Checked once and on the device once for every layer's attention (forward and backward).
+  const Tensor keys = ops::prepare_key_lengths(lengths, ids.size(0), T, ids.device(), "GPT");
   Tensor x = drop_->forward(ops::add(wte_->forward(ids), wpe_->forward(pos))), pending;
   for (const auto& block : *h_) {
     if (checkpoint_blocks_) {  // one saved input per block: its MLP output added inside (the same bits)
       const Block* b = block.get();
-      x = detail::checkpoint_under_policy([b, lengths](const Tensor& in) { return b->forward(in, lengths); }, x);
+      x = detail::checkpoint_under_policy([b, keys](const Tensor& in) { return b->forward(in, keys); }, x);
     } else {
-      std::tie(x, pending) = block->forward_pending(x, pending, lengths);
+      std::tie(x, pending) = block->forward_pending(x, pending, keys);
     }
   }
   return {x, pending};

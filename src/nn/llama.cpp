@@ -220,15 +220,17 @@ std::pair<Tensor, Tensor> Llama::trunk(const Tensor& ids, const Tensor& lengths)
             "[Llama] expected token ids [B, T] of i64 or i32, got {}", ids.defined() ? ids.meta_str() : "undefined");
   MPT_CHECK(ids.size(1) <= config_.block_size, "[Llama] sequence length {} exceeds block_size {}", ids.size(1),
             config_.block_size);
+  // Checked once and on the device once for every layer's attention (forward and backward).
+  const Tensor keys = ops::prepare_key_lengths(lengths, ids.size(0), ids.size(1), ids.device(), "Llama");
   Tensor x = embed_->forward(ids), pending;
   const ops::RopeTable& rope = rope_for(x);
   for (const auto& block : *layers_) {
     if (checkpoint_blocks_) {  // one saved input per block: its MLP output added inside (the same bits)
       const LlamaBlock* b = block.get();
-      x = detail::checkpoint_under_policy(
-          [b, rope, lengths](const Tensor& in) { return b->forward(in, rope, lengths); }, x);
+      x = detail::checkpoint_under_policy([b, rope, keys](const Tensor& in) { return b->forward(in, rope, keys); },
+                                          x);
     } else {
-      std::tie(x, pending) = block->forward_pending(x, pending, rope, lengths);
+      std::tie(x, pending) = block->forward_pending(x, pending, rope, keys);
     }
   }
   return {x, pending};

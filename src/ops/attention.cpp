@@ -4,6 +4,7 @@
 #include "mpt/ops/attention.h"
 
 #include <cmath>
+#include <string>
 
 #include "kernels/cpu/attention.h"
 #include "mpt/ops/elementwise.h"
@@ -17,6 +18,28 @@
 #endif
 
 namespace mpt::ops {
+
+namespace {
+
+// prepare_key_lengths, with `context` (" (q ...)" from the ops, "" from a model) in its errors.
+Tensor checked_key_lengths(const Tensor& lengths, int64_t batch, int64_t seq, Device device, const char* op,
+                           const std::string& context) {
+  if (!lengths.defined()) return {};
+  MPT_CHECK(lengths.dtype() == DType::I32 && lengths.dim() == 1 && lengths.size(0) == batch &&
+                lengths.device().is_cpu(),
+            "[{}] lengths must be i32 [B] on the CPU (B = {}{}), got {}", op, batch, context, lengths.meta_str());
+  const Tensor c = lengths.contiguous();
+  const int32_t* v = c.data<int32_t>();
+  bool padded = false;
+  for (int64_t b = 0; b < batch; ++b) {
+    MPT_CHECK(v[b] >= 1 && v[b] <= seq, "[{}] lengths[{}] = {} is outside [1, T = {}]{}", op, b, v[b], seq, context);
+    padded = padded || v[b] < seq;
+  }
+  if (!padded) return {};  // plain causal attention (cuDNN included)
+  return device.is_cpu() ? c : c.to(device);  // a few bytes, on the current stream
+}
+
+}  // namespace
 
 namespace detail {
 
@@ -44,21 +67,16 @@ Tensor attention_key_lengths(const Tensor& q, const AttentionOptions& opt, kerne
                              const char* op) {
   const Tensor& len = opt.lengths;
   if (!len.defined()) return {};
-  MPT_CHECK(len.dtype() == DType::I32 && len.dim() == 1 && len.size(0) == q.size(0) && len.device().is_cpu(),
-            "[{}] lengths must be i32 [B] on the CPU (B = {} from q {}), got {}", op, q.size(0), q.meta_str(),
-            len.meta_str());
-  const Tensor c = len.contiguous();
-  const int32_t* v = c.data<int32_t>();
-  bool padded = false;
-  for (int64_t b = 0; b < c.size(0); ++b) {
-    MPT_CHECK(v[b] >= 1 && v[b] <= q.size(2), "[{}] lengths[{}] = {} is outside [1, T = {}] (q {})", op, b, v[b],
-              q.size(2), q.meta_str());
-    padded = padded || v[b] < q.size(2);
-  }
-  if (!padded) return {};  // plain causal attention (cuDNN included)
-  // Where the kernels read them: a device copy for a CUDA q (a few bytes, on the current stream).
-  const Tensor where = q.device().is_cpu() ? c : c.to(q.device());
-  s.padding = {where.data<int32_t>(), q.size(1)};
+  // Already where a CUDA q's kernels read them (prepare_key_lengths checked them): no copy, no host read.
+  const bool on_device = !q.device().is_cpu() && len.device() == q.device();
+  MPT_CHECK(len.dtype() == DType::I32 && len.dim() == 1 && len.size(0) == q.size(0) &&
+                (len.device().is_cpu() || on_device),
+            "[{}] lengths must be i32 [B] on the CPU (B = {} from q {}), or prepare_key_lengths' copy on q's "
+            "device, got {}", op, q.size(0), q.meta_str(), len.meta_str());
+  const Tensor where = on_device ? len.contiguous()
+                                 : checked_key_lengths(len, q.size(0), q.size(2), q.device(), op,
+                                                       " (q " + q.meta_str() + ")");
+  if (where.defined()) s.padding = {where.data<int32_t>(), q.size(1)};
   return where;
 }
 
@@ -131,6 +149,10 @@ void gemm_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, 
 }
 
 }  // namespace detail
+
+Tensor prepare_key_lengths(const Tensor& lengths, int64_t batch, int64_t seq, Device device, const char* op) {
+  return checked_key_lengths(lengths, batch, seq, device, op, "");
+}
 
 namespace {
 

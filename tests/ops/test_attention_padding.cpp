@@ -178,6 +178,27 @@ TEST(AttentionPadding, CausalSoftmaxRowsHonourTheLengths) {
   }
 }
 
+// A model's lengths, checked once (prepare_key_lengths): undefined when no sample is padded, the same values
+// otherwise (on the CPU: the host tensor the kernels read), errors naming the model; the ops take the result as is.
+TEST(AttentionPadding, PrepareKeyLengthsChecksOnceForEveryLayer) {
+  EXPECT_FALSE(ops::prepare_key_lengths({}, 2, 6, Device::cpu(), "GPT").defined());
+  EXPECT_FALSE(ops::prepare_key_lengths(lengths_of({6, 6}), 2, 6, Device::cpu(), "GPT").defined());
+  const Tensor keys = ops::prepare_key_lengths(lengths_of({6, 2}), 2, 6, Device::cpu(), "GPT");
+  ASSERT_TRUE(keys.defined());
+  EXPECT_EQ(keys.to_vector<int32_t>(), (std::vector<int32_t>{6, 2}));
+  auto err = [](const Tensor& lengths, const char* model) {
+    return mpt::testing::error_message([&] { (void)ops::prepare_key_lengths(lengths, 2, 6, Device::cpu(), model); });
+  };
+  EXPECT_PRED2(mpt::testing::contains, err(lengths_of({6, 0}), "GPT"), "[GPT] lengths[1] = 0 is outside [1, T = 6]");
+  EXPECT_PRED2(mpt::testing::contains, err(lengths_of({6}), "Llama"),
+               "[Llama] lengths must be i32 [B] on the CPU (B = 2), got i32[1]");
+  const Tensor q = mpt::testing::random_tensor({2, 1, 6, 4}, DType::F32, 31);
+  ops::AttentionOptions raw, prepared;
+  raw.lengths = lengths_of({6, 2});
+  prepared.lengths = keys;
+  EXPECT_TRUE(same_bits(ops::causal_attention(q, q, q, prepared).out, ops::causal_attention(q, q, q, raw).out));
+}
+
 TEST(AttentionPadding, RejectsBadLengths) {
   const Tensor q = mpt::testing::random_tensor({2, 1, 6, 4}, DType::F32, 31);
   auto err = [&](const Tensor& lengths) {

@@ -19,12 +19,20 @@ struct AttentionOptions {
   // keys j <= i with j < lengths[b], what PyTorch's scaled_dot_product_attention computes with the boolean mask
   // tril(T, T) & (j < lengths[b]). A padding query (i >= lengths[b]) thus still attends its sample's real keys (no row
   // is empty, so nothing is NaN); padding keys and values get zero gradients. The CPU kernel skips the key blocks
-  // past each length. On CUDA the lengths are copied to the device on each call; cuDNN's fused attention runs them as
+  // past each length. On CUDA host lengths are copied to the device on each call; cuDNN's fused attention runs them as
   // its padding mask (seq_len_kv = lengths, seq_len_q = T, so padding queries still attend their sample's real keys;
   // the padding keys' dk and dv are zeroed), and the GEMM path masks its softmax rows. Undefined, or every length T:
-  // plain causal attention.
+  // plain causal attention. A model with several attention layers passes what prepare_key_lengths returns instead:
+  // on a CUDA q, lengths already on q's device are taken as checked and read there (no copy, no host read).
   Tensor lengths{};
 };
+
+// A model's key lengths where each of its attention layers reads them: `lengths` ((B,) i32 on the CPU, each in
+// [1, T]) checked once and, for a CUDA `device`, copied there once; undefined when `lengths` is or no sample is
+// padded (plain causal attention). Giving the result to every layer as AttentionOptions::lengths saves each call's
+// check and its copy to the device (a padded GPT step copied them twice per layer, forward and backward, each a wait
+// on pageable host memory). `op` names the caller in errors.
+Tensor prepare_key_lengths(const Tensor& lengths, int64_t batch, int64_t seq, Device device, const char* op);
 
 struct AttentionResult {
   Tensor out;  // (B, H, T, D), q's dtype
