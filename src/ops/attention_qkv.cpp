@@ -48,8 +48,9 @@ kernels::cpu::AttentionShape packed_shape(const Views& w, const AttentionOptions
 }
 
 // The GEMM path's backward from the head-major copy `all` (3, B, H, T, D) of q, k, v: dout copied to head-major, the
-// three gradients written into d(qkv) (B, T, 3C) by one strided copy.
-Tensor gemm_backward(const Tensor& all, const Tensor& dout_heads, const AttentionOptions& options, const char* op) {
+// three gradients written into `dqkv` (B, T, 3C; made here when undefined) by one strided copy.
+Tensor gemm_backward(const Tensor& all, const Tensor& dout_heads, const AttentionOptions& options, const char* op,
+                     Tensor dqkv = {}) {
   const Tensor q = all.select(0, 0), k = all.select(0, 1), v = all.select(0, 2);
   kernels::cpu::AttentionShape plain = detail::attention_shape(q, k, v, options, op);
   const Tensor lengths = detail::attention_key_lengths(q, options, plain, op);
@@ -57,7 +58,7 @@ Tensor gemm_backward(const Tensor& all, const Tensor& dout_heads, const Attentio
   AttentionGrads g{grads.select(0, 0), grads.select(0, 1), grads.select(0, 2)};
   detail::gemm_attention_backward(q, k, v, dout_heads.contiguous(), plain, g, false, op);
   const int64_t B = all.size(1), H = all.size(2), T = all.size(3), D = all.size(4);
-  Tensor dqkv = Tensor::empty({B, T, 3 * H * D}, all.dtype(), all.device());
+  if (!dqkv.defined()) dqkv = Tensor::empty({B, T, 3 * H * D}, all.dtype(), all.device());
   dqkv.view({B, T, 3, H, D}).copy_(grads.permute({1, 3, 0, 2, 4}));
   return dqkv;
 }
@@ -136,7 +137,7 @@ Tensor causal_attention_qkv_backward(const Tensor& dout_in, const Tensor& qkv, c
   if (!dev.is_cpu()) {
     if (detail::cudnn_attention_backward(w.q, w.k, w.v, out_h, dout_heads, lse, shape, g, false, true, kBackwardOp))
       return dqkv;
-    return gemm_backward(head_major(w, qkv), dout_heads, options, kBackwardOp);
+    return gemm_backward(head_major(w, qkv), dout_heads, options, kBackwardOp, dqkv);
   }
   detail::visit_float(qkv.dtype(), kBackwardOp, [&](auto tag) {
     using T = decltype(tag);

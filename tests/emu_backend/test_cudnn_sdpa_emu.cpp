@@ -109,7 +109,11 @@ TEST_F(CudnnSdpaEmu, HeadMajorAndFusedLayoutsRunOnCudnnAndMatchCpu) {
 
 // GPT-2's attention shape through the whole cuDNN path in record-only mode is what bench_step_cost measures; here a
 // small GPT's BF16 step: the attention layers take the cuDNN path (2 executions per layer) and the loss and every
-// gradient match the CPU's within BF16's budget for one step.
+// gradient match the CPU's. Both sides run BF16 Autocast on the same weights, so they differ only where the paths
+// do: the attention (P rounded to BF16 here, f32 on the CPU: within 8u normwise for its gradients, GpuAttention's
+// derivation) and then, per block the gradient crosses on its way (2 here), the BF16 rounding of the two GEMM inputs
+// downstream of it, each able to move by one ulp (u): 8u + 2 x 2u = 12u = 0.047 normwise (measured 0.026). The loss
+// (a mean of the log-softmax of BF16 logits) moves by less than one BF16 rounding of the logits: u relative.
 TEST_F(CudnnSdpaEmu, GptStepUnderBf16AutocastRunsItsAttentionOnCudnn) {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 32, c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.dropout = 0;
@@ -133,11 +137,17 @@ TEST_F(CudnnSdpaEmu, GptStepUnderBf16AutocastRunsItsAttentionOnCudnn) {
     loss_cpu = lc.to(DType::F64).item<double>();
   }
   EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 2 * c.n_layer);
-  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-2 * std::fabs(loss_cpu));
+  constexpr double u = 0x1p-8;  // BF16's unit roundoff
+  EXPECT_NEAR(loss_gpu, loss_cpu, u * std::fabs(loss_cpu));
   const auto gp = gpu_model.named_parameters(), cp = cpu_model.named_parameters();
   ASSERT_EQ(gp.size(), cp.size());
-  for (size_t i = 0; i < gp.size(); ++i)
-    EXPECT_LE(normwise_error(gp[i].tensor.grad(), cp[i].tensor.grad()), 0.05) << gp[i].name;
+  double worst = 0;
+  for (size_t i = 0; i < gp.size(); ++i) {
+    const double e = normwise_error(gp[i].tensor.grad(), cp[i].tensor.grad());
+    worst = std::max(worst, e);
+    EXPECT_LE(e, 12 * u) << gp[i].name;
+  }
+  std::printf("worst normwise gradient error %.3g, loss %.3g\n", worst, std::fabs(loss_gpu - loss_cpu) / loss_cpu);
 }
 
 }  // namespace

@@ -392,8 +392,10 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
   Desc* desc = as_desc(d);
   if (name == CUDNN_ATTR_ENGINEHEUR_RESULTS && type == CUDNN_TYPE_BACKEND_DESCRIPTOR) {
     const std::vector<Desc*> graph = values<Desc*>(*desc, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
+    if (graph.empty() || graph[0] == nullptr)
+      return fail(CUDNN_STATUS_BAD_PARAM, "ENGINEHEUR_RESULTS: the heuristics descriptor has no operation graph");
     if (count != nullptr) *count = 1;  // one engine: this double
-    if (requested >= 1 && out != nullptr) as_desc(static_cast<cudnnBackendDescriptor_t*>(out)[0])->graph = graph.at(0);
+    if (requested >= 1 && out != nullptr) as_desc(static_cast<cudnnBackendDescriptor_t*>(out)[0])->graph = graph[0];
     return CUDNN_STATUS_SUCCESS;
   }
   if (name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE && type == CUDNN_TYPE_INT64) {
