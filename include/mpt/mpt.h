@@ -20,6 +20,7 @@
 #include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/gradcheck.h"
+#include "mpt/autograd/loss_seed.h"
 #include "mpt/autograd/node.h"
 #include "mpt/io/safetensors.h"
 #include "mpt/dist/communicator.h"

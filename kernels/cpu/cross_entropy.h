@@ -11,6 +11,11 @@ namespace mpt::kernels::cpu {
 template <class T, class I>
 void cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p);
 
+// See math::CrossEntropyFusedParams: each row loaded once (into opmath), its lse and loss as cross_entropy_forward
+// writes them and its gradient as cross_entropy_backward would (the same bits), in place when dlogits is the logits.
+template <class T, class I>
+void cross_entropy_forward_backward(const math::CrossEntropyFusedParams<T, I>& p);
+
 // See math::CrossEntropyReduceParams: sums left to right in double, then rounds to opmath.
 template <class T, class I>
 void cross_entropy_reduce(const math::CrossEntropyReduceParams<T, I>& p);

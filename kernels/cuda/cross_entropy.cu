@@ -43,12 +43,10 @@ MPT_DEVICE MPT_INLINE void for_row(const T* row, int64_t n, Scalar scalar, Vecto
   }
 }
 
-template <class T, class I, bool kVec>
-__global__ void __launch_bounds__(kMaxThreads)
-    cross_entropy_forward_kernel(const math::CrossEntropyForwardParams<T, I> p) {
-  __shared__ float scratch[math::kBlockReduceScratch];
-  const int64_t n = p.vocab;
-  const T* x = p.logits + static_cast<int64_t>(blockIdx.x) * math::ce_row_stride(p);
+// The row's logsumexp, in every thread of the block: each thread's online (max, sum) over its share of the row,
+// then the block's max and sum (the same order for the forward and the fused kernel: the same bits).
+template <class T, bool kVec>
+MPT_DEVICE MPT_INLINE float block_row_lse(const T* x, int64_t n, float* scratch) {
   math::OnlineLogSumExp<float> acc;
   for_row<T, kVec>(
       x, n, [&](int64_t c) { acc.add(math::load(x[c])); },
@@ -59,13 +57,69 @@ __global__ void __launch_bounds__(kMaxThreads)
       });
   const float row_max = math::block_allreduce(acc.max, math::MaxOp{}, -INFINITY, scratch);
   const float sum = math::block_allreduce(acc.sum_at(row_max), math::SumOp{}, 0.0f, scratch);
+  return row_max + math::log_op(sum);
+}
+
+template <class T, class I, bool kVec>
+__global__ void __launch_bounds__(kMaxThreads)
+    cross_entropy_forward_kernel(const math::CrossEntropyForwardParams<T, I> p) {
+  __shared__ float scratch[math::kBlockReduceScratch];
+  const int64_t n = p.vocab;
+  const T* x = p.logits + static_cast<int64_t>(blockIdx.x) * math::ce_row_stride(p);
+  const float lse = block_row_lse<T, kVec>(x, n, scratch);
   if (threadIdx.x == 0) {
-    const float lse = row_max + math::log_op(sum);
     const int64_t t = static_cast<int64_t>(p.targets[blockIdx.x]);
     p.lse[blockIdx.x] = lse;
     p.loss[blockIdx.x] = t == p.ignore_index              ? 0.0f
                          : math::ce_target_in_range(t, n) ? math::ce_row_loss(lse, math::load(x[t]))
                                                           : NAN;
+  }
+}
+
+// The forward and the backward of a row in one kernel (math::CrossEntropyFusedParams): the row is read for the
+// online max and sum, then again (a 100 KB row of GPT-2's bf16 logits is still in L2) to write its gradient, which
+// may overwrite it: the target's logit is read before the block reductions, and every read of the first pass
+// happens before them.
+// kRead: the first pass's vector loads (as cross_entropy_forward takes them: the same sums, so the same lse); kWrite:
+// the gradient pass's (as cross_entropy_backward, needing x and d to share their alignment).
+template <class T, class I, bool kRead, bool kWrite>
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    cross_entropy_forward_backward_kernel(const math::CrossEntropyFusedParams<T, I> p) {
+  __shared__ float scratch[math::kBlockReduceScratch];
+  const int64_t n = p.forward.vocab, stride = math::ce_row_stride(p.forward);
+  const int64_t offset = static_cast<int64_t>(blockIdx.x) * stride;
+  const T* x = p.forward.logits + offset;
+  __shared__ float target_logit;  // read before any write; shared, so no thread holds it through the passes
+  if (threadIdx.x == 0) {
+    const int64_t t = static_cast<int64_t>(p.forward.targets[blockIdx.x]);
+    target_logit = math::ce_target_in_range(t, n) ? math::load(x[t]) : 0.0f;
+  }
+  const float lse = block_row_lse<T, kRead>(x, n, scratch);
+  const int64_t t = static_cast<int64_t>(p.forward.targets[blockIdx.x]);
+  if (threadIdx.x == 0) {
+    p.forward.lse[blockIdx.x] = lse;
+    p.forward.loss[blockIdx.x] = t == p.forward.ignore_index        ? 0.0f
+                                 : math::ce_target_in_range(t, n) ? math::ce_row_loss(lse, target_logit)
+                                                                  : NAN;
+  }
+  const float scale = math::ce_grad_scale(p, blockIdx.x);
+  T* d = p.dlogits + offset;
+  // Every column as a non-target first (no comparison with the target in the loop), then the target's own element
+  // from the saved logit, once every thread has written its share. The row is split at d (with kWrite, x and d share
+  // their alignment: the same split), so nothing of the first pass's split stays live through the reductions.
+  for_row<T, kWrite>(
+      d, n, [&](int64_t c) { d[c] = math::store<T>(math::ce_dlogit(math::load(x[c]), lse, false, scale)); },
+      [&](int64_t c) {
+        using Pack = RowPack<T, true>;
+        Pack v = Pack::load(x + c);
+#pragma unroll
+        for (int k = 0; k < Pack::kWidth; ++k) v.v[k] = math::ce_dlogit(v.v[k], lse, false, scale);
+        v.store(d + c);
+      });
+  for (int64_t c = n + threadIdx.x; c < stride; c += blockDim.x) d[c] = math::store<T>(0.0f);
+  __syncthreads();
+  if (threadIdx.x == 0 && math::ce_target_in_range(t, n)) {
+    d[t] = math::store<T>(math::ce_dlogit(target_logit, lse, true, scale));
   }
 }
 
@@ -88,7 +142,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     if (t == p.ignore_index) continue;
     if (!math::ce_target_in_range(t, p.vocab) && bad == kNone) bad = r;
     ++count;
-    total += p.row_loss[r];
+    if (p.row_loss != nullptr) total += p.row_loss[r];
   }
   total = math::block_allreduce(total, math::SumOp{}, 0.0f, fscratch);
   count = math::block_allreduce(count, math::SumOp{}, int64_t{0}, iscratch);
@@ -166,16 +220,42 @@ cudaError_t cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p
 }
 
 template <class T, class I>
+cudaError_t cross_entropy_forward_backward(const math::CrossEntropyFusedParams<T, I>& p, cudaStream_t stream) {
+  const math::CrossEntropyForwardParams<T, I>& f = p.forward;
+  if (bad_shape(f.rows, f.vocab, f.row_stride)) return cudaErrorInvalidValue;
+  if (f.rows == 0) return cudaSuccess;
+  if (f.logits == nullptr || f.targets == nullptr || f.loss == nullptr || f.lse == nullptr || p.dloss == nullptr ||
+      p.dlogits == nullptr)
+    return cudaErrorInvalidValue;
+  const auto x = reinterpret_cast<uintptr_t>(f.logits), d = reinterpret_cast<uintptr_t>(p.dlogits);
+  const bool read_vec = x % sizeof(T) == 0;                                        // as cross_entropy_forward
+  const bool write_vec = read_vec && (x > d ? x - d : d - x) % 16 == 0;           // as cross_entropy_backward
+  // The forward's bytes (the row's second read, for the gradient, is counted once: it comes from L2), dloss and the
+  // divisor; written: the loss and lse per row and every dlogits row in full (the padding gets 0).
+  using F = math::opmath_t<T>;
+  const uint64_t rows = static_cast<uint64_t>(f.rows);
+  const uint64_t read_bytes = rows * static_cast<uint64_t>(f.vocab) * sizeof(T) + rows * sizeof(I) + sizeof(F) +
+                              (p.divisor != nullptr ? sizeof(F) : 0);
+  const uint64_t written_bytes =
+      2 * rows * sizeof(F) + rows * static_cast<uint64_t>(math::ce_row_stride(f)) * sizeof(T);
+  const LaunchConfig config{dim3(static_cast<unsigned>(f.rows)), dim3(static_cast<unsigned>(row_threads<T>(f.vocab))),
+                            0, stream, read_bytes, written_bytes};
+  if (write_vec) return launch(cross_entropy_forward_backward_kernel<T, I, true, true>, config, p);
+  return read_vec ? launch(cross_entropy_forward_backward_kernel<T, I, true, false>, config, p)
+                  : launch(cross_entropy_forward_backward_kernel<T, I, false, false>, config, p);
+}
+
+template <class T, class I>
 cudaError_t cross_entropy_reduce(const math::CrossEntropyReduceParams<T, I>& p, cudaStream_t stream) {
   if (p.rows < 0 || p.vocab < 1) return cudaErrorInvalidValue;
-  if (p.row_loss == nullptr || p.targets == nullptr || p.count == nullptr || p.bad_row == nullptr ||
-      (p.reduction != math::CrossEntropyReduction::None && p.loss == nullptr))
+  if (p.targets == nullptr || p.count == nullptr || p.bad_row == nullptr ||
+      (p.reduction != math::CrossEntropyReduction::None && (p.loss == nullptr || p.row_loss == nullptr)))
     return cudaErrorInvalidValue;
   const int threads = row_block_threads(p.rows > 0 ? p.rows : 1, kReduceThreads);
   // row_loss and targets in; count, bad_row and (unless None) the loss out. The error sink's report of a bad
   // target happens only on bad data and is not counted.
   const uint64_t rows = static_cast<uint64_t>(p.rows);
-  const uint64_t read_bytes = rows * (sizeof(math::opmath_t<T>) + sizeof(I));
+  const uint64_t read_bytes = rows * ((p.row_loss != nullptr ? sizeof(math::opmath_t<T>) : 0) + sizeof(I));
   const uint64_t written_bytes = sizeof(math::opmath_t<T>) + sizeof(int64_t) +
                                  (p.reduction != math::CrossEntropyReduction::None ? sizeof(math::opmath_t<T>) : 0);
   return launch(cross_entropy_reduce_kernel<T, I>,
@@ -211,6 +291,8 @@ cudaError_t cross_entropy_backward(const math::CrossEntropyBackwardParams<T, I>&
 #define MPT_INSTANTIATE(T, I)                                                                                   \
   template cudaError_t cross_entropy_forward<T, I>(const math::CrossEntropyForwardParams<T, I>&, cudaStream_t); \
   template cudaError_t cross_entropy_reduce<T, I>(const math::CrossEntropyReduceParams<T, I>&, cudaStream_t);   \
+  template cudaError_t cross_entropy_forward_backward<T, I>(const math::CrossEntropyFusedParams<T, I>&,          \
+                                                            cudaStream_t);                                       \
   template cudaError_t cross_entropy_backward<T, I>(const math::CrossEntropyBackwardParams<T, I>&, cudaStream_t);
 #define MPT_INSTANTIATE_TARGETS(T) MPT_INSTANTIATE(T, int32_t) MPT_INSTANTIATE(T, int64_t)
 MPT_INSTANTIATE_TARGETS(float)

@@ -20,6 +20,11 @@ namespace mpt::kernels::cuda {
 template <class T, class I>
 cudaError_t cross_entropy_forward(const math::CrossEntropyForwardParams<T, I>& p, cudaStream_t stream);
 
+// math::CrossEntropyFusedParams: one block per row, the forward and the gradient for *dloss in one kernel (in place
+// when p.dlogits is the logits); the same bits as cross_entropy_forward then cross_entropy_backward.
+template <class T, class I>
+cudaError_t cross_entropy_forward_backward(const math::CrossEntropyFusedParams<T, I>& p, cudaStream_t stream);
+
 // One block: the count, the reduced loss (fixed order: the same bits on every run) and the first bad row.
 template <class T, class I>
 cudaError_t cross_entropy_reduce(const math::CrossEntropyReduceParams<T, I>& p, cudaStream_t stream);

@@ -46,7 +46,7 @@ enum class CrossEntropyReduction : uint8_t { None, Mean, Sum };
 // for Mean: 0 / 0 = NaN when every row is ignored), and the first row with an out-of-range target (-1 if none).
 template <class T, class I>
 struct CrossEntropyReduceParams {
-  const opmath_t<T>* row_loss = nullptr;  // (rows), from the forward
+  const opmath_t<T>* row_loss = nullptr;  // (rows), from the forward; null: only count and bad_row (reduction None)
   const I* targets = nullptr;             // (rows)
   opmath_t<T>* loss = nullptr;            // (1), written unless reduction is None
   opmath_t<T>* count = nullptr;           // (1): rows whose target is not ignore_index
@@ -77,6 +77,20 @@ struct CrossEntropyBackwardParams {
   int64_t ignore_index = -100;
   bool accumulate = false;                // dlogits += ... instead of =
   int64_t row_stride = 0;                 // elements from one row of logits / dlogits to the next; 0: vocab
+};
+
+// The forward and the backward in one pass over each row, for a loss whose upstream gradient is known before its
+// forward (llm.c's fused classifier: the trainer's 1 / micro-batches x loss scale): the forward's loss and lse per
+// row, and dlogits = (softmax - onehot) * *dloss (/ *divisor) as the backward params would write it, with the same
+// bits. Mean's divisor is the count of counted rows, so it comes from a reduction over the targets run before
+// (CrossEntropyReduceParams with row_loss null). dlogits may be forward.logits (in place: each row is read before
+// it is overwritten); it is never accumulated into, and its padding columns get 0.
+template <class T, class I>
+struct CrossEntropyFusedParams {
+  CrossEntropyForwardParams<T, I> forward;
+  const opmath_t<T>* dloss = nullptr;    // (1): the loss's upstream gradient
+  const opmath_t<T>* divisor = nullptr;  // (1) or null
+  T* dlogits = nullptr;                  // (rows, row_stride)
 };
 
 template <class F>
@@ -111,16 +125,26 @@ MPT_HD MPT_INLINE F ce_row_loss(F lse, F target_logit) {
   return lse - target_logit;
 }
 
-// g_r of a row: 0 when ignored, NaN when its target is out of range.
+// g_r of a row whose target is `target`: 0 when ignored, NaN when out of range, else dloss (/ *divisor).
+template <class F>
+MPT_HD MPT_INLINE F ce_row_grad_scale(int64_t target, int64_t ignore_index, int64_t vocab, F dloss,
+                                      const F* divisor) {
+  if (target == ignore_index) return F(0);
+  if (!ce_target_in_range(target, vocab)) return F(NAN);
+  if (divisor != nullptr) dloss /= *divisor;
+  return dloss;
+}
+
 template <class T, class I>
 MPT_HD MPT_INLINE opmath_t<T> ce_grad_scale(const CrossEntropyBackwardParams<T, I>& p, int64_t row) {
-  using F = opmath_t<T>;
-  const int64_t target = static_cast<int64_t>(p.targets[row]);
-  if (target == p.ignore_index) return F(0);
-  if (!ce_target_in_range(target, p.vocab)) return F(NAN);
-  F g = p.dloss[row * p.dloss_stride];
-  if (p.divisor != nullptr) g /= *p.divisor;
-  return g;
+  return ce_row_grad_scale(static_cast<int64_t>(p.targets[row]), p.ignore_index, p.vocab,
+                           p.dloss[row * p.dloss_stride], p.divisor);
+}
+
+template <class T, class I>
+MPT_HD MPT_INLINE opmath_t<T> ce_grad_scale(const CrossEntropyFusedParams<T, I>& p, int64_t row) {
+  const CrossEntropyForwardParams<T, I>& f = p.forward;
+  return ce_row_grad_scale(static_cast<int64_t>(f.targets[row]), f.ignore_index, f.vocab, *p.dloss, p.divisor);
 }
 
 // One gradient element: (softmax_j - onehot_j) * scale.

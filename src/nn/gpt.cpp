@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/loss_seed.h"
 #include "mpt/core/profile.h"
 #include "mpt/ops/activation.h"
 #include "mpt/ops/attention.h"
@@ -274,10 +275,18 @@ std::string GPT::describe() const {
 
 Tensor LanguageModel::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction,
                            const Tensor& lengths) const {
-  const Tensor logits = loss_logits(ids, lengths);
+  Tensor logits = loss_logits(ids, lengths);
   const profile::Range range("loss");
   MPT_CHECK(reduction != ops::LossReduction::None, "[cross_entropy] expected Mean or Sum reduction (a scalar loss)");
-  return ops::softmax_cross_entropy(logits, targets, {.reduction = reduction, .classes = vocab_size()}).loss;
+  // Under a Trainer (autograd::LossSeed) the upstream gradient is known now: the logits' gradient is written in this
+  // pass over them, over them (they are handed over), and the backward has nothing left to do.
+  const Tensor seed = logits.requires_grad() && autograd::is_grad_enabled()
+                          ? autograd::LossSeed::request(logits.device(),
+                                                        logits.dtype() == DType::F64 ? DType::F64 : DType::F32)
+                          : Tensor{};
+  return ops::softmax_cross_entropy(std::move(logits), targets,
+                                    {.reduction = reduction, .classes = vocab_size(), .gradient = seed})
+      .loss;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ops::LossReduction reduction) {

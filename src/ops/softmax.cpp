@@ -5,6 +5,8 @@
 #include "kernels/cpu/softmax.h"
 #include "core/device_errors.h"
 #include "mpt/autograd/engine.h"
+#include "mpt/ops/elementwise.h"
+#include "mpt/ops/pointwise.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/cross_entropy.h"
@@ -165,6 +167,27 @@ Tensor ce_backward(const Tensor& dloss_in, const Tensor& logits_in, const Tensor
   return dlogits;
 }
 
+// options.gradient: one element of the loss's dtype on its device, for a reduced loss.
+void check_known_gradient(const Tensor& gradient, DType acc, Device dev, LossReduction reduction, const char* op) {
+  MPT_CHECK(reduction != LossReduction::None,
+            "[{}] options.gradient needs a reduced loss (Mean or Sum): an unreduced loss has a gradient per row", op);
+  MPT_CHECK(gradient.numel() == 1 && gradient.dtype() == acc && gradient.device() == dev,
+            "[{}] options.gradient must be one element of {} on {} (the loss's dtype and device), got {}", op, acc,
+            dev.str(), gradient.meta_str());
+}
+
+// The fused path's backward: the gradient written in the forward for `known`, as it is when g is that tensor (the
+// caller seeded backward with it), else rescaled by g / known in the loss's dtype.
+Tensor known_gradient_backward(const Tensor& g, const Tensor& dlogits, const Tensor& known) {
+  if (!g.defined()) return {};
+  if (g.shares_storage(known) && g.offset() == known.offset()) return dlogits;
+  MPT_CHECK(g.numel() == 1 && g.dtype() == known.dtype(),
+            "[softmax_cross_entropy_backward] dloss of a reduced loss must be one element of {}, got {}",
+            known.dtype(), g.meta_str());
+  const Tensor ratio = div(g.reshape({}), known.reshape({}));
+  return mul(dlogits.to(known.dtype()), ratio).to(dlogits.dtype());
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& x_in) {
@@ -226,7 +249,7 @@ Tensor softmax_backward(const Tensor& dy_in, const Tensor& y_in, Tensor dx) {
   return dx;
 }
 
-CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
+CrossEntropyResult softmax_cross_entropy(Tensor logits_in, const Tensor& targets_in,
                                          const CrossEntropyOptions& options) {
   const char* op = "softmax_cross_entropy";
   const detail::GradRecorder grad({&logits_in});
@@ -234,12 +257,22 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
   const CeShape shape = check_ce(logits_in, targets_in, options.classes, op);
   const auto [rows, vocab, stride] = shape;
   const DType acc = stats_dtype(logits_in.dtype());
+  if (options.gradient.defined()) check_known_gradient(options.gradient, acc, dev, options.reduction, op);
+  // The fused classifier (options.gradient): in place when this call holds the only reference to the logits.
+  const bool fused = grad && options.gradient.defined();
+  const bool in_place = fused && logits_in.is_contiguous() && logits_in.storage().use_count() == 1;
   const Tensor logits = logits_in.contiguous(), targets = targets_in.contiguous();
   const Tensor row_loss = Tensor::empty({rows}, acc, dev);
   CrossEntropyResult out{
       options.reduction == LossReduction::None ? row_loss.view(targets.shape()) : Tensor::empty({}, acc, dev),
       {Tensor::empty({rows}, acc, dev), Tensor::empty({1}, acc, dev)}};
   const Tensor bad_row = Tensor::empty({1}, DType::I64, dev);
+  const Tensor dlogits = !fused ? Tensor() : in_place ? logits : Tensor::empty(logits.shape(), logits.dtype(), dev);
+  // The fused path overwrites the logits, so on the CPU a bad target is found before (the CUDA kernels only report).
+  if (fused && dev.is_cpu()) {
+    const int64_t bad = first_bad_target(targets, vocab, options.ignore_index);
+    if (bad >= 0) throw_bad_target(targets, bad, shape, options.ignore_index, op);
+  }
   visit_float(logits.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using F = math::opmath_t<T>;
@@ -265,7 +298,34 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
       r.vocab = vocab;
       r.ignore_index = options.ignore_index;
       r.reduction = kernel_reduction(options.reduction);
-      if (dev.is_cpu()) {
+      if (fused) {
+        // Mean's divisor first (the count of counted rows, from the targets alone; it reports a bad target), then
+        // every row's loss, lse and gradient in one pass, then the loss's reduction.
+        const bool mean = options.reduction == LossReduction::Mean;
+        math::CrossEntropyReduceParams<T, I> count = r;
+        count.row_loss = nullptr;
+        count.loss = nullptr;
+        count.reduction = math::CrossEntropyReduction::None;
+        if (mean) r.errors = {};
+        math::CrossEntropyFusedParams<T, I> fb;
+        fb.forward = f;
+        fb.dloss = options.gradient.data<F>();
+        fb.divisor = mean ? r.count : nullptr;
+        fb.dlogits = dlogits.data<T>();
+        if (dev.is_cpu()) {
+          if (mean) kernels::cpu::cross_entropy_reduce(count);
+          kernels::cpu::cross_entropy_forward_backward(fb);
+          kernels::cpu::cross_entropy_reduce(r);
+        } else if constexpr (!std::is_same_v<T, double>) {
+          if (mean) {
+            MPT_CUDA_KERNEL(
+                kernels::cuda::cross_entropy_reduce(count, static_cast<cudaStream_t>(detail::stream_of(dev))));
+          }
+          MPT_CUDA_KERNEL(
+              kernels::cuda::cross_entropy_forward_backward(fb, static_cast<cudaStream_t>(detail::stream_of(dev))));
+          MPT_CUDA_KERNEL(kernels::cuda::cross_entropy_reduce(r, static_cast<cudaStream_t>(detail::stream_of(dev))));
+        }
+      } else if (dev.is_cpu()) {
         kernels::cpu::cross_entropy_forward(f);
         kernels::cpu::cross_entropy_reduce(r);
       } else if constexpr (!std::is_same_v<T, double>) {
@@ -278,12 +338,21 @@ CrossEntropyResult softmax_cross_entropy(const Tensor& logits_in, const Tensor& 
     const int64_t bad = bad_row.item<int64_t>();
     if (bad >= 0) throw_bad_target(targets, bad, shape, options.ignore_index, op);
   }
+  if (fused) {
+    // The gradient is final unless the backward brings another upstream value than the one promised.
+    grad.record("SoftmaxCrossEntropyBackward", {&out.loss},
+                [dlogits = dlogits.detach(), known = options.gradient.detach()](const std::vector<Tensor>& g) {
+                  return std::vector<Tensor>{known_gradient_backward(g[0], dlogits, known)};
+                });
+    return out;
+  }
   // The fused classifier, llm.c style: the gradient is written over the logits when nothing else holds them (GPT's
   // loss: the LM head's output is read only here) and this graph will not run again, saving a [rows, V] buffer
   // (GPT-2 at 8 x 1024 tokens: 0.8 GB in BF16). A caller who kept the logits, or a view of them, gets a fresh
   // buffer, as in PyTorch's gradient stealing. The loss and lse come from one pass over the logits, the gradient
-  // from a second, in place: the upstream gradient (loss scale, accumulation) is known only then. `options` carries
-  // `classes` to the backward: a padded gradient has the logits' full shape, 0 in the padding columns.
+  // from a second, in place: the upstream gradient (loss scale, accumulation) is known only then (unless given as
+  // options.gradient, above). `options` carries `classes` to the backward: a padded gradient has the logits' full
+  // shape, 0 in the padding columns.
   grad.record("SoftmaxCrossEntropyBackward", {&out.loss},
               [logits = logits.detach(), targets, saved = out.saved, options](const std::vector<Tensor>& g) {
                 const bool sole = logits.is_contiguous() && logits.storage().use_count() == 1 &&

@@ -156,6 +156,81 @@ void check_cross_entropy(int64_t rows, int64_t vocab, int64_t misalign, int64_t 
       EXPECT_TRUE(same_bits(got + o, d_cpu.data() + o, vocab)) << "backward mode " << mode << " row " << r;
     }
   }
+
+  // The count pass of the fused path (row_loss null): the count and the first bad row, nothing else.
+  {
+    float total = -7, counted = NAN;
+    int64_t bad = -7;
+    math::CrossEntropyReduceParams<T, int64_t> r;
+    r.targets = t.data();
+    r.rows = rows;
+    r.vocab = vocab;
+    r.reduction = math::CrossEntropyReduction::None;
+    r.loss = &total;
+    r.count = &counted;
+    r.bad_row = &bad;
+    ASSERT_EQ(cuda::cross_entropy_reduce(r, nullptr), cudaSuccess);
+    EXPECT_EQ(counted, count);
+    EXPECT_EQ(bad, bad_row);
+    EXPECT_EQ(total, -7) << "no loss without row losses";
+    r.reduction = math::CrossEntropyReduction::Mean;
+    EXPECT_EQ(cuda::cross_entropy_reduce(r, nullptr), cudaErrorInvalidValue) << "a reduced loss needs row losses";
+  }
+
+  // The fused forward + backward (a known upstream gradient) against each side's own forward then backward: the
+  // lse, the loss and the gradient bit for bit (the CPU's and the emulated GPU's lse differ in summation order, so
+  // each side is compared with itself), into a fresh buffer (junk in it, padding included) and in place.
+  for (bool emu : {false, true}) {
+    for (bool mean : {true, false}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(testing::Message() << (emu ? "emulated" : "CPU") << (mean ? " mean" : " sum")
+                                        << (in_place ? " in place" : " fresh"));
+        const std::vector<float>& lse_side = emu ? lse_emu : lse_cpu;
+        const std::vector<float>& loss_side = emu ? loss_emu : loss_cpu;
+        std::vector<T> want(static_cast<size_t>(n), static_cast<T>(5.0f));
+        math::CrossEntropyBackwardParams<T, int64_t> b;
+        b.logits = x;
+        b.targets = t.data();
+        b.lse = lse_side.data();
+        b.dloss = &dloss;
+        b.divisor = mean ? &count : nullptr;
+        b.dlogits = want.data();
+        b.rows = rows;
+        b.vocab = vocab;
+        b.row_stride = row_stride;
+        if (emu) {
+          ASSERT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaSuccess);
+        } else {
+          cpu::cross_entropy_backward(b);
+        }
+        std::vector<T> x_copy(x_all), fresh(static_cast<size_t>(n), static_cast<T>(7.0f));
+        std::vector<float> loss(rows, -3.0f), lse(rows, -3.0f);
+        math::CrossEntropyFusedParams<T, int64_t> fb;
+        fb.forward = f;
+        fb.forward.logits = x_copy.data() + misalign;
+        fb.forward.loss = loss.data();
+        fb.forward.lse = lse.data();
+        fb.dloss = &dloss;
+        fb.divisor = mean ? &count : nullptr;
+        fb.dlogits = in_place ? x_copy.data() + misalign : fresh.data();
+        if (emu) {
+          ASSERT_EQ(cuda::cross_entropy_forward_backward(fb, nullptr), cudaSuccess);
+        } else {
+          cpu::cross_entropy_forward_backward(fb);
+        }
+        EXPECT_TRUE(same_bits(lse.data(), lse_side.data(), rows)) << "lse";
+        for (int64_t r = 0; r < rows; ++r) {
+          if (r == bad_row) {
+            EXPECT_TRUE(std::isnan(loss[r])) << "bad target row loss";
+            EXPECT_TRUE(std::isnan(static_cast<float>(fb.dlogits[r * stride]))) << "bad target row gradient";
+            continue;
+          }
+          EXPECT_TRUE(same_bits(&loss[r], &loss_side[r], 1)) << "loss row " << r;
+          EXPECT_TRUE(same_bits(fb.dlogits + r * stride, want.data() + r * stride, stride)) << "gradient row " << r;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -207,6 +282,59 @@ TEST(CrossEntropyEmu, Gpt2PaddedVocabulary) {
 TEST(CrossEntropyEmu, OutOfRangeTargetGivesNaNAndIsReported) {
   check_cross_entropy<float>(5, 33, 0, 3);
   check_cross_entropy<bf16>(4, 100, 1, 0);
+}
+
+// An ignore_index inside [0, vocab) (3 here): its rows' gradient is (softmax - onehot) x 0, so the target column
+// holds -0 where the others hold +0; the fused kernel, which writes the target column last from the saved logit,
+// gives those bits too, on each side, in place.
+TEST(CrossEntropyEmu, FusedKeepsTheBitsOfAnIgnoreIndexInRange) {
+  const int64_t rows = 4, vocab = 65;
+  const std::vector<float> x = random_values<float>(rows * vocab, 91, 3.0);
+  const std::vector<int64_t> t = {3, 10, 3, 64};
+  const float dloss = 0.5f, count = 2.0f;
+  for (bool emu : {false, true}) {
+    SCOPED_TRACE(emu ? "emulated" : "CPU");
+    std::vector<float> loss(rows), lse(rows), want(x.size()), got(x);
+    math::CrossEntropyForwardParams<float, int64_t> f;
+    f.logits = x.data();
+    f.targets = t.data();
+    f.loss = loss.data();
+    f.lse = lse.data();
+    f.rows = rows;
+    f.vocab = vocab;
+    f.ignore_index = 3;
+    math::CrossEntropyBackwardParams<float, int64_t> b;
+    b.logits = x.data();
+    b.targets = t.data();
+    b.lse = lse.data();
+    b.dloss = &dloss;
+    b.divisor = &count;
+    b.dlogits = want.data();
+    b.rows = rows;
+    b.vocab = vocab;
+    b.ignore_index = 3;
+    math::CrossEntropyFusedParams<float, int64_t> fb;
+    fb.forward = f;
+    fb.forward.logits = got.data();
+    std::vector<float> loss2(rows), lse2(rows);
+    fb.forward.loss = loss2.data();
+    fb.forward.lse = lse2.data();
+    fb.dloss = &dloss;
+    fb.divisor = &count;
+    fb.dlogits = got.data();
+    if (emu) {
+      ASSERT_EQ(cuda::cross_entropy_forward(f, nullptr), cudaSuccess);
+      ASSERT_EQ(cuda::cross_entropy_backward(b, nullptr), cudaSuccess);
+      ASSERT_EQ(cuda::cross_entropy_forward_backward(fb, nullptr), cudaSuccess);
+    } else {
+      cpu::cross_entropy_forward(f);
+      cpu::cross_entropy_backward(b);
+      cpu::cross_entropy_forward_backward(fb);
+    }
+    EXPECT_TRUE(std::signbit(want[3]) && want[3] == 0.0f) << "the unfused path's -0 at the ignored row's target";
+    EXPECT_TRUE(same_bits(got.data(), want.data(), rows * vocab));
+    EXPECT_TRUE(same_bits(loss2.data(), loss.data(), rows) && same_bits(lse2.data(), lse.data(), rows));
+  }
 }
 
 // A row of masked (-inf) logits except a few finite ones: the online max must not turn -inf - -inf into NaN.

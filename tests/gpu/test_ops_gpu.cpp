@@ -320,6 +320,44 @@ TEST(GpuOps, SoftmaxCrossEntropyGpt2VocabularyMatchesCpu) {
                "cross-entropy dlogits V=50257");
 }
 
+// A known upstream gradient (CrossEntropyOptions::gradient, the Trainer's path): on the device the fused kernel gives
+// the unfused kernels' loss, lse and dlogits bits (one block per row with the same reductions; padded rows, their
+// padding 0), and the CPU's fused gradient within the padded rows' bound.
+TEST(GpuOps, SoftmaxCrossEntropyKnownGradientGivesTheUnfusedBits) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kFloat16s) {
+    for (auto red : {ops::LossReduction::Mean, ops::LossReduction::Sum}) {
+      const std::string name =
+          tag("known-gradient cross-entropy", dt) + (red == ops::LossReduction::Mean ? " mean" : " sum");
+      const Tensor logits = random_tensor({3, 7, 1031}, dt, 36, 3.0);
+      std::vector<int64_t> t(21);
+      for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int64_t>((i * 389 + 11) % 1000);
+      t[5] = -100;
+      const Tensor targets = Tensor::from_vector(t, {3, 7});
+      ops::CrossEntropyOptions opt{.reduction = red, .classes = 1000};
+      const Tensor seed = Tensor::full({}, 0.75, DType::F32);
+      const auto unfused = ops::softmax_cross_entropy(to_gpu(logits), to_gpu(targets), opt);
+      const Tensor want = ops::softmax_cross_entropy_backward(to_gpu(seed), to_gpu(logits), to_gpu(targets),
+                                                              unfused.saved, opt);
+      Tensor leaf = to_gpu(logits);
+      leaf.requires_grad_();
+      opt.gradient = to_gpu(seed);
+      const auto fused = ops::softmax_cross_entropy(ops::scale(leaf, 1.0), to_gpu(targets), opt);
+      EXPECT_TRUE(testing::same_bits(fused.loss, unfused.loss)) << name << " loss";
+      EXPECT_TRUE(testing::same_bits(fused.saved.lse, unfused.saved.lse)) << name << " lse";
+      fused.loss.backward(opt.gradient);
+      EXPECT_TRUE(testing::same_bits(leaf.grad(), want)) << name << " dlogits";
+      Tensor cpu_leaf = logits.clone();
+      cpu_leaf.requires_grad_();
+      opt.gradient = seed;
+      ops::softmax_cross_entropy(ops::scale(cpu_leaf, 1.0), targets, opt).loss.backward(seed);
+      // Padded rows are summed in another order on each device (their logsumexp agrees to rounding, as in
+      // CrossEntropyEmu.PaddedRowsMatchCpu): close, not the same bits.
+      expect_match(leaf.grad(), cpu_leaf.grad(), row_reduced(dt, 4), name + " dlogits vs the CPU");
+    }
+  }
+}
+
 // The CPU throws at once. CUDA reads nothing back: with check_targets (the default) the kernel reports the row as a
 // deferred device error, thrown at the next synchronisation (here: reading the loss), and cleared; without it the
 // row gives a NaN loss.

@@ -306,6 +306,21 @@ TEST(GpuStepCounts, Bf16BiasesReachTheGemmsAsCachedCopies) {
   }
 }
 
+// The loss's gradient is written in the forward pass (accumulate_gradients offers the upstream gradient before the
+// forward: autograd::LossSeed; llm.c's fused classifier): per micro-batch one fused launch reads the logits, after a
+// count of the counted targets and before the loss's reduction, and the backward launches nothing over them. With
+// the loss scaler (FP16) too: the scale is read on the device.
+TEST(GpuStepCounts, TheLossGradientIsWrittenInTheForward) {
+  MPT_REQUIRE_GPU(8);
+  for (const std::string precision : {"bf16", "fp16"}) {
+    std::map<std::string, uint64_t> launches = step_sites(precision);
+    EXPECT_EQ(launches["cross_entropy.cu cross_entropy_forward_backward"], kAccum) << precision;
+    EXPECT_EQ(launches["cross_entropy.cu cross_entropy_reduce"], 2 * kAccum) << precision;
+    EXPECT_EQ(launches.count("cross_entropy.cu cross_entropy_forward"), 0u) << precision;
+    EXPECT_EQ(launches.count("cross_entropy.cu cross_entropy_backward"), 0u) << precision;
+  }
+}
+
 // A dynamically padded batch's key lengths reach the device once per forward (ops::prepare_key_lengths in the
 // model), not once per attention call: 2 x 3 layers pageable copies (and host waits) per micro-batch before. The
 // loss and every gradient match the CPU's (same initialisation, same lengths): FP32 throughout, the devices differ

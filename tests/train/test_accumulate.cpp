@@ -97,6 +97,32 @@ TEST(GradientAccumulation, TokenSumNormalisationHandlesUnevenCounts) {
   EXPECT_GT(means_err, 1e-2);
 }
 
+// accumulate_gradients offers each micro-batch's loss its gradient before the forward (autograd::LossSeed), so
+// GPT's cross-entropy writes the logits' gradient in the forward pass: the gradients keep the bits of the backward
+// from the normalised, scaled loss (the scale here 1000, no power of two, passed as a device tensor as a GradScaler
+// does). A micro-batch that returns twice its loss gets another upstream gradient than the one offered: the
+// fused gradient is rescaled, exactly for a factor 2.
+TEST(GradientAccumulation, LossGradientWrittenInTheForwardKeepsTheBits) {
+  const Batch batch = make_batch(2, {3, 0});
+  const Tensor scale = Tensor::full({}, 1000.0);
+  const auto scale_loss = [&](const Tensor& l) { return ops::mul(l, scale); };
+  for (bool twice : {false, true}) {
+    SCOPED_TRACE(twice ? "twice the loss" : "the loss");
+    nn::GPT ref(config()), got(config());
+    for (int64_t i = 0; i < 2; ++i) {  // the backward of the normalised, scaled loss, with no LossSeed alive
+      Tensor l = ref.loss(batch.x.slice(0, i, i + 1), batch.y.slice(0, i, i + 1));
+      if (twice) l = ops::scale(l, 2.0);
+      scale_loss(ops::scale(l, 0.5)).backward();
+    }
+    train::accumulate_gradients(2, [&](int64_t i) {
+      const Tensor l = got.loss(batch.x.slice(0, i, i + 1), batch.y.slice(0, i, i + 1));
+      return train::MicroBatchLoss{twice ? ops::scale(l, 2.0) : l, 16};
+    }, {.scale_loss = scale_loss});
+    const auto want = grads_of(ref), have = grads_of(got);
+    for (size_t t = 0; t < want.size(); ++t) EXPECT_EQ(have[t], want[t]) << "parameter " << t;
+  }
+}
+
 TEST(GradientAccumulation, ScalesEachLossAndChecksItsInputs) {
   nn::GPT a(config()), b(config());
   const Batch batch = make_batch(2, {0, 0});

@@ -28,6 +28,15 @@ struct CrossEntropyOptions {
   // dim) and the rest are padding: they take no part in the softmax, their gradient is 0. For logits padded to an
   // aligned width (llm.c's GPT-2: 50257 classes in rows of 50304), read in place, with no copy to an unpadded buffer.
   int64_t classes = 0;
+  // The loss's upstream gradient, when it is known before the forward (Mean or Sum only): a one-element tensor of the
+  // loss's dtype (f32; f64 for f64 logits) on the logits' device, e.g. the Trainer's 1 / micro-batches x loss scale
+  // (autograd::LossSeed). When the loss records a gradient, each row of logits is then read once for the loss and its
+  // gradient for this upstream value (llm.c's fused classifier: the backward pass over the logits is gone), written
+  // over the logits when the call holds their only reference (pass them as a temporary or std::move them; a caller
+  // who kept them gets a fresh buffer instead). A backward that brings this very tensor (loss.backward(gradient))
+  // uses that gradient as it is, with the unfused path's bits; any other upstream gradient g rescales it by
+  // g / gradient in f32 (one more pass, a rounding's difference).
+  Tensor gradient{};
 };
 
 // What backward needs besides the logits and targets: f32 (f64 for f64 logits).
@@ -46,8 +55,8 @@ struct CrossEntropyResult {
 // the logits are [..., Vp] (C <= Vp) and only their first C columns are classes (V = C below). A target outside
 // [0, V) other than ignore_index is an mpt::Error (on CUDA: deferred to the next synchronisation, see
 // check_targets); so is a `classes` outside [0, Vp].
-CrossEntropyResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
-                                         const CrossEntropyOptions& options = {});
+// The logits are taken by value: see options.gradient, the only case in which they are overwritten.
+CrossEntropyResult softmax_cross_entropy(Tensor logits, const Tensor& targets, const CrossEntropyOptions& options = {});
 
 // dlogits = (softmax(logits) - onehot(targets)) * dloss (/ valid_count for Mean), recomputed from the
 // logits and saved.lse and written directly: no probabilities are materialised. dloss has the loss's shape
