@@ -33,5 +33,7 @@ for p in fp32 bf16 fp16 fp8-delayed fp8-current fp8-block; do run "$p" "${common
 run bf16-accum2 "${common[@]}" --precision bf16 --grad-accum 2
 run fp16-accum2 "${common[@]}" --precision fp16 --grad-accum 2
 run bf16-checkpointed "${common[@]}" --precision bf16 --checkpoint-activations
-run llama-fp8-delayed --preset llama-tiny --layers 4 --steps 4 --batch 4 --precision fp8-delayed
+for p in bf16 fp16 fp8-delayed; do
+  run "llama-$p" --preset llama-tiny --layers 4 --steps 4 --batch 4 --precision "$p"
+done
 exit $status

@@ -117,6 +117,15 @@ void scale(const T* x, T* out, int64_t n, double alpha, bool accumulate) {
 }
 
 template <class T>
+void widen_sum(const T* a, const T* b, const T* c, float* out, int64_t n) {
+  if (c != nullptr) {
+    map_accumulate(out, n, false, math::WidenSum3{}, a, b, c);
+  } else {
+    map_accumulate(out, n, false, math::WidenSum2{}, a, b);
+  }
+}
+
+template <class T>
 void dropout(const T* in, T* out, int64_t n, const DropoutArgs& args) {
   if (n <= 0) return;
   if (args.accumulate) {
@@ -133,5 +142,7 @@ void dropout(const T* in, T* out, int64_t n, const DropoutArgs& args) {
   template void dropout<T>(const T*, T*, int64_t, const DropoutArgs&);
 MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
+template void widen_sum<f16>(const f16*, const f16*, const f16*, float*, int64_t);
+template void widen_sum<bf16>(const bf16*, const bf16*, const bf16*, float*, int64_t);
 
 }  // namespace mpt::kernels::cpu

@@ -23,6 +23,11 @@ void mul(const T* a, const T* b, T* out, const BinaryShape& shape);
 template <class T>
 void scale(const T* x, T* out, int64_t n, double alpha, bool accumulate);
 
+// out = f32 sum of a, b and c (c may be null) in the order (c + b) + a (math::WidenSum3 / WidenSum2).
+// T: mpt::f16, mpt::bf16.
+template <class T>
+void widen_sum(const T* a, const T* b, const T* c, float* out, int64_t n);
+
 // out[i] = keep(i) ? in[i] / (1 - p) : 0 (or out[i] += that when accumulate), keep(i) from
 // math::dropout_keep4(seed, offset, i / 4, p): forward and backward are the same kernel. 0 <= p < 1.
 // The result does not depend on the number of threads.

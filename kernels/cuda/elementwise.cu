@@ -59,6 +59,13 @@ cudaError_t scale(const T* x, T* out, int64_t n, double alpha, bool accumulate, 
 }
 
 template <class T>
+cudaError_t widen_sum(const T* a, const T* b, const T* c, float* out, int64_t n, cudaStream_t stream) {
+  if (n > 0 && (a == nullptr || b == nullptr)) return cudaErrorInvalidValue;
+  return c != nullptr ? map(out, n, false, math::WidenSum3{}, stream, a, b, c)
+                      : map(out, n, false, math::WidenSum2{}, stream, a, b);
+}
+
+template <class T>
 cudaError_t dropout(const T* in, T* out, int64_t n, const DropoutArgs& args, cudaStream_t stream) {
   if (n < 0 || !(args.p >= 0.0f && args.p < 1.0f)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
@@ -78,5 +85,7 @@ cudaError_t dropout(const T* in, T* out, int64_t n, const DropoutArgs& args, cud
   template cudaError_t dropout<T>(const T*, T*, int64_t, const DropoutArgs&, cudaStream_t);
 MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
+template cudaError_t widen_sum<f16>(const f16*, const f16*, const f16*, float*, int64_t, cudaStream_t);
+template cudaError_t widen_sum<bf16>(const bf16*, const bf16*, const bf16*, float*, int64_t, cudaStream_t);
 
 }  // namespace mpt::kernels::cuda

@@ -25,6 +25,10 @@ cudaError_t mul(const T* a, const T* b, T* out, const BinaryShape& shape, cudaSt
 template <class T>
 cudaError_t scale(const T* x, T* out, int64_t n, double alpha, bool accumulate, cudaStream_t stream);
 
+// The CPU's widen_sum (f16, bf16 in; f32 out; c may be null), the same bits.
+template <class T>
+cudaError_t widen_sum(const T* a, const T* b, const T* c, float* out, int64_t n, cudaStream_t stream);
+
 // One thread per Philox group of 4 elements (the mask of math::dropout_keep4).
 template <class T>
 cudaError_t dropout(const T* in, T* out, int64_t n, const DropoutArgs& args, cudaStream_t stream);

@@ -55,6 +55,15 @@ struct ScaleOp {
   MPT_HD MPT_INLINE F operator()(F x) const { return mul_rn(alpha, x); }
 };
 
+// ---- the gradients of one low-precision tensor's readers, summed in f32 (ops::fan_out): the last reader's first,
+// the order in which the autograd engine delivered them when each reader cast its own copy.
+struct WidenSum2 {
+  MPT_HD MPT_INLINE float operator()(float a, float b) const { return add_rn(b, a); }
+};
+struct WidenSum3 {
+  MPT_HD MPT_INLINE float operator()(float a, float b, float c) const { return add_rn(add_rn(c, b), a); }
+};
+
 // ---- dropout: the mask is a pure function of (seed, offset, element index), never stored.
 
 // Element i is kept when uniform_at(seed, offset, i, 0, 1) >= p, i.e. with probability 1 - p for p on the

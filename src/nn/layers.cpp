@@ -13,6 +13,7 @@
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/pointwise.h"
 #include "mpt/ops/quantized_linear.h"
+#include "mpt/amp/policy.h"
 #include "mpt/autograd/grad_mode.h"
 
 namespace mpt::nn {
@@ -55,6 +56,21 @@ Tensor Linear::forward(const Tensor& x) const {
 
 ops::NormOutput Linear::input_format(DType x) const {
   return quantized_ != nullptr ? ops::NormOutput(x) : detail::autocast_input_format(x, weight(), path());
+}
+
+ops::NormOutput shared_input_format(std::initializer_list<const Linear*> readers, DType x) {
+  // FP8 readers are asked nothing: their input formats would register their metas here, ahead of their forwards.
+  const amp::Policy* policy = amp::current_policy();
+  for (const Linear* l : readers)
+    if (policy != nullptr && policy->at(l->path()) == amp::Precision::FP8) return x;
+  std::optional<DType> common;
+  for (const Linear* l : readers) {
+    const ops::NormOutput f = l->input_format(x);
+    const DType dt = f.dtype.value_or(x);
+    if (f.scale.defined() || (dt != DType::BF16 && dt != DType::F16) || (common && *common != dt)) return x;
+    common = dt;
+  }
+  return common ? ops::NormOutput(*common) : ops::NormOutput(x);
 }
 
 void Linear::learn_weight_scale(const ops::QuantSpec& spec) {

@@ -12,6 +12,7 @@
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/core/profile.h"
 #include "mpt/ops/attention.h"
+#include "mpt/ops/fan_out.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/pointwise.h"
@@ -46,15 +47,21 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, Generator& gen)
   o_ = register_module("o_proj", std::make_shared<Linear>(c.n_head * head_dim_, c.n_embd, false, c.where, gen));
 }
 
-Tensor LlamaAttention::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths) const {
+ops::NormOutput LlamaAttention::input_format(DType x) const {
+  return shared_input_format({q_.get(), k_.get(), v_.get()}, x);
+}
+
+Tensor LlamaAttention::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths,
+                               bool f32_grad) const {
   MPT_CHECK(x.defined() && x.dim() == 3, "[LlamaAttention] expected x [B, T, C], got {}",
             x.defined() ? x.meta_str() : "undefined");
   const profile::Range range(path().empty() ? type_name() : path());
   const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
+  const std::vector<Tensor> in = f32_grad ? ops::fan_out(x, 3) : std::vector<Tensor>{x, x, x};
   // (B, T, heads, D): rotated in that layout, then viewed head-major for attention.
-  const Tensor q = ops::rope(q_->forward(x).view({B, T, n_head_, D}), rope).transpose(1, 2);
-  const Tensor k = ops::rope(k_->forward(x).view({B, T, n_kv_head_, D}), rope).transpose(1, 2);
-  const Tensor v = v_->forward(x).view({B, T, n_kv_head_, D}).transpose(1, 2);
+  const Tensor q = ops::rope(q_->forward(in[0]).view({B, T, n_head_, D}), rope).transpose(1, 2);
+  const Tensor k = ops::rope(k_->forward(in[1]).view({B, T, n_kv_head_, D}), rope).transpose(1, 2);
+  const Tensor v = v_->forward(in[2]).view({B, T, n_kv_head_, D}).transpose(1, 2);
   ops::AttentionOptions options;
   options.lengths = lengths;
   const Tensor y = ops::causal_attention(q, k, v, options).out;  // (B, H, T, D)
@@ -102,9 +109,12 @@ LlamaMLP::LlamaMLP(const LlamaConfig& c, Generator& gen) : Module("LlamaMLP") {
   down_ = register_module("down_proj", std::make_shared<Linear>(f, c.n_embd, false, c.where, gen));
 }
 
-Tensor LlamaMLP::forward(const Tensor& x) const {
+ops::NormOutput LlamaMLP::input_format(DType x) const { return shared_input_format({gate_.get(), up_.get()}, x); }
+
+Tensor LlamaMLP::forward(const Tensor& x, bool f32_grad) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  return down_->forward(ops::swiglu(gate_->forward(x), up_->forward(x)));
+  const std::vector<Tensor> in = f32_grad ? ops::fan_out(x, 2) : std::vector<Tensor>{x, x};
+  return down_->forward(ops::swiglu(gate_->forward(in[0]), up_->forward(in[1])));
 }
 
 LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen) : Module("LlamaBlock") {
@@ -117,10 +127,13 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen) : Module("LlamaBloc
 std::pair<Tensor, Tensor> LlamaBlock::forward_pending(const Tensor& x, const Tensor& pending,
                                                       const ops::RopeTable& rope, const Tensor& lengths) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  // The norms' outputs stay in the stream's dtype: three and two GEMMs read them.
-  const auto [stream, normed_1] = detail::add_and_norm(*input_norm_, x, pending);
-  auto [h, normed] = detail::add_and_norm(*post_norm_, stream, attn_->forward(normed_1, rope, lengths));
-  return {std::move(h), mlp_->forward(normed)};
+  // Each norm writes the cast its readers share (q, k, v; gate, up): under BF16 Autocast one BF16 output instead of
+  // three and two casts of an FP32 one; their gradients reach the norm summed in FP32, in one pass (ops::fan_out)
+  // instead of a cast each and FP32 additions: the same bits.
+  const auto [stream, normed_1] = detail::add_and_norm(*input_norm_, x, pending, attn_->input_format(x.dtype()));
+  const Tensor a = attn_->forward(normed_1, rope, lengths, normed_1.dtype() != stream.dtype());
+  auto [h, normed] = detail::add_and_norm(*post_norm_, stream, a, mlp_->input_format(x.dtype()));
+  return {std::move(h), mlp_->forward(normed, normed.dtype() != h.dtype())};
 }
 
 Tensor LlamaBlock::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths) const {
@@ -130,8 +143,9 @@ Tensor LlamaBlock::forward(const Tensor& x, const ops::RopeTable& rope, const Te
 
 Tensor LlamaBlock::forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache,
                                   int64_t pos, int64_t capacity) const {
-  const Tensor a = attn_->forward_cached(input_norm_->forward(x), rope, k_cache, v_cache, pos, capacity);
-  auto [h, normed] = post_norm_->forward_residual(detail::into_residual_norm(a, x), x);
+  const Tensor normed_1 = input_norm_->forward(x, attn_->input_format(x.dtype()));
+  const Tensor a = attn_->forward_cached(normed_1, rope, k_cache, v_cache, pos, capacity);
+  auto [h, normed] = post_norm_->forward_residual(detail::into_residual_norm(a, x), x, mlp_->input_format(x.dtype()));
   return ops::add(h, detail::like(mlp_->forward(normed), h));
 }
 

@@ -95,6 +95,33 @@ TEST(ElementwiseEmu, ScaleAndDropoutMatchCpuBitForBit) {
   }
 }
 
+// ops::fan_out's backward: two or three f16/bf16 gradients summed in f32 ((c + b) + a), against the CPU kernel and
+// against that sum written out here.
+template <class T>
+void check_widen_sum(int64_t n) {
+  const std::vector<T> a = random_values<T>(n, 5 + n), b = random_values<T>(n, 6 + n), c = random_values<T>(n, 7 + n);
+  for (bool three : {false, true}) {
+    std::vector<float> want(n), got_cpu(n, -1.0f), got_emu(n, -1.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const float ab = static_cast<float>(b[i]) + static_cast<float>(a[i]);
+      want[i] = three ? (static_cast<float>(c[i]) + static_cast<float>(b[i])) + static_cast<float>(a[i]) : ab;
+    }
+    const T* cp = three ? c.data() : nullptr;
+    cpu::widen_sum(a.data(), b.data(), cp, got_cpu.data(), n);
+    ASSERT_EQ(cuda::widen_sum(a.data(), b.data(), cp, got_emu.data(), n, nullptr), cudaSuccess);
+    EXPECT_TRUE(same_bits(got_cpu.data(), want.data(), n)) << "CPU, n " << n << (three ? ", three" : ", two");
+    EXPECT_TRUE(same_bits(got_emu.data(), want.data(), n)) << "emulated, n " << n << (three ? ", three" : ", two");
+  }
+}
+
+TEST(ElementwiseEmu, WidenSumMatchesCpuBitForBit) {
+  for (int64_t n : {1, 7, 258, 40000}) {
+    check_widen_sum<mpt::bf16>(n);
+    check_widen_sum<mpt::f16>(n);
+  }
+  EXPECT_EQ(cuda::widen_sum<mpt::bf16>(nullptr, nullptr, nullptr, nullptr, 4, nullptr), cudaErrorInvalidValue);
+}
+
 TEST(ElementwiseEmu, RejectsInvalidArguments) {
   float x[4] = {1, 2, 3, 4};
   EXPECT_EQ(cuda::add<float>(x, x, x, {4, 3}, 1.0, nullptr), cudaErrorInvalidValue);  // 3 does not divide 4

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,10 @@ class Linear : public Module {
   Tensor* bias_ = nullptr;
   Tensor none_;
 };
+
+// The input format several Linears reading one tensor share (a norm's output feeding q, k and v): their common
+// BF16 / FP16 cast (Linear::input_format), else `x` (FP8 codes carry one layer's scale: not shareable).
+ops::NormOutput shared_input_format(std::initializer_list<const Linear*> readers, DType x);
 
 // LayerNorm over the last dimension (size `dim`): weight ones, bias zeros, no weight decay.
 class LayerNorm : public Module {

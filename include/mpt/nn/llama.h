@@ -44,7 +44,9 @@ LlamaConfig llama_preset(const std::string& name);
 class LlamaAttention : public Module {
  public:
   LlamaAttention(const LlamaConfig& config, Generator& gen);
-  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths = {}) const;
+  // f32_grad: x is a norm's f16/bf16 output of an f32 stream (input_format): the projections' gradients reach it
+  // summed in f32 (ops::fan_out), as when each cast its own copy.
+  Tensor forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths = {}, bool f32_grad = false) const;
   // x [B, t, C] at positions [pos, pos + t) (pos == 0 or t == 1): keys and values into caches [B, H_kv, capacity, D].
   Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache, int64_t pos,
                         int64_t capacity) const;
@@ -52,6 +54,9 @@ class LlamaAttention : public Module {
   Linear& k_proj() const { return *k_; }
   Linear& v_proj() const { return *v_; }
   Linear& o_proj() const { return *o_; }
+  // How the input norm stores its output for q_proj, k_proj and v_proj: their common cast (BF16 / FP16 under
+  // Autocast, folded into the norm), else x's dtype (FP8 layers quantize with a meta each; nothing to share).
+  ops::NormOutput input_format(DType x) const;
 
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
@@ -62,8 +67,10 @@ class LlamaAttention : public Module {
 class LlamaMLP : public Module {
  public:
   LlamaMLP(const LlamaConfig& config, Generator& gen);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x, bool f32_grad = false) const;  // f32_grad: as LlamaAttention::forward's
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  // gate_proj's and up_proj's common input cast, as LlamaAttention::input_format.
+  ops::NormOutput input_format(DType x) const;
 
  private:
   std::shared_ptr<Linear> gate_, up_, down_;
