@@ -36,4 +36,8 @@ run bf16-checkpointed "${common[@]}" --precision bf16 --checkpoint-activations
 for p in bf16 fp16 fp8-delayed; do
   run "llama-$p" --preset llama-tiny --layers 4 --steps 4 --batch 4 --precision "$p"
 done
+# Multi-head Llama (as many kv heads as query heads): what a change to grouped-query arithmetic leaves alone.
+for p in fp32 bf16; do
+  run "llama-mha-$p" --preset llama-tiny --kv-heads 4 --layers 4 --steps 4 --batch 4 --precision "$p"
+done
 exit $status

@@ -186,6 +186,22 @@ Rows rows_of(const RowStrides& st, const AttentionShape& s, int64_t bh) {
   return {bh / s.heads * st.batch + bh % s.heads * st.head, st.row};
 }
 
+// Query heads per kv head (1 without grouped-query attention), and the kv heads of all samples.
+int64_t groups_of(const AttentionShape& s) { return s.kv_heads > 0 ? s.heads / s.kv_heads : 1; }
+int64_t kv_head_count(const AttentionShape& s) { return s.batch_heads / groups_of(s); }
+
+// The kv head query head bh reads (b * H_kv + h / G), and where its k and v rows (dk and dv) start.
+int64_t kv_index(const AttentionShape& s, int64_t bh) {
+  const int64_t g = groups_of(s);
+  return bh / s.heads * (s.heads / g) + bh % s.heads / g;
+}
+Rows kv_rows_of(const AttentionShape& s, int64_t bh) {
+  const int64_t g = groups_of(s);
+  if (s.kv.row != 0) return {bh / s.heads * s.kv.batch + bh % s.heads / g * s.kv.head, s.kv.row};
+  if (g == 1) return rows_of(s.qkv, s, bh);
+  return {kv_index(s, bh) * s.seq * s.head_dim, s.head_dim};
+}
+
 // The keys head bh may attend: its sample's length under key padding, else all T.
 int64_t keys_of(const AttentionShape& s, int64_t bh) {
   return s.padding.lengths == nullptr ? s.seq : s.padding.lengths[bh / s.padding.heads];
@@ -272,10 +288,11 @@ MPT_ATTN_INLINE void forward_task(const AttentionShape& sh, const T* q, const T*
   const F scale = static_cast<F>(sh.scale);
   const int64_t i0 = qb * kBlock, m = std::min(kBlock, t - i0);
   const Rows in = rows_of(sh.qkv, sh, bh), out = rows_of(sh.out, sh, bh);
-  const int64_t len = keys_of(sh, bh);
-  if (w.head != bh) {
-    load_head_kv(k + in.base, v + in.base, t, d, in.step, w);
-    w.head = bh;
+  const int64_t len = keys_of(sh, bh), kvi = kv_index(sh, bh);
+  if (w.head != kvi) {  // the kv head's K and V, kept while the thread's tasks stay on it
+    const Rows kvr = kv_rows_of(sh, bh);
+    load_head_kv(k + kvr.base, v + kvr.base, t, d, kvr.step, w);
+    w.head = kvi;
   }
   for (int64_t r = 0; r < m; ++r) load_row(q + in.base + (i0 + r) * in.step, d, dp, w.qf.data() + r * dp);
   std::fill(w.oacc.begin(), w.oacc.begin() + m * dp, F(0));
@@ -326,19 +343,22 @@ struct BackwardScratch {
         lse(kBlock) {}
 };
 
-// Every gradient of one head: K and V (float, transposed copies for the score GEMMs) and the dK, dV
-// accumulators live for the whole head; query blocks run in order, key blocks up to the diagonal.
+// Every gradient of one kv head: K and V (float, transposed copies for the score GEMMs) and the dK, dV
+// accumulators live for the whole kv head; its query heads run in order, each one's query blocks in order, key
+// blocks up to the diagonal.
 template <class T, class F = math::opmath_t<T>>
-MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBackwardArgs<T>& a, int64_t bh,
+MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBackwardArgs<T>& a, int64_t kvi,
                                    BackwardScratch<F>& w) {
   const int64_t t = sh.seq, d = sh.head_dim, dp = round_up(d, kPad), tp = round_up(t, kBlock);
   const F scale = static_cast<F>(sh.scale);
-  const Rows in = rows_of(sh.qkv, sh, bh), out = rows_of(sh.out, sh, bh);
-  const int64_t len = keys_of(sh, bh);
+  const int64_t groups = groups_of(sh), kv_per_sample = sh.heads / groups;
+  const int64_t first = kvi / kv_per_sample * sh.heads + kvi % kv_per_sample * groups;  // its first query head
+  const Rows kvr = kv_rows_of(sh, first);
+  const int64_t len = keys_of(sh, first);
   for (int64_t j = 0; j < tp; ++j) {
     if (j < t) {
-      load_row(a.k + in.base + j * in.step, d, dp, w.kf.data() + j * dp);
-      load_row(a.v + in.base + j * in.step, d, dp, w.row.data());
+      load_row(a.k + kvr.base + j * kvr.step, d, dp, w.kf.data() + j * dp);
+      load_row(a.v + kvr.base + j * kvr.step, d, dp, w.row.data());
     } else {
       std::fill(w.kf.begin() + j * dp, w.kf.begin() + (j + 1) * dp, F(0));
       std::fill(w.row.begin(), w.row.end(), F(0));
@@ -350,55 +370,58 @@ MPT_ATTN_INLINE void backward_head(const AttentionShape& sh, const AttentionBack
   }
   std::fill(w.dk.begin(), w.dk.begin() + t * dp, F(0));
   std::fill(w.dv.begin(), w.dv.begin() + t * dp, F(0));
-  for (int64_t i0 = 0; i0 < t; i0 += kBlock) {
-    const int64_t m = std::min(kBlock, t - i0);
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t off = in.base + (i0 + r) * in.step, out_off = out.base + (i0 + r) * out.step;
-      load_row(a.q + off, d, dp, w.qf.data() + r * dp);
-      load_row(a.do_ + out_off, d, dp, w.dof.data() + r * dp);
-      load_row(a.o + out_off, d, dp, w.row.data());
-      F delta = 0;  // D_i = rowsum(dO_i * O_i)
-      for (int64_t c = 0; c < d; ++c) delta += w.dof[r * dp + c] * w.row[c];
-      w.delta[r] = delta;
-      w.lse[r] = a.lse[bh * t + i0 + r];
-    }
-    std::fill(w.dq.begin(), w.dq.begin() + m * dp, F(0));
-    for (int64_t j0 = 0; j0 < std::min(i0 + m, len); j0 += kBlock) {
-      const int64_t n = std::min(kBlock, len - j0);
-      gemm_abt(m, d, w.qf.data(), dp, w.kt.data() + j0, tp, w.s.data());    // S = Q K^T (unscaled)
-      gemm_abt(m, d, w.dof.data(), dp, w.vt.data() + j0, tp, w.dpm.data());  // dP = dO V^T
+  for (int64_t bh = first; bh < first + groups; ++bh) {
+    const Rows in = rows_of(sh.qkv, sh, bh), out = rows_of(sh.out, sh, bh);
+    for (int64_t i0 = 0; i0 < t; i0 += kBlock) {
+      const int64_t m = std::min(kBlock, t - i0);
       for (int64_t r = 0; r < m; ++r) {
-        F* sr = w.s.data() + r * kBlock;
-        F* dr = w.dpm.data() + r * kBlock;
-        const int64_t valid = std::min(n, i0 + r - j0 + 1);
-        exp_block(sr, scale, w.lse[r]);  // P = exp(scale * S - lse)
-        for (int64_t c = 0; c < valid; ++c) dr[c] = math::causal_softmax_backward(sr[c], dr[c], w.delta[r], scale);
-        for (int64_t c = valid; c < n; ++c) sr[c] = dr[c] = F(0);
+        const int64_t off = in.base + (i0 + r) * in.step, out_off = out.base + (i0 + r) * out.step;
+        load_row(a.q + off, d, dp, w.qf.data() + r * dp);
+        load_row(a.do_ + out_off, d, dp, w.dof.data() + r * dp);
+        load_row(a.o + out_off, d, dp, w.row.data());
+        F delta = 0;  // D_i = rowsum(dO_i * O_i)
+        for (int64_t c = 0; c < d; ++c) delta += w.dof[r * dp + c] * w.row[c];
+        w.delta[r] = delta;
+        w.lse[r] = a.lse[bh * t + i0 + r];
       }
-      // P^T and dS^T are read in place (row stride 1, column stride kBlock): no transposed copies.
-      gemm_ab_acc(n, dp, m, w.s.data(), 1, kBlock, w.dof.data(), dp, w.dv.data() + j0 * dp, dp);    // dV += P^T dO
-      gemm_ab_acc(n, dp, m, w.dpm.data(), 1, kBlock, w.qf.data(), dp, w.dk.data() + j0 * dp, dp);   // dK += dS^T Q
-      gemm_ab_acc(m, dp, n, w.dpm.data(), kBlock, 1, w.kf.data() + j0 * dp, dp, w.dq.data(), dp);   // dQ += dS K
+      std::fill(w.dq.begin(), w.dq.begin() + m * dp, F(0));
+      for (int64_t j0 = 0; j0 < std::min(i0 + m, len); j0 += kBlock) {
+        const int64_t n = std::min(kBlock, len - j0);
+        gemm_abt(m, d, w.qf.data(), dp, w.kt.data() + j0, tp, w.s.data());    // S = Q K^T (unscaled)
+        gemm_abt(m, d, w.dof.data(), dp, w.vt.data() + j0, tp, w.dpm.data());  // dP = dO V^T
+        for (int64_t r = 0; r < m; ++r) {
+          F* sr = w.s.data() + r * kBlock;
+          F* dr = w.dpm.data() + r * kBlock;
+          const int64_t valid = std::min(n, i0 + r - j0 + 1);
+          exp_block(sr, scale, w.lse[r]);  // P = exp(scale * S - lse)
+          for (int64_t c = 0; c < valid; ++c) dr[c] = math::causal_softmax_backward(sr[c], dr[c], w.delta[r], scale);
+          for (int64_t c = valid; c < n; ++c) sr[c] = dr[c] = F(0);
+        }
+        // P^T and dS^T are read in place (row stride 1, column stride kBlock): no transposed copies.
+        gemm_ab_acc(n, dp, m, w.s.data(), 1, kBlock, w.dof.data(), dp, w.dv.data() + j0 * dp, dp);    // dV += P^T dO
+        gemm_ab_acc(n, dp, m, w.dpm.data(), 1, kBlock, w.qf.data(), dp, w.dk.data() + j0 * dp, dp);   // dK += dS^T Q
+        gemm_ab_acc(m, dp, n, w.dpm.data(), kBlock, 1, w.kf.data() + j0 * dp, dp, w.dq.data(), dp);   // dQ += dS K
+      }
+      for (int64_t r = 0; r < m; ++r)
+        store_row(w.dq.data() + r * dp, a.dq + in.base + (i0 + r) * in.step, d, a.accumulate, w.row.data());
     }
-    for (int64_t r = 0; r < m; ++r)
-      store_row(w.dq.data() + r * dp, a.dq + in.base + (i0 + r) * in.step, d, a.accumulate, w.row.data());
   }
   for (int64_t j = 0; j < t; ++j) {
-    store_row(w.dk.data() + j * dp, a.dk + in.base + j * in.step, d, a.accumulate, w.row.data());
-    store_row(w.dv.data() + j * dp, a.dv + in.base + j * in.step, d, a.accumulate, w.row.data());
+    store_row(w.dk.data() + j * dp, a.dk + kvr.base + j * kvr.step, d, a.accumulate, w.row.data());
+    store_row(w.dv.data() + j * dp, a.dv + kvr.base + j * kvr.step, d, a.accumulate, w.row.data());
   }
 }
 
 template <class T, class F = math::opmath_t<T>>
 MPT_ATTN_AVX512 void backward_head_avx512(
-    const AttentionShape& sh, const AttentionBackwardArgs<T>& a, int64_t bh, BackwardScratch<F>& w) {
-  backward_head(sh, a, bh, w);
+    const AttentionShape& sh, const AttentionBackwardArgs<T>& a, int64_t kvi, BackwardScratch<F>& w) {
+  backward_head(sh, a, kvi, w);
 }
 
 template <class T, class F = math::opmath_t<T>>
 __attribute__((noinline)) void backward_head_generic(const AttentionShape& sh, const AttentionBackwardArgs<T>& a,
-                                                     int64_t bh, BackwardScratch<F>& w) {
-  backward_head(sh, a, bh, w);
+                                                     int64_t kvi, BackwardScratch<F>& w) {
+  backward_head(sh, a, kvi, w);
 }
 
 }  // namespace
@@ -444,11 +467,11 @@ void attention_backward(const AttentionShape& s, const AttentionBackwardArgs<T>&
   {
     BackwardScratch<F> w(round_up(s.seq, kBlock), round_up(s.head_dim, kPad));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < s.batch_heads; ++bh) {
+    for (int64_t kvi = 0; kvi < kv_head_count(s); ++kvi) {
       if (avx512) {
-        backward_head_avx512(s, a, bh, w);
+        backward_head_avx512(s, a, kvi, w);
       } else {
-        backward_head_generic(s, a, bh, w);
+        backward_head_generic(s, a, kvi, w);
       }
     }
   }

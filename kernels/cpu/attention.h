@@ -16,11 +16,13 @@ struct RowStrides {
   int64_t batch = 0, head = 0, row = 0;
 };
 
-// q, k, v, o: (B*H, T, D), `batch_heads` = B*H independent heads; scale > 0 (usually 1/sqrt(D)). `qkv` places q, k, v
-// (and backward's dq, dk, dv), `out` places o (and backward's do_), `heads` = H splits a head index into (b, h) for
-// them. `padding` (optional): per-sample key lengths (math::KeyPadding, host memory here); query i of sample b then
-// attends keys j <= i with j < lengths[b], and the kernels skip the key blocks past lengths[b]. lse is always
-// contiguous (B*H, T).
+// q, o: (B*H, T, D), `batch_heads` = B*H independent query heads; scale > 0 (usually 1/sqrt(D)). `qkv` places q (and
+// backward's dq; k, v, dk, dv too unless `kv` is given), `out` places o (and backward's do_), `heads` = H splits a head
+// index into (b, h) for them. Grouped-query attention: k and v have `kv_heads` = H_kv heads per sample (0: H; H_kv
+// divides H), query head h reading kv head h / (H / H_kv), placed by `kv` (all zero: contiguous (B*H_kv, T, D), or
+// with H_kv = H wherever `qkv` says). `padding` (optional): per-sample key lengths (math::KeyPadding, host memory
+// here); query i of sample b then attends keys j <= i with j < lengths[b], and the kernels skip the key blocks past
+// lengths[b]. lse is always contiguous (B*H, T).
 struct AttentionShape {
   int64_t batch_heads = 0;
   int64_t seq = 0;
@@ -29,6 +31,8 @@ struct AttentionShape {
   math::KeyPadding padding{};
   int64_t heads = 1;
   RowStrides qkv{}, out{};
+  int64_t kv_heads = 0;
+  RowStrides kv{};
 };
 
 // o_i = sum_{j <= i} softmax_j(scale * q_i . k_j) v_j for every head and query i, and lse_i = the logsumexp
@@ -59,8 +63,9 @@ struct AttentionBackwardArgs {
 
 // Flash-attention-2 backward: D_i = rowsum(do_i * o_i); per block pair P = exp(scale * S - lse) is
 // recomputed, dV += P^T dO, dP = dO V^T, dS = P * (dP - D), dQ += scale dS K, dK += scale dS^T Q, all in
-// float (double) with per-head accumulators of O(T * D), never T x T. Heads run on OpenMP threads, each
-// owned by one thread, so results are deterministic and race-free.
+// float (double) with per-head accumulators of O(T * D), never T x T. A kv head's dK and dV sum its query heads'
+// contributions in those accumulators (query head by query head, in order) and are rounded once. kv heads run on
+// OpenMP threads, each owned by one thread, so results are deterministic and race-free.
 template <class T>
 void attention_backward(const AttentionShape& s, const AttentionBackwardArgs<T>& a);
 

@@ -58,13 +58,14 @@ Tensor LlamaAttention::forward(const Tensor& x, const ops::RopeTable& rope, cons
   const profile::Range range(path().empty() ? type_name() : path());
   const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
   const std::vector<Tensor> in = f32_grad ? ops::fan_out(x, 3) : std::vector<Tensor>{x, x, x};
-  // (B, T, heads, D): rotated in that layout, then viewed head-major for attention.
+  // (B, T, heads, D): rotated in that layout, then viewed (B, heads, T, D): attention reads q and the H_kv heads of k
+  // and v in place and writes y (B, T, H, D), which o_proj reads as a view (no head copies; ops/attention.h).
   const Tensor q = ops::rope(q_->forward(in[0]).view({B, T, n_head_, D}), rope).transpose(1, 2);
   const Tensor k = ops::rope(k_->forward(in[1]).view({B, T, n_kv_head_, D}), rope).transpose(1, 2);
   const Tensor v = v_->forward(in[2]).view({B, T, n_kv_head_, D}).transpose(1, 2);
   ops::AttentionOptions options;
   options.lengths = lengths;
-  const Tensor y = ops::causal_attention(q, k, v, options).out;  // (B, H, T, D)
+  const Tensor y = ops::causal_attention(q, k, v, options).out;  // (B, H, T, D) viewing (B, T, H, D)
   return o_->forward(y.transpose(1, 2).reshape({B, T, n_head_ * D}));
 }
 

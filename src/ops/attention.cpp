@@ -51,8 +51,15 @@ kernels::cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k, c
   detail::check_same_dtype({&q, &k, &v}, op);
   detail::check_f64_on_cpu(q, op);
   MPT_CHECK(q.dim() == 4, "[{}] q must be (B, H, T, D), got {}", op, q.meta_str());
-  detail::check_shape(k, q.shape(), "k", op);
-  detail::check_shape(v, q.shape(), "v", op);
+  if (k.dim() == 4 && k.size(1) != q.size(1)) {  // grouped-query attention
+    MPT_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && k.size(0) == q.size(0) && k.size(2) == q.size(2) &&
+                  k.size(3) == q.size(3) && v.shape() == k.shape(),
+              "[{}] grouped-query attention needs k and v (B, H_kv, T, D) of one shape with H_kv dividing q's heads: "
+              "q {}, k {}, v {}", op, q.meta_str(), k.meta_str(), v.meta_str());
+  } else {
+    detail::check_shape(k, q.shape(), "k", op);
+    detail::check_shape(v, q.shape(), "v", op);
+  }
   MPT_CHECK(std::isfinite(opt.scale) && opt.scale >= 0, "[{}] scale must be finite and >= 0 (0: 1/sqrt(D)), got {}", op,
             opt.scale);
   const int64_t d = q.size(3);
@@ -60,6 +67,7 @@ kernels::cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k, c
   const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d));
   kernels::cpu::AttentionShape s{q.size(0) * q.size(1), q.size(2), d, scale};
   s.heads = q.size(1);
+  s.kv_heads = k.size(1);
   return s;
 }
 
@@ -156,52 +164,125 @@ Tensor prepare_key_lengths(const Tensor& lengths, int64_t batch, int64_t seq, De
 
 namespace {
 
+using detail::AttentionLayout;
 using detail::visit_float;
 
-// Grouped-query attention: k and v with H_kv heads (H_kv dividing q's H) serve H / H_kv query heads each. Returns the
-// group size G (1 for plain multi-head attention) after checking the shapes.
-int64_t kv_groups(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
-  if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || k.dim() != 4 || k.size(1) == q.size(1)) return 1;
-  MPT_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && k.size(0) == q.size(0) && k.size(2) == q.size(2) &&
-                k.size(3) == q.size(3) && v.shape() == k.shape(),
-            "[{}] grouped-query attention needs k and v (B, H_kv, T, D) of one shape with H_kv dividing q's heads: "
-            "q {}, k {}, v {}", op, q.meta_str(), k.meta_str(), v.meta_str());
-  return q.size(1) / k.size(1);
+// x (B, H, T, D) as a transpose(1, 2) view of a contiguous (B, T, H, D): what a projection's output viewed per head
+// is, and what the output projection reads back without a copy.
+bool is_token_major(const Tensor& x) {
+  if (x.dim() != 4) return false;
+  const int64_t H = x.size(1), T = x.size(2), D = x.size(3);
+  return x.stride(3) == 1 && x.stride(1) == D && x.stride(2) == H * D && x.stride(0) == T * H * D;
 }
 
-// kv (B, H_kv, T, D) with each head repeated G times in place: (B, H_kv * G, T, D), head h = kv head h / G (Hugging
-// Face's repeat_kv). Recorded views (expand, reshape): autograd sums the gradient of the G copies back.
+bool in_layout(const Tensor& x, AttentionLayout layout) {
+  return layout == AttentionLayout::TokenMajor ? is_token_major(x) : x.is_contiguous();
+}
+
+// x itself when it is in `layout`, else a copy that is.
+Tensor to_layout(const Tensor& x, AttentionLayout layout) {
+  if (in_layout(x, layout)) return x;
+  if (layout == AttentionLayout::HeadMajor) return x.contiguous();
+  return x.transpose(1, 2).contiguous().transpose(1, 2);
+}
+
+// The layout the kernels run in: q's when it is token-major (a model's projections on both sides then need no head
+// copies), else head-major. k, v, dout are brought to it (a copy only when they are elsewhere).
+AttentionLayout layout_of(const Tensor& q) {
+  return is_token_major(q) && !q.is_contiguous() ? AttentionLayout::TokenMajor : AttentionLayout::HeadMajor;
+}
+
+kernels::cpu::RowStrides row_strides(const Tensor& x) { return {x.stride(0), x.stride(1), x.stride(2)}; }
+
+void set_strides(kernels::cpu::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& out) {
+  s.qkv = row_strides(q);
+  s.kv = row_strides(k);
+  s.out = row_strides(out);
+}
+
+// kv (B, H_kv, T, D) with each head repeated G times: (B, H_kv * G, T, D) contiguous, head h = kv head h / G (Hugging
+// Face's repeat_kv), for the CUDA GEMM path, which runs multi-head attention only.
 Tensor repeat_kv(const Tensor& kv, int64_t groups) {
+  if (groups == 1) return kv.contiguous();
   const int64_t B = kv.size(0), H = kv.size(1), T = kv.size(2), D = kv.size(3);
   return kv.unsqueeze(2).expand({B, H, groups, T, D}).reshape({B, H * groups, T, D});
 }
 
-void check_grad(const Tensor& g, const Tensor& q, const char* what, const char* op) {
-  detail::check_same_dtype({&q, &g}, op);
-  detail::check_shape(g, q.shape(), what, op);
-  MPT_CHECK(g.is_contiguous(), "[{}] the gradient {} to accumulate into must be contiguous, got strides {}", op, what,
-            shape_str(g.strides()));
+int64_t groups_of(const Tensor& q, const Tensor& k) { return q.size(1) / k.size(1); }
+
+// The CUDA GEMM path on any layout: head-major contiguous operands with the kv heads repeated, results copied into
+// `r` (or summed over each group into `g`).
+void gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v, kernels::cpu::AttentionShape s,
+                  AttentionResult& r, const char* op) {
+  const int64_t groups = groups_of(q, k);
+  s.kv_heads = s.heads;
+  s.qkv = s.kv = s.out = {};
+  const bool direct = r.out.is_contiguous();
+  AttentionResult heads{direct ? r.out : Tensor::empty(q.shape(), q.dtype(), q.device()), r.lse};
+  detail::gemm_attention_forward(q.contiguous(), repeat_kv(k, groups), repeat_kv(v, groups), s, heads, op);
+  if (!direct) Tensor(r.out).copy_(heads.out);
+}
+
+void gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                   kernels::cpu::AttentionShape s, AttentionGrads& g, bool accumulate, const char* op) {
+  const int64_t groups = groups_of(q, k);
+  s.kv_heads = s.heads;
+  s.qkv = s.kv = s.out = {};
+  const Tensor kr = repeat_kv(k, groups), vr = repeat_kv(v, groups);
+  if (groups == 1 && g.dq.is_contiguous() && g.dk.is_contiguous() && g.dv.is_contiguous()) {
+    detail::gemm_attention_backward(q.contiguous(), kr, vr, dout.contiguous(), s, g, accumulate, op);
+    return;
+  }
+  AttentionGrads full{Tensor::empty(q.shape(), q.dtype(), q.device()), Tensor::empty(kr.shape(), q.dtype(), q.device()),
+                      Tensor::empty(kr.shape(), q.dtype(), q.device())};
+  detail::gemm_attention_backward(q.contiguous(), kr, vr, dout.contiguous(), s, full, false, op);
+  const Shape grouped{k.size(0), k.size(1), groups, k.size(2), k.size(3)};
+  const Tensor dk = groups == 1 ? full.dk : sum(full.dk.view(grouped), 2);
+  const Tensor dv = groups == 1 ? full.dv : sum(full.dv.view(grouped), 2);
+  if (accumulate) {
+    add_(g.dq, full.dq);
+    add_(g.dk, dk);
+    add_(g.dv, dv);
+  } else {
+    Tensor(g.dq).copy_(full.dq);
+    Tensor(g.dk).copy_(dk);
+    Tensor(g.dv).copy_(dv);
+  }
+}
+
+void check_grad(const Tensor& g, const Tensor& like, const char* what, const char* op) {
+  detail::check_same_dtype({&like, &g}, op);
+  detail::check_shape(g, like.shape(), what, op);
 }
 
 }  // namespace
 
+namespace detail {
+
+Tensor attention_empty(const Shape& bhtd, DType dtype, Device device, AttentionLayout layout) {
+  if (layout != AttentionLayout::TokenMajor) return Tensor::empty(bhtd, dtype, device);
+  return Tensor::empty({bhtd[0], bhtd[2], bhtd[1], bhtd[3]}, dtype, device).transpose(1, 2);
+}
+
+}  // namespace detail
+
 AttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                  const AttentionOptions& options) {
   const char* op = "causal_attention";
-  if (const int64_t g = kv_groups(q_in, k_in, v_in, op); g > 1)
-    return causal_attention(q_in, repeat_kv(k_in, g), repeat_kv(v_in, g), options);
   const detail::GradRecorder grad({&q_in, &k_in, &v_in});
   auto shape = detail::attention_shape(q_in, k_in, v_in, options, op);
   const Device dev = q_in.device();
   const Tensor lengths = detail::attention_key_lengths(q_in, options, shape, op);
-  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  AttentionResult r{Tensor::empty(q.shape(), q.dtype(), dev),
+  const AttentionLayout layout = layout_of(q_in);
+  const Tensor q = to_layout(q_in, layout), k = to_layout(k_in, layout), v = to_layout(v_in, layout);
+  AttentionResult r{detail::attention_empty(q.shape(), q.dtype(), dev, layout),
                     Tensor::empty({q.size(0), q.size(1), q.size(2)}, detail::attention_lse_dtype(q.dtype()), dev)};
+  set_strides(shape, q, k, r.out);
   [&] {
     if (q.numel() == 0) return;
     if (!dev.is_cpu()) {
-      if (detail::cudnn_attention_forward(q, k, v, shape, r, false, op)) return;
-      detail::gemm_attention_forward(q, k, v, shape, r, op);
+      if (detail::cudnn_attention_forward(q, k, v, shape, r, layout, op)) return;
+      gemm_forward(q, k, v, shape, r, op);
       return;
     }
     visit_float(q.dtype(), op, [&](auto tag) {
@@ -225,21 +306,6 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
                                          const Tensor& v_in, const Tensor& out_in, const Tensor& lse_in,
                                          const AttentionOptions& options, AttentionGrads grads) {
   const char* op = "causal_attention_backward";
-  if (const int64_t g = kv_groups(q_in, k_in, v_in, op); g > 1) {
-    // The gradients of the repeated heads, summed over each group (then added into `grads` when given).
-    autograd::NoGradGuard no_grad;
-    const AttentionGrads full =
-        causal_attention_backward(dout_in, q_in, repeat_kv(k_in, g), repeat_kv(v_in, g), out_in, lse_in, options);
-    const Shape grouped{k_in.size(0), k_in.size(1), g, k_in.size(2), k_in.size(3)};
-    AttentionGrads r{full.dq, sum(full.dk.view(grouped), 2), sum(full.dv.view(grouped), 2)};
-    if (!grads.dq.defined() && !grads.dk.defined() && !grads.dv.defined()) return r;
-    MPT_CHECK(grads.dq.defined() && grads.dk.defined() && grads.dv.defined(),
-              "[{}] give all three of dq, dk, dv to accumulate into, or none", op);
-    add_(grads.dq, r.dq);
-    add_(grads.dk, r.dk);
-    add_(grads.dv, r.dv);
-    return grads;
-  }
   auto shape = detail::attention_shape(q_in, k_in, v_in, options, op);
   detail::check_same_device({&q_in, &dout_in, &out_in, &lse_in}, op);
   detail::check_same_dtype({&q_in, &dout_in, &out_in}, op);
@@ -257,32 +323,42 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   if (accumulate) {
     detail::check_same_device({&q_in, &grads.dq, &grads.dk, &grads.dv}, op);
     check_grad(grads.dq, q_in, "dq", op);
-    check_grad(grads.dk, q_in, "dk", op);
-    check_grad(grads.dv, q_in, "dv", op);
+    check_grad(grads.dk, k_in, "dk", op);
+    check_grad(grads.dv, k_in, "dv", op);
   }
-  if (!accumulate) {
-    grads.dq = Tensor::empty(q_in.shape(), q_in.dtype(), dev);
-    grads.dk = Tensor::empty(q_in.shape(), q_in.dtype(), dev);
-    grads.dv = Tensor::empty(q_in.shape(), q_in.dtype(), dev);
-  }
-  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  const Tensor dout = dout_in.contiguous();
-  if (q.numel() == 0) return grads;
-  const Tensor out = out_in.contiguous(), lse = lse_in.contiguous();
-  if (!dev.is_cpu()) {
-    if (detail::cudnn_attention_backward(q, k, v, out, dout, lse, shape, grads, accumulate, false, op)) return grads;
-    detail::gemm_attention_backward(q, k, v, dout, shape, grads, accumulate, op);
+  const AttentionLayout layout = layout_of(q_in);
+  const Tensor q = to_layout(q_in, layout), k = to_layout(k_in, layout), v = to_layout(v_in, layout);
+  const Tensor out = to_layout(out_in, layout), dout = to_layout(dout_in, layout), lse = lse_in.contiguous();
+  set_strides(shape, q, k, out);
+  // The kernels write (or add into) gradients in the layout; given ones elsewhere get fresh ones added to them.
+  const bool in_place = accumulate && in_layout(grads.dq, layout) && in_layout(grads.dk, layout) &&
+                        in_layout(grads.dv, layout);
+  AttentionGrads d = in_place ? grads
+                              : AttentionGrads{detail::attention_empty(q.shape(), q.dtype(), dev, layout),
+                                               detail::attention_empty(k.shape(), q.dtype(), dev, layout),
+                                               detail::attention_empty(k.shape(), q.dtype(), dev, layout)};
+  const auto finish = [&] {
+    if (!accumulate || in_place) return d;
+    add_(grads.dq, d.dq);
+    add_(grads.dk, d.dk);
+    add_(grads.dv, d.dv);
     return grads;
+  };
+  if (q.numel() == 0) return finish();
+  if (!dev.is_cpu()) {
+    if (!detail::cudnn_attention_backward(q, k, v, out, dout, lse, shape, d, in_place, layout, op))
+      gemm_backward(q, k, v, dout, shape, d, in_place, op);
+    return finish();
   }
   visit_float(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using F = kernels::math::opmath_t<T>;
     const kernels::cpu::AttentionBackwardArgs<T> args{
-        q.data<T>(),    k.data<T>(),        v.data<T>(),        out.data<T>(),      lse.data<F>(),
-        dout.data<T>(), grads.dq.data<T>(), grads.dk.data<T>(), grads.dv.data<T>(), accumulate};
+        q.data<T>(),    k.data<T>(),    v.data<T>(),    out.data<T>(), lse.data<F>(),
+        dout.data<T>(), d.dq.data<T>(), d.dk.data<T>(), d.dv.data<T>(), in_place};
     kernels::cpu::attention_backward(shape, args);
   });
-  return grads;
+  return finish();
 }
 
 }  // namespace mpt::ops

@@ -47,9 +47,18 @@ cudnnHandle_t cudnn_handle(const Stream& stream, std::string* why) {
   return e.handle;
 }
 
-kcu::CudnnAttentionProblem cudnn_problem(const Tensor& q, const kernels::cpu::AttentionShape& s, bool packed) {
-  return {q.size(0), q.size(1), q.size(2), q.size(3), q.dtype() == DType::BF16, static_cast<float>(s.scale),
-          s.padding.lengths != nullptr, packed};
+kcu::CudnnAttentionProblem cudnn_problem(const Tensor& q, const Tensor& k, const kernels::cpu::AttentionShape& s,
+                                         AttentionLayout layout) {
+  return {q.size(0),
+          q.size(1),
+          q.size(2),
+          q.size(3),
+          q.dtype() == DType::BF16,
+          static_cast<float>(s.scale),
+          s.padding.lengths != nullptr,
+          layout == AttentionLayout::Packed,
+          k.size(1),
+          layout == AttentionLayout::TokenMajor};
 }
 
 // A padded call's lengths as cuDNN's padding mask reads them (none unpadded): seq_len_kv the device key lengths,
@@ -69,8 +78,9 @@ CudnnLengths cudnn_lengths(const Tensor& q, const kernels::cpu::AttentionShape& 
 
 // The cached cuDNN plan when the selection picks cuDNN and its plan builds, else null (the GEMM path runs). Under
 // MPT_ATTENTION=cudnn every refusal, the plan's included, throws instead.
-std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const kernels::cpu::AttentionShape& s,
-                                                          bool backward, bool packed, cudnnHandle_t* handle,
+std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const Tensor& k,
+                                                          const kernels::cpu::AttentionShape& s, bool backward,
+                                                          AttentionLayout layout, cudnnHandle_t* handle,
                                                           const char* op) {
   const detail::AttentionMode mode = detail::attention_mode_from_env(op);
   if (mode == detail::AttentionMode::Gemm) return nullptr;
@@ -92,7 +102,7 @@ std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const
   }
   const auto pass = backward ? kcu::AttentionPass::Backward : kcu::AttentionPass::Forward;
   try {
-    return kcu::cudnn_attention_plan(device, *handle, cudnn_problem(q, s, packed), pass);
+    return kcu::cudnn_attention_plan(device, *handle, cudnn_problem(q, k, s, layout), pass);
   } catch (const kcu::CudnnError& e) {
     MPT_CHECK(mode != detail::AttentionMode::Cudnn, "[{}] MPT_ATTENTION=cudnn, but cuDNN built no plan for {}: {}",
               op, q.meta_str(), e.what());
@@ -117,9 +127,9 @@ void run_cudnn(const char* op, F&& call) {
 }  // namespace
 
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
-                             AttentionResult& r, bool packed, const char* op) {
+                             AttentionResult& r, AttentionLayout layout, const char* op) {
   cudnnHandle_t handle = nullptr;
-  const auto plan = cudnn_plan(q, s, false, packed, &handle, op);
+  const auto plan = cudnn_plan(q, k, s, false, layout, &handle, op);
   if (!plan) return false;
   cuda_backend::DeviceGuard guard(q.device().index());
   const Tensor ws = cudnn_workspace(*plan, q.device());
@@ -135,14 +145,15 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 // into the given dq, dk, dv.
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const Tensor& lse, const kernels::cpu::AttentionShape& s,
-                              AttentionGrads& g, bool accumulate, bool packed, const char* op) {
-  MPT_CHECK(!(accumulate && packed), "[{}] packed attention writes fresh gradients only", op);
+                              AttentionGrads& g, bool accumulate, AttentionLayout layout, const char* op) {
+  MPT_CHECK(!(accumulate && layout == AttentionLayout::Packed), "[{}] packed attention writes fresh gradients only",
+            op);
   cudnnHandle_t handle = nullptr;
-  const auto plan = cudnn_plan(q, s, true, packed, &handle, op);
+  const auto plan = cudnn_plan(q, k, s, true, layout, &handle, op);
   if (!plan) return false;
   cuda_backend::DeviceGuard guard(q.device().index());
   const auto fresh = [&](const Tensor& grad) {
-    return accumulate ? Tensor::empty(q.shape(), q.dtype(), q.device()) : grad;
+    return accumulate ? attention_empty(grad.shape(), q.dtype(), q.device(), layout) : grad;
   };
   const Tensor dq = fresh(g.dq), dk = fresh(g.dk), dv = fresh(g.dv);
   const Tensor ws = cudnn_workspace(*plan, q.device());
@@ -166,12 +177,12 @@ bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 namespace mpt::ops::detail {
 
 bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const kernels::cpu::AttentionShape&,
-                             AttentionResult&, bool, const char*) {
+                             AttentionResult&, AttentionLayout, const char*) {
   return false;
 }
 bool cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, const kernels::cpu::AttentionShape&, AttentionGrads&, bool, bool,
-                              const char*) {
+                              const Tensor&, const kernels::cpu::AttentionShape&, AttentionGrads&, bool,
+                              AttentionLayout, const char*) {
   return false;
 }
 

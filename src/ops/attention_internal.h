@@ -8,8 +8,9 @@ namespace mpt::ops::detail {
 
 DType attention_lse_dtype(DType x);  // f64 for f64 inputs, else f32
 
-// Checks q, k, v (same (B, H, T, D) shape, dtype, device; any strides) and the scale; returns the kernels' shape
-// (contiguous layout, heads = H).
+// Checks q (B, H, T, D), k and v (one (B, H_kv, T, D) shape, H_kv dividing H: grouped-query attention when H_kv < H),
+// dtype, device (any strides) and the scale; returns the kernels' shape (contiguous layout, heads = H, kv_heads =
+// H_kv).
 kernels::cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const AttentionOptions& opt, const char* op);
 
@@ -26,15 +27,22 @@ void gemm_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const kernels::cpu::AttentionShape& s, AttentionGrads& g, bool accumulate,
                              const char* op);
 
+// Where q, k, v, out (and dout, dq, dk, dv) live. HeadMajor: contiguous (B, H, T, D) each (k, v: H_kv heads).
+// TokenMajor: each a transpose(1, 2) view of a contiguous (B, T, H, D) (what projections write and read). Packed: q,
+// k, v (dq, dk, dv) the column blocks of one (B, T, 3, H, D) buffer, out and dout (B, T, H, D); no grouped-query form.
+enum class AttentionLayout { HeadMajor, TokenMajor, Packed };
+
+// An uninitialised (B, H, T, D) tensor in `layout` (HeadMajor or TokenMajor).
+Tensor attention_empty(const Shape& bhtd, DType dtype, Device device, AttentionLayout layout);
+
 // cuDNN's fused flash attention when the selection (ops/attention_select.h) picks it and its plan builds: true when
-// it ran. q, k, v, out, dout, dq, dk, dv are (B, H, T, D) tensors, contiguous or, `packed`, views at the strides of
-// CudnnAttentionProblem::packed (q, k, v and dq, dk, dv column blocks of one (B, T, 3, H, D) buffer each, out and
-// dout (B, T, H, D)). Backward writes fresh gradients; with `accumulate` it computes into temporaries (contiguous
-// only) and adds them. Builds without CUDA return false.
+// it ran. q, out, dout, dq are (B, H, T, D), k, v, dk, dv (B, H_kv, T, D), all in `layout`. Backward writes fresh
+// gradients; with `accumulate` it computes into temporaries (in the layout) and adds them. Builds without CUDA
+// return false.
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
-                             AttentionResult& r, bool packed, const char* op);
+                             AttentionResult& r, AttentionLayout layout, const char* op);
 bool cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const Tensor& lse, const kernels::cpu::AttentionShape& s,
-                              AttentionGrads& g, bool accumulate, bool packed, const char* op);
+                              AttentionGrads& g, bool accumulate, AttentionLayout layout, const char* op);
 
 }  // namespace mpt::ops::detail

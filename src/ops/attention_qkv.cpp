@@ -79,7 +79,7 @@ AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, const At
     const Tensor out = heads_view(r.out.view({w.B, w.T, w.H, w.D}));
     if (!dev.is_cpu()) {
       AttentionResult heads{out, r.lse};
-      if (detail::cudnn_attention_forward(w.q, w.k, w.v, shape, heads, true, kOp)) return;
+      if (detail::cudnn_attention_forward(w.q, w.k, w.v, shape, heads, detail::AttentionLayout::Packed, kOp)) return;
       // The GEMM path: q, k, v copied to head-major in one pass, the output copied back in another.
       kernels::cpu::AttentionShape plain = shape;
       plain.qkv = plain.out = {};
@@ -135,7 +135,8 @@ Tensor causal_attention_qkv_backward(const Tensor& dout_in, const Tensor& qkv, c
   const Tensor dout_heads = heads_view(dout.view({w.B, w.T, w.H, w.D}));
   AttentionGrads g{d.q, d.k, d.v};
   if (!dev.is_cpu()) {
-    if (detail::cudnn_attention_backward(w.q, w.k, w.v, out_h, dout_heads, lse, shape, g, false, true, kBackwardOp))
+    if (detail::cudnn_attention_backward(w.q, w.k, w.v, out_h, dout_heads, lse, shape, g, false,
+                                         detail::AttentionLayout::Packed, kBackwardOp))
       return dqkv;
     return gemm_backward(head_major(w, qkv), dout_heads, options, kBackwardOp, dqkv);
   }

@@ -39,8 +39,11 @@ std::string device_json(int sm_major) {
          (hopper ? "NVIDIA H100 80GB HBM3" : "NVIDIA A100-SXM4-80GB") + R"("})";
 }
 
-CudnnAttentionProblem gpt_problem(bool bf16, int64_t d = 64, bool padded = false, bool packed = false) {
-  return {4, 12, 1024, d, bf16, 0.125f, padded, packed};  // GPT-2 small: B=4, H=12, T=1024, D=64, causal
+// GPT-2 small: B=4, H=12, T=1024, D=64, causal; h_kv < 12: grouped-query attention (Llama's), token_major: q, k, v
+// and o read and written where the projections keep them.
+CudnnAttentionProblem gpt_problem(bool bf16, int64_t d = 64, bool padded = false, bool packed = false,
+                                  int64_t h_kv = 0, bool token_major = false) {
+  return {4, 12, 1024, d, bf16, 0.125f, padded, packed, h_kv, token_major};
 }
 
 size_t config_count(const CudnnAttentionProblem& p, AttentionPass pass, int sm_major,
@@ -103,12 +106,16 @@ struct Case {
   bool padded = false;
   int64_t d = 64;
   bool packed = false;
+  int64_t h_kv = 0;
+  bool token_major = false;
 };
 
 std::string case_name(const Case& c) {
   return std::string("sm") + (c.sm_major == 9 ? "90" : "80") + (c.bf16 ? "_bf16" : "_f16") +
          (c.pass == AttentionPass::Forward ? "_forward" : "_backward") +
-         (c.padded ? "_padded_d" + std::to_string(c.d) : std::string()) + (c.packed ? "_packed" : "");
+         (c.padded ? "_padded_d" + std::to_string(c.d) : c.d != 64 ? "_d" + std::to_string(c.d) : std::string()) +
+         (c.packed ? "_packed" : "") +
+         (c.h_kv > 0 ? "_kv" + std::to_string(c.h_kv) : std::string()) + (c.token_major ? "_token_major" : "");
 }
 std::string param_name(const testing::TestParamInfo<Case>& info) { return case_name(info.param); }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " (" << c.configs << " configs)"; }
@@ -122,8 +129,11 @@ TEST_P(GptShape, EngineConfigsFinalizeUpToModuleLoad) {
   const Case& c = GetParam();
   const CudnnDescriptor device = cudnn_device_properties(device_json(c.sm_major));
   const CudnnTarget target{nullptr, device.get()};
-  const auto graph = build_cudnn_attention_graph(gpt_problem(c.bf16, c.d, c.padded, c.packed), c.pass, target);
-  EXPECT_EQ(graph->op_count, (c.pass == AttentionPass::Forward ? 14 : 22) + (c.padded ? 6 : 0));
+  const auto graph = build_cudnn_attention_graph(gpt_problem(c.bf16, c.d, c.padded, c.packed, c.h_kv, c.token_major),
+                                                 c.pass, target);
+  const bool grouped = c.h_kv > 0 && c.h_kv != 12;
+  EXPECT_EQ(graph->op_count,
+            (c.pass == AttentionPass::Forward ? 14 : 22 + (grouped ? 2 : 0)) + (c.padded ? 6 : 0));
   const std::vector<CudnnDescriptor> configs = cudnn_engine_configs(*graph, target);
   ASSERT_GE(configs.size(), 1u);
   EXPECT_EQ(configs.size(), c.configs);
@@ -174,6 +184,25 @@ INSTANTIATE_TEST_SUITE_P(CudnnAttentionAotPacked, GptShape,
                                          Case{9, true, AttentionPass::Forward, 4, true, 64, true},
                                          Case{9, true, AttentionPass::Backward, 3, true, 64, true},
                                          Case{8, true, AttentionPass::Backward, 3, true, 64, true}),
+                         param_name);
+
+// Llama's layout: grouped-query attention (12 query heads over 4 or 1 kv heads, read in place; backward sums each
+// group's dK and dV with a reduction, as cudnn-frontend does) and token-major operands (each of q, k, v, o its own
+// (B, T, heads, D) buffer), plain and key-padded. As for the packed layout, this proves the engines exist for the
+// graphs; tests/emu_backend runs their strides and head mapping against the multi-head graph, and tests/gpu on a GPU.
+INSTANTIATE_TEST_SUITE_P(CudnnAttentionAotGrouped, GptShape,
+                         testing::Values(Case{9, true, AttentionPass::Forward, 4, false, 64, false, 4, true},
+                                         Case{9, true, AttentionPass::Backward, 3, false, 64, false, 4, true},
+                                         Case{9, false, AttentionPass::Backward, 3, false, 64, false, 4, true},
+                                         Case{8, true, AttentionPass::Forward, 3, false, 64, false, 4, true},
+                                         Case{8, true, AttentionPass::Backward, 3, false, 64, false, 4, true},
+                                         Case{9, true, AttentionPass::Forward, 4, true, 64, false, 4, true},
+                                         Case{9, true, AttentionPass::Backward, 3, true, 64, false, 4, true},
+                                         Case{8, true, AttentionPass::Backward, 3, true, 64, false, 4, true},
+                                         Case{9, true, AttentionPass::Backward, 3, false, 64, false, 1, true},
+                                         Case{9, true, AttentionPass::Backward, 3, false, 64, false, 4, false},
+                                         Case{9, true, AttentionPass::Backward, 3, false, 64, false, 12, true},
+                                         Case{9, true, AttentionPass::Backward, 2, false, 128, false, 4, true}),
                          param_name);
 
 // The shape tests/gpu's GpuAttention.KeyPaddedForwardAndBackwardMatchCpu runs on cuDNN (B=3, H=2, T=77, D=32, bf16,

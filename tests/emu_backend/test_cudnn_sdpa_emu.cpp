@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_emu/counters.h"
 #include "cuda_emu/cudnn.h"
 #include "mpt/core/stream.h"
 #include "mpt/mpt.h"
@@ -103,6 +104,54 @@ TEST_F(CudnnSdpaEmu, HeadMajorAndFusedLayoutsRunOnCudnnAndMatchCpu) {
                             .to_vector<double>())
           ASSERT_EQ(x, 0.0) << n;
       }
+    }
+  }
+}
+
+// Llama's attention on the cuDNN path: token-major q, k, v with fewer kv heads, read in place (the graph declares the
+// H_kv heads at the projections' strides: no repeated kv heads, no head copies, one launch per pass unpadded). Against
+// the same values head-major with the kv heads repeated in memory (the multi-head graph, whose agreement with the CPU
+// the test above checks): out, lse and dq bit for bit, dk and dv the group sums of the repeated heads' gradients (each
+// rounded to the I/O dtype, summed in f32, rounded: what the grouped graph declares; G = 2, so no order to differ).
+TEST_F(CudnnSdpaEmu, GroupedQueryTokenMajorReadsTheKvHeadsInPlace) {
+  const int64_t B = 2, T = 45, H = 4, Hkv = 2, D = 64;
+  const Device gpu = Device::cuda(0);
+  for (bool padded : {false, true}) {
+    ops::AttentionOptions o;
+    if (padded) o.lengths = Tensor::from_vector(std::vector<int32_t>{45, 20}, {B});
+    for (DType dt : {DType::BF16, DType::F16}) {
+      const std::string n = std::string(dtype_name(dt)) + (padded ? " padded" : "");
+      const auto token_major = [&](int64_t heads, uint64_t seed) {
+        return testing::random_tensor({B, T, heads, D}, dt, seed).to(gpu).transpose(1, 2);
+      };
+      const Tensor q = token_major(H, 31), k = token_major(Hkv, 32), v = token_major(Hkv, 33);
+      const Tensor dout = token_major(H, 34);
+      const uint64_t before = cuda_emu::cudnn_sdpa_executions(), launches = cuda_emu::counters().kernel_launches;
+      const ops::AttentionResult r = ops::causal_attention(q, k, v, o);
+      if (!padded) EXPECT_EQ(cuda_emu::counters().kernel_launches, launches + 1) << n;
+      const ops::AttentionGrads g = ops::causal_attention_backward(dout, q, k, v, r.out, r.lse, o);
+      if (!padded) EXPECT_EQ(cuda_emu::counters().kernel_launches, launches + 2) << n;
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 2) << n;
+      EXPECT_TRUE(r.out.transpose(1, 2).is_contiguous()) << n;
+      EXPECT_EQ(g.dk.shape(), k.shape()) << n;
+      EXPECT_TRUE(g.dq.transpose(1, 2).is_contiguous() && g.dk.transpose(1, 2).is_contiguous() &&
+                  g.dv.transpose(1, 2).is_contiguous())
+          << n;
+
+      const auto repeated = [&](const Tensor& kv) {
+        return kv.contiguous().unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D}).contiguous();
+      };
+      const Tensor qh = q.contiguous(), kh = repeated(k), vh = repeated(v);
+      const ops::AttentionResult m = ops::causal_attention(qh, kh, vh, o);
+      const ops::AttentionGrads gm = ops::causal_attention_backward(dout.contiguous(), qh, kh, vh, m.out, m.lse, o);
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 4) << n;
+      EXPECT_TRUE(same_bits(r.out, m.out)) << "out " << n;
+      EXPECT_TRUE(same_bits(r.lse, m.lse)) << "lse " << n;
+      EXPECT_TRUE(same_bits(g.dq, gm.dq)) << "dq " << n;
+      const Shape grouped{B, Hkv, H / Hkv, T, D};
+      EXPECT_TRUE(same_bits(g.dk, ops::sum(gm.dk.view(grouped), 2))) << "dk " << n;
+      EXPECT_TRUE(same_bits(g.dv, ops::sum(gm.dv.view(grouped), 2))) << "dv " << n;
+      EXPECT_GT(max_abs(g.dk), 0.0) << n;
     }
   }
 }

@@ -5,13 +5,15 @@
 
 namespace mpt::ops {
 
-// Layout: q, k, v and the output are (B, H, T, D): batch, head, position, head dimension. A model gets them
-// from its fused QKV projection (B, T, 3 * H * D) by reshape to (B, T, 3, H, D), select, and transpose(1, 2)
-// (any strides are accepted; non-contiguous inputs are copied), and feeds the output back through
-// transpose(1, 2) and reshape to (B, T, H * D).
+// Layout: q, k, v and the output are (B, H, T, D): batch, head, position, head dimension. Two storage layouts run
+// without copies: head-major (contiguous (B, H, T, D)) and token-major (a transpose(1, 2) view of a contiguous
+// (B, T, H, D): what a projection's output viewed as (B, T, H, D) and transposed is). A model feeds its projections'
+// outputs in token-major and views the output back with transpose(1, 2) and reshape to (B, T, H * D), copying nothing:
+// the output (and backward's dq, dk, dv) are token-major when q is, else head-major. Operands in any other strides,
+// or in a layout other than q's, are copied to q's.
 // Grouped-query attention (Llama 2/3's GQA, MQA when H_kv = 1): k and v may have H_kv heads, H_kv dividing q's H;
-// query head h reads kv head h / (H / H_kv). The kv heads are repeated to H (Hugging Face's repeat_kv: an (B, H, T, D)
-// copy of each) before the kernels run, on every path; their gradients are the sums over each group.
+// query head h reads kv head h / (H / H_kv), in place (the CPU kernel and cuDNN read the H_kv heads; the CUDA GEMM
+// fallback alone repeats them in memory). dk and dv sum their group's gradients in f32 and are rounded once.
 struct AttentionOptions {
   double scale = 0;  // multiplies q . k; 0 means 1 / sqrt(D). Must be finite and >= 0.
   // Key padding for a dynamically padded batch (optional): (B,) i32 on the CPU, sample b's real length, 1 <= lengths[b]
@@ -57,8 +59,9 @@ struct AttentionGrads {
 
 // The gradients of causal_attention from the output gradient dout (the output's shape and dtype), the
 // forward's inputs, its output and lse (the probabilities are recomputed blockwise, never stored). When
-// `grads` holds dq, dk and dv (q's shape and dtype, contiguous; all three or none), the gradients are
-// accumulated into them (+=) and they are returned; otherwise new tensors are returned. (cuDNN writes fresh
+// `grads` holds dq, dk and dv (q's and k's shapes, q's dtype; all three or none), the gradients are accumulated
+// into them (+=) and they are returned; otherwise new tensors (in q's layout) are returned. Given gradients in the
+// kernels' layout (q's) are accumulated into in place; others get fresh gradients added. (cuDNN writes fresh
 // gradients: with `grads` given it computes into temporaries that are then added, costing 3 extra (B,H,T,D)
 // buffers. Its backward accumulates dq in an f32 buffer, reportedly with atomics: expect run-to-run differences in
 // the last bits, unlike the CPU and GEMM paths.)

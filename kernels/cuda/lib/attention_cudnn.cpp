@@ -26,6 +26,9 @@ const char* cudnn_attention_unsupported(const CudnnAttentionProblem& p, Attentio
   if (p.b < 1 || p.h < 1 || p.t < 1 || p.d < 1) return "every size must be at least 1";
   if (!std::isfinite(p.scale)) return "the scale must be finite";
   if (p.d % 8 != 0) return "the head dimension must be a multiple of 8";
+  if (p.kv_heads() < 1 || p.h % p.kv_heads() != 0) return "the kv heads must divide the query heads";
+  if (p.packed && (p.kv_heads() != p.h || p.token_major))
+    return "the packed layout holds as many kv heads as query heads, and is not token-major";
   if (cudnnGetVersion() < 91600) return "needs cuDNN 9.16 or newer (older versions need graph workarounds)";
   const bool backward = pass == AttentionPass::Backward;
   if (sm_major == 8 && sm_minor != 0 && p.d > 128) return "the head dimension must be <= 128 on sm_86/sm_89";
@@ -202,8 +205,9 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, const void* q, const voi
     if (p.packed) {
       zero(dq, 3 * grad_bytes, "dQKV");  // dk and dv interleave with dq; dq's rows are all rewritten
     } else {
-      zero(dk, grad_bytes, "dK");
-      zero(dv, grad_bytes, "dV");
+      const int64_t kv_bytes = grad_bytes / p.h * p.kv_heads();  // dk and dv: contiguous in either layout
+      zero(dk, kv_bytes, "dK");
+      zero(dv, kv_bytes, "dV");
     }
   }
   execute(handle, uids, ptrs, n, cudnn_ws);
@@ -211,7 +215,7 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, const void* q, const voi
 
 std::shared_ptr<const CudnnAttentionPlan> cudnn_attention_plan(int device, cudnnHandle_t handle,
                                                                const CudnnAttentionProblem& p, AttentionPass pass) {
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, bool, bool, int>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, bool, bool, int64_t, bool, int>;
   struct Entry {
     std::shared_ptr<const CudnnAttentionPlan> plan;
     std::shared_ptr<const CudnnError> error;  // a build that failed fails again at once, without rebuilding
@@ -220,7 +224,8 @@ std::shared_ptr<const CudnnAttentionPlan> cudnn_attention_plan(int device, cudnn
   static auto* cache = new std::map<Key, Entry>();  // never destroyed: plans must not outlive cuDNN at exit
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &p.scale, sizeof(scale_bits));
-  const Key key{device, p.b, p.h, p.t, p.d, p.bf16, scale_bits, p.padded, p.packed, int(pass)};
+  const Key key{device, p.b, p.h, p.t, p.d, p.bf16, scale_bits, p.padded, p.packed, p.kv_heads(), p.token_major,
+                int(pass)};
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = cache->find(key); it != cache->end()) {

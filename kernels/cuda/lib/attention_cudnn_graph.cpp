@@ -173,31 +173,43 @@ class GraphBuilder {
 };
 
 // The layouts of one problem (dims, then strides). K and V enter the score GEMMs transposed, as the views
-// K^T, V^T (B,H,D,T); P^T and dS^T are the (B,H,T,T) scores read transposed.
+// K^T, V^T (B,H_kv,D,T); P^T and dS^T are the (B,H,T,T) scores read transposed.
 struct Layouts {
-  Dims bhtd, bhdt, bhtt, bht1, b111;
-  Dims s_bhtd, s_bhdt, s_bhtt, s_bhtt_t, s_bht1, s_b111;
-  Dims s_qkv, s_qkv_t, s_out;  // the stored Q, K, V (dQ, dK, dV), K^T, V^T, and O, dO: s_bhtd, s_bhdt unless packed
+  Dims bhtd, bhtt, bht1, b111, kv_td, kv_dt;  // kv_*: K, V (dK, dV) and K^T, V^T, with H_kv heads
+  Dims s_bhtd, s_bhtt, s_bhtt_t, s_bht1, s_b111;
+  Dims s_q, s_kv, s_kv_t, s_out;  // the stored Q (dQ), K, V (dK, dV), K^T, V^T, and O, dO
   cudnnDataType_t io;
+  bool grouped;  // H_kv < H
 };
 
+// A stored (B, heads, T, D) tensor's strides, and those of its (B, heads, D, T) transposed view.
+Dims stored_strides(const CudnnAttentionProblem& p, int64_t heads, bool transposed) {
+  const int64_t t = p.t, d = p.d;
+  const int64_t row = p.packed ? 3 * p.h * d : p.token_major ? heads * d : d;  // between positions
+  const int64_t head = p.packed || p.token_major ? d : t * d;
+  const int64_t batch = p.packed ? t * 3 * p.h * d : t * heads * d;
+  return transposed ? Dims{batch, head, 1, row} : Dims{batch, head, row, 1};
+}
+
 Layouts layouts_of(const CudnnAttentionProblem& p) {
-  const int64_t b = p.b, h = p.h, t = p.t, d = p.d;
+  const int64_t b = p.b, h = p.h, t = p.t, d = p.d, hk = p.kv_heads();
   return {.bhtd = {b, h, t, d},
-          .bhdt = {b, h, d, t},
           .bhtt = {b, h, t, t},
           .bht1 = {b, h, t, 1},
           .b111 = {b, 1, 1, 1},
+          .kv_td = {b, hk, t, d},
+          .kv_dt = {b, hk, d, t},
           .s_bhtd = {h * t * d, t * d, d, 1},
-          .s_bhdt = {h * t * d, t * d, 1, d},
           .s_bhtt = {h * t * t, t * t, t, 1},
           .s_bhtt_t = {h * t * t, t * t, 1, t},
           .s_bht1 = {h * t, t, 1, 1},
           .s_b111 = {1, 1, 1, 1},
-          .s_qkv = p.packed ? Dims{t * 3 * h * d, d, 3 * h * d, 1} : Dims{h * t * d, t * d, d, 1},
-          .s_qkv_t = p.packed ? Dims{t * 3 * h * d, d, 1, 3 * h * d} : Dims{h * t * d, t * d, 1, d},
-          .s_out = p.packed ? Dims{t * h * d, d, h * d, 1} : Dims{h * t * d, t * d, d, 1},
-          .io = p.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF};
+          .s_q = stored_strides(p, h, false),
+          .s_kv = stored_strides(p, hk, false),
+          .s_kv_t = stored_strides(p, hk, true),
+          .s_out = p.packed || p.token_major ? Dims{t * h * d, d, h * d, 1} : Dims{h * t * d, t * d, d, 1},
+          .io = p.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF,
+          .grouped = hk != h};
 }
 
 constexpr cudnnDataType_t kF32 = CUDNN_DATA_FLOAT;
@@ -270,9 +282,9 @@ Desc scaled_causal_scores(GraphBuilder& gb, const Layouts& l, Desc q, Desc kt, D
 // O = softmax(causal(scale Q K^T)) V and Stats = max + log(sum exp): 14 operations, 20 padded.
 void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProblem& prob,
                    const CudnnGraphOptions& opt) {
-  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_qkv);
-  const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_qkv_t);
-  const Desc v = gb.tensor("V", kV, l.io, l.bhtd, l.s_qkv);
+  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_q);
+  const Desc kt = gb.tensor("K^T", kK, l.io, l.kv_dt, l.s_kv_t);
+  const Desc v = gb.tensor("V", kV, l.io, l.kv_td, l.s_kv);
   const Desc o = gb.tensor("O", kO, l.io, l.bhtd, l.s_out);
   const Desc stats = gb.tensor("Stats", kStats, kF32, l.bht1, l.s_bht1);
   const Desc scale = gb.scalar("scale", kScale);
@@ -297,21 +309,26 @@ void build_forward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProbl
   gb.matmul("O = P V", p, v, o, extents(pad, pad.seq_len_q, nullptr, pad.seq_len_kv));
 }
 
-// dQ, dK, dV from Q, K, V, O, dO and Stats, recomputing P = exp(S - Stats): 22 operations, 28 padded. softmax_sum
-// (rowsum(dO * O)) and dQ_accum (f32 dQ, accumulated by the engine) are caller-provided dense f32 buffers. Padded,
-// every GEMM takes its extents over queries from seq_len_q and over keys from seq_len_kv, as cudnn-frontend sets them.
+// dQ, dK, dV from Q, K, V, O, dO and Stats, recomputing P = exp(S - Stats): 22 operations, 28 padded, 2 more with
+// grouped-query attention. softmax_sum (rowsum(dO * O)) and dQ_accum (f32 dQ, accumulated by the engine) are
+// caller-provided dense f32 buffers. Padded, every GEMM takes its extents over queries from seq_len_q and over keys
+// from seq_len_kv, as cudnn-frontend sets them. Grouped, dV and dK are each query head's (virtual, dense, in the I/O
+// dtype) summed over its group by a reduction, cudnn-frontend's "dV_fullhead"/"dK_fullhead" (v1.23.0).
 void build_backward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProblem& prob,
                     const CudnnGraphOptions& opt) {
   const cudnnDataType_t low = l.io;
-  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_qkv);
-  const Desc kt = gb.tensor("K^T", kK, l.io, l.bhdt, l.s_qkv_t);
-  const Desc vt = gb.tensor("V^T", kV, l.io, l.bhdt, l.s_qkv_t);
+  const Desc q = gb.tensor("Q", kQ, l.io, l.bhtd, l.s_q);
+  const Desc kt = gb.tensor("K^T", kK, l.io, l.kv_dt, l.s_kv_t);
+  const Desc vt = gb.tensor("V^T", kV, l.io, l.kv_dt, l.s_kv_t);
   const Desc o = gb.tensor("O", kO, l.io, l.bhtd, l.s_out);
   const Desc dout = gb.tensor("dO", kDout, l.io, l.bhtd, l.s_out);
   const Desc stats = gb.tensor("Stats", kStats, kF32, l.bht1, l.s_bht1);
-  const Desc dq = gb.tensor("dQ", kDq, l.io, l.bhtd, l.s_qkv);
-  const Desc dk = gb.tensor("dK", kDk, l.io, l.bhtd, l.s_qkv);
-  const Desc dv = gb.tensor("dV", kDv, l.io, l.bhtd, l.s_qkv);
+  const Desc dq = gb.tensor("dQ", kDq, l.io, l.bhtd, l.s_q);
+  const Desc dk = gb.tensor("dK", kDk, l.io, l.kv_td, l.s_kv);
+  const Desc dv = gb.tensor("dV", kDv, l.io, l.kv_td, l.s_kv);
+  // Grouped: each query head's dK and dV, summed over the group into dK and dV.
+  const Desc dk_heads = l.grouped ? gb.virt("dK per query head", l.io, l.bhtd, l.s_bhtd) : dk;
+  const Desc dv_heads = l.grouped ? gb.virt("dV per query head", l.io, l.bhtd, l.s_bhtd) : dv;
   const Desc softmax_sum = gb.tensor("softmax_sum", kSoftmaxSum, kF32, l.bht1, l.s_bht1);
   const Desc dq_accum = gb.tensor("dQ_accum", kDqAccum, kF32, l.bhtd, l.s_bhtd);
   const Desc scale = gb.scalar("scale", kScale);
@@ -333,7 +350,8 @@ void build_backward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProb
   gb.pointwise("P = exp(S - Stats)", CUDNN_POINTWISE_EXP, kF32, shifted, nullptr, nullptr, p);
   const Desc pt = gb.virt("P^T", low, l.bhtt, l.s_bhtt_t);
   gb.reshape("P^T", p, pt);
-  gb.matmul("dV = P^T dO", pt, dout, dv, extents(pad, skv, nullptr, sq));
+  gb.matmul("dV = P^T dO", pt, dout, dv_heads, extents(pad, skv, nullptr, sq));
+  if (l.grouped) gb.reduction("dV = group sum", CUDNN_REDUCE_TENSOR_ADD, dv_heads, dv);
 
   const Desc dp = gb.virt("dP", kF32, l.bhtt, l.s_bhtt);
   gb.matmul("dP = dO V^T", dout, vt, dp, extents(pad, sq, skv, nullptr));
@@ -345,9 +363,10 @@ void build_backward(GraphBuilder& gb, const Layouts& l, const CudnnAttentionProb
   gb.pointwise("dS = scale * ...", CUDNN_POINTWISE_MUL, kF32, ds_unscaled, scale, nullptr, ds);
   const Desc dst = gb.virt("dS^T", low, l.bhtt, l.s_bhtt_t);
   gb.reshape("dS^T", ds, dst);
-  gb.matmul("dK = dS^T Q", dst, q, dk, extents(pad, skv, nullptr, sq));
+  gb.matmul("dK = dS^T Q", dst, q, dk_heads, extents(pad, skv, nullptr, sq));
+  if (l.grouped) gb.reduction("dK = group sum", CUDNN_REDUCE_TENSOR_ADD, dk_heads, dk);
 
-  const Desc k = gb.virt("K", kF32, l.bhtd, l.s_qkv);
+  const Desc k = gb.virt("K", kF32, l.kv_td, l.s_kv);
   gb.reshape("K = (K^T)^T", kt, k);
   gb.matmul("dQ_accum = dS K", ds, k, dq_accum, extents(pad, sq, nullptr, skv));
   gb.pointwise("dQ = dQ_accum", CUDNN_POINTWISE_IDENTITY, kF32, dq_accum, nullptr, nullptr, dq);

@@ -160,7 +160,7 @@ struct Sdpa {
   std::map<int64_t, Operand> ops;
   std::map<int64_t, void*> ptr;
   bool backward = false, padded = false;
-  int64_t B = 0, H = 0, T = 0, D = 0;
+  int64_t B = 0, H = 0, T = 0, D = 0, G = 1;  // G: query heads per kv head (K's and V's dims say H / G heads)
   Io io;
   float scale = 0;
 
@@ -172,11 +172,12 @@ struct Sdpa {
     return j < static_cast<const int32_t*>(ptr.at(ids::kSeqLenKv))[b] &&
            i < static_cast<const int32_t*>(ptr.at(ids::kSeqLenQ))[b];
   }
-  // K and V as the graph declares them where it reads them transposed (K^T (B,H,D,T) in both passes, V^T in
-  // backward): element (b, h, token, d) of either.
+  // K and V as the graph declares them where it reads them transposed (K^T (B,H_kv,D,T) in both passes, V^T in
+  // backward): element (b, token, d) of either as query head h reads it (kv head h / G).
   float kv(int64_t uid, int64_t b, int64_t h, int64_t t, int64_t d) const {
     const bool transposed = uid == ids::kK || backward;
-    return io.load(ptr.at(uid), transposed ? at(op(uid), b, h, d, t) : at(op(uid), b, h, t, d));
+    const int64_t hk = h / G;
+    return io.load(ptr.at(uid), transposed ? at(op(uid), b, hk, d, t) : at(op(uid), b, hk, t, d));
   }
   float x(int64_t uid, int64_t b, int64_t h, int64_t t, int64_t d) const {
     return io.load(ptr.at(uid), at(op(uid), b, h, t, d));
@@ -208,16 +209,23 @@ struct Sdpa {
           stats[at(op(ids::kStats), b, h, i, 0)] = lse[static_cast<size_t>(i)];
           for (int64_t d = 0; d < D; ++d) {
             float o = 0;
-            for (int64_t j = 0; j < T; ++j) o += io.round(p[static_cast<size_t>(i * T + j)]) * x(ids::kV, b, h, j, d);
+            for (int64_t j = 0; j < T; ++j) o += io.round(p[static_cast<size_t>(i * T + j)]) * kv(ids::kV, b, h, j, d);
             io.store(ptr.at(ids::kO), at(op(ids::kO), b, h, i, d), o);
           }
         }
       }
   }
+  // Grouped (G > 1): each query head's dK and dV rounded to the I/O dtype (the graph's per-head tensors), summed over
+  // the group in f32 (the reduction's compute type) in head order, and rounded once more into dK and dV.
   void backward_pass() const {
     std::vector<float> p(static_cast<size_t>(T * T)), lse(static_cast<size_t>(T)), ds(static_cast<size_t>(T * T));
+    std::vector<float> dk_sum(static_cast<size_t>(G > 1 ? T * D : 0)), dv_sum(dk_sum.size());
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
+        if (G > 1 && h % G == 0) {
+          std::fill(dk_sum.begin(), dk_sum.end(), 0.f);
+          std::fill(dv_sum.begin(), dv_sum.end(), 0.f);
+        }
         probs(b, h, p, lse);
         for (int64_t i = 0; i < T; ++i) {
           float delta = 0;  // rowsum(dO * O)
@@ -239,8 +247,15 @@ struct Sdpa {
             io.store(ptr.at(ids::kDq), at(op(ids::kDq), b, h, t, d), dq);
             if (padded && t >= static_cast<const int32_t*>(ptr.at(ids::kSeqLenKv))[b]) continue;
             // Key rows past seq_len_kv lie outside the dK and dV GEMMs' extent: left as they were, as an engine may.
-            io.store(ptr.at(ids::kDk), at(op(ids::kDk), b, h, t, d), dk);
-            io.store(ptr.at(ids::kDv), at(op(ids::kDv), b, h, t, d), dv);
+            if (G > 1) {
+              dk_sum[static_cast<size_t>(t * D + d)] += io.round(dk);
+              dv_sum[static_cast<size_t>(t * D + d)] += io.round(dv);
+              if (h % G != G - 1) continue;
+              dk = dk_sum[static_cast<size_t>(t * D + d)];
+              dv = dv_sum[static_cast<size_t>(t * D + d)];
+            }
+            io.store(ptr.at(ids::kDk), at(op(ids::kDk), b, h / G, t, d), dk);
+            io.store(ptr.at(ids::kDv), at(op(ids::kDv), b, h / G, t, d), dv);
           }
       }
   }
@@ -263,8 +278,13 @@ cudnnStatus_t execute(const Handle& handle, const Desc& plan, const Desc& pack) 
   s.ops = operands_of(*plan.graph, &op_count);
   s.backward = s.ops.count(ids::kDq) != 0;
   s.padded = s.ops.count(ids::kSeqLenKv) != 0;
-  const int64_t want = (s.backward ? 22 : 14) + (s.padded ? 6 : 0);
-  if (op_count != want || s.ops.count(ids::kQ) == 0)
+  if (s.ops.count(ids::kQ) == 0 || s.ops.count(ids::kK) == 0 || s.op(ids::kQ).dims.size() != 4 ||
+      s.op(ids::kK).dims.size() != 4)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED, "the cuDNN double runs only mptrain's attention graphs (no 4-d Q, K)");
+  const Operand& q = s.op(ids::kQ);
+  const int64_t kv_heads = s.op(ids::kK).dims[1];
+  const int64_t want = (s.backward ? 22 + (kv_heads != q.dims[1] ? 2 : 0) : 14) + (s.padded ? 6 : 0);
+  if (op_count != want)
     return fail(CUDNN_STATUS_NOT_SUPPORTED, "the cuDNN double runs only mptrain's causal attention graphs (" +
                                                 std::to_string(op_count) + " operations, expected " +
                                                 std::to_string(want) + ")");
@@ -284,8 +304,11 @@ cudnnStatus_t execute(const Handle& handle, const Desc& plan, const Desc& pack) 
     acc.push_back({s.ptr[uid], span_bytes(o), is_output, uid_name(uid)});
     (is_output ? written : read) += data_bytes(o);
   }
-  const Operand& q = s.op(ids::kQ);
   s.B = q.dims[0], s.H = q.dims[1], s.T = q.dims[2], s.D = q.dims[3];
+  if (kv_heads < 1 || s.H % kv_heads != 0)
+    return fail(CUDNN_STATUS_BAD_PARAM, "K's heads (" + std::to_string(kv_heads) + ") must divide Q's (" +
+                                            std::to_string(s.H) + ")");
+  s.G = s.H / kv_heads;
   s.io.bf16 = q.type == CUDNN_DATA_BFLOAT16;
   s.scale = *static_cast<const float*>(s.ptr.at(ids::kScale));
   const cudaError_t err = run_on_stream(handle.stream, "cudnnBackendExecute", acc, [s, read, written] {
