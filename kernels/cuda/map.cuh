@@ -61,6 +61,35 @@ cudaError_t launch_map(Out* out, int64_t n, F f, cudaStream_t stream, const In*.
              : launch(map_kernel<false, kAccumulate, Out, F, In...>, config, out, n, f, in...);
 }
 
+// Two outputs from one read of the inputs: o0[k] = f0(v[k]...), o1[k] = f1(v[k]...).
+template <class Out, class F0, class F1, class... In>
+MPT_DEVICE MPT_INLINE void apply_vec2(Vec16<Out>& o0, Vec16<Out>& o1, const F0& f0, const F1& f1,
+                                      const Vec16<In>&... v) {
+#pragma unroll
+  for (int k = 0; k < Vec16<Out>::kSize; ++k) {
+    o0.v[k] = math::store<Out>(f0(math::load(v.v[k])...));
+    o1.v[k] = math::store<Out>(f1(math::load(v.v[k])...));
+  }
+}
+
+template <bool kVec, class Out, class F0, class F1, class... In>
+__global__ void __launch_bounds__(kThreads) map2_kernel(Out* out0, Out* out1, int64_t n, F0 f0, F1 f1,
+                                                         const In*... in) {
+  constexpr int kWidth = kVec ? Vec16<Out>::kSize : 1;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kWidth;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kWidth; i < n; i += stride) {
+    if constexpr (kVec) {
+      Vec16<Out> o0, o1;
+      apply_vec2(o0, o1, f0, f1, load16(in + i)...);
+      store16(out0 + i, o0);
+      store16(out1 + i, o1);
+    } else {
+      out0[i] = math::store<Out>(f0(math::load(in[i])...));
+      out1[i] = math::store<Out>(f1(math::load(in[i])...));
+    }
+  }
+}
+
 }  // namespace map_detail
 
 // out[i] = f(in[i]...) (or += when accumulate), asynchronous on `stream`.
@@ -70,6 +99,25 @@ cudaError_t map(Out* out, int64_t n, bool accumulate, F f, cudaStream_t stream, 
   if (n == 0) return cudaSuccess;
   return accumulate ? map_detail::launch_map<true>(out, n, f, stream, in...)
                     : map_detail::launch_map<false>(out, n, f, stream, in...);
+}
+
+// out0[i] = f0(in[i]...) and out1[i] = f1(in[i]...) in one pass over the inputs (both overwritten), asynchronous on
+// `stream`: the bits of two map calls, the inputs read once.
+template <class Out, class F0, class F1, class... In>
+cudaError_t map2(Out* out0, Out* out1, int64_t n, F0 f0, F1 f1, cudaStream_t stream, const In*... in) {
+  using namespace map_detail;
+  if (n < 0 || (n > 0 && (out0 == nullptr || out1 == nullptr))) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  constexpr int kWidth = Vec16<Out>::kSize;
+  const bool vec = n % kWidth == 0 && is_aligned16(out0) && is_aligned16(out1) && (is_aligned16(in) && ...) &&
+                   ((sizeof(In) == sizeof(Out)) && ...);
+  const int64_t units = vec ? n / kWidth : n;
+  const int64_t blocks = (units + kThreads - 1) / kThreads;
+  const uint64_t elems = static_cast<uint64_t>(n);
+  const LaunchConfig config{dim3(static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8)), dim3(kThreads), 0,
+                            stream, elems * (uint64_t{0} + ... + sizeof(In)), 2 * elems * sizeof(Out)};
+  return vec ? launch(map2_kernel<true, Out, F0, F1, In...>, config, out0, out1, n, f0, f1, in...)
+             : launch(map2_kernel<false, Out, F0, F1, In...>, config, out0, out1, n, f0, f1, in...);
 }
 
 }  // namespace mpt::kernels::cuda

@@ -69,6 +69,16 @@ cudaError_t binary_backward(BinaryKind kind, bool wrt_b, const T* dy, const T* a
 }
 
 template <class T>
+cudaError_t binary_backward_both(BinaryKind kind, const T* dy, const T* a, const T* b, T* da, T* db, int64_t n,
+                                 cudaStream_t stream) {
+  if (n > 0 && (dy == nullptr || a == nullptr || b == nullptr)) return cudaErrorInvalidValue;
+  return math::visit_binary_kind(kind, [&](auto k) {
+    constexpr BinaryKind K = decltype(k)::value;
+    return map2(da, db, n, math::BinaryBackward<K, false>{}, math::BinaryBackward<K, true>{}, stream, dy, a, b);
+  });
+}
+
+template <class T>
 cudaError_t compare(CompareKind kind, const T* a, const T* b, uint8_t* out, const BinaryShape& shape,
                     cudaStream_t stream) {
   const BinaryShape s{shape.n, shape.b_period, false};
@@ -111,6 +121,8 @@ cudaError_t arg_reduce(bool is_max, const T* x, T* values, int64_t* indices, con
   template cudaError_t binary<T>(BinaryKind, const T*, const T*, T*, const BinaryShape&, cudaStream_t);             \
   template cudaError_t binary_backward<T>(BinaryKind, bool, const T*, const T*, const T*, T*, int64_t, bool,         \
                                           cudaStream_t);                                                             \
+  template cudaError_t binary_backward_both<T>(BinaryKind, const T*, const T*, const T*, T*, T*, int64_t,           \
+                                               cudaStream_t);                                                        \
   template cudaError_t compare<T>(CompareKind, const T*, const T*, uint8_t*, const BinaryShape&, cudaStream_t);     \
   template cudaError_t where<T>(const uint8_t*, const T*, const T*, T*, int64_t, cudaStream_t);                     \
   template cudaError_t arg_reduce<T>(bool, const T*, T*, int64_t*, const ReduceShape&, cudaStream_t);

@@ -32,6 +32,9 @@ template <class T>
 cudaError_t binary_backward(BinaryKind kind, bool wrt_b, const T* dy, const T* a, const T* b, T* out, int64_t n,
                             bool accumulate, cudaStream_t stream);
 template <class T>
+cudaError_t binary_backward_both(BinaryKind kind, const T* dy, const T* a, const T* b, T* da, T* db, int64_t n,
+                                 cudaStream_t stream);
+template <class T>
 cudaError_t compare(CompareKind kind, const T* a, const T* b, uint8_t* out, const BinaryShape& shape,
                     cudaStream_t stream);
 template <class T>

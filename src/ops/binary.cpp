@@ -39,6 +39,20 @@ Tensor binary_grad(BinaryKind kind, bool wrt_b, const Tensor& dy, const Tensor& 
   return out;
 }
 
+// Both gradients on CUDA in one kernel (the bits of two binary_grad calls).
+void both_grads(BinaryKind kind, const Tensor& dy, const Tensor& a, const Tensor& b, Tensor& da, Tensor& db) {
+  da = Tensor::empty(a.shape(), a.dtype(), a.device());
+  db = Tensor::empty(a.shape(), a.dtype(), a.device());
+  visit_float(a.dtype(), binary_name(kind), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::binary_backward_both(kind, dy.data<T>(), a.data<T>(), b.data<T>(), da.data<T>(),
+                                                          db.data<T>(), a.numel(),
+                                                          static_cast<cudaStream_t>(detail::stream_of(a.device()))));
+    }
+  });
+}
+
 Tensor binary_op(BinaryKind kind, const Tensor& a, const Tensor& b) {
   const char* op = binary_name(kind);
   if (const Tensor wide = detail::expand_left(a, b, op); wide.defined()) return binary_op(kind, wide, b);
@@ -64,6 +78,10 @@ Tensor binary_op(BinaryKind kind, const Tensor& a, const Tensor& b) {
     const Tensor dy = g[0].to(a.dtype()).contiguous();
     const Tensor wide_b = b.expand(a.shape()).contiguous();
     Tensor da, db;
+    if (need_a && need_b && b.shape() == a.shape() && !a.device().is_cpu()) {
+      both_grads(kind, dy, a, wide_b, da, db);  // one pass over dy, a, b (the CPU's two map passes are vectorised)
+      return std::vector<Tensor>{da, db};
+    }
     if (need_a) da = binary_grad(kind, false, dy, a, wide_b);
     if (need_b) {
       db = binary_grad(kind, true, dy, a, wide_b);

@@ -76,6 +76,13 @@ void check_binary(int64_t n, int64_t period, int64_t misalign) {
       ASSERT_EQ(cuda::binary_backward(k, wrt_b, dy, a, b, dg.data(), n, false, nullptr), cudaSuccess);
       EXPECT_TRUE(same_bits(dw.data(), dg.data(), n)) << "binary backward " << int(k) << " wrt_b=" << wrt_b;
     }
+    // Both gradients in one kernel: each the CPU's single gradient, bit for bit.
+    std::vector<T> da_cpu(n), db_cpu(n), da(n), db(n);
+    cpu::binary_backward(k, false, dy, a, b, da_cpu.data(), n, false);
+    cpu::binary_backward(k, true, dy, a, b, db_cpu.data(), n, false);
+    ASSERT_EQ(cuda::binary_backward_both(k, dy, a, b, da.data(), db.data(), n, nullptr), cudaSuccess);
+    EXPECT_TRUE(same_bits(da_cpu.data(), da.data(), n)) << "binary backward both, da " << int(k) << " n=" << n;
+    EXPECT_TRUE(same_bits(db_cpu.data(), db.data(), n)) << "binary backward both, db " << int(k) << " n=" << n;
   }
   for (auto k : {math::CompareKind::Eq, math::CompareKind::Ne, math::CompareKind::Lt, math::CompareKind::Le,
                  math::CompareKind::Gt, math::CompareKind::Ge}) {

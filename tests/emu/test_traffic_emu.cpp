@@ -85,6 +85,14 @@ TEST(TrafficEmu, MapOps) {
                                   nullptr),
             cudaSuccess);
   EXPECT_TRAFFIC(3 * n * 4, n * 4, 1);
+
+  // binary_backward_both: dy, a, b read once, da and db written, one launch.
+  auto y2 = filled<float>(n);
+  emu::reset_counters();
+  ASSERT_EQ(cuda::binary_backward_both(math::BinaryKind::SiluMul, dy.data(), x.data(), x.data(), y.data(), y2.data(),
+                                       n, nullptr),
+            cudaSuccess);
+  EXPECT_TRAFFIC(3 * n * 4, 2 * n * 4, 1);
 }
 
 // broadcast.cuh: a once, b's period once, out written (read when accumulating); b_period == n is a plain map.

@@ -90,6 +90,12 @@ TEST(GpuPointwise, BinaryCompareWhereMatchCpu) {
                 Match::exact(dt));
     expect_match(ops::argmax(to_gpu(a), -1), ops::argmax(a, -1), Match::exact(testing::Tolerance{0, 0}),
                  tag("argmax", dt));
+    // Same-shape operands: the GPU writes both gradients in one kernel (binary_backward_both), the CPU's bits.
+    const Tensor c = random_tensor({3, 4, 40}, dt, 4);
+    expect_same(tag("swiglu", dt), [](const std::vector<Tensor>& in) { return ops::swiglu(in[0], in[1]); }, {a, c},
+                Match::exact(dt));
+    expect_same(tag("div, same shapes", dt), [](const std::vector<Tensor>& in) { return in[0] / in[1]; }, {a, c},
+                Match::exact(dt));
   }
 }
 
