@@ -25,7 +25,8 @@ Tensor sum_gradients(const std::vector<Tensor>& g, DType x_dtype, const Shape& s
   }
   if (in.size() == 1) return in[0].to(DType::F32);
   const char* op = "fan_out_backward";
-  const Device dev = detail::check_same_device({&in[0], &in[1]}, op);
+  const Device dev = in.size() == 3 ? detail::check_same_device({&in[0], &in[1], &in[2]}, op)
+                                    : detail::check_same_device({&in[0], &in[1]}, op);
   Tensor out = Tensor::empty(shape, DType::F32, dev);
   detail::visit_float(x_dtype, op, [&](auto tag) {
     using T = decltype(tag);
