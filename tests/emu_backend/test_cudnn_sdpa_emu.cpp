@@ -199,5 +199,45 @@ TEST_F(CudnnSdpaEmu, GptStepUnderBf16AutocastRunsItsAttentionOnCudnn) {
   std::printf("worst normwise gradient error %.3g, loss %.3g\n", worst, std::fabs(loss_gpu - loss_cpu) / loss_cpu);
 }
 
+// The same for a small Llama (4 heads over 2 kv heads): its attention takes the projections' token-major outputs and
+// the 2 kv heads to cuDNN's grouped graph in place (no head copies: GQA's dK and dV summed by the graph). The bound
+// is GPT's 12u plus G u = 2u for the grouped dK and dV, each query head's rounded to BF16 before the group sum (the
+// graph's declared per-head tensors; the CPU sums in f32 and rounds once).
+TEST_F(CudnnSdpaEmu, LlamaStepUnderBf16AutocastRunsGroupedQueryAttentionOnCudnn) {
+  nn::LlamaConfig c;
+  c.vocab_size = 64, c.block_size = 32, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.n_embd = 128;
+  nn::Llama cpu_model(c), gpu_model(c);  // the same initialisation (LlamaConfig::seed)
+  gpu_model.to(Device::cuda(0));
+  std::vector<int32_t> tokens(2 * 32), targets(2 * 32);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7 + 3) % 64);
+    targets[i] = static_cast<int32_t>((i * 5 + 1) % 64);
+  }
+  const Tensor x = Tensor::from_vector(tokens, {2, 32}), y = Tensor::from_vector(targets, {2, 32});
+  const uint64_t before = cuda_emu::cudnn_sdpa_executions();
+  double loss_gpu = 0, loss_cpu = 0;
+  {
+    const amp::Autocast autocast(amp::Policy::bf16());
+    const Tensor l = gpu_model.loss(x.to(Device::cuda(0)), y.to(Device::cuda(0)));
+    l.backward();
+    loss_gpu = cpu(l).to(DType::F64).item<double>();
+    const Tensor lc = cpu_model.loss(x, y);
+    lc.backward();
+    loss_cpu = lc.to(DType::F64).item<double>();
+  }
+  EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 2 * c.n_layer);
+  constexpr double u = 0x1p-8;  // BF16's unit roundoff
+  EXPECT_NEAR(loss_gpu, loss_cpu, u * std::fabs(loss_cpu));
+  const auto gp = gpu_model.named_parameters(), cp = cpu_model.named_parameters();
+  ASSERT_EQ(gp.size(), cp.size());
+  double worst = 0;
+  for (size_t i = 0; i < gp.size(); ++i) {
+    const double e = normwise_error(gp[i].tensor.grad(), cp[i].tensor.grad());
+    worst = std::max(worst, e);
+    EXPECT_LE(e, 14 * u) << gp[i].name;
+  }
+  std::printf("worst normwise gradient error %.3g, loss %.3g\n", worst, std::fabs(loss_gpu - loss_cpu) / loss_cpu);
+}
+
 }  // namespace
 }  // namespace mpt
