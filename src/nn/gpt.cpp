@@ -193,17 +193,6 @@ Tensor GPT::head(const Tensor& x, int64_t out_padded) const {
   return logits.reshape({B, T, logits.size(1)});
 }
 
-void GPT::set_padded_head(int64_t multiple) {
-  MPT_CHECK(multiple >= -1, "[GPT] set_padded_head: expected -1 (automatic), 0 (never) or a multiple, got {}",
-            multiple);
-  padded_head_ = multiple;
-}
-
-int64_t GPT::padded_head_width(int64_t vocab, int64_t multiple, bool cuda) {
-  if (multiple < 0) multiple = cuda && vocab % 8 != 0 ? 64 : 0;
-  return multiple > 1 ? (vocab + multiple - 1) / multiple * multiple : vocab;
-}
-
 Tensor GPT::features(const Tensor& ids, const Tensor& lengths) const { return final_norm(trunk(ids, lengths)); }
 
 std::pair<Tensor, Tensor> GPT::trunk(const Tensor& ids, const Tensor& lengths) const {
@@ -271,6 +260,17 @@ double GPT::flops_per_token(int64_t seq) const {
 std::string GPT::describe() const {
   return fmt::format("GPT-2 {} layers, {} heads, {} wide, context {}", config_.n_layer, config_.n_head,
                      config_.n_embd, config_.block_size);
+}
+
+void LanguageModel::set_padded_head(int64_t multiple) {
+  MPT_CHECK(multiple >= -1, "[{}] set_padded_head: expected -1 (automatic), 0 (never) or a multiple, got {}",
+            type_name(), multiple);
+  padded_head_ = multiple;
+}
+
+int64_t LanguageModel::padded_head_width(int64_t vocab, int64_t multiple, bool cuda) {
+  if (multiple < 0) multiple = cuda && vocab % 8 != 0 ? 64 : 0;
+  return multiple > 1 ? (vocab + multiple - 1) / multiple * multiple : vocab;
 }
 
 Tensor LanguageModel::loss(const Tensor& ids, const Tensor& targets, ops::LossReduction reduction,

@@ -221,11 +221,16 @@ Tensor Llama::head_norm(const std::pair<Tensor, Tensor>& stream) const {
                                      : detail::autocast_input_format(x, embed_->weight(), head_path()));
 }
 
-Tensor Llama::head(const Tensor& x) const {
-  if (lm_head_) return lm_head_->forward(x);
-  const std::string name = head_path();
+Tensor Llama::head(const Tensor& x, int64_t out_padded) const {
+  const bool padded = out_padded > config_.vocab_size;
+  if (lm_head_ && (!padded || lm_head_->quantized() != nullptr)) return lm_head_->forward(x);
+  const std::string name = lm_head_ ? lm_head_->path() : head_path();
   const profile::Range range(name);
-  return detail::autocast_linear(x, embed_->weight(), Tensor{}, name, "Llama");
+  // The untied head as Linear::forward runs it (its path, its learned weight scale), at the padded width.
+  if (lm_head_)
+    return detail::autocast_linear(x, lm_head_->weight(), Tensor{}, name, "Linear", out_padded,
+                                   lm_head_->weight_scale());
+  return detail::autocast_linear(x, embed_->weight(), Tensor{}, name, "Llama", padded ? out_padded : 0);
 }
 
 Tensor Llama::features(const Tensor& ids, const Tensor& lengths) const { return final_norm(trunk(ids, lengths)); }
@@ -256,6 +261,14 @@ Tensor Llama::forward(const Tensor& ids, const Tensor& lengths) const {
   const Tensor x = head_norm(trunk(ids, lengths));
   const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
   return head(x.reshape({B * T, C})).reshape({B, T, config_.vocab_size});
+}
+
+Tensor Llama::loss_logits(const Tensor& ids, const Tensor& lengths) const {
+  const profile::Range range("forward");
+  const Tensor x = head_norm(trunk(ids, lengths));
+  const int64_t B = ids.size(0), T = ids.size(1), C = config_.n_embd;
+  const Tensor logits = head(x.reshape({B * T, C}), padded_head_width(ids.device()));
+  return logits.reshape({B, T, logits.size(1)});
 }
 
 Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) const {

@@ -441,6 +441,40 @@ TEST(GpuStepCounts, Fp8Delayed) { check_precision("fp8-delayed"); }
 TEST(GpuStepCounts, Fp8Current) { check_precision("fp8-current"); }
 TEST(GpuStepCounts, Fp8Block) { check_precision("fp8-block"); }
 
+// Llama's LM head runs at the padded width on CUDA by default too (65 -> 128, LanguageModel::set_padded_head): its
+// three GEMMs (forward, dgrad, wgrad) are Vp's, 6 (Vp - V) C flops per token more than the unpadded head's, and the
+// loss is the unpadded model's. Untied (its own Linear) and tied (the embedding).
+TEST(GpuStepCounts, LlamaLossRunsThePaddedHead) {
+  MPT_REQUIRE_GPU(8);
+  for (bool tied : {false, true}) {
+    nn::LlamaConfig c;
+    c.vocab_size = kVocab, c.block_size = kT, c.n_layer = 1, c.n_head = 4, c.n_kv_head = 2, c.n_embd = 64;
+    c.tie_embeddings = tied;
+    c.where.device = Device::cuda(0);
+    nn::Llama padded(c), plain(c);
+    plain.set_padded_head(0);
+    ASSERT_EQ(padded.padded_head_width(Device::cuda(0)), 128);
+    std::vector<int32_t> ids(kB * kT), targets(kB * kT);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int32_t>((i * 7 + 3) % kVocab);
+      targets[i] = static_cast<int32_t>((i * 5 + 1) % kVocab);
+    }
+    const Tensor x = Tensor::from_vector(ids, {kB, kT}).to(Device::cuda(0));
+    const Tensor y = Tensor::from_vector(targets, {kB, kT}).to(Device::cuda(0));
+    uint64_t flops[2] = {};
+    double loss[2] = {};
+    for (int i = 0; i < 2; ++i) {
+      emu::reset_counters();
+      const Tensor l = (i == 0 ? plain : padded).loss(x, y);
+      l.backward();
+      flops[i] = emu::counters().matmul_flops;
+      loss[i] = l.to(Device::cpu()).to(DType::F64).item<double>();
+    }
+    EXPECT_EQ(flops[1] - flops[0], uint64_t{6} * (128 - kVocab) * 64 * kB * kT) << (tied ? "tied" : "untied");
+    EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::fabs(loss[0])) << (tied ? "tied" : "untied");
+  }
+}
+
 }  // namespace
 }  // namespace mpt
 #endif  // MPT_CUDA_EMULATION

@@ -1,5 +1,6 @@
-// tests/nn/test_gpt_padded_head.cpp: GPT's padded LM head (set_padded_head: logits of a multiple-of-64 width, the
-// extra columns no classes) gives the loss and gradients of the unpadded model, in f32 and under BF16 autocast.
+// tests/nn/test_gpt_padded_head.cpp: the padded LM head of GPT and Llama (set_padded_head: logits of a multiple-of-64
+// width, the extra columns no classes) gives the loss and gradients of the unpadded model, in f32 and under BF16
+// autocast.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,6 +86,46 @@ TEST(GptPaddedHead, LossAndGradientsAreTheUnpaddedModels) {
     // forward() keeps the vocabulary's width.
     EXPECT_EQ(padded.forward(x).size(-1), 65);
   }
+}
+
+// Llama's head, untied (its own Linear) and tied (the embedding), the same way.
+TEST(LlamaPaddedHead, LossAndGradientsAreTheUnpaddedModels) {
+  const auto [x, y] = batch();
+  for (bool tied : {false, true}) {
+    nn::LlamaConfig c;
+    c.vocab_size = 65, c.block_size = 16, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.n_embd = 32;
+    c.tie_embeddings = tied, c.seed = 5;
+    for (const char* precision : {"fp32", "bf16"}) {
+      SCOPED_TRACE(std::string(precision) + (tied ? " tied" : " untied"));
+      nn::Llama plain(c), padded(c);
+      plain.set_padded_head(0);
+      padded.set_padded_head(64);
+      EXPECT_EQ(padded.padded_head_width(Device::cpu()), 128);
+      const amp::Policy policy = amp::Policy::named(precision, 2, Device::cpu());
+      Tensor lp, lq;
+      {
+        amp::Autocast autocast(policy);
+        lp = plain.loss(x, y);
+        lq = padded.loss(x, y);
+      }
+      const bool fp32 = std::string(precision) == "fp32";
+      EXPECT_NEAR(lq.item<double>(), lp.item<double>(), (fp32 ? 1e-6 : 2e-3) * std::abs(lp.item<double>()));
+      lp.backward();
+      lq.backward();
+      const auto a = plain.named_parameters(), b = padded.named_parameters();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(b[i].tensor.grad().shape(), a[i].tensor.grad().shape()) << a[i].name;
+        EXPECT_LT(normwise(b[i].tensor.grad(), a[i].tensor.grad()), fp32 ? 1e-5 : 2e-2) << a[i].name;
+      }
+      EXPECT_EQ(padded.forward(x).size(-1), 65);
+    }
+  }
+  nn::LlamaConfig c;
+  c.vocab_size = 65, c.block_size = 16, c.n_layer = 1, c.n_head = 2, c.n_kv_head = 2, c.n_embd = 16;
+  nn::Llama model(c);
+  EXPECT_EQ(model.padded_head_width(Device::cpu()), 65);  // automatic: only on CUDA
+  EXPECT_THROW(model.set_padded_head(-2), Error);
 }
 
 }  // namespace

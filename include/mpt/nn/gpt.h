@@ -111,17 +111,6 @@ class GPT : public LanguageModel, public Exportable {
   // so the window cannot slide).
   Tensor forward_cached(const Tensor& ids, KvCache& cache) const override;
 
-  // The LM head's output width in loss(): the vocabulary rounded up to a multiple of `multiple` (0 or 1: never
-  // padded; -1, the default: 64 on CUDA when the vocabulary is not a multiple of 8, as GPT-2's 50257, else none).
-  // loss() then reads logits [B, T, padded] whose extra columns take no part (ops::CrossEntropyOptions::classes):
-  // the same 50257-class model, its GEMMs all of padded, aligned sizes and no logits copied (llm.c's Vp). forward()
-  // keeps returning [B, T, vocab]. Not part of the checkpointed config.
-  void set_padded_head(int64_t multiple);
-  int64_t padded_head_width(Device device) const {
-    return padded_head_width(config_.vocab_size, padded_head_, device.is_cuda());
-  }
-  static int64_t padded_head_width(int64_t vocab, int64_t multiple, bool cuda);
-
   // Recompute each block in backward instead of keeping its activations (autograd::checkpoint).
   void set_activation_checkpointing(bool on) override { checkpoint_blocks_ = on; }
   bool activation_checkpointing() const { return checkpoint_blocks_; }
@@ -163,7 +152,6 @@ class GPT : public LanguageModel, public Exportable {
 
   GPTConfig config_;
   bool checkpoint_blocks_ = false;
-  int64_t padded_head_ = -1;
   std::shared_ptr<Embedding> wte_, wpe_;
   std::shared_ptr<Dropout> drop_;
   std::shared_ptr<ModuleList<Block>> h_;

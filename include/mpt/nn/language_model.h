@@ -52,10 +52,24 @@ class LanguageModel : public Module {
   // One line for logs: "GPT-2 2 layers, 2 heads, 64 wide, context 64".
   virtual std::string describe() const = 0;
 
+  // The LM head's output width in loss(): the vocabulary rounded up to a multiple of `multiple` (0 or 1: never
+  // padded; -1, the default: 64 on CUDA when the vocabulary is not a multiple of 8, as GPT-2's 50257, else none).
+  // loss() then reads logits [B, T, padded] whose extra columns take no part (ops::CrossEntropyOptions::classes):
+  // the same 50257-class model, its GEMMs all of padded, aligned sizes and no logits copied (llm.c's Vp). forward()
+  // keeps returning [B, T, vocab]. Not part of the checkpointed config. GPT and Llama (tied or untied head) both.
+  void set_padded_head(int64_t multiple);
+  int64_t padded_head_width(Device device) const {
+    return padded_head_width(vocab_size(), padded_head_, device.is_cuda());
+  }
+  static int64_t padded_head_width(int64_t vocab, int64_t multiple, bool cuda);
+
  protected:
   // The logits loss() reads: [B, T, W] with W >= vocab_size(), whose first vocab_size() columns are the classes (the
   // rest padding that takes no part; GPT::set_padded_head). Default: forward(ids, lengths).
   virtual Tensor loss_logits(const Tensor& ids, const Tensor& lengths) const { return forward(ids, lengths); }
+
+ private:
+  int64_t padded_head_ = -1;
 };
 
 // Token cross-entropy: logits [..., V] against targets [...] (-100 ignored), reduced to a scalar f32 (f64 for f64)

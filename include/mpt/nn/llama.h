@@ -134,9 +134,14 @@ class Llama : public LanguageModel, public Exportable {
   LlamaBlock& block(size_t i) const { return (*layers_)[i]; }
   Embedding& embed_tokens() const { return *embed_; }
 
+ protected:
+  // loss()'s logits at padded_head_width() columns (LanguageModel::set_padded_head).
+  Tensor loss_logits(const Tensor& ids, const Tensor& lengths) const override;
+
  private:
   const ops::RopeTable& rope_for(const Tensor& like) const;  // the cached table for like's device and precision
-  Tensor head(const Tensor& x) const;                          // the LM head on [N, C]
+  // The LM head on [N, C]: [N, vocab], or [N, out_padded] when out_padded > vocab (the extra rows of the weight zero).
+  Tensor head(const Tensor& x, int64_t out_padded = 0) const;
   std::string head_path() const;                               // the tied LM head's name for a policy: "lm_head"
   // The final norm in the dtype the LM head's GEMM reads (its cast folded into the norm).
   Tensor head_norm(const std::pair<Tensor, Tensor>& stream) const;
