@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   int warmup = 2, steps = 3, profile_rows = 0, kernel_rows = 0;
   bool cuda_graph = false;
   std::string model_name = "gpt", precision = "bf16", json_path;
-  app.add_option("--model", model_name, "gpt (GPT-2) or llama (RMSNorm, rotary, GQA, SwiGLU)")
+  app.add_option("--model", model_name,
+                 "gpt (GPT-2) or llama (RMSNorm, rotary, GQA, SwiGLU; vocabulary 32000 unless --vocab)")
       ->check(CLI::IsMember({"gpt", "llama"}));
   app.add_option("--kv-heads", kv_heads, "llama: key/value heads (default --heads)");
   app.add_option("--ffn", ffn, "llama: SwiGLU width (default: a GPT block's FLOPs)");
@@ -183,6 +184,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cudnn", "gemm"}));
   app.add_option("--json", json_path, "write the result as JSON to this file ('-': stdout, instead of the table)");
   CLI11_PARSE(app, argc, argv);
+  // Llama's vocabulary unless --vocab says otherwise (issue 31's Llama of GPT-2's width: 32000).
+  if (model_name == "llama" && app.count("--vocab") == 0) config.vocab_size = 32000;
   emu::set_cudnn_sdpa(attention == "cudnn");
 
   // An H200's memory, unless the environment says otherwise; read at the first CUDA call.
