@@ -41,7 +41,7 @@ inline void expect_residual_norm_folds_half_x(Device device) {
           const Tensor b = random_tensor({cols}, DType::F32, seed + 3).to(device);
           const Tensor dy = random_tensor({4, 5, cols}, y_half ? half : DType::F32, seed + 4).to(device);
           const Tensor dsum = random_tensor({4, 5, cols}, DType::F32, seed + 5).to(device);
-          const std::optional<DType> y_dtype = y_half ? std::optional<DType>(half) : std::nullopt;
+          const ops::NormOutput y_dtype = y_half ? ops::NormOutput(half) : ops::NormOutput();
           // The fused op through autograd.
           const Tensor lx = xh.clone().requires_grad_(), lr = r.clone().requires_grad_();
           const Tensor lw = w.clone().requires_grad_(), lb = b.clone().requires_grad_();
@@ -142,7 +142,9 @@ inline void expect_norm_fp8_output_is_the_quantized_norm(Device device) {
             EXPECT_TRUE(norm_same_bits(lr.grad(), ur.grad())) << "dresidual";
           }
           EXPECT_TRUE(norm_same_bits(lw.grad(), uw.grad())) << "dweight";
-          if (!rms) EXPECT_TRUE(norm_same_bits(lb.grad(), ub.grad())) << "dbias";
+          if (!rms) {
+            EXPECT_TRUE(norm_same_bits(lb.grad(), ub.grad())) << "dbias";
+          }
         }
       }
     }

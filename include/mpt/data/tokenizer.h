@@ -13,11 +13,12 @@ namespace mpt::data {
 
 // A tokenizer's vocabulary as GGUF's tokenizer.ggml.* keys describe it (what exporters write beside the weights).
 struct Vocabulary {
-  std::string model;                 // "gpt2" (GPT-2 byte symbols and merges) or "llama" (SentencePiece pieces, scores)
-  std::vector<std::string> tokens;   // id -> the token's text as that model writes it
-  std::vector<float> scores;         // "llama": each piece's score; empty otherwise
-  std::vector<int32_t> types;        // per token, GGUF's values: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
-  std::vector<std::string> merges;   // "gpt2": "left right" by rank (none for the character tokenizer)
+  // ({} on each member: designated initializers may name only some of them.)
+  std::string model{};                // "gpt2" (GPT-2 byte symbols, merges) or "llama" (SentencePiece pieces, scores)
+  std::vector<std::string> tokens{};  // id -> the token's text as that model writes it
+  std::vector<float> scores{};        // "llama": each piece's score; empty otherwise
+  std::vector<int32_t> types{};       // per token, GGUF's: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
+  std::vector<std::string> merges{};  // "gpt2": "left right" by rank (none for the character tokenizer)
   int32_t unk = -1, bos = -1, eos = -1;  // -1: none
 };
 

@@ -62,8 +62,8 @@ struct AdamWSlot {
 // read back to the host). grad_scale_inv: every gradient is multiplied by it before use. found_inf: when it
 // holds a non-zero value the step changes nothing (parameters and states keep their bits).
 struct GradScaling {
-  Tensor grad_scale_inv;
-  Tensor found_inf;
+  Tensor grad_scale_inv{};
+  Tensor found_inf{};
 };
 
 // Per parameter, in place: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
