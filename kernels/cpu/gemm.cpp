@@ -203,19 +203,19 @@ void scale_output(const GemmParams& p, TC* c) {
     }
 }
 
-// Copies the stored f16 matrices of one operand into contiguous f32 ones (exact), one per batch entry unless
-// the operand is broadcast, in the calling thread's scratch slot `Slot`. Returns the new leading dimension and
-// batch stride through ld / stride.
-template <int Slot>
-float* widen(const f16* src, int64_t rows, int64_t cols, int64_t batch, int64_t& ld, int64_t& stride) {
+// Copies the stored f16 / bf16 matrices of one operand into contiguous f32 ones (exact), one per batch entry
+// unless the operand is broadcast, in the calling thread's scratch slot `Slot`. Returns the new leading dimension
+// and batch stride through ld / stride.
+template <int Slot, class T>
+float* widen(const T* src, int64_t rows, int64_t cols, int64_t batch, int64_t& ld, int64_t& stride) {
   const int64_t mats = stride == 0 ? 1 : batch;
   float* dst = scratch<float, Slot>(static_cast<size_t>(mats * rows * cols));
   for (int64_t bi = 0; bi < mats; ++bi) {
     if (ld == cols) {
-      convert<float, f16>(src + bi * stride, dst + bi * rows * cols, static_cast<size_t>(rows * cols));
+      convert<float, T>(src + bi * stride, dst + bi * rows * cols, static_cast<size_t>(rows * cols));
     } else {
       for (int64_t r = 0; r < rows; ++r)
-        convert<float, f16>(src + bi * stride + r * ld, dst + (bi * rows + r) * cols, static_cast<size_t>(cols));
+        convert<float, T>(src + bi * stride + r * ld, dst + (bi * rows + r) * cols, static_cast<size_t>(cols));
     }
   }
   ld = cols;
@@ -223,15 +223,32 @@ float* widen(const f16* src, int64_t rows, int64_t cols, int64_t batch, int64_t&
   return dst;
 }
 
-template <class TC>
-void f16_gemm(const GemmParams& p, const f16* a, const f16* b, TC* c) {
+// Whether this CPU's oneDNN runs bf16 matmuls (oneDNN 2.6 needs AVX-512 for them: an AVX2-only CPU, such as some
+// AMD EPYC machines, has none). Probed once with a tiny primitive.
+bool bf16_matmul_supported() {
+  static const bool supported = [] {
+    try {
+      const dnnl::memory::desc d({16, 16}, dt::bf16, dnnl::memory::dims{16, 1});
+      (void)dnnl::matmul::primitive_desc(dnnl::matmul::desc(d, d, d), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return supported;
+}
+
+// A 16-bit GEMM as an f32 one: the operands widened exactly (a tensor core's products are exact in f32 too), FP32
+// accumulation, one rounding to TC. f16 always (oneDNN 2.6 has no f16 matmul here); bf16 where oneDNN has none.
+template <class T, class TC>
+void widened_gemm(const GemmParams& p, const T* a, const T* b, TC* c) {
   GemmParams q = p;
   const float* a32 = widen<0>(a, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.batch, q.lda, q.stride_a);
   const float* b32 = widen<1>(b, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.batch, q.ldb, q.stride_b);
   if constexpr (std::is_same_v<TC, float>) {
     dnnl_gemm<float, float>(q, a32, b32, c);
   } else {
-    // f32 result, then C = round_f16(D + beta * C): one rounding, as a tensor core's f16 epilogue.
+    // f32 result, then C = round(D + beta * C): one rounding, as a tensor core's f16 / bf16 epilogue.
     q.beta = 0;
     q.ldc = p.n;
     q.stride_c = p.m * p.n;
@@ -279,7 +296,10 @@ void gemm(const GemmParams& p, const T* a, const T* b, TC* c) {
     if (p.m == 0 || p.n == 0) return;
     if (p.k == 0) return scale_output(p, c);
     if constexpr (std::is_same_v<T, f16>) {
-      f16_gemm(p, a, b, c);
+      widened_gemm(p, a, b, c);
+    } else if constexpr (std::is_same_v<T, bf16>) {
+      if (bf16_matmul_supported()) dnnl_gemm(p, a, b, c);
+      else widened_gemm(p, a, b, c);
     } else {
       dnnl_gemm(p, a, b, c);
     }

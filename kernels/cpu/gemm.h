@@ -30,7 +30,8 @@ struct GemmParams {
 
 // The typed GEMMs. Supported (T, TC):
 //   (float, float)                  oneDNN f32
-//   (bf16, bf16), (bf16, float)     oneDNN bf16 (AVX512-BF16 or AMX where present), FP32 accumulation
+//   (bf16, bf16), (bf16, float)     oneDNN bf16 (AVX512-BF16 or AMX where present), FP32 accumulation; on a CPU
+//                                   without AVX-512 (oneDNN 2.6 has no bf16 matmul there) as f16 below
 //   (f16, f16), (f16, float)        f16 -> f32 exactly, then oneDNN f32 (oneDNN 2.6 has no f16 matmul here)
 //   (double, double)                blocked OpenMP loop in float64 (the reference dtype; slow)
 // oneDNN primitives are cached by (dtypes, shape, transposes, leading dimensions, batch strides, whether alpha is

@@ -21,8 +21,9 @@ void dequantize_groups(const GroupWeights& w, Out* out);
 void weight_only_gemm(const float* x, int64_t m, const GroupWeights& w, const float* bias, float* y);
 
 // acc [m, n] = a [m, k] b^T with a, b int8 codes and b stored [n, k] (exact int32 sums, so the same integers on
-// every path): oneDNN's s8 matmul (VNNI / AMX-INT8 where the CPU has them), for every m (at one row it beat a dot
-// product per output by 1.2x on 3072 x 12288, bench_quantized, and more at 2-16 rows).
+// every path): oneDNN's s8 matmul where the CPU has VNNI / AMX-INT8, for every m (at one row it beat a dot product
+// per output by 1.2x on 3072 x 12288, bench_quantized, and more at 2-16 rows); without VNNI, whose oneDNN path
+// saturates pairs of products in int16, f32 GEMMs over K slices short enough to sum exactly.
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b, int32_t* acc);
 
 // y[i, j] = float(acc[i, j]) * sa[i] * sb[j] + bias[j] (bias optional), multiplied in that order in float: the
