@@ -38,7 +38,8 @@ Fp8ScalingState::Fp8ScalingState(Fp8Recipe recipe, Device device) : recipe_(std:
 
 std::shared_ptr<Fp8TensorMeta> Fp8ScalingState::register_tensor(const std::string& name, Fp8Role role) {
   MPT_CHECK(!name.empty(), "[fp8] an FP8 tensor needs a name");
-  if (auto it = index_.find(name); it != index_.end()) {
+  const auto alias = shared_.find(name);
+  if (auto it = index_.find(alias != shared_.end() ? alias->second : name); it != index_.end()) {
     const std::shared_ptr<Fp8TensorMeta>& m = metas_[it->second];
     MPT_CHECK(m->role == role, "[fp8] '{}' is registered as {}, not {}", name, to_string(m->role), to_string(role));
     return m;
@@ -62,8 +63,33 @@ Fp8LinearMetas Fp8ScalingState::register_linear(const std::string& prefix) {
           register_tensor(prefix + ".grad_output", Fp8Role::GradOutput)};
 }
 
+std::shared_ptr<Fp8TensorMeta> Fp8ScalingState::share_tensor(const std::string& name, const std::string& with,
+                                                             Fp8Role role) {
+  MPT_CHECK(!name.empty() && name != with, "[fp8] share_tensor: '{}' cannot share the meta of '{}'", name, with);
+  if (const auto it = shared_.find(with); it != shared_.end())
+    MPT_THROW("[fp8] share_tensor: '{}' itself shares the meta of '{}': share that one", with, it->second);
+  if (const auto it = shared_.find(name); it != shared_.end()) {
+    MPT_CHECK(it->second == with, "[fp8] share_tensor: '{}' already shares the meta of '{}', not '{}'", name,
+              it->second, with);
+    return register_tensor(with, role);
+  }
+  for (const auto& [alias, to] : shared_)
+    MPT_CHECK(to != name, "[fp8] share_tensor: '{}' shares the meta of '{}', which cannot share another", alias, name);
+  std::shared_ptr<Fp8TensorMeta> target = register_tensor(with, role);
+  if (const auto it = index_.find(name); it != index_.end()) {  // registered on its own before: dropped
+    MPT_CHECK(metas_[it->second]->role == role, "[fp8] '{}' is registered as {}, not {}", name,
+              to_string(metas_[it->second]->role), to_string(role));
+    metas_.erase(metas_.begin() + static_cast<std::ptrdiff_t>(it->second));
+    index_.clear();
+    for (size_t i = 0; i < metas_.size(); ++i) index_.emplace(metas_[i]->name, i);
+  }
+  shared_.emplace(name, with);
+  return target;
+}
+
 std::shared_ptr<Fp8TensorMeta> Fp8ScalingState::meta(const std::string& name) const {
-  const auto it = index_.find(name);
+  const auto alias = shared_.find(name);
+  const auto it = index_.find(alias != shared_.end() ? alias->second : name);
   MPT_CHECK(it != index_.end(), "[fp8] no FP8 tensor named '{}' is registered ({} are)", name, metas_.size());
   return metas_[it->second];
 }
@@ -122,18 +148,41 @@ void Fp8ScalingState::load_state_dict(const std::map<std::string, Tensor>& dict,
       targets.emplace(m->name + ".amax_history", m->amax_history);
     }
   }
+  // A shared name's keys (a checkpoint from before it was shared) load into the meta it resolves to; not required.
+  std::map<std::string, Tensor> optional;
+  if (std::holds_alternative<DelayedScaling>(recipe_)) {
+    for (const auto& [name, with] : shared_) {
+      const std::shared_ptr<Fp8TensorMeta> m = meta(with);
+      optional.emplace(name + ".scale", m->scale);
+      optional.emplace(name + ".scale_inv", m->scale_inv);
+      optional.emplace(name + ".amax_history", m->amax_history);
+    }
+  }
   std::vector<std::pair<Tensor, Tensor>> copies;
   for (const auto& [key, value] : dict) {
     const auto it = targets.find(key);
-    if (it == targets.end()) {
+    const auto opt = optional.find(key);
+    if (it == targets.end() && opt == optional.end()) {
       MPT_CHECK(!strict, "[fp8] load_state_dict: unexpected key '{}' (no registered delayed-scaling tensor has it)",
                 key);
       continue;
     }
-    MPT_CHECK(value.defined() && value.dtype() == DType::F32 && value.shape() == it->second.shape(),
-              "[fp8] load_state_dict: '{}' must be f32 with shape {}, got {}", key, shape_str(it->second.shape()),
+    const Tensor& target = it != targets.end() ? it->second : opt->second;
+    MPT_CHECK(value.defined() && value.dtype() == DType::F32 && value.shape() == target.shape(),
+              "[fp8] load_state_dict: '{}' must be f32 with shape {}, got {}", key, shape_str(target.shape()),
               value.defined() ? value.meta_str() : std::string("undefined"));
-    copies.emplace_back(it->second, value);
+    copies.emplace_back(target, value);
+  }
+  // Two keys loading into one shared meta must agree (they recorded one tensor's amaxes).
+  for (const auto& [name, with] : shared_) {
+    for (const char* field : {".scale", ".scale_inv", ".amax_history"}) {
+      const auto a = dict.find(name + field), b = dict.find(with + field);
+      if (a == dict.end() || b == dict.end()) continue;
+      const Tensor x = host_snapshot(a->second), y = host_snapshot(b->second);
+      MPT_CHECK(x.shape() == y.shape() && x.to_vector<float>() == y.to_vector<float>(),
+                "[fp8] load_state_dict: '{}' shares the meta of '{}' (one tensor's quantization), but the dict holds "
+                "different values for '{}{}' and '{}{}'", name, with, name, field, with, field);
+    }
   }
   if (strict) {
     for (const auto& [key, target] : targets) {

@@ -134,6 +134,22 @@ ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string
   return dt == DType::BF16 || dt == DType::F16 ? dt : x;
 }
 
+std::optional<ops::NormOutput> autocast_shared_fp8_input(DType x, const std::vector<InputReader>& readers) {
+  const amp::Policy* policy = amp::current_policy();
+  if (policy == nullptr || policy->fp8_state == nullptr || readers.size() < 2) return std::nullopt;
+  for (const InputReader& r : readers) {
+    if (policy->at(r.path) != amp::Precision::FP8 || qat_scheme(policy, r.path) != nullptr ||
+        r.weight->device() != policy->fp8_state->device())
+      return std::nullopt;
+  }
+  ops::NormOutput first = autocast_input_format(x, *readers[0].weight, readers[0].path);
+  if (first.dtype != DType::F8E4M3) return std::nullopt;
+  const std::string input = std::string(readers[0].path) + ".input";
+  for (size_t i = 1; i < readers.size(); ++i)
+    policy->fp8_state->share_tensor(std::string(readers[i].path) + ".input", input, fp8::Fp8Role::Input);
+  return first;
+}
+
 Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::string_view path1, const Tensor& w2,
                     const Tensor& b2, std::string_view path2) {
   const amp::Policy* policy = amp::current_policy();

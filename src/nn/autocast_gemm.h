@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "mpt/core/tensor.h"
 #include "mpt/ops/layernorm.h"
@@ -25,6 +27,19 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
 // not while that meta collects telemetry). `x` itself otherwise: no policy, an f32 GEMM, current or block scaling
 // (whose scales come from x itself or its blocks) and QAT. autocast_linear and autocast_mlp take such codes.
 ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string_view path);
+
+// One layer reading an input: its weight and policy path.
+struct InputReader {
+  const Tensor* weight;
+  std::string_view path;
+};
+
+// autocast_input_format for several FP8 layers reading one tensor (q, k, v of one norm; Llama's gate and up): E4M3
+// codes with the first reader's input scale when autocast_input_format gives it codes and every other reader runs
+// FP8 too (no QAT, its weight on the scaling state's device). The others' input metas then resolve to the first's
+// (Fp8ScalingState::share_tensor): under delayed scaling their histories were copies of it, each folding the amax of
+// the same tensor, so every scale and bit is the separate quantizations'. Undefined when not all read FP8 codes.
+std::optional<ops::NormOutput> autocast_shared_fp8_input(DType x, const std::vector<InputReader>& readers);
 
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
 // run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast

@@ -59,10 +59,19 @@ ops::NormOutput Linear::input_format(DType x) const {
 }
 
 ops::NormOutput shared_input_format(std::initializer_list<const Linear*> readers, DType x) {
-  // FP8 readers are asked nothing: their input formats would register their metas here, ahead of their forwards.
   const amp::Policy* policy = amp::current_policy();
-  for (const Linear* l : readers)
-    if (policy != nullptr && policy->at(l->path()) == amp::Precision::FP8) return x;
+  for (const Linear* l : readers) {
+    if (policy != nullptr && policy->at(l->path()) == amp::Precision::FP8) {
+      // One E4M3 copy for all when they can share the first's input meta; else each quantizes x itself (FP8
+      // readers are asked nothing one by one: their input formats would register metas that no layer uses).
+      std::vector<detail::InputReader> in;
+      for (const Linear* r : readers) {
+        if (r->quantized() != nullptr) return x;
+        in.push_back({&r->weight(), r->path()});
+      }
+      return detail::autocast_shared_fp8_input(x, in).value_or(ops::NormOutput(x));
+    }
+  }
   std::optional<DType> common;
   for (const Linear* l : readers) {
     const ops::NormOutput f = l->input_format(x);

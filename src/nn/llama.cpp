@@ -118,6 +118,15 @@ Tensor LlamaMLP::forward(const Tensor& x, bool f32_grad) const {
   return down_->forward(ops::swiglu(gate_->forward(in[0]), up_->forward(in[1])));
 }
 
+namespace {
+
+// A norm's f16/bf16 output of a wider stream: its readers' gradients reach it summed in f32 (ops::fan_out).
+bool widened_gradient(const Tensor& normed, const Tensor& stream) {
+  return (normed.dtype() == DType::BF16 || normed.dtype() == DType::F16) && normed.dtype() != stream.dtype();
+}
+
+}  // namespace
+
 LlamaBlock::LlamaBlock(const LlamaConfig& c, Generator& gen) : Module("LlamaBlock") {
   input_norm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(c.n_embd, c.norm_eps, c.where));
   attn_ = register_module("self_attn", std::make_shared<LlamaAttention>(c, gen));
@@ -131,10 +140,12 @@ std::pair<Tensor, Tensor> LlamaBlock::forward_pending(const Tensor& x, const Ten
   // Each norm writes the cast its readers share (q, k, v; gate, up): under BF16 Autocast one BF16 output instead of
   // three and two casts of an FP32 one; their gradients reach the norm summed in FP32, in one pass (ops::fan_out)
   // instead of a cast each and FP32 additions: the same bits.
+  // Under FP8 delayed scaling the norm writes the E4M3 codes its readers share (shared_input_format); their f32
+  // gradients are summed by the engine, as when each quantized the f32 norm output itself.
   const auto [stream, normed_1] = detail::add_and_norm(*input_norm_, x, pending, attn_->input_format(x.dtype()));
-  const Tensor a = attn_->forward(normed_1, rope, lengths, normed_1.dtype() != stream.dtype());
+  const Tensor a = attn_->forward(normed_1, rope, lengths, widened_gradient(normed_1, stream));
   auto [h, normed] = detail::add_and_norm(*post_norm_, stream, a, mlp_->input_format(x.dtype()));
-  return {std::move(h), mlp_->forward(normed, normed.dtype() != h.dtype())};
+  return {std::move(h), mlp_->forward(normed, widened_gradient(normed, h))};
 }
 
 Tensor LlamaBlock::forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths) const {

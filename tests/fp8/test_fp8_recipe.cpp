@@ -264,6 +264,57 @@ TEST(Fp8State, StateDictRoundTripIsBitExactAndContinuesIdentically) {
   EXPECT_NE(b->metas()[0]->scale.item<float>(), 999.0f);  // nothing copied
 }
 
+// Readers of one tensor share its meta: one scale, one amax, one entry in the state; a meta registered on its own
+// before (a checkpoint from before the sharing) is dropped, and its keys still load, agreeing with the shared one's.
+TEST(Fp8State, SharedNamesResolveToOneMeta) {
+  fp8::Fp8ScalingState state(fp8::DelayedScaling{4});
+  const fp8::Fp8LinearMetas q = state.register_linear("q");
+  EXPECT_EQ(state.share_tensor("k.input", "q.input", Fp8Role::Input), q.input);
+  const fp8::Fp8LinearMetas k = state.register_linear("k");
+  EXPECT_EQ(k.input, q.input);
+  EXPECT_EQ(state.meta("k.input"), q.input);
+  EXPECT_EQ(state.metas().size(), 5u);  // q's three, k's weight and grad_output
+  k.input->record_amax(3.0f);
+  state.update();
+  EXPECT_EQ(q.input->scale.item<float>(), 448.0f / 3.0f);
+  const std::map<std::string, Tensor> dict = state.state_dict();
+  EXPECT_EQ(dict.size(), 15u);
+  EXPECT_EQ(dict.count("k.input.scale"), 0u);
+  EXPECT_EQ(state.shared_names(), (std::map<std::string, std::string>{{"k.input", "q.input"}}));
+
+  // Registered on their own first (as a resume registers a checkpoint's names), then shared: v's meta goes.
+  fp8::Fp8ScalingState old(fp8::DelayedScaling{4});
+  old.register_linear("q");
+  old.register_linear("v");
+  old.meta("q.input")->record_amax(2.0f);
+  old.meta("v.input")->record_amax(2.0f);
+  old.update();
+  const std::map<std::string, Tensor> before = old.state_dict();  // v.input's keys equal q.input's
+  EXPECT_EQ(before.size(), 18u);
+  fp8::Fp8ScalingState resumed(fp8::DelayedScaling{4});
+  resumed.register_linear("q");
+  resumed.register_linear("v");
+  resumed.load_state_dict(before);
+  resumed.share_tensor("v.input", "q.input", Fp8Role::Input);
+  EXPECT_EQ(resumed.metas().size(), 5u);
+  EXPECT_EQ(resumed.metas()[3]->name, "v.weight");  // the others keep their order
+  EXPECT_EQ(resumed.meta("v.input"), resumed.meta("q.input"));
+  EXPECT_EQ(resumed.meta("v.input")->scale.item<float>(), 224.0f);
+  resumed.load_state_dict(before);  // v.input's keys load into q.input's meta
+  std::map<std::string, Tensor> differing = before;
+  differing["v.input.amax_history"] = Tensor::from_vector(std::vector<float>{0, 5, 0, 0}, {4});
+  EXPECT_MPT_ERROR(resumed.load_state_dict(differing),
+                   "'v.input' shares the meta of 'q.input' (one tensor's quantization), but the dict holds different "
+                   "values for 'v.input.amax_history' and 'q.input.amax_history'");
+  EXPECT_EQ(resumed.meta("q.input")->amax_history.to_vector<float>(), before.at("q.input.amax_history").to_vector<float>());
+
+  EXPECT_MPT_ERROR(state.share_tensor("q.input", "q.input", Fp8Role::Input), "cannot share the meta of 'q.input'");
+  EXPECT_MPT_ERROR(state.share_tensor("k.input", "q.weight", Fp8Role::Weight), "already shares the meta of 'q.input'");
+  EXPECT_MPT_ERROR(state.share_tensor("x.input", "k.input", Fp8Role::Input), "'k.input' itself shares the meta of");
+  EXPECT_MPT_ERROR(state.share_tensor("q.input", "z.input", Fp8Role::Input), "'k.input' shares the meta of 'q.input'");
+  EXPECT_MPT_ERROR(state.share_tensor("w.input", "q.weight", Fp8Role::Input), "registered as weight");
+}
+
 // ---- C: current scaling (compute_scale_from_amax)
 
 TEST(Fp8Current, C1_C8_ScaleFromAmax) {

@@ -130,7 +130,16 @@ class Fp8ScalingState {
   // "<prefix>.input", "<prefix>.weight", "<prefix>.grad_output".
   Fp8LinearMetas register_linear(const std::string& prefix);
   std::shared_ptr<Fp8TensorMeta> meta(const std::string& name) const;  // throws for an unknown name
+  // The metas with a state of their own, in registration order (what state_dict() holds): shared names are not in it.
   const std::vector<std::shared_ptr<Fp8TensorMeta>>& metas() const { return metas_; }
+  // `name` quantizes the same tensor as `with` (registered here if new): from now on it resolves to with's meta
+  // (register_tensor, meta), so both quantize with one scale and fold one amax. For readers of one tensor that a
+  // producer quantizes once for all (Llama's q, k, v of one norm output: nn::shared_input_format). A meta `name`
+  // already had (registered from a checkpoint written before it was shared) is dropped: the two recorded the amaxes
+  // of the same tensor. load_state_dict still accepts name's keys (into with's meta); state_dict() no longer has
+  // them. Returns with's meta.
+  std::shared_ptr<Fp8TensorMeta> share_tensor(const std::string& name, const std::string& with, Fp8Role role);
+  const std::map<std::string, std::string>& shared_names() const { return shared_; }  // name -> the meta's name
 
   void set_amax_reduction(AmaxReduction hook) { reduction_ = std::move(hook); }
 
@@ -166,6 +175,7 @@ class Fp8ScalingState {
   Device device_;
   std::vector<std::shared_ptr<Fp8TensorMeta>> metas_;  // registration order (the reduction's order)
   std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> shared_;  // share_tensor's names -> the names of the metas they resolve to
   AmaxReduction reduction_;
   bool collect_telemetry_ = false;
   int64_t num_updates_ = 0;

@@ -73,7 +73,8 @@ class Linear : public Module {
 };
 
 // The input format several Linears reading one tensor share (a norm's output feeding q, k and v): their common
-// BF16 / FP16 cast (Linear::input_format), else `x` (FP8 codes carry one layer's scale: not shareable).
+// BF16 / FP16 cast (Linear::input_format); under FP8 delayed scaling E4M3 codes with the first reader's input scale,
+// the others' input metas made the first's (they quantized the same tensor: the same bits); else `x`.
 ops::NormOutput shared_input_format(std::initializer_list<const Linear*> readers, DType x);
 
 // LayerNorm over the last dimension (size `dim`): weight ones, bias zeros, no weight decay.

@@ -54,8 +54,9 @@ class LlamaAttention : public Module {
   Linear& k_proj() const { return *k_; }
   Linear& v_proj() const { return *v_; }
   Linear& o_proj() const { return *o_; }
-  // How the input norm stores its output for q_proj, k_proj and v_proj: their common cast (BF16 / FP16 under
-  // Autocast, folded into the norm), else x's dtype (FP8 layers quantize with a meta each; nothing to share).
+  // How the input norm stores its output for q_proj, k_proj and v_proj (shared_input_format): their common cast (BF16
+  // / FP16 under Autocast, folded into the norm), under FP8 delayed scaling the E4M3 codes of q_proj's input scale
+  // (k_proj's and v_proj's input metas made q_proj's), else x's dtype.
   ops::NormOutput input_format(DType x) const;
 
  private:
@@ -69,7 +70,7 @@ class LlamaMLP : public Module {
   LlamaMLP(const LlamaConfig& config, Generator& gen);
   Tensor forward(const Tensor& x, bool f32_grad = false) const;  // f32_grad: as LlamaAttention::forward's
   Tensor operator()(const Tensor& x) const { return forward(x); }
-  // gate_proj's and up_proj's common input cast, as LlamaAttention::input_format.
+  // gate_proj's and up_proj's common input format (cast or FP8 codes), as LlamaAttention::input_format.
   ops::NormOutput input_format(DType x) const;
 
  private:
