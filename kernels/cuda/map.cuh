@@ -46,10 +46,10 @@ __global__ void __launch_bounds__(kThreads) map_kernel(Out* out, int64_t n, F f,
 template <bool kAccumulate, class Out, class F, class... In>
 cudaError_t launch_map(Out* out, int64_t n, F f, cudaStream_t stream, const In*... in) {
   constexpr int kWidth = Vec16<Out>::kSize;
-  // Vectorise when every array is aligned, all element types have the same size, and n is a whole number of
-  // vectors; otherwise the scalar kernel handles everything.
-  const bool vec = n % kWidth == 0 && is_aligned16(out) && (is_aligned16(in) && ...) &&
-                   ((sizeof(In) == sizeof(Out)) && ...);
+  // Vectorise when every array is aligned, all element types have the same size (decided at compile time: no
+  // vector kernel exists for mixed sizes), and n is a whole number of vectors; otherwise the scalar kernel does all.
+  constexpr bool kSameSize = ((sizeof(In) == sizeof(Out)) && ...);
+  const bool vec = kSameSize && n % kWidth == 0 && is_aligned16(out) && (is_aligned16(in) && ...);
   const int64_t units = vec ? n / kWidth : n;
   const int64_t blocks = (units + kThreads - 1) / kThreads;
   // Each input once, plus out when accumulating; out written once.
@@ -57,8 +57,10 @@ cudaError_t launch_map(Out* out, int64_t n, F f, cudaStream_t stream, const In*.
   const uint64_t read_bytes = elems * (uint64_t{0} + ... + sizeof(In)) + (kAccumulate ? elems * sizeof(Out) : 0);
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8)), dim3(kThreads), 0,
                             stream, read_bytes, elems * sizeof(Out)};
-  return vec ? launch(map_kernel<true, kAccumulate, Out, F, In...>, config, out, n, f, in...)
-             : launch(map_kernel<false, kAccumulate, Out, F, In...>, config, out, n, f, in...);
+  if constexpr (kSameSize) {
+    if (vec) return launch(map_kernel<true, kAccumulate, Out, F, In...>, config, out, n, f, in...);
+  }
+  return launch(map_kernel<false, kAccumulate, Out, F, In...>, config, out, n, f, in...);
 }
 
 // Two outputs from one read of the inputs: o0[k] = f0(v[k]...), o1[k] = f1(v[k]...).
@@ -109,15 +111,18 @@ cudaError_t map2(Out* out0, Out* out1, int64_t n, F0 f0, F1 f1, cudaStream_t str
   if (n < 0 || (n > 0 && (out0 == nullptr || out1 == nullptr))) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   constexpr int kWidth = Vec16<Out>::kSize;
-  const bool vec = n % kWidth == 0 && is_aligned16(out0) && is_aligned16(out1) && (is_aligned16(in) && ...) &&
-                   ((sizeof(In) == sizeof(Out)) && ...);
+  constexpr bool kSameSize = ((sizeof(In) == sizeof(Out)) && ...);
+  const bool vec = kSameSize && n % kWidth == 0 && is_aligned16(out0) && is_aligned16(out1) &&
+                   (is_aligned16(in) && ...);
   const int64_t units = vec ? n / kWidth : n;
   const int64_t blocks = (units + kThreads - 1) / kThreads;
   const uint64_t elems = static_cast<uint64_t>(n);
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8)), dim3(kThreads), 0,
                             stream, elems * (uint64_t{0} + ... + sizeof(In)), 2 * elems * sizeof(Out)};
-  return vec ? launch(map2_kernel<true, Out, F0, F1, In...>, config, out0, out1, n, f0, f1, in...)
-             : launch(map2_kernel<false, Out, F0, F1, In...>, config, out0, out1, n, f0, f1, in...);
+  if constexpr (kSameSize) {
+    if (vec) return launch(map2_kernel<true, Out, F0, F1, In...>, config, out0, out1, n, f0, f1, in...);
+  }
+  return launch(map2_kernel<false, Out, F0, F1, In...>, config, out0, out1, n, f0, f1, in...);
 }
 
 }  // namespace mpt::kernels::cuda
