@@ -144,5 +144,6 @@ MPT_FOR_CPU_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 template void widen_sum<f16>(const f16*, const f16*, const f16*, float*, int64_t);
 template void widen_sum<bf16>(const bf16*, const bf16*, const bf16*, float*, int64_t);
+template void widen_sum<float>(const float*, const float*, const float*, float*, int64_t);
 
 }  // namespace mpt::kernels::cpu

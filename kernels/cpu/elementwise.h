@@ -24,7 +24,7 @@ template <class T>
 void scale(const T* x, T* out, int64_t n, double alpha, bool accumulate);
 
 // out = f32 sum of a, b and c (c may be null) in the order (c + b) + a (math::WidenSum3 / WidenSum2).
-// T: mpt::f16, mpt::bf16.
+// T: mpt::f16, mpt::bf16, float.
 template <class T>
 void widen_sum(const T* a, const T* b, const T* c, float* out, int64_t n);
 

@@ -87,5 +87,6 @@ MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 template cudaError_t widen_sum<f16>(const f16*, const f16*, const f16*, float*, int64_t, cudaStream_t);
 template cudaError_t widen_sum<bf16>(const bf16*, const bf16*, const bf16*, float*, int64_t, cudaStream_t);
+template cudaError_t widen_sum<float>(const float*, const float*, const float*, float*, int64_t, cudaStream_t);
 
 }  // namespace mpt::kernels::cuda

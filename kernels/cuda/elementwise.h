@@ -25,7 +25,7 @@ cudaError_t mul(const T* a, const T* b, T* out, const BinaryShape& shape, cudaSt
 template <class T>
 cudaError_t scale(const T* x, T* out, int64_t n, double alpha, bool accumulate, cudaStream_t stream);
 
-// The CPU's widen_sum (f16, bf16 in; f32 out; c may be null), the same bits.
+// The CPU's widen_sum (f16, bf16, f32 in; f32 out; c may be null), the same bits.
 template <class T>
 cudaError_t widen_sum(const T* a, const T* b, const T* c, float* out, int64_t n, cudaStream_t stream);
 

@@ -120,9 +120,11 @@ Tensor LlamaMLP::forward(const Tensor& x, bool f32_grad) const {
 
 namespace {
 
-// A norm's f16/bf16 output of a wider stream: its readers' gradients reach it summed in f32 (ops::fan_out).
+// A norm's f16/bf16 output or FP8 codes of a wider stream: its readers' gradients reach it summed in f32 in one
+// pass (ops::fan_out).
 bool widened_gradient(const Tensor& normed, const Tensor& stream) {
-  return (normed.dtype() == DType::BF16 || normed.dtype() == DType::F16) && normed.dtype() != stream.dtype();
+  const DType d = normed.dtype();
+  return (d == DType::BF16 || d == DType::F16 || d == DType::F8E4M3) && d != stream.dtype();
 }
 
 }  // namespace
@@ -141,7 +143,8 @@ std::pair<Tensor, Tensor> LlamaBlock::forward_pending(const Tensor& x, const Ten
   // three and two casts of an FP32 one; their gradients reach the norm summed in FP32, in one pass (ops::fan_out)
   // instead of a cast each and FP32 additions: the same bits.
   // Under FP8 delayed scaling the norm writes the E4M3 codes its readers share (shared_input_format); their f32
-  // gradients are summed by the engine, as when each quantized the f32 norm output itself.
+  // gradients are summed in one pass (ops::fan_out), with the bits of the engine's additions when each quantized
+  // the f32 norm output itself.
   const auto [stream, normed_1] = detail::add_and_norm(*input_norm_, x, pending, attn_->input_format(x.dtype()));
   const Tensor a = attn_->forward(normed_1, rope, lengths, widened_gradient(normed_1, stream));
   auto [h, normed] = detail::add_and_norm(*post_norm_, stream, a, mlp_->input_format(x.dtype()));

@@ -95,7 +95,7 @@ TEST(ElementwiseEmu, ScaleAndDropoutMatchCpuBitForBit) {
   }
 }
 
-// ops::fan_out's backward: two or three f16/bf16 gradients summed in f32 ((c + b) + a), against the CPU kernel and
+// ops::fan_out's backward: two or three f16/bf16/f32 gradients summed in f32 ((c + b) + a), against the CPU kernel and
 // against that sum written out here.
 template <class T>
 void check_widen_sum(int64_t n) {
@@ -118,6 +118,7 @@ TEST(ElementwiseEmu, WidenSumMatchesCpuBitForBit) {
   for (int64_t n : {1, 7, 258, 40000}) {
     check_widen_sum<mpt::bf16>(n);
     check_widen_sum<mpt::f16>(n);
+    check_widen_sum<float>(n);  // f32 gradients (an f32 input's, FP8 codes')
   }
   EXPECT_EQ(cuda::widen_sum<mpt::bf16>(nullptr, nullptr, nullptr, nullptr, 4, nullptr), cudaErrorInvalidValue);
 }

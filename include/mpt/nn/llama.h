@@ -44,8 +44,8 @@ LlamaConfig llama_preset(const std::string& name);
 class LlamaAttention : public Module {
  public:
   LlamaAttention(const LlamaConfig& config, Generator& gen);
-  // f32_grad: x is a norm's f16/bf16 output of an f32 stream (input_format): the projections' gradients reach it
-  // summed in f32 (ops::fan_out), as when each cast its own copy.
+  // f32_grad: x is a norm's f16/bf16 output or FP8 codes of an f32 stream (input_format): the projections' gradients
+  // reach it summed in f32 in one pass (ops::fan_out), as when each cast or quantized its own copy.
   Tensor forward(const Tensor& x, const ops::RopeTable& rope, const Tensor& lengths = {}, bool f32_grad = false) const;
   // x [B, t, C] at positions [pos, pos + t) (pos == 0 or t == 1): keys and values into caches [B, H_kv, capacity, D].
   Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache, int64_t pos,

@@ -13,7 +13,8 @@ namespace mpt::ops {
 // f32, for a producer that reads an f32 gradient of its low-precision output (a norm of the f32 residual stream
 // that wrote the cast its readers share: Llama's q, k, v and gate, up). The bits are those of each reader casting
 // its own f32 copy of x, whose gradients the engine sums in f32 in that order; one pass instead of n casts and n - 1
-// additions. An f32 or f64 x gets its readers' gradients added in its own dtype.
+// additions. An f32 x, and FP8 codes (E4M3, whose readers' gradients are f32: a norm's codes shared by FP8 layers),
+// get their f32 gradients summed likewise in one pass, the bits of the engine's additions; f64 adds in f64.
 std::vector<Tensor> fan_out(const Tensor& x, int64_t n);
 
 }  // namespace mpt::ops
