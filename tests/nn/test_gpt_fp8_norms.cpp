@@ -10,14 +10,10 @@
 
 #include "mpt/mpt.h"
 #include "mpt/nn/gpt.h"
+#include "fp8_norm_steps.h"
 
 namespace mpt {
 namespace {
-
-struct Steps {
-  std::vector<float> losses, scales;
-  std::vector<std::vector<float>> grads;
-};
 
 // A small GPT: 37 tokens, context 16, 2 heads of 16. The FP8 policy keeps its first and last blocks in BF16.
 nn::GPTConfig small_gpt(int64_t n_layer, bool bias = true) {
@@ -31,36 +27,19 @@ nn::GPTConfig small_gpt(int64_t n_layer, bool bias = true) {
   return c;
 }
 
-Steps run(bool telemetry, bool llama_like_bias) {
+testing::Fp8NormSteps run(bool telemetry, bool llama_like_bias) {
   const nn::GPTConfig c = small_gpt(4, !llama_like_bias);
   nn::GPT model(c);
-  Generator data(5);
-  const Tensor ids = Tensor::uniform({3, 17}, 0, 37, DType::F32, Device::cpu(), data).to(DType::I64);
   const amp::Policy policy = amp::Policy::named("fp8-delayed", c.n_layer, Device::cpu());
   policy.fp8_state->set_collect_telemetry(telemetry);
-  Steps s;
-  for (int step = 0; step < 3; ++step) {
-    Tensor loss;
-    {
-      amp::Autocast autocast(policy);
-      for (size_t b = 0; b < 4; ++b) {  // the norms before c_attn and the MLP store E4M3 codes unless telemetry
-        const nn::Block& blk = model.block(b);
-        const DType want = b == 0 || b == 3 ? DType::BF16 : telemetry ? DType::F32 : DType::F8E4M3;
-        EXPECT_EQ(blk.attn().c_attn().input_format(DType::F32).dtype, want);
-        EXPECT_EQ(blk.mlp().c_fc().input_format(DType::F32).dtype, want);
-      }
-      loss = model.loss(ids.slice(1, 0, 16).contiguous(), ids.slice(1, 1, 17).contiguous());
+  return testing::run_fp8_norm_steps(model, policy, [&] {
+    for (size_t b = 0; b < 4; ++b) {  // the norms before c_attn and the MLP store E4M3 codes unless telemetry
+      const nn::Block& blk = model.block(b);
+      const DType want = b == 0 || b == 3 ? DType::BF16 : telemetry ? DType::F32 : DType::F8E4M3;
+      EXPECT_EQ(blk.attn().c_attn().input_format(DType::F32).dtype, want);
+      EXPECT_EQ(blk.mlp().c_fc().input_format(DType::F32).dtype, want);
     }
-    loss.backward();
-    s.losses.push_back(loss.item<float>());
-    for (const auto& p : model.named_parameters()) {
-      s.grads.push_back(p.tensor.grad().to_vector<float>());
-      p.tensor.set_grad(Tensor());
-    }
-    policy.fp8_state->update();
-    for (const auto& m : policy.fp8_state->metas()) s.scales.push_back(m->scale.item<float>());
-  }
-  return s;
+  });
 }
 
 // The layers register their FP8 metas in the order they run (a checkpoint's state.json lists them so), also when a
@@ -85,7 +64,7 @@ TEST(GptFp8Norms, MetasRegisterInTheLayersOrder) {
 TEST(GptFp8Norms, NormsStoreTheFp8InputCodesWithTheBitsOfTheLayersQuantization) {
   for (const bool no_bias : {false, true}) {
     SCOPED_TRACE(no_bias ? "no bias" : "bias");
-    const Steps fused = run(false, no_bias), plain = run(true, no_bias);
+    const testing::Fp8NormSteps fused = run(false, no_bias), plain = run(true, no_bias);
     ASSERT_EQ(fused.losses.size(), plain.losses.size());
     EXPECT_EQ(std::memcmp(fused.losses.data(), plain.losses.data(), fused.losses.size() * sizeof(float)), 0);
     EXPECT_EQ(fused.scales, plain.scales);

@@ -11,13 +11,13 @@
 
 #include "mpt/mpt.h"
 #include "mpt/nn/llama.h"
+#include "fp8_norm_steps.h"
 
 namespace mpt {
 namespace {
 
 struct Steps {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> grads;
+  testing::Fp8NormSteps steps;
   std::map<std::string, Tensor> fp8_state;  // after the last update
   std::map<std::string, std::string> shared;
 };
@@ -38,29 +38,15 @@ nn::LlamaConfig small_llama() {
 Steps run(bool telemetry) {
   const nn::LlamaConfig c = small_llama();
   nn::Llama model(c);
-  Generator data(5);
-  const Tensor ids = Tensor::uniform({3, 17}, 0, 37, DType::F32, Device::cpu(), data).to(DType::I64);
   const amp::Policy policy = amp::Policy::named("fp8-delayed", c.n_layer, Device::cpu(), "model.layers");
   policy.fp8_state->set_collect_telemetry(telemetry);
   Steps s;
-  for (int step = 0; step < 3; ++step) {
-    Tensor loss;
-    {
-      amp::Autocast autocast(policy);
-      for (size_t b = 0; b < 4; ++b) {  // E4M3 codes for the FP8 blocks unless telemetry; BF16 casts otherwise
-        const DType want = b == 0 || b == 3 ? DType::BF16 : telemetry ? DType::F32 : DType::F8E4M3;
-        EXPECT_EQ(model.block(b).self_attn().input_format(DType::F32).dtype, want) << "block " << b;
-      }
-      loss = model.loss(ids.slice(1, 0, 16).contiguous(), ids.slice(1, 1, 17).contiguous());
+  s.steps = testing::run_fp8_norm_steps(model, policy, [&] {
+    for (size_t b = 0; b < 4; ++b) {  // E4M3 codes for the FP8 blocks unless telemetry; BF16 casts otherwise
+      const DType want = b == 0 || b == 3 ? DType::BF16 : telemetry ? DType::F32 : DType::F8E4M3;
+      EXPECT_EQ(model.block(b).self_attn().input_format(DType::F32).dtype, want) << "block " << b;
     }
-    loss.backward();
-    s.losses.push_back(loss.item<float>());
-    for (const auto& p : model.named_parameters()) {
-      s.grads.push_back(p.tensor.grad().to_vector<float>());
-      p.tensor.set_grad(Tensor());
-    }
-    policy.fp8_state->update();
-  }
+  });
   s.fp8_state = policy.fp8_state->state_dict();
   s.shared = policy.fp8_state->shared_names();
   return s;
@@ -73,12 +59,13 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 TEST(LlamaFp8Norms, NormsStoreTheSharedInputCodesWithTheBitsOfEachLayersQuantization) {
   const Steps fused = run(false), plain = run(true);
-  ASSERT_EQ(fused.losses.size(), plain.losses.size());
-  EXPECT_EQ(std::memcmp(fused.losses.data(), plain.losses.data(), fused.losses.size() * sizeof(float)), 0);
-  ASSERT_EQ(fused.grads.size(), plain.grads.size());
-  for (size_t i = 0; i < fused.grads.size(); ++i) {
-    ASSERT_EQ(fused.grads[i].size(), plain.grads[i].size());
-    EXPECT_EQ(std::memcmp(fused.grads[i].data(), plain.grads[i].data(), fused.grads[i].size() * sizeof(float)), 0)
+  const testing::Fp8NormSteps &f = fused.steps, &p = plain.steps;
+  ASSERT_EQ(f.losses.size(), p.losses.size());
+  EXPECT_EQ(std::memcmp(f.losses.data(), p.losses.data(), f.losses.size() * sizeof(float)), 0);
+  ASSERT_EQ(f.grads.size(), p.grads.size());
+  for (size_t i = 0; i < f.grads.size(); ++i) {
+    ASSERT_EQ(f.grads[i].size(), p.grads[i].size());
+    EXPECT_EQ(std::memcmp(f.grads[i].data(), p.grads[i].data(), f.grads[i].size() * sizeof(float)), 0)
         << "gradient " << i;
   }
   // k_proj, v_proj and up_proj read their block's shared codes: their input metas are q_proj's and gate_proj's.
