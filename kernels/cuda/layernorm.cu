@@ -7,6 +7,7 @@
 #include "kernels/math/numerics.h"
 #include "kernels/math/quantize.h"
 #include "kernels/math/reduce.h"
+#include "kernels/math/rounded.h"
 
 namespace mpt::kernels::cuda {
 namespace {
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
       if (p.accumulate_dx || p.dx_add != nullptr) {
         const Pack old = Pack::load((p.accumulate_dx ? p.dx : p.dx_add) + offset + c);
 #pragma unroll
-        for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] += old.v[k];
+        for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] = math::add_rn(dx.v[k], old.v[k]);  // never fused into dx's FMA
       }
       dx.store(p.dx + offset + c);
     }

@@ -6,6 +6,7 @@
 #include "kernels/math/common.h"
 #include "kernels/math/numerics.h"
 #include "kernels/math/numerics_cast.h"
+#include "kernels/math/rounded.h"
 
 namespace mpt::kernels::math {
 
@@ -99,9 +100,10 @@ MPT_HD MPT_INLINE float code_value(int8_t c, QuantFormat f) {
 // The dequantizing epilogue of a codes x codes GEMM (W8A8: exact INT32 sums; FP8: the FP32 sum of E4M3 products):
 // y = acc * s_row * s_col + bias[j], multiplied in that order in float (bias optional), for output (row, j). One
 // formula for the CPU (kernels/cpu/quantized_gemm.h) and CUDA (kernels/cuda/quantized_gemm.h).
+// Each operation rounded on its own (rounded.h): nvcc would contract the last product and the bias into an FMA.
 MPT_HD MPT_INLINE float dequantize_accumulator(float acc, float s_row, float s_col, const float* bias, int64_t j) {
-  const float v = acc * s_row * s_col;
-  return bias != nullptr ? v + bias[j] : v;
+  const float v = mul_rn(mul_rn(acc, s_row), s_col);
+  return bias != nullptr ? add_rn(v, bias[j]) : v;
 }
 
 }  // namespace mpt::kernels::math
