@@ -19,11 +19,7 @@ namespace {
 
 using amp::Precision;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 TEST(Policy, LongestWholeComponentPrefixWins) {
   amp::Policy p = amp::Policy::bf16();

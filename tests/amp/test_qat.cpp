@@ -20,11 +20,7 @@ using ops::QuantFormat;
 using ops::QuantGranularity;
 using testing::random_tensor;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 amp::Policy with_qat(amp::Policy p, const QatScheme& s) {
   p.qat = std::make_shared<const QatPolicy>(QatPolicy::linears_but_head(s));

@@ -13,6 +13,7 @@
 #include "mpt/fp8/scaling.h"
 #include "mpt/ops/cast.h"
 #include "test_util.h"
+#include "op_test.h"
 
 namespace mpt {
 namespace {
@@ -37,11 +38,7 @@ void step(fp8::Fp8ScalingState& state, fp8::Fp8TensorMeta& m, float amax) {
   state.update();
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 // ---- B: delayed scaling (E4M3, L = 4, max algorithm, one tensor unless stated)
 

@@ -29,13 +29,7 @@ namespace {
 using amp::Precision;
 using mpt::testing::random_tensor;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.defined() != b.defined()) return false;
-  if (!a.defined()) return true;
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 bool is_delayed(const fp8::Fp8Recipe& r) { return std::holds_alternative<fp8::DelayedScaling>(r); }
 

@@ -12,6 +12,7 @@
 #include "mpt/mpt.h"
 #include "mpt/nn/llama.h"
 #include "fp8_norm_steps.h"
+#include "op_test.h"
 
 namespace mpt {
 namespace {
@@ -52,10 +53,7 @@ Steps run(bool telemetry) {
   return s;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
+using mpt::testing::same_bits;
 
 TEST(LlamaFp8Norms, NormsStoreTheSharedInputCodesWithTheBitsOfEachLayersQuantization) {
   const Steps fused = run(false), plain = run(true);

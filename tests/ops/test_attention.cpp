@@ -122,10 +122,7 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 Tensor as_tensor(const std::vector<double>& v, const Shape& shape) { return Tensor::from_vector(v, shape); }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 const Dims kShapes[] = {{1, 3, 1, 8},  {2, 2, 1, 64}, {1, 3, 7, 8},    {2, 2, 7, 64},  {1, 3, 64, 8},
                         {2, 2, 64, 64}, {1, 3, 100, 8}, {2, 2, 100, 64}, {1, 3, 257, 8}, {2, 2, 257, 64}};

@@ -13,12 +13,7 @@
 namespace mpt {
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::equal(static_cast<const char*>(x.data_ptr()), static_cast<const char*>(x.data_ptr()) + x.nbytes(),
-                    static_cast<const char*>(y.data_ptr()));
-}
+using mpt::testing::same_bits;
 
 // A (B, heads, T, D) operand stored (B, T, heads, D).
 Tensor token_major(int64_t B, int64_t heads, int64_t T, int64_t D, DType dt, uint64_t seed) {

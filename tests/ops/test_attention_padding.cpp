@@ -24,10 +24,7 @@ const io::SafetensorsFile& goldens() {
 
 Tensor golden(const std::string& name) { return goldens().tensor(name); }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 // max |got - ref| / max |ref|.
 double relative_error(const Tensor& got, const Tensor& ref) {

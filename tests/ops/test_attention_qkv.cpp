@@ -18,10 +18,7 @@ using namespace mpt;
 
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 struct Case {
   int64_t B, T, H, D;

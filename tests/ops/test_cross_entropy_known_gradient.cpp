@@ -18,9 +18,7 @@ using mpt::testing::random_tensor;
 
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 struct Case {
   Tensor logits;   // [rows, width]: `classes` classes, then padding (none when classes is 0)

@@ -15,10 +15,7 @@ using mpt::testing::random_tensor;
 
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 // The gradient an f32 leaf receives when readers of its `dt` copy get gradients g (undefined: that reader gets
 // none): through one cast and ops::fan_out, or (fanned = false) through a cast per reader, the engine summing

@@ -46,9 +46,7 @@ Tensor ref_y(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-
   return Tensor::from_vector(ln_ref(x.to_vector<double>(), w.to_vector<double>(), bias, x.size(-1), eps).y, x.shape());
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 // Float sums of `terms` products of magnitude <= `magnitude` round with absolute error <= terms * magnitude * 2^-24
 // (each addition rounds once, relative to a partial sum no larger than the total of magnitudes).

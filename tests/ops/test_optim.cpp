@@ -49,9 +49,7 @@ std::vector<T> bits_of(const Tensor& t) {
   return out;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && bits_of<uint8_t>(a) == bits_of<uint8_t>(b);
-}
+using mpt::testing::same_bits;
 
 ops::AdamWSlot make_slot(int64_t n, DType grad_dtype, ops::MomentStorage storage, uint64_t seed,
                          DType param_dtype = DType::F32) {

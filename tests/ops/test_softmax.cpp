@@ -107,9 +107,7 @@ Tolerance grad_tolerance(DType dt) {
   return dt == DType::F64 ? Tolerance{1e-12, 1e-14} : Tolerance{t.rtol + 64 * kU, t.atol};
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
+using mpt::testing::same_bits;
 
 const ops::LossReduction kReductions[] = {ops::LossReduction::None, ops::LossReduction::Mean, ops::LossReduction::Sum};
 

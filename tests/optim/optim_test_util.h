@@ -12,6 +12,7 @@
 
 #include "mpt/core/tensor.h"
 #include "mpt/ops/optim.h"
+#include "op_test.h"
 
 namespace mpt::optim_test {
 
@@ -62,11 +63,7 @@ inline void expect_close(const Tensor& got, const std::vector<double>& ref, doub
   EXPECT_LE(worst, rel) << what << ": element " << at << " got " << g[at] << " expected " << ref[at];
 }
 
-inline bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;  // an empty one has no data
-}
+using mpt::testing::same_bits;
 
 // ops::AdamWSlot::compute_copy on `dev`: after a step the copy's first n elements have the bits of the new parameter
 // cast to the copy's dtype, the rest of a longer copy is untouched, the parameter and moments are those of the same

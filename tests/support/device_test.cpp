@@ -31,12 +31,6 @@ std::string device_unusable_reason(Device device, int min_major) {
 Tensor to_cpu(const Tensor& t) { return t.to(Device::cpu()); }
 Tensor to_gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
 
-bool same_bits(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return false;
-  const Tensor g = to_cpu(got).contiguous(), w = to_cpu(want).contiguous();
-  return g.nbytes() == 0 || std::memcmp(g.data_ptr(), w.data_ptr(), g.nbytes()) == 0;
-}
-
 double normwise_error(const Tensor& got, const Tensor& want) {
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   double num = 0, den = 0;

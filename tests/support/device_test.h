@@ -67,9 +67,6 @@ void expect_match(const Tensor& got, const Tensor& want, const Match& m, const s
 void expect_match(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want, const Match& m,
                   const std::string& what);
 
-// True when got and want hold the same bytes (copied to the CPU; dtype and shape must agree).
-bool same_bits(const Tensor& got, const Tensor& want);
-
 // max |got - want| / max |want| (the normwise relative error the GPT goldens use; max |got - want| when want is 0).
 double normwise_error(const Tensor& got, const Tensor& want);
 

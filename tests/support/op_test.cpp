@@ -6,9 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace mpt::testing {
+
+bool same_bits(const Tensor& got, const Tensor& want) {
+  if (got.defined() != want.defined()) return false;
+  if (!got.defined()) return true;
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return false;
+  const Tensor g = got.to(Device::cpu()).contiguous(), w = want.to(Device::cpu()).contiguous();
+  return g.nbytes() == 0 || std::memcmp(g.data_ptr(), w.data_ptr(), g.nbytes()) == 0;
+}
 
 Tolerance tolerance(DType dtype) {
   switch (dtype) {

@@ -23,6 +23,10 @@ Tolerance tolerance(DType dtype);
 // A tensor of fresh, non-zero random values (normal(0, scale), then |v| >= 1e-3 * scale), deterministic in seed.
 Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, double scale = 1.0);
 
+// True when got and want hold the same bytes, wherever they live (copied to the CPU, made contiguous; dtype and
+// shape must agree; NaN payloads and signed zeros count). Two undefined tensors are the same; one is not.
+bool same_bits(const Tensor& got, const Tensor& want);
+
 // The largest |got - ref| / (atol + rtol * |ref|) over all elements (<= 1 passes). NaN anywhere in `got`
 // (for example an unwritten element of a poisoned output) makes it infinite.
 double tolerance_ratio(const Tensor& got, const Tensor& ref, Tolerance tol);
