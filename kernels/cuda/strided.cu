@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "kernels/cuda/byte_tile.cuh"
 #include "kernels/cuda/pack.cuh"
 #include "kernels/math/numerics_cast.h"
 
@@ -98,6 +99,25 @@ __global__ void __launch_bounds__(kTile* kTileRows)
   }
 }
 
+// A 2-d transpose of bytes (FP8 codes) in 64 x 64 tiles (byte_tile.cuh): a = [a_rows, a_cols] with row pitch
+// a_pitch read eight bytes per thread, b = a^T with row pitch b_pitch written sixteen. The launcher checks
+// a_cols % 8 == 0, a_rows % 16 == 0 and the alignments.
+__global__ void __launch_bounds__(kByteTileThreads)
+    transpose_bytes_kernel(uint8_t* b, const uint8_t* a, int64_t a_rows, int64_t a_cols, int64_t a_pitch,
+                           int64_t b_pitch, int64_t col_tiles) {
+  __shared__ __align__(16) ByteTile tile;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x / col_tiles) * kByteTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x % col_tiles) * kByteTile;
+  const int tc = (tid % kByteTileLanesPerRow) * 8;
+  for (int tr = tid / kByteTileLanesPerRow; tr < kByteTile; tr += kByteTileRowsPerPass) {
+    const int64_t r = r0 + tr, c = c0 + tc;
+    if (r < a_rows && c < a_cols) stage8(tile, tr, tc, *reinterpret_cast<const uint64_t*>(a + r * a_pitch + c));
+  }
+  __syncthreads();
+  store_transposed16(tile, b, b_pitch, a_cols, a_rows, r0, c0);
+}
+
 template <class Dst, class Src>
 __global__ void __launch_bounds__(kPackThreads) convert_kernel(const Src* src, Dst* dst, int64_t n, Fp8Saturation sat) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -160,6 +180,22 @@ cudaError_t launch_copy(void* dst, const void* src, const StridedDims& d, cudaSt
       StridedDims outer = d;
       outer.ndim = nd - 2;
       const TileShape t{d.shape[nd - 2], d.shape[nd - 1], d.dst[nd - 2], d.src[nd - 1]};
+      if constexpr (sizeof(T) == 1) {
+        // One matrix of bytes (FP8 codes, a GEMM operand's other orientation): the vectorised kernel where its
+        // shape and alignments allow. The source is a = [t.cols, t.rows] with pitch src_col_stride.
+        if (nd == 2 && t.rows % 8 == 0 && t.cols % 16 == 0 && t.src_col_stride % 8 == 0 &&
+            t.dst_row_stride % 16 == 0 && reinterpret_cast<uintptr_t>(in) % 8 == 0 && is_aligned16(out)) {
+          const int64_t col_tiles = (t.rows + kByteTile - 1) / kByteTile;
+          const int64_t tiles = col_tiles * ((t.cols + kByteTile - 1) / kByteTile);
+          if (tiles <= 2147483647) {
+            return launch(transpose_bytes_kernel,
+                          LaunchConfig{dim3(static_cast<unsigned>(tiles)), dim3(kByteTileThreads), 0, stream,
+                                       read_bytes, written_bytes},
+                          reinterpret_cast<uint8_t*>(out), reinterpret_cast<const uint8_t*>(in), t.cols, t.rows,
+                          t.src_col_stride, t.dst_row_stride, col_tiles);
+          }
+        }
+      }
       const int64_t tiles =
           math::strided_numel(outer) * ((t.rows + kTile - 1) / kTile) * ((t.cols + kTile - 1) / kTile);
       const int64_t blocks = tiles < (int64_t{1} << 20) ? tiles : (int64_t{1} << 20);

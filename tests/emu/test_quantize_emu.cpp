@@ -196,7 +196,10 @@ TEST(QuantizeEmu, CurrentScalingMatchesCpu) {
 }
 
 TEST(QuantizeEmu, CastTransposeMatchesCpu) {
-  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 70}, {33, 70}, {64, 32}, {127, 45}}) {
+  // {64, 32}, {304, 72} and {128, 136} take the vectorised kernel (cols % 8, rows % 16), the last two with partial
+  // 64 x 64 tiles; the others the scalar one.
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {1, 70}, {33, 70}, {64, 32}, {127, 45}, {304, 72}, {128, 136}}) {
     check_transpose<f8e4m3, float>(rows, cols);
     check_transpose<f8e5m2, bf16>(rows, cols);
   }

@@ -38,12 +38,12 @@ std::vector<int64_t> contiguous(const std::vector<int64_t>& shape) {
 }
 
 // The view of `shape` that reads a contiguous array of the transposed shape, last two dims swapped (x.t()).
-View transposed(const std::vector<int64_t>& shape) {
+View transposed(const std::vector<int64_t>& shape, int64_t offset = 0) {
   std::vector<int64_t> stored = shape;
   std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
   std::vector<int64_t> strides = contiguous(stored);
   std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
-  return {shape, strides, 0};
+  return {shape, strides, offset};
 }
 
 View dense(const std::vector<int64_t>& shape, int64_t offset = 0) { return {shape, contiguous(shape), offset}; }
@@ -117,6 +117,11 @@ TEST(StridedEmu, TransposesTiledAndElementwise) {
   for (size_t es : kSizes) {
     check_copy(dense({40, 37}), transposed({40, 37}), es, "2-d transpose 40x37 (tiles)");
     check_copy(dense({64, 16}), transposed({64, 16}), es, "2-d transpose 64x16 (tiles)");
+    // Bytes (FP8 codes): the vectorised 64 x 64 kernel (rows % 8, cols % 16, aligned), with partial tiles both ways,
+    // and the 32 x 32 one where the source is misaligned.
+    check_copy(dense({72, 48}), transposed({72, 48}), es, "2-d transpose 72x48");
+    check_copy(dense({128, 80}), transposed({128, 80}), es, "2-d transpose 128x80");
+    check_copy(dense({72, 48}), transposed({72, 48}, 1), es, "2-d transpose 72x48 from a misaligned source");
     check_copy(dense({5, 3}), transposed({5, 3}), es, "2-d transpose 5x3 (element-wise)");
     check_copy(dense({3, 33, 17}), transposed({3, 33, 17}), es, "batched transpose");
     check_copy(transposed({20, 18}), dense({20, 18}), es, "into a transposed destination");
