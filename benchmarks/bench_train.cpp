@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpt_bench.h"
+#include "mpt/core/kernel_trace.h"
 #include "mpt/nn/gpt.h"
 
 namespace {
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   config.n_embd = 384;
   int64_t batch = 16;
   int warmup = 2, steps = 5;
-  int profile_rows = 0;
+  int profile_rows = 0, kernel_rows = 0;
   bool profile_host = false, dispatch = false, cuda_graph = false;
   std::string model_name = "gpt";
   int64_t kv_heads = 0, ffn = 0;
@@ -142,6 +143,9 @@ int main(int argc, char** argv) {
                "capture, then replays)");
   app.add_flag("--dispatch", dispatch,
                "first, the host's cost per call of a device allocation, a small elementwise op and a small matmul");
+  app.add_option("--kernel-times", kernel_rows,
+                 "cuda: after the timed steps, one step traced with CUPTI (profile::KernelTrace): the device's own "
+                 "time per kernel, copy and memset, the N largest");
   app.add_flag("--profile-host", profile_host,
                "--profile without synchronizing: each range's host time to queue its work (launch overhead)");
   app.add_option("--json", json_path, "write the result as JSON to this file ('-': stdout, instead of the table)");
@@ -274,6 +278,33 @@ int main(int argc, char** argv) {
                       rows[i].second.exclusive_s * 1e3, rows[i].second.inclusive_s * 1e3);
       }
     }
+    nlohmann::json kernel_times = nlohmann::json::array();
+    if (kernel_rows > 0) {
+      MPT_CHECK(device.is_cuda(), "--kernel-times traces a CUDA device's kernels: give --device cuda");
+      std::vector<mpt::profile::KernelTime> rows;
+      const auto t0 = Clock::now();
+      {
+        mpt::profile::KernelTrace trace;
+        train_step(false, nullptr, nullptr);
+        rows = trace.stop();
+      }
+      const double wall_ms = seconds_since(t0) * 1e3;
+      double busy_ms = 0;
+      for (const auto& r : rows) busy_ms += r.total_ms;
+      for (const auto& r : rows)
+        kernel_times.push_back({{"name", r.name}, {"kind", r.kind}, {"calls", r.calls}, {"total_ms", r.total_ms},
+                                {"max_ms", r.max_ms}, {"bytes", r.bytes}});
+      if (json_path != "-") {
+        std::printf("device time of one traced step: %.2f ms in %zu kernels/copies (the step took %.2f ms, traced)\n",
+                    busy_ms, rows.size(), wall_ms);
+        std::printf("%-96s %6s %9s %6s %9s\n", "kernel, copy or memset", "calls", "total ms", "share", "mean us");
+        for (size_t i = 0; i < rows.size() && i < static_cast<size_t>(kernel_rows); ++i)
+          std::printf("%-96s %6llu %9.3f %5.1f%% %9.1f\n", rows[i].name.c_str(),
+                      static_cast<unsigned long long>(rows[i].calls), rows[i].total_ms,
+                      busy_ms > 0 ? 100 * rows[i].total_ms / busy_ms : 0.0,
+                      1e3 * rows[i].total_ms / static_cast<double>(rows[i].calls));
+      }
+    }
     const double tokens = static_cast<double>(batch * config.block_size);
     const mpt::MemoryStats mem = mpt::memory_stats(device);
     nlohmann::json j{{"framework", "mptrain"},
@@ -302,6 +333,7 @@ int main(int argc, char** argv) {
                      {"allocator_peak_bytes", mem.peak_bytes},
                      {"allocator_reserved_bytes", mem.reserved_bytes}};
     if (profile_rows > 0) j["profile"] = profile;
+    if (kernel_rows > 0) j["kernel_times"] = kernel_times;
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
     } else {
