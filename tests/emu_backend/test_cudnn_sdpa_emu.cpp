@@ -36,12 +36,7 @@ double normwise_error(const Tensor& got, const Tensor& want) {
   return err / mag;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = cpu(a).contiguous(), y = cpu(b).contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::equal(static_cast<const char*>(x.data_ptr()), static_cast<const char*>(x.data_ptr()) + x.nbytes(),
-                    static_cast<const char*>(y.data_ptr()));
-}
+using mpt::testing::same_bits;
 
 // The double on, on a stream of the test's own (mptrain caches a cuDNN handle per stream, a failed one too).
 class CudnnSdpaEmu : public ::testing::Test {
@@ -128,9 +123,13 @@ TEST_F(CudnnSdpaEmu, GroupedQueryTokenMajorReadsTheKvHeadsInPlace) {
       const Tensor dout = token_major(H, 34);
       const uint64_t before = cuda_emu::cudnn_sdpa_executions(), launches = cuda_emu::counters().kernel_launches;
       const ops::AttentionResult r = ops::causal_attention(q, k, v, o);
-      if (!padded) EXPECT_EQ(cuda_emu::counters().kernel_launches, launches + 1) << n;
+      if (!padded) {
+        EXPECT_EQ(cuda_emu::counters().kernel_launches, launches + 1) << n;
+      }
       const ops::AttentionGrads g = ops::causal_attention_backward(dout, q, k, v, r.out, r.lse, o);
-      if (!padded) EXPECT_EQ(cuda_emu::counters().kernel_launches, launches + 2) << n;
+      if (!padded) {
+        EXPECT_EQ(cuda_emu::counters().kernel_launches, launches + 2) << n;
+      }
       EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 2) << n;
       EXPECT_TRUE(r.out.transpose(1, 2).is_contiguous()) << n;
       EXPECT_EQ(g.dk.shape(), k.shape()) << n;
