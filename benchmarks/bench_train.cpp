@@ -279,7 +279,9 @@ int main(int argc, char** argv) {
       }
     }
     nlohmann::json kernel_times = nlohmann::json::array();
-    if (kernel_rows > 0) {
+    const std::string trace_off = kernel_rows > 0 ? mpt::profile::kernel_trace_unavailable_reason() : std::string();
+    if (!trace_off.empty()) std::printf("kernel times: not traced: %s\n", trace_off.c_str());  // the rest still runs
+    if (kernel_rows > 0 && trace_off.empty()) {
       MPT_CHECK(device.is_cuda(), "--kernel-times traces a CUDA device's kernels: give --device cuda");
       std::vector<mpt::profile::KernelTime> rows;
       const auto t0 = Clock::now();
@@ -334,6 +336,7 @@ int main(int argc, char** argv) {
                      {"allocator_reserved_bytes", mem.reserved_bytes}};
     if (profile_rows > 0) j["profile"] = profile;
     if (kernel_rows > 0) j["kernel_times"] = kernel_times;
+    if (!trace_off.empty()) j["kernel_times_off"] = trace_off;
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
     } else {

@@ -24,8 +24,9 @@ Stages (each runs when what it needs is there; a failure is recorded and the lat
            against the BF16 model, same run (issue 33)
   gemm     cuBLAS BF16 and FP8 GEMM TFLOP/s through torch (compare_pytorch.py --gemm-only): a square 8192 GEMM and
            GPT-2's own shapes
-  profile  bench_train --device cuda --profile --cuda-graph on GPT-2 124M in bf16 and fp8-delayed: where one step's
-           time goes (each module, phase and autograd node, the device synchronized at every range), the
+  profile  bench_train --device cuda --profile --kernel-times --cuda-graph on GPT-2 124M in bf16 and fp8-delayed:
+           where one step's time goes (each module, phase and autograd node, the device synchronized at every range;
+           and each kernel's own device time, traced with CUPTI: libcupti.so.13 on LD_LIBRARY_PATH), the
            free-running step against the time the host needs to queue it (host-bound or device-bound), and the step
            replayed as a CUDA graph; then bench_train's small default shape eager against graph replays
   train    compare_pytorch.py --device cuda: GPT-2 124M (12 layers, 768 wide, 12 heads, vocab 50257, T 1024) on
@@ -236,6 +237,15 @@ else
       fi
       [ "$best_v" -lt 91600 ] && detail="$detail; cuDNN $best_v: fused attention needs 9.16 or newer (GEMM attention)"
     fi
+    # CUPTI (bench_train --kernel-times opens libcupti.so.13 with dlopen, so ldd does not ask for it): the
+    # toolkit's, or the nvidia-cuda-cupti wheel's beside torch, unless the loader already finds one.
+    if ! ldconfig -p 2>/dev/null | grep -q 'libcupti\.so\.13'; then
+      site=$("$py" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)
+      # shellcheck disable=SC2086 # $site is a list of folders
+      cupti=$({ find ${lib_dir:-} /usr/local /opt $site -name 'libcupti.so.13' 2>/dev/null || true; } | head -n 1)
+      [ -n "$cupti" ] && export LD_LIBRARY_PATH="$(dirname "$cupti")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "CUPTI: ${cupti:-not found (bench_train --kernel-times will say so)}" >>"$log"
+    fi
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >>"$log"
     [ ${#missing[@]} -gt 0 ] && { build_ok=0; detail="$detail; binaries missing: ${missing[*]}"; }
     [ -n "$unresolved" ] && { build_ok=0; detail="$detail; shared libraries not found (carry them, --lib-dir): $(
@@ -390,7 +400,7 @@ if wanted profile; then
       rc=0
       run_logged "$out/logs/profile.log" "$limit" "${bin[bench_train]}" --device cuda --precision $p --layers 12 \
         --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch "$batch" --warmup 2 --steps "$((quick ? 3 : 10))" \
-        --profile 40 --cuda-graph --json "$out/raw/profile-$p.json" || rc=$?
+        --profile 40 --kernel-times 40 --cuda-graph --json "$out/raw/profile-$p.json" || rc=$?
       if [ $rc = 0 ]; then done_+=("$p"); else failures+=("$p $(why $rc "$limit" "$out/logs/profile.log")"); fi
     done
     # bench_train's default shape, small enough to be host-bound: eager against CUDA graph replays.
