@@ -211,11 +211,18 @@ KernelTrace::KernelTrace() {
     g_totals.clear();
     g_active = true;
   }
-  static const CUptiResult registered = cupti().register_callbacks(buffer_requested, buffer_completed);
-  check(registered, "cuptiActivityRegisterCallbacks");
-  const cudaError_t synced = cudaDeviceSynchronize();  // work queued before the trace stays out of it
-  MPT_CHECK(synced == cudaSuccess, "[KernelTrace] cudaDeviceSynchronize failed: {}", cudaGetErrorString(synced));
-  for (CUpti_ActivityKind k : kKinds) check(cupti().enable(k), "cuptiActivityEnable");
+  try {
+    static const CUptiResult registered = cupti().register_callbacks(buffer_requested, buffer_completed);
+    check(registered, "cuptiActivityRegisterCallbacks");
+    const cudaError_t synced = cudaDeviceSynchronize();  // work queued before the trace stays out of it
+    MPT_CHECK(synced == cudaSuccess, "[KernelTrace] cudaDeviceSynchronize failed: {}", cudaGetErrorString(synced));
+    for (CUpti_ActivityKind k : kKinds) check(cupti().enable(k), "cuptiActivityEnable");
+  } catch (...) {  // a trace that failed to start leaves nothing enabled and does not block the next one
+    for (CUpti_ActivityKind k : kKinds) cupti().disable(k);
+    const std::lock_guard lock(g_mutex);
+    g_active = false;
+    throw;
+  }
   active_ = true;
 }
 
