@@ -3,6 +3,10 @@
 
 #include "amp/module_path.h"
 
+#include <variant>
+
+#include "mpt/amp/fp8_rule.h"
+
 #include "mpt/fp8/scaling.h"
 #include "mpt/core/error.h"
 
@@ -48,9 +52,17 @@ Precision Policy::at(std::string_view path) const {
   return best;
 }
 
+Precision Policy::at(std::string_view path, int64_t in, int64_t out, Device device) const {
+  const Precision p = at(path);
+  if (p != Precision::FP8 || fp8_rule == nullptr || fp8_state == nullptr) return p;
+  static_assert(std::variant_size_v<mpt::fp8::Fp8Recipe> == 3, "a recipe the FP8 rule has no rates for");
+  const auto recipe = static_cast<Fp8RecipeKind>(fp8_state->recipe().index());  // Delayed, Current, Block
+  return fp8_rule->use_fp8(path, recipe, in, out, device) ? p : Precision::BF16;
+}
+
 Policy Policy::fp8(int64_t n_layer, std::shared_ptr<mpt::fp8::Fp8ScalingState> state, std::string_view block_prefix) {
   MPT_CHECK(state != nullptr, "[amp] an FP8 policy needs an mpt::fp8::Fp8ScalingState (the recipe and its scales)");
-  Policy p{Precision::FP8, {}, std::move(state), nullptr};
+  Policy p{Precision::FP8, {}, std::move(state), nullptr, nullptr};
   p.override_module("lm_head", Precision::BF16);
   if (n_layer > 0) {
     const std::string prefix(block_prefix);

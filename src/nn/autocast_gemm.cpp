@@ -76,7 +76,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
               "[{}] input {} does not match the parameters ({}): convert one of them (module.to(...)) or run under "
               "amp::Autocast", layer, x.meta_str(), weight.meta_str());
   } else {
-    const amp::Precision p = policy->at(path);
+    const amp::Precision p = policy->at(path, weight.size(1), weight.size(0), weight.device());
     MPT_CHECK(x.dtype() != DType::F8E4M3 || (p == amp::Precision::FP8 && qat_scheme(policy, path) == nullptr),
               "[{}] '{}': the input {} is FP8 codes (a norm's output made for an FP8 GEMM: autocast_input_format), but "
               "the policy runs this layer in {}", layer, path, x.meta_str(), amp::to_string(p));
@@ -120,7 +120,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
 ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string_view path) {
   const amp::Policy* policy = amp::current_policy();
   if (policy == nullptr || x != DType::F32 || qat_scheme(policy, path) != nullptr) return x;
-  const amp::Precision p = policy->at(path);
+  const amp::Precision p = policy->at(path, weight.size(1), weight.size(0), weight.device());
   if (p == amp::Precision::FP8) {
     if (policy->fp8_state == nullptr || !std::holds_alternative<fp8::DelayedScaling>(policy->fp8_state->recipe()))
       return x;
@@ -138,7 +138,7 @@ std::optional<ops::NormOutput> autocast_shared_fp8_input(DType x, const std::vec
   const amp::Policy* policy = amp::current_policy();
   if (policy == nullptr || policy->fp8_state == nullptr || readers.size() < 2) return std::nullopt;
   for (const InputReader& r : readers) {
-    if (policy->at(r.path) != amp::Precision::FP8 || qat_scheme(policy, r.path) != nullptr ||
+    if (policy->at(r.path, r.weight->size(1), r.weight->size(0), r.weight->device()) != amp::Precision::FP8 || qat_scheme(policy, r.path) != nullptr ||
         r.weight->device() != policy->fp8_state->device())
       return std::nullopt;
   }
@@ -157,8 +157,8 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
     if (x.dtype() != w1.dtype() || w1.dtype() != w2.dtype() || x.device() != w1.device()) return {};
     return ops::mlp(x, w1, b1, w2, b2);
   }
-  const amp::Precision p = policy->at(path1);
-  if (policy->at(path2) != p) return {};
+  const amp::Precision p = policy->at(path1, w1.size(1), w1.size(0), w1.device());
+  if (policy->at(path2, w2.size(1), w2.size(0), w2.device()) != p) return {};
   if (qat_scheme(policy, path1) != nullptr || qat_scheme(policy, path2) != nullptr) return {};  // layer by layer
   if (p == amp::Precision::FP8) {
     // Both layers in FP8: as autocast_linear runs each (the masters go in, the cached E4M3 copies are read, each

@@ -61,7 +61,8 @@ ops::NormOutput Linear::input_format(DType x) const {
 ops::NormOutput shared_input_format(std::initializer_list<const Linear*> readers, DType x) {
   const amp::Policy* policy = amp::current_policy();
   for (const Linear* l : readers) {
-    if (policy != nullptr && policy->at(l->path()) == amp::Precision::FP8) {
+    if (policy != nullptr &&
+        policy->at(l->path(), l->weight().size(1), l->weight().size(0), l->weight().device()) == amp::Precision::FP8) {
       // One E4M3 copy for all when they can share the first's input meta; else each quantizes x itself (FP8
       // readers are asked nothing one by one: their input formats would register metas that no layer uses).
       std::vector<detail::InputReader> in;

@@ -209,7 +209,7 @@ TEST(Fp8WeightCacheLinear, OneCopyPerOptimizerStepAcrossMicroBatches) {
         const Tensor dy = random_tensor({2, 19, 136}, DType::BF16, 50 + micro, 1e-2);
         Tensor y;
         {
-          amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr});
+          amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
           y = lin(x);
         }
         y.backward(dy);
@@ -262,7 +262,7 @@ TEST(Fp8WeightCacheLinear, FrozenWeight) {
         const Tensor dy = random_tensor({19, 136}, DType::BF16, 70 + micro, 1e-2);
         Tensor y;
         {
-          amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr});
+          amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
           y = lin(x);
         }
         y.backward(dy);
@@ -287,7 +287,7 @@ TEST(Fp8WeightCacheLinear, FrozenWeight) {
     // Without grad (evaluation): no W^T is needed; the cached copy serves, except under delayed scaling, where
     // the last update() made it stale.
     autograd::NoGradGuard no_grad;
-    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr});
+    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
     lin(random_tensor({3, 200}, DType::F32, 80));
     EXPECT_EQ(amp::cast_cache_stats().fp8_casts, s.fp8_casts + (is_delayed(c.recipe) ? 1 : 0)) << c.name;
   }
@@ -301,14 +301,14 @@ TEST(Fp8WeightCacheLinear, LoadStateDictAndToInvalidate) {
   amp::invalidate_compute_copies();
   const Tensor x = random_tensor({4, 64}, DType::F32, 81).requires_grad_();
   {
-    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr});
+    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
     lin(x);
   }
   EXPECT_EQ(amp::cast_cache_stats().fp8_live, 1);
   lin.load_state_dict(lin.state_dict());
   EXPECT_EQ(amp::cast_cache_stats().fp8_live, 0);
   {
-    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr});
+    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
     lin(x);
   }
   EXPECT_EQ(amp::cast_cache_stats().fp8_live, 1);

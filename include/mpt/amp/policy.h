@@ -16,7 +16,8 @@ class Fp8ScalingState;  // mpt/fp8/scaling.h
 
 namespace mpt::amp {
 
-struct QatPolicy;  // mpt/amp/qat.h
+struct QatPolicy;     // mpt/amp/qat.h
+class Fp8GemmRule;    // mpt/amp/fp8_rule.h
 
 // What a GEMM-like op (Linear, the LM head, and through their outputs attention and the MLP activation) computes in.
 // FP8 GEMMs take FP8 operands and produce BF16 (the FP8 recipe decides formats and scales).
@@ -41,16 +42,23 @@ struct Policy {
   // Quantization-aware training (mpt/amp/qat.h): the Linear layers it names fake-quantize their weight (and input)
   // before the GEMM, which runs in the precision above (FP32, BF16 or FP16; not FP8). Null: none.
   std::shared_ptr<const QatPolicy> qat;
+  // Which of the layers FP8 covers gain from it on this GPU (mpt/amp/fp8_rule.h): a layer the rule judges slower in
+  // FP8 at its shape runs BF16 instead. Null: every layer the overrides give FP8 runs FP8.
+  std::shared_ptr<const Fp8GemmRule> fp8_rule;
 
+  // The precision the overrides give the module at `path`.
   Precision at(std::string_view path) const;
+  // The precision a Linear at `path` with W [out, in] on `device` runs in: at(path), with FP8 turned to BF16 where
+  // fp8_rule judges FP8 slower at that shape (the decision the layer, its norm and the report share).
+  Precision at(std::string_view path, int64_t in, int64_t out, Device device) const;
   Policy& override_module(std::string path, Precision p) {
     overrides[std::move(path)] = p;
     return *this;
   }
 
   static Policy fp32() { return {}; }
-  static Policy fp16() { return {Precision::FP16, {}, nullptr, nullptr}; }
-  static Policy bf16() { return {Precision::BF16, {}, nullptr, nullptr}; }
+  static Policy fp16() { return {Precision::FP16, {}, nullptr, nullptr, nullptr}; }
+  static Policy bf16() { return {Precision::BF16, {}, nullptr, nullptr, nullptr}; }
   // FP8 GEMMs with the first and last blocks and the LM head kept in BF16 (the usual FP8 recipe: those layers are
   // the most sensitive; DeepSeek-V3 and TE's examples keep them in higher precision).
   // block_prefix: the module path of the blocks, "h" (GPT: h.0 ...) or "model.layers" (Llama).
