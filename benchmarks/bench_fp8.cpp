@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -66,7 +67,21 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions after one warm-up (median)")->check(CLI::PositiveNumber);
   app.add_option("--device", device_name, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--json", json_path, "also write the rows as JSON to this file");
+  std::string calibration_path;
+  app.add_option("--calibration", calibration_path, "on a GPU: also write what the per-shape FP8 rule is fitted to "
+                 "(the layers' and GEMMs' times at this shape) as JSON, for train_gpt / bench_train "
+                 "--fp8-calibration FILE (docs/fp8.md, \"Which layers run FP8\")");
   CLI11_PARSE(app, argc, argv);
+#if defined(MPT_CUDA_EMULATION)
+  if (!calibration_path.empty()) {
+    std::fprintf(stderr, "bench_fp8: --calibration measures a GPU; the emulated device has no times\n");
+    return 1;
+  }
+#endif
+  if (!calibration_path.empty() && device_name != "cuda") {
+    std::fprintf(stderr, "bench_fp8: --calibration measures a GPU (the rule judges CUDA layers): give --device cuda\n");
+    return 1;
+  }
 #if defined(MPT_CUDA_EMULATION)
   namespace emu = mpt::cuda_emu;
   setenv("MPT_EMU_DEVICE_MEMORY_MB", "144384", 0);
@@ -152,6 +167,7 @@ int main(int argc, char** argv) {
     std::printf("%-40s %10s %10s %8s %8s\n", "piece", "ms", "TFLOP/s", "GB/s", "vs bf16");
 #endif
     [[maybe_unused]] double bf16_gemm_s = 0, bf16_layer_s = 0;  // unused under emulation (no times)
+    std::map<std::string, double> seconds;                      // by piece, for --calibration
     for (const Piece& piece : pieces) {
       piece.run();  // warm-up: plans, caches, the allocator's pool
       sync(dev);
@@ -167,6 +183,7 @@ int main(int argc, char** argv) {
         times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }
       const double s = median(times);
+      seconds[piece.name] = s;
       nlohmann::json row{{"piece", piece.name}, {"seconds", s}};
 #if defined(MPT_CUDA_EMULATION)
       const emu::Counters c = emu::counters();
@@ -196,6 +213,28 @@ int main(int argc, char** argv) {
                   base > 0 ? fmt::format("{:.2f}x", base / s).c_str() : "");
 #endif
       rows.push_back(row);
+    }
+    if (!calibration_path.empty()) {
+      mpt::amp::Fp8Calibration c;
+      c.device = fmt::format("{} (bench_fp8 --tokens {} --in {} --out {}, mptrain {})",
+                             mpt::cuda_status().devices.at(dev.index()).name, tokens, in, out, mpt::version());
+      c.tokens = tokens, c.in = in, c.out = out;
+      c.bf16_layer_ms = seconds.at("bf16 Linear forward + backward") * 1e3;
+      c.fp8_layer_ms[0] = seconds.at("fp8-delayed Linear forward + backward") * 1e3;
+      c.fp8_layer_ms[1] = seconds.at("fp8-current Linear forward + backward") * 1e3;
+      c.fp8_layer_ms[2] = seconds.at("fp8-block Linear forward + backward") * 1e3;
+      const double gemm_tflop = 2 * n * m * k / 1e12;
+      c.fp8_fprop_tflops = gemm_tflop / seconds.at("fp8 GEMM per-tensor, fast accum");
+      c.fp8_tflops = gemm_tflop / seconds.at("fp8 GEMM per-tensor");
+      c.block_tflops = gemm_tflop / seconds.at("fp8 GEMM 1x128 x 128x128 blocks");
+      c.elementwise_gbps = 3 * n * k / seconds.at("quantize x, rowwise") / 1e9;
+      c.save(calibration_path);  // checks every rate; a layer faster than its GEMMs alone is refused by the fit
+      const mpt::amp::Fp8Rates r = mpt::amp::Fp8Rates::fit(c);
+      std::printf("calibration written to %s (rates: bf16 %.0f TFLOP/s; fp8 %.0f / %.0f / %.0f TFLOP/s and "
+                  "quantization %.0f / %.0f / %.0f GB/s for delayed / current / block): give it to train_gpt or "
+                  "bench_train as --fp8-calibration %s\n",
+                  calibration_path.c_str(), r.bf16_tflops, r.fp8_tflops[0], r.fp8_tflops[1], r.fp8_tflops[2],
+                  r.quant_gbps[0], r.quant_gbps[1], r.quant_gbps[2], calibration_path.c_str());
     }
     if (!json_path.empty()) {
       std::ofstream(json_path) << nlohmann::json{{"device", dev.str()}, {"tokens", tokens}, {"in", in},

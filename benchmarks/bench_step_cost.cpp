@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
   std::string moments = "f32";
   mpt::bench::add_moments_option(app, moments);
+  mpt::bench::Fp8RuleOptions fp8_rule_options;
+  fp8_rule_options.add(app);
   std::string dp = "off";
   app.add_option("--dp", dp, "data parallelism over the single-process communicator (its collectives are no-ops; "
                  "the gradient buckets, their compression and their host reads are real): off, none, bf16 or fp8")
@@ -203,7 +205,11 @@ int main(int argc, char** argv) {
     const char* blocks = model_name == "llama" ? "model.layers" : "h";
     mpt::train::Trainer trainer(
         model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}, .moments = mpt::bench::moment_storage(moments)}),
-        {.policy = mpt::amp::Policy::named(precision, config.n_layer, device, blocks),
+        {.policy = [&] {
+           mpt::amp::Policy p = mpt::amp::Policy::named(precision, config.n_layer, device, blocks);
+           fp8_rule_options.apply(p, batch * config.block_size);
+           return p;
+         }(),
          .precision_name = precision, .clip = 1.0, .weight_decay = 0.1,
          .comm = dp == "off" ? nullptr : mpt::dist::single_process(),
          .data_parallel = {.compression = dp == "fp8" ? mpt::train::GradCompression::FP8
@@ -286,7 +292,8 @@ int main(int argc, char** argv) {
                      {"model_flops_per_step", flops_per_token * tokens},
                      {"operations_per_step", operations(c)},
                      {"allocator_peak_bytes", memory.peak_bytes},
-                     {"eager", to_json(eager)}};
+                     {"eager", to_json(eager)},
+                     {"fp8_rule", mpt::bench::Fp8RuleOptions::report(trainer.policy())}};
     for (const emu::KernelSite& k : sites) {
       j["kernels"].push_back({{"site", k.name}, {"launches", k.launches}, {"bytes_read", k.bytes_read},
                               {"bytes_written", k.bytes_written}});
@@ -308,6 +315,8 @@ int main(int argc, char** argv) {
     std::printf("%s, batch %lld x %lld, %s, AdamW moments %s, attention %s, emulated device in record-only mode\n",
                 model.describe().c_str(), static_cast<long long>(batch), static_cast<long long>(config.block_size),
                 precision.c_str(), moments.c_str(), attention.c_str());
+    if (const std::string r = mpt::bench::Fp8RuleOptions::report(trainer.policy()); !r.empty())
+      std::printf("%s\n", r.c_str());
     std::printf("host per step (eager): %.2f ms for %llu device operations (%.2f us each)\n", eager.host_s * 1e3,
                 static_cast<unsigned long long>(operations(c)), eager.host_s * 1e6 / std::max<double>(1, operations(c)));
     if (cuda_graph && graph_note.empty()) {

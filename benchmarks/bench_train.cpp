@@ -129,6 +129,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first (primitive caches, pools, page faults)");
   app.add_option("--steps", steps, "timed steps (medians are reported)");
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
+  mpt::bench::Fp8RuleOptions fp8_rule_options;
+  fp8_rule_options.add(app);
   std::string qat;
   app.add_option("--qat", qat, "quantization-aware training of every Linear but the head: int8, int4 (group 32), fp8 "
                  "(the fake quantization's cost against the same --precision without it)");
@@ -185,6 +187,7 @@ int main(int argc, char** argv) {
         model, mpt::train::adamw({.lr = 3e-4, .betas = {0.9, 0.95}, .moments = mpt::bench::moment_storage(moments)}),
         {.policy = [&] {
            mpt::amp::Policy p = mpt::amp::Policy::named(precision, config.n_layer, device, blocks);
+           fp8_rule_options.apply(p, batch * config.block_size);
            if (!qat.empty()) {
              p.qat = std::make_shared<const mpt::amp::QatPolicy>(
                  mpt::amp::QatPolicy::linears_but_head(mpt::amp::QatScheme::named(qat)));
@@ -307,11 +310,13 @@ int main(int argc, char** argv) {
                       1e3 * rows[i].total_ms / static_cast<double>(rows[i].calls));
       }
     }
+    const std::string fp8_rule = mpt::bench::Fp8RuleOptions::report(trainer.policy());  // judged on a GPU only
+    if (!fp8_rule.empty() && json_path != "-") std::printf("%s\n", fp8_rule.c_str());
     const double tokens = static_cast<double>(batch * config.block_size);
     const mpt::MemoryStats mem = mpt::memory_stats(device);
     nlohmann::json j{{"framework", "mptrain"},
                      {"version", mpt::version()},
-                     {"precision", precision}, {"qat", qat}, {"moments", moments},
+                     {"precision", precision}, {"qat", qat}, {"moments", moments}, {"fp8_rule", fp8_rule},
                      {"device", device.str()},
                      {"device_name", device.is_cuda() ? mpt::cuda_status().devices.at(device.index()).name : "cpu"},
                      {"threads", mpt::cpu_features().omp_threads},

@@ -34,6 +34,25 @@ inline ops::MomentStorage moment_storage(const std::string& moments) {
                                                                           : ops::MomentStorage::F32;
 }
 
+// --fp8-layers and --fp8-calibration (train_gpt's): which layers an FP8 precision runs in FP8 on a GPU.
+struct Fp8RuleOptions {
+  std::string layers = "auto", calibration;
+  void add(CLI::App& app) {
+    app.add_option("--fp8-layers", layers, "FP8 precisions on a GPU: auto (a layer runs FP8 where the per-shape rule "
+                   "judges it faster than BF16; docs/fp8.md) or all")->check(CLI::IsMember({"auto", "all"}));
+    app.add_option("--fp8-calibration", calibration, "the rule's measured rates (bench_fp8 --calibration FILE on "
+                   "your GPU; default an H200's)");
+  }
+  // Sets policy.fp8_rule for an FP8 policy, `tokens` rows per micro-batch.
+  void apply(amp::Policy& policy, int64_t tokens) const {
+    if (policy.fp8_state) policy.fp8_rule = amp::fp8_rule_named(layers, calibration, tokens);
+  }
+  // The rule's report once it has judged layers (on a GPU), else empty.
+  static std::string report(const amp::Policy& policy) {
+    return policy.fp8_rule != nullptr && !policy.fp8_rule->decisions().empty() ? policy.fp8_rule->report() : "";
+  }
+};
+
 // Inputs and next-token targets, [batch, block_size] i64 each, of uniformly random tokens (seeded) on the CPU.
 inline std::pair<Tensor, Tensor> random_tokens(const nn::GPTConfig& config, int64_t batch, uint64_t seed = 7) {
   Generator gen(seed);

@@ -11,6 +11,7 @@
 #include "common/models.h"
 #include "common/progress.h"
 #include "common/run_options.h"
+#include "mpt/amp/fp8_rule.h"
 #include "mpt/amp/policy.h"
 #include "mpt/amp/qat.h"
 #include "mpt/nn/quantize.h"
@@ -70,6 +71,7 @@ void run(const ex::Options& o) {
   }
   MPT_CHECK(!o.qat_lsq || (!o.qat.empty() && o.qat != "fp8"), "[train_gpt] --qat-lsq learns the scales of --qat int8 "
             "or int4 weights, not {}", o.qat.empty() ? std::string("a run without --qat") : "--qat " + o.qat);
+  if (policy.fp8_state) policy.fp8_rule = mpt::amp::fp8_rule_named(o.fp8_layers, o.fp8_calibration, o.batch * o.seq);
   MPT_CHECK(o.fp8_telemetry == 0 || policy.fp8_state, "[train_gpt] --fp8-telemetry needs an FP8 --precision "
             "(fp8-delayed, fp8-current or fp8-block), not {}", o.precision);
   MPT_CHECK(o.bucket_mb > 0, "[train_gpt] --bucket-mb {} must be positive", o.bucket_mb);
@@ -187,6 +189,8 @@ void run(const ex::Options& o) {
       return mpt::train::MicroBatchLoss{model.loss(in[0], in[1]), o.batch * o.seq};
     });
     progress.after_step(m, trainer, loader);
+    if (step == start_step && policy.fp8_rule && !policy.fp8_rule->decisions().empty())
+      fmt::print("{}\n", policy.fp8_rule->report());  // the layers the rule judged (on a GPU) and what it chose
     const bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
       val_loss = trainer.evaluate([&] { return ex::validation_loss(model, corpus, o, device); });

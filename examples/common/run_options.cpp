@@ -53,7 +53,8 @@ const std::vector<SavedOption>& saved_option_table() {
       saved("freeze", "--freeze", &O::freeze), saved("fp8_telemetry", "--fp8-telemetry", &O::fp8_telemetry),
       saved("model", "--model", &O::model), saved("kv_heads", "--kv-heads", &O::kv_heads),
       saved("qat", "--qat", &O::qat), saved("qat_group", "--qat-group", &O::qat_group),
-      saved("qat_lsq", "--qat-lsq", &O::qat_lsq)};
+      saved("qat_lsq", "--qat-lsq", &O::qat_lsq), saved("fp8_layers", "--fp8-layers", &O::fp8_layers),
+      saved("fp8_calibration", "--fp8-calibration", &O::fp8_calibration)};
   return table;
 }
 
@@ -252,6 +253,12 @@ std::variant<Options, int> parse_options(int argc, char** argv, Options o) {
       ->check(CLI::IsMember({"adamw", "adamw8bit"}));
   app.add_option("--fp8-telemetry", o.fp8_telemetry, "every N steps, print and log each FP8 tensor's amax, scale "
                  "and the fractions saturated and flushed to zero (0: never)")->check(CLI::NonNegativeNumber);
+  app.add_option("--fp8-layers", o.fp8_layers, "with an FP8 --precision on a GPU: auto (a layer runs FP8 only where "
+                 "the per-shape rule judges it faster than BF16, fitted to --fp8-calibration; printed after the first "
+                 "step) or all (every layer but the first and last blocks and the LM head)")
+      ->check(CLI::IsMember({"auto", "all"}));
+  app.add_option("--fp8-calibration", o.fp8_calibration, "the rule's measured rates: a JSON file that bench_fp8 "
+                 "--device cuda --calibration FILE writes on your GPU (default: an H200's, docs/fp8.md)");
   app.add_option("--freeze", o.freeze, "freeze the embeddings (and the tied LM head) and the first N blocks")
       ->check(CLI::NonNegativeNumber);
   std::string preset;
@@ -309,7 +316,10 @@ std::variant<Options, int> parse_options(int argc, char** argv, Options o) {
     }
     const mpt::train::CheckpointInfo info = mpt::train::read_checkpoint_info(o.resume);
     o.resume = info.path.string();
-    restore_options(o, nlohmann::json::parse(info.run_config_json), (info.path / "state.json").string(), given);
+    const nlohmann::json run_config = nlohmann::json::parse(info.run_config_json);
+    restore_options(o, run_config, (info.path / "state.json").string(), given);
+    // A checkpoint from before the per-shape rule ran every FP8 layer in FP8 (its FP8 state has all their metas).
+    if (!given("--fp8-layers") && !run_config.contains("fp8_layers")) o.fp8_layers = "all";
     if (o.save_dir.empty() && info.path.filename().string().starts_with("step-"))
       o.save_dir = info.path.parent_path().string();  // keep saving beside the checkpoint
   }

@@ -32,6 +32,11 @@ struct Options {
   std::string optimizer = "adamw";  // adamw, or adamw8bit (AdamW with int8 blockwise moments)
   int64_t freeze = -1;              // >= 0: freeze the embeddings and the first `freeze` blocks
   int64_t fp8_telemetry = 0;        // > 0: every this many steps, print and log each FP8 tensor's quantization stats
+  // FP8 precisions on a GPU: "auto" runs a layer in FP8 only where the per-shape rule (amp::Fp8GemmRule, fitted to
+  // fp8_calibration's measurements, the H200's when empty) judges it faster than BF16; "all" runs every layer the
+  // policy gives FP8 in FP8.
+  std::string fp8_layers = "auto";
+  std::string fp8_calibration{};
   double init_scale = 65536;        // the fp16 GradScaler's initial scale
   // Quantization-aware training: int8, int4 or fp8 (amp::QatScheme::named) on every Linear but the LM head; empty:
   // none. qat_group: int4's group size.

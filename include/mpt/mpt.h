@@ -49,6 +49,7 @@
 #include "mpt/fp8/mlp.h"
 #include "mpt/fp8/scaling.h"
 #include "mpt/amp/master_weights.h"
+#include "mpt/amp/fp8_rule.h"
 #include "mpt/amp/policy.h"
 #include "mpt/amp/qat.h"
 #include "mpt/nn/gpt.h"

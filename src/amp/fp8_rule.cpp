@@ -164,18 +164,35 @@ std::vector<Fp8GemmRule::Decision> Fp8GemmRule::decisions() const {
 
 std::string Fp8GemmRule::report() const {
   const std::vector<Decision> ds = decisions();
+  struct Shape {
+    int64_t count = 0;
+    Fp8LayerEstimate estimate;
+  };
+  std::map<std::pair<int64_t, int64_t>, Shape> shapes;  // the decision depends on the shape alone
   size_t fp8 = 0;
-  std::string bf16;
   for (const Decision& d : ds) {
-    if (d.estimate.fp8()) {
-      ++fp8;
-      continue;
-    }
-    bf16 += fmt::format("{}{} [{} -> {}] (fp8 {:.3f} ms, bf16 {:.3f} ms)", bf16.empty() ? "" : ", ", d.path, d.in,
-                        d.out, d.estimate.fp8_ms, d.estimate.bf16_ms);
+    Shape& s = shapes[{d.in, d.out}];
+    ++s.count;
+    s.estimate = d.estimate;
+    fp8 += d.estimate.fp8() ? 1 : 0;
   }
-  return fmt::format("fp8 layers (rule: {}; {} tokens per micro-batch): {} of {} judged run FP8{}{}",
-                     calibration_.device, tokens_, fp8, ds.size(), bf16.empty() ? "" : "; BF16: ", bf16);
+  std::string by_shape;
+  for (const auto& [shape, s] : shapes) {
+    by_shape += fmt::format("{}[{} -> {}] x{} {} (fp8 {:.3f} ms, bf16 {:.3f} ms)", by_shape.empty() ? "" : ", ",
+                            shape.first, shape.second, s.count, s.estimate.fp8() ? "FP8" : "BF16", s.estimate.fp8_ms,
+                            s.estimate.bf16_ms);
+  }
+  return fmt::format("fp8 layers (rule: {}; {} tokens per micro-batch): {} of {} judged run FP8; {}",
+                     calibration_.device, tokens_, fp8, ds.size(), by_shape);
+}
+
+std::shared_ptr<const Fp8GemmRule> fp8_rule_named(std::string_view layers, const std::string& calibration,
+                                                  int64_t tokens) {
+  if (layers == "all") return nullptr;
+  MPT_CHECK(layers == "auto", "[fp8 rule] unknown FP8 layer choice '{}': expected auto or all", layers);
+  return std::make_shared<const Fp8GemmRule>(calibration.empty() ? Fp8Calibration::h200()
+                                                                 : Fp8Calibration::load(calibration),
+                                             tokens);
 }
 
 }  // namespace mpt::amp

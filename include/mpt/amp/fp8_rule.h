@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -75,8 +76,9 @@ class Fp8GemmRule {
     Fp8LayerEstimate estimate;
   };
   std::vector<Decision> decisions() const;  // by path, each layer once
-  // "fp8 layers (rule: <device>, 8192 tokens per micro-batch): 40 of 48 FP8; BF16: h.1.attn.c_proj [2048 -> 2048]
-  // (fp8 0.31 ms, bf16 0.29 ms), ...": for a program to print after its first step.
+  // "fp8 layers (rule: <device>; 8192 tokens per micro-batch): 66 of 88 judged run FP8; [2048 -> 2048] x22 BF16
+  // (fp8 0.306 ms, bf16 0.285 ms), [2048 -> 6144] x22 FP8 (...), ...": the decisions by layer shape, for a program
+  // to print after its first step.
   std::string report() const;
 
   const Fp8Calibration& calibration() const { return calibration_; }
@@ -91,5 +93,11 @@ class Fp8GemmRule {
   mutable std::mutex mutex_;
   mutable std::map<std::string, Decision, std::less<>> decisions_;
 };
+
+// The rule a program's flags name (train_gpt's --fp8-layers and --fp8-calibration): "all" gives none (every layer the
+// policy gives FP8 runs FP8); "auto" the rule fitted to the calibration file (the H200's when `calibration` is empty)
+// for `tokens` rows per micro-batch.
+std::shared_ptr<const Fp8GemmRule> fp8_rule_named(std::string_view layers, const std::string& calibration,
+                                                  int64_t tokens);
 
 }  // namespace mpt::amp
