@@ -65,13 +65,24 @@ if wanted kernels; then
     --json "$res/kernels-1.3b-fp8d.json"
 fi
 if wanted fp8; then
-  step bench-fp8 40 "$bin/bench_fp8" --device cuda --tokens 8192 --in 2048 --out 8192 --reps 10 --json "$res/bench_fp8.json"
-  for p in bf16 fp8-delayed fp8-current fp8-block; do
-    step "1.3b-$p" 60 "$bt" $m13 --precision $p --warmup 2 --steps 5 --json "$res/1.3b-$p.json"
+  # This GPU's calibration of the per-shape FP8 rule (docs/fp8.md, "Which layers run FP8"), used by the auto runs.
+  step bench-fp8 40 "$bin/bench_fp8" --device cuda --tokens 8192 --in 2048 --out 8192 --reps 10 --json "$res/bench_fp8.json" \
+    --calibration "$res/fp8-calibration.json"
+  cal=""; [ -f "$res/fp8-calibration.json" ] && cal="--fp8-calibration $res/fp8-calibration.json"
+  step 1.3b-bf16 60 "$bt" $m13 --precision bf16 --warmup 2 --steps 5 --json "$res/1.3b-bf16.json"
+  step 1.3b-fp8-delayed-all 60 "$bt" $m13 --precision fp8-delayed --fp8-layers all --warmup 2 --steps 5 \
+    --json "$res/1.3b-fp8-delayed-all.json"
+  for p in fp8-delayed fp8-current fp8-block; do
+    step "1.3b-$p-auto" 60 "$bt" $m13 --precision $p $cal --warmup 2 --steps 5 --json "$res/1.3b-$p-auto.json"
   done
-  for p in bf16 fp8-delayed; do
-    step "350m-$p" 40 "$bt" $m350 --precision $p --warmup 2 --steps 5 --json "$res/350m-$p.json"
-    step "124m-$p" 40 "$bt" $gpt2 --batch 8 --precision $p --warmup 3 --steps 10 --json "$res/124m-$p.json"
+  for n in bf16 fp8-delayed-all fp8-delayed-auto; do
+    case $n in
+      bf16) p="--precision bf16" ;;
+      fp8-delayed-all) p="--precision fp8-delayed --fp8-layers all" ;;
+      fp8-delayed-auto) p="--precision fp8-delayed $cal" ;;
+    esac
+    step "350m-$n" 40 "$bt" $m350 $p --warmup 2 --steps 5 --json "$res/350m-$n.json"
+    step "124m-$n" 40 "$bt" $gpt2 --batch 8 $p --warmup 3 --steps 10 --json "$res/124m-$n.json"
   done
 fi
 if wanted baseline && [ -x "$old" ]; then
