@@ -104,7 +104,7 @@ struct QuantizeParams {
   bool ignore_nan;   // the amax skips NaN elements
 };
 
-template <class Q, class T, bool kVec>
+template <class Q, class T, bool kVec, bool kGelu>
 __global__ void __launch_bounds__(kPackThreads) quantize_kernel(QuantizeParams<Q, T> p) {
   const float s = *p.scale;
   if (p.scale_inv != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = math::reciprocal(s);
@@ -118,20 +118,23 @@ __global__ void __launch_bounds__(kPackThreads) quantize_kernel(QuantizeParams<Q
       Pack8<Q> b;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        m = UMaxOp{}(m, math::amax_bits(a.v[k], p.ignore_nan));
-        b.v[k] = math::quantize_value<Q>(a.v[k], s, p.sat);
+        const T v = math::quantize_input<kGelu>(a.v[k]);
+        m = UMaxOp{}(m, math::amax_bits(v, p.ignore_nan));
+        b.v[k] = math::quantize_value<Q>(v, s, p.sat);
       }
       store8(p.q + i * 8, b);
     }
     const int64_t tail = packs * 8 + tid;
     if (tail < p.n) {
-      m = UMaxOp{}(m, math::amax_bits(p.x[tail], p.ignore_nan));
-      p.q[tail] = math::quantize_value<Q>(p.x[tail], s, p.sat);
+      const T v = math::quantize_input<kGelu>(p.x[tail]);
+      m = UMaxOp{}(m, math::amax_bits(v, p.ignore_nan));
+      p.q[tail] = math::quantize_value<Q>(v, s, p.sat);
     }
   } else {
     for (int64_t i = tid; i < p.n; i += stride) {
-      m = UMaxOp{}(m, math::amax_bits(p.x[i], p.ignore_nan));
-      p.q[i] = math::quantize_value<Q>(p.x[i], s, p.sat);
+      const T v = math::quantize_input<kGelu>(p.x[i]);
+      m = UMaxOp{}(m, math::amax_bits(v, p.ignore_nan));
+      p.q[i] = math::quantize_value<Q>(v, s, p.sat);
     }
   }
   if (p.amax != nullptr) block_amax_to(m, p.amax);
@@ -154,7 +157,7 @@ static_assert(kTile == math::kDbiasTileRows, "the fused dbias sums the cast + tr
 
 // One 32 x 32 tile per block: coalesced reads of x and writes of q along rows, the codes staged in shared
 // memory (33-byte pitch: the column reads hit 32 different banks), then coalesced writes of qt along its rows.
-template <class Q, class T>
+template <class Q, class T, bool kGelu>
 __global__ void __launch_bounds__(kTile * kTileRowsPerPass) quantize_transpose_kernel(TransposeParams<Q, T> p) {
   __shared__ uint8_t tile[kTile][kTile + 1];
   __shared__ float values[kTile][kTile + 1];  // the tile's inputs, for the fused dbias
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(kTile * kTileRowsPerPass) quantize_transpose_k
   for (int k = ty; k < kTile; k += kTileRowsPerPass) {
     const int64_t r = r0 + k, c = c0 + tx;
     if (r < p.rows && c < p.cols) {
-      const T v = p.x[r * p.cols + c];
+      const T v = math::quantize_input<kGelu>(p.x[r * p.cols + c]);
       m = UMaxOp{}(m, math::amax_bits(v, p.ignore_nan));
       const Q code = math::quantize_value<Q>(v, s, p.sat);
       p.q[r * p.cols + c] = code;
@@ -195,8 +198,9 @@ __global__ void __launch_bounds__(kTile * kTileRowsPerPass) quantize_transpose_k
 // in flight per thread of the scalar kernel above, a quarter of its blocks (and of their amax atomics). Needs
 // cols % 8 == 0, rows % 16 == 0 and aligned pointers (quantize_transpose checks). The fused dbias keeps
 // math::kDbiasTileRows-row partials summed top to bottom, as the scalar kernel and the CPU.
-template <class Q, class T, bool kDbias>
+template <class Q, class T, bool kDbias, bool kGelu>
 __global__ void __launch_bounds__(kByteTileThreads) quantize_transpose_vec_kernel(TransposeParams<Q, T> p) {
+  static_assert(!(kDbias && kGelu), "the fused dbias sums a gradient, which no GELU precedes");
   static_assert(sizeof(Pack8<Q>) == sizeof(uint64_t));
   __shared__ __align__(16) ByteTile tile;
   __shared__ float values[kDbias ? kByteTile : 1][kDbias ? kByteTile + 1 : 1];  // the tile's inputs, for the dbias
@@ -214,9 +218,10 @@ __global__ void __launch_bounds__(kByteTileThreads) quantize_transpose_vec_kerne
       Pack8<Q> b;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        m = UMaxOp{}(m, math::amax_bits(a.v[k], p.ignore_nan));
-        b.v[k] = math::quantize_value<Q>(a.v[k], s, p.sat);
-        if constexpr (kDbias) values[tr][tc + k] = scalar_cast<float>(a.v[k]);
+        const T v = math::quantize_input<kGelu>(a.v[k]);
+        m = UMaxOp{}(m, math::amax_bits(v, p.ignore_nan));
+        b.v[k] = math::quantize_value<Q>(v, s, p.sat);
+        if constexpr (kDbias) values[tr][tc + k] = scalar_cast<float>(v);
       }
       store8(p.q + r * p.cols + c, b);
       stage8(tile, tr, tc, *reinterpret_cast<const uint64_t*>(&b));
@@ -327,13 +332,19 @@ cudaError_t quantize(const T* x, Q* q, int64_t n, const QuantizeArgs& args, cuda
                             static_cast<uint64_t>(n) * sizeof(T) + sizeof(float) + amax_bytes,
                             static_cast<uint64_t>(n) * sizeof(Q) + (args.scale_inv != nullptr ? sizeof(float) : 0) +
                                 amax_bytes};
-  return vec ? launch(quantize_kernel<Q, T, true>, config, p) : launch(quantize_kernel<Q, T, false>, config, p);
+  if (args.gelu) {
+    return vec ? launch(quantize_kernel<Q, T, true, true>, config, p)
+               : launch(quantize_kernel<Q, T, false, true>, config, p);
+  }
+  return vec ? launch(quantize_kernel<Q, T, true, false>, config, p)
+             : launch(quantize_kernel<Q, T, false, false>, config, p);
 }
 
 template <class Q, class T>
 cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const QuantizeArgs& args,
                                cudaStream_t stream) {
-  if (dims.rows < 0 || dims.cols < 0 || args.scale == nullptr) return cudaErrorInvalidValue;
+  if (dims.rows < 0 || dims.cols < 0 || args.scale == nullptr || (args.gelu && args.dbias_partial != nullptr))
+    return cudaErrorInvalidValue;
   const int64_t n = dims.rows * dims.cols;
   if (n > 0 && (x == nullptr || q == nullptr || qt == nullptr)) return cudaErrorInvalidValue;
   if (args.amax != nullptr && !args.amax_accumulate) {
@@ -362,12 +373,13 @@ cudaError_t quantize_transpose(const T* x, Q* q, Q* qt, math::Dims2 dims, const 
   const dim3 grid(static_cast<unsigned>(tiles > 0 ? tiles : 1));
   if (vec) {
     const LaunchConfig config{grid, dim3(kByteTileThreads), 0, stream, read_bytes, written_bytes};
-    return args.dbias_partial != nullptr ? launch(quantize_transpose_vec_kernel<Q, T, true>, config, p)
-                                         : launch(quantize_transpose_vec_kernel<Q, T, false>, config, p);
+    if (args.dbias_partial != nullptr) return launch(quantize_transpose_vec_kernel<Q, T, true, false>, config, p);
+    return args.gelu ? launch(quantize_transpose_vec_kernel<Q, T, false, true>, config, p)
+                     : launch(quantize_transpose_vec_kernel<Q, T, false, false>, config, p);
   }
-  return launch(quantize_transpose_kernel<Q, T>, LaunchConfig{grid, dim3(kTile, kTileRowsPerPass), 0, stream,
-                                                              read_bytes, written_bytes},
-                p);
+  const LaunchConfig config{grid, dim3(kTile, kTileRowsPerPass), 0, stream, read_bytes, written_bytes};
+  return args.gelu ? launch(quantize_transpose_kernel<Q, T, true>, config, p)
+                   : launch(quantize_transpose_kernel<Q, T, false>, config, p);
 }
 
 template <class T>

@@ -55,6 +55,8 @@ struct QuantizeArgs {
   // quantize_transpose only, optional: [math::dbias_tiles(rows), cols] f32, receives each 32-row tile's column sums
   // (the fused bias gradient's first half; dbias_finish gives the sums).
   float* dbias_partial = nullptr;
+  // Quantize gelu(x) rounded to x's dtype instead of x (math::quantize_input), the amax too; not with dbias_partial.
+  bool gelu = false;
 };
 
 // q[i] = fp8(x[i] * scale) for i < n.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/math/activation.h"
 #include "kernels/math/common.h"
 #include "kernels/math/numerics.h"
 #include "kernels/math/numerics_cast.h"
@@ -98,6 +99,18 @@ MPT_HD MPT_INLINE void delayed_scaling_update(const DelayedUpdate& u, float* h, 
 MPT_HD MPT_INLINE float reciprocal(float s) { return 1.0f / s; }
 
 // ---- the elements: q = fp8(float(x) * scale), x = float(q) * scale_inv rounded to Out
+// The per-tensor quantizers' optional prologue: GELU (tanh) of x rounded back to x's dtype, the tensor a layer after
+// a GELU reads, so that quantize(gelu(x)) and its amax come from one pass over x (TransformerEngine's gelu + cast;
+// the FP8 MLP's hidden codes). kGelu false: x itself.
+template <bool kGelu, class T>
+MPT_HD MPT_INLINE T quantize_input(T x) {
+  if constexpr (kGelu) {
+    return scalar_cast<T>(GeluForward{}(scalar_cast<float>(x)));
+  } else {
+    return x;
+  }
+}
+
 template <class Q, class T>
 MPT_HD MPT_INLINE Q quantize_value(T x, float scale, Fp8Saturation sat) {
   static_assert(std::is_same_v<Q, f8e4m3> || std::is_same_v<Q, f8e5m2>);

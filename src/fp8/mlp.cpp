@@ -3,6 +3,7 @@
 
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "ops/dispatch.h"
 #include "fp8/gemm.h"
@@ -98,17 +99,28 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
   s.need_db2 = grad && b2.defined() && b2.requires_grad();
   const int64_t n = x.size(0), hidden = w1.size(0);
 
-  // Layer 1: x and W1 quantized, h = gelu(x W1^T + b1) and the pre-activation from one FP8 GEMM.
+  // Layer 1: x and W1 quantized, the pre-activation x W1^T + b1 from one FP8 GEMM. Under delayed scaling (h's scale
+  // known before h) h's codes and their transpose come from the pre-activation in one pass, gelu + cast +
+  // transpose (TransformerEngine's), and h itself is never written; else the GEMM's GELU epilogue writes h beside
+  // the pre-activation and h is quantized from it. The same bits on the CPU, where the epilogue rounds the
+  // pre-activation before its GELU (ops::matmul) as the quantizer's prologue does.
   const detail::Fp8Pair xq =
       detail::quantize_for_gemm(x, c.recipe, Fp8Role::Input, c.metas1.input, true, s.need_dw1);
   const detail::Fp8Pair w1q = weight_codes(w1, c.weight1_fp8, c.recipe, c.metas1, s.need_dx, "weight1");
-  Tensor pre = Tensor::empty({n, hidden}, out, dev);
   const bool fast = detail::fast_accum_fprop(c.recipe);
-  const Tensor h = gemm_tn(xq.rowwise, w1q.rowwise, out, {.bias = ops::detail::epilogue_bias(c.compute_b1, b1),
-                                                           .gelu_aux = pre, .fp8_fast_accum = fast});
+  const Tensor bias1 = ops::detail::epilogue_bias(c.compute_b1, b1);
+  const bool gelu_cast = std::holds_alternative<fp8::DelayedScaling>(c.recipe) && !c.metas2.input->collect_telemetry;
+  Tensor pre, h;
+  if (gelu_cast) {
+    pre = gemm_tn(xq.rowwise, w1q.rowwise, out, {.bias = bias1, .fp8_fast_accum = fast});
+  } else {
+    pre = Tensor::empty({n, hidden}, out, dev);
+    h = gemm_tn(xq.rowwise, w1q.rowwise, out, {.bias = bias1, .gelu_aux = pre, .fp8_fast_accum = fast});
+  }
   // Layer 2: h quantized (its transpose for dW2), y = h W2^T + b2.
   const detail::Fp8Pair hq =
-      detail::quantize_for_gemm(h, c.recipe, Fp8Role::Input, c.metas2.input, true, s.need_dw2);
+      gelu_cast ? detail::quantize_for_gemm(pre, c.recipe, Fp8Role::Input, c.metas2.input, true, s.need_dw2, {}, true)
+                : detail::quantize_for_gemm(h, c.recipe, Fp8Role::Input, c.metas2.input, true, s.need_dw2);
   const detail::Fp8Pair w2q = weight_codes(w2, c.weight2_fp8, c.recipe, c.metas2, s.need_dpre(), "weight2");
   Tensor y = gemm_tn(hq.rowwise, w2q.rowwise, out, {.bias = ops::detail::epilogue_bias(c.compute_b2, b2),
                                                    .fp8_fast_accum = fast});

@@ -23,7 +23,8 @@ using fp8::Fp8Role;
 // scale and amax stays on t's device: delayed scaling reads the meta's scale and folds max |t| into its history
 // (TE's amax_history[0]) in the same pass; current scaling computes amax and scale in a first pass.
 Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
-                            const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool columnwise, const Tensor& dbias) {
+                            const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool columnwise, const Tensor& dbias,
+                            bool gelu_of_t) {
   const DType fmt = fp8::fp8_dtype(recipe, role);
   const auto* delayed = std::get_if<fp8::DelayedScaling>(&recipe);
   QuantizeOptions o;
@@ -39,6 +40,7 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Ro
     o.power_of_2 = c.power_2_scale;
     o.amax_epsilon = c.amax_epsilon;
   }
+  o.gelu = gelu_of_t;
   ops::Quantized q, qt;
   if (columnwise) o.dbias = dbias;
   if (columnwise) std::tie(q, qt) = quantize_fp8_transpose(t, fmt, o);
@@ -82,7 +84,12 @@ Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role
 }  // namespace
 
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
-                 const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise, const Tensor& dbias) {
+                          const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
+                          const Tensor& dbias, bool gelu_of_t) {
+  MPT_CHECK(!gelu_of_t || (role == Fp8Role::Input && std::holds_alternative<fp8::DelayedScaling>(recipe) && meta &&
+                           !meta->collect_telemetry && !dbias.defined() && t.dtype() != DType::F8E4M3),
+            "[quantize_for_gemm] gelu(t) is quantized for a delayed-scaling input whose meta collects no telemetry, "
+            "from a wide t without dbias; got {} as {}", t.meta_str(), fp8::to_string(role));
   if (t.dtype() == DType::F8E4M3) {  // codes made with the meta's scale by the op before (check_fp8_input)
     MPT_CHECK(role == Fp8Role::Input && std::holds_alternative<fp8::DelayedScaling>(recipe) && meta &&
                   !dbias.defined() && t.dim() == 2,
@@ -101,7 +108,7 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role
   if (block) {
     return quantize_block(t, std::get<fp8::BlockScaling>(recipe), role, meta, rowwise, columnwise, fused_dbias);
   }
-  return quantize_per_tensor(t, recipe, role, meta, columnwise, fused_dbias);
+  return quantize_per_tensor(t, recipe, role, meta, columnwise, fused_dbias, gelu_of_t);
 }
 
 bool is_wide_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }

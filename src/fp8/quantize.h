@@ -28,9 +28,11 @@ struct Fp8Pair {
 // An input t may come quantized already: f8e4m3 codes made under delayed scaling with the meta's scale (and its amax
 // folded into the history) by the op before (a norm's FP8 output, ops::NormOutput::fp8). They are used as they are,
 // with the meta's scale_inv, and the columnwise copy is their transpose (a byte copy, no second rounding).
+// gelu_of_t: quantize gelu(t) (ops::QuantizeOptions::gelu) instead of t: an input under delayed scaling whose meta
+// collects no telemetry (which would measure t); the FP8 MLP's hidden codes from its pre-activation.
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp8Role role,
                           const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
-                          const Tensor& dbias = {});
+                          const Tensor& dbias = {}, bool gelu_of_t = false);
 
 bool is_wide_dtype(DType t);  // f32, bf16 or f16: what FP8 quantization reads
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "kernels/cpu/quantize.h"
+#include "mpt/autograd/grad_mode.h"
+#include "mpt/ops/activation.h"
 #include "kernels/math/quantize.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
@@ -73,6 +75,9 @@ Device check_quantize_args(const Tensor& x, DType fp8, const QuantizeOptions& o,
   MPT_CHECK(!o.amax_accumulate || (o.amax.defined() && o.amax_ignore_nan),
             "[{}] amax_accumulate folds into the amax output: it needs `amax` and amax_ignore_nan", op);
   MPT_CHECK(o.margin >= 0 && o.margin <= 64, "[{}] margin must be in [0, 64], got {}", op, o.margin);
+  MPT_CHECK(!o.gelu || (o.scale.defined() && !o.dbias.defined()), "[{}] gelu quantizes gelu(x) with a given scale "
+            "(delayed scaling) and no dbias; got {} and {}", op, o.scale.defined() ? "a scale" : "no scale (current "
+            "scaling)", o.dbias.defined() ? "a dbias" : "no dbias");
   return dev;
 }
 
@@ -111,6 +116,7 @@ cudaError_t quantize_per_tensor_cuda(const Tensor& x, const Tensor& q, const Ten
   }
   kernels::cuda::QuantizeArgs args{scale.data<float>(), scale_inv.data<float>(), amax_ptr(o), o.saturation,
                                    o.amax_ignore_nan, o.amax_accumulate};
+  args.gelu = o.gelu;
   if (!qt.defined()) return kernels::cuda::quantize(x.data<T>(), q.data<Q>(), x.numel(), args, stream);
   const kernels::math::Dims2 d = dims_of(x);
   Tensor partial;  // the fused dbias: each 32-row tile's column sums, then their sum
@@ -130,8 +136,13 @@ cudaError_t quantize_per_tensor_cuda(const Tensor& x, const Tensor& q, const Ten
 #endif
 
 // Quantizes x (contiguous) into q and, when qt is defined, its transpose; writes scale_inv (0-d).
-void quantize_per_tensor(const Tensor& x, const Tensor& q, const Tensor& qt, const Tensor& scale_inv,
+void quantize_per_tensor(const Tensor& x_in, const Tensor& q, const Tensor& qt, const Tensor& scale_inv,
                          const QuantizeOptions& o, const char* op) {
+  Tensor x = x_in;
+  if (o.gelu && x.device().is_cpu()) {  // the CPU: gelu first (CUDA fuses it into the pass)
+    autograd::NoGradGuard no_grad;
+    x = gelu(x);
+  }
   visit_fp8(q.dtype(), op, [&](auto qtag) {
     using Q = decltype(qtag);
     visit_wide(x.dtype(), op, "the input", [&](auto ttag) {

@@ -141,6 +141,46 @@ TEST(GpuCast, FusedDbiasMatchesCpu) {
   }
 }
 
+// gelu(x) quantized in the quantizing pass (the FP8 MLP's hidden codes from its pre-activation): the CPU's bits (gelu
+// first, then the quantization) for the rowwise and the transposing kernels, scalar and vectorised ({304, 72} and
+// {128, 256}), the amax folded into a slot; the CPU's equal to quantizing ops::gelu(x).
+TEST(GpuCast, GeluQuantizationMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (const Shape& shape : std::vector<Shape>{{1, 7}, {33, 40}, {77, 129}, {304, 72}, {128, 256}}) {
+    for (DType dt : kHigh) {
+      const Tensor x = random_tensor(shape, dt, 11, 4.0), gx = to_gpu(x);
+      for (DType f8 : kFp8) {
+        for (bool transpose : {false, true}) {
+          const std::string n = shape_str(shape) + " " + name_of(dt) + " -> " + name_of(f8) + (transpose ? " T" : "");
+          const Tensor scale = Tensor::full({}, 24.0, DType::F32);
+          Tensor slot_c = Tensor::full({}, 0.25, DType::F32), slot_g = to_gpu(slot_c), slot_r = slot_c.clone();
+          ops::QuantizeOptions oc{.scale = scale, .amax = slot_c, .amax_ignore_nan = true, .amax_accumulate = true};
+          oc.gelu = true;
+          ops::QuantizeOptions og = oc, ref = oc;
+          og.scale = to_gpu(scale), og.amax = slot_g;
+          ref.gelu = false, ref.amax = slot_r;
+          const Tensor g = ops::gelu(x);
+          if (transpose) {
+            const auto [qc, qtc] = ops::quantize_fp8_transpose(x, f8, oc);
+            const auto [qg, qtg] = ops::quantize_fp8_transpose(gx, f8, og);
+            const auto [qr, qtr] = ops::quantize_fp8_transpose(g, f8, ref);
+            EXPECT_TRUE(testing::same_bits(qc.data, qr.data) && testing::same_bits(qtc.data, qtr.data)) << n;
+            expect_match(qg.data, qc.data, kSameBitsEverywhere, "gelu codes " + n);
+            expect_match(qtg.data, qtc.data, kSameBitsEverywhere, "gelu transposed codes " + n);
+          } else {
+            const auto qc = ops::quantize_fp8(x, f8, oc), qg = ops::quantize_fp8(gx, f8, og);
+            EXPECT_TRUE(testing::same_bits(qc.data, ops::quantize_fp8(g, f8, ref).data)) << n;
+            expect_match(qg.data, qc.data, kSameBitsEverywhere, "gelu codes " + n);
+          }
+          EXPECT_EQ(slot_c.item<float>(), slot_r.item<float>()) << n;
+          EXPECT_GT(slot_c.item<float>(), 0.25f) << n;  // gelu(x)'s amax, folded
+          expect_match(slot_g, slot_c, kSameBitsEverywhere, "gelu amax " + n);
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuCast, QuantizationOfSpecialValuesMatchesCpu) {
   MPT_REQUIRE_GPU(8);
   const Tensor sv = special_values();

@@ -266,6 +266,40 @@ TEST(QuantizeFp8, AmaxAccumulateFoldsIntoTheOutputsValue) {
   EXPECT_MPT_ERROR(ops::quantize_fp8(x, DType::F8E4M3, nan_kept), "needs `amax` and amax_ignore_nan");
 }
 
+// gelu: the codes and amax of gelu(x) (tanh GELU rounded to x's dtype), checked against the GELU computed here in
+// float64 and rounded to bf16 (within the float GELU's error, a bf16 tie aside, the same codes); refused without a
+// given scale or with a dbias.
+TEST(QuantizeFp8, GeluQuantizesTheGeluOfTheInput) {
+  const Tensor x = Tensor::from_vector<float>({-3.0f, -1.0f, -0.25f, 0.0f, 0.5f, 1.0f, 2.0f, 6.5f}, {2, 4})
+                       .to(DType::BF16);
+  ops::QuantizeOptions o;
+  o.scale = scalar(8.0f);
+  o.amax = scalar(0.0f);
+  o.amax_ignore_nan = true;
+  o.amax_accumulate = true;
+  o.gelu = true;
+  const auto [q, qt] = ops::quantize_fp8_transpose(x, DType::F8E4M3, o);
+  std::vector<float> want;
+  double amax = 0;
+  for (float v : x.to_vector<float>()) {
+    const double d = v, g = 0.5 * d * (1 + std::tanh(std::sqrt(2 / M_PI) * (d + 0.044715 * d * d * d)));
+    const float gb = Tensor::from_vector<float>({static_cast<float>(g)}, {1}).to(DType::BF16).item<float>();
+    want.push_back(gb * 8.0f);
+    amax = std::max(amax, std::fabs(static_cast<double>(gb)));
+  }
+  const Tensor want_codes = Tensor::from_vector<float>(want, {2, 4}).to(DType::F8E4M3);
+  EXPECT_EQ(codes(q.data), codes(want_codes));
+  EXPECT_EQ(codes(qt.data), codes(want_codes.t().contiguous()));
+  EXPECT_EQ(o.amax.item<float>(), static_cast<float>(amax));  // gelu(6.5) = 6.5 in bf16
+  EXPECT_EQ(codes(ops::quantize_fp8(x, DType::F8E4M3, o).data), codes(want_codes));
+
+  ops::QuantizeOptions current;
+  current.gelu = true;
+  EXPECT_MPT_ERROR(ops::quantize_fp8(x, DType::F8E4M3, current), "gelu quantizes gelu(x) with a given scale");
+  o.dbias = Tensor::empty({4});
+  EXPECT_MPT_ERROR(ops::quantize_fp8_transpose(x, DType::F8E4M3, o), "and no dbias; got a scale and a dbias");
+}
+
 // The bias gradient fused into cast + transpose (TE's cast_transpose_dbias): dbias[c] is the column sum of the 2-d
 // view of x in the order kernels/math/quantize.h fixes (FP32, tiles of 32 rows top to bottom, then the tiles in
 // order, one rounding), checked bit for bit against that order written out here, and against the float64 sum within

@@ -53,6 +53,11 @@ struct QuantizeOptions {
   // same bits on the CPU and CUDA.
   Tensor dbias{};
   Fp8Saturation saturation = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or +-Inf (E5M2)
+  // Quantize gelu(x) (tanh GELU, ops::gelu's bits: rounded to x's dtype) instead of x, its amax too: on CUDA in the
+  // quantizing pass itself (TransformerEngine's gelu + cast), on the CPU gelu first. For the layer after a GELU: the
+  // FP8 MLP quantizes its hidden activation from the pre-activation it keeps anyway. Needs a given scale (delayed
+  // scaling; current scaling's amax pass reads x), and no dbias.
+  bool gelu = false;
 };
 
 struct BlockQuantizeOptions {
