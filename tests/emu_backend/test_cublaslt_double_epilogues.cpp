@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cublaslt_test_util.h"
+#include "cuda_emu/counters.h"
 #include "cuda_emu/device_work.h"
 #include "kernels/math/numerics.h"
 
@@ -122,11 +123,16 @@ TEST_F(LtDouble, E5_3_GeluAuxBiasStoresThePreActivation) {
   cublasLtMatmulHeuristicResult_t r[4];
   EXPECT_EQ(c.g->heuristic(&count, r), CUBLAS_STATUS_NOT_SUPPORTED);
   c.g->set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(8));
+  mpt::cuda_emu::reset_counters();
   ASSERT_EQ(c.run(), CUBLAS_STATUS_SUCCESS) << mpt::cuda_emu::cublaslt_last_failure();
   EXPECT_EQ(aux.get()[0], 2.0f);
   EXPECT_NEAR(c.d.get()[0], 1.954598, 5e-5);
+  // The device-work proxy counts the epilogue's traffic: A, B, D 4 bytes each, the bias read and the aux written.
+  EXPECT_EQ(mpt::cuda_emu::counters().matmul_bytes, 12u + 4u + 4u);
   c.g->set(CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_GELU_AUX));  // aux = matmul, no bias
+  mpt::cuda_emu::reset_counters();
   ASSERT_EQ(c.run(), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(mpt::cuda_emu::counters().matmul_bytes, 12u + 4u);
   EXPECT_EQ(aux.get()[0], 1.0f);
   EXPECT_NEAR(c.d.get()[0], 0.841192, 5e-5);
 }
