@@ -43,6 +43,7 @@ struct Options {
   int64_t max_eval = 0;  // held-out lines evaluated (0: all)
   double lr = 1e-3, weight_decay = 0.01;
   std::string optimizer = "adamw8bit", precision = "fp32", pool = "mean";
+  std::string fp8_layers = "auto", fp8_calibration;  // train_gpt's --fp8-layers / --fp8-calibration
   uint64_t seed = 1;
 };
 
@@ -218,14 +219,18 @@ void run(const Options& o) {
   const auto moments = o.optimizer == "adamw8bit" ? mpt::ops::MomentStorage::Int8 : mpt::ops::MomentStorage::F32;
   // The Trainer owns the step in every precision: FP16 gets its loss scaler, the FP8 recipes their scale updates. The
   // blocks are "gpt.h.<i>"; the 8-class head stays in BF16 under FP8 (too narrow for FP8 GEMMs to pay).
+  const int64_t max_len = o.max_len > 0 ? std::min(o.max_len, c.block_size) : c.block_size;
   mpt::amp::Policy policy = mpt::amp::Policy::named(o.precision, c.n_layer, device, "gpt.h");
-  if (policy.fp8_state != nullptr) policy.override_module("head", mpt::amp::Precision::BF16);
+  if (policy.fp8_state != nullptr) {
+    policy.override_module("head", mpt::amp::Precision::BF16);
+    // Judged at a full batch of the longest lines (dynamic padding's shorter batches keep the decisions).
+    policy.fp8_rule = mpt::amp::fp8_rule_named(o.fp8_layers, o.fp8_calibration, o.batch * max_len);
+  }
   mpt::train::Trainer trainer(
       model, mpt::train::adamw({.lr = o.lr, .moments = moments}),
       {.policy = policy, .precision_name = o.precision, .clip = 1.0, .weight_decay = o.weight_decay,
        .schedule = mpt::train::warmup_cosine(
            {.max_lr = o.lr, .min_lr = o.lr / 10, .warmup_steps = o.steps / 10, .total_steps = o.steps})});
-  const int64_t max_len = o.max_len > 0 ? std::min(o.max_len, c.block_size) : c.block_size;
   mpt::data::LengthBucketSampler sampler(
       {.lengths = lengths, .batch = o.batch, .bucket_batches = o.bucket_batches, .seed = o.seed});
   fmt::print("training: {} steps of {} lines (dynamic padding, length buckets of {} batches, at most {} tokens), "
@@ -265,6 +270,7 @@ void run(const Options& o) {
   if (trainer.scaler().is_enabled())
     fmt::print("loss scaler: scale {:g} after {} steps, {} skipped\n", trainer.scaler().get_scale(), o.steps,
                trainer.skipped_steps());
+  if (policy.fp8_rule != nullptr && !policy.fp8_rule->decisions().empty()) fmt::print("{}\n", policy.fp8_rule->report());
   if (const mpt::fp8::Fp8ScalingState* fp8 = trainer.fp8_state()) {
     if (std::holds_alternative<mpt::fp8::DelayedScaling>(fp8->recipe()))
       fmt::print("fp8 scaling: {} updates of {} tensors' scales\n", fp8->num_updates(), fp8->metas().size());
@@ -302,6 +308,11 @@ int main(int argc, char** argv) {
   app.add_option("--precision", o.precision, "fp32, bf16, fp16 (with dynamic loss scaling), fp8-delayed, fp8-current "
                  "or fp8-block (the first and last blocks and the head in BF16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8-delayed", "fp8-current", "fp8-block"}));
+  app.add_option("--fp8-layers", o.fp8_layers, "with an FP8 --precision on a GPU: auto (a layer runs FP8 only where the "
+                 "per-shape rule judges it faster than BF16; docs/fp8.md) or all")
+      ->check(CLI::IsMember({"auto", "all"}));
+  app.add_option("--fp8-calibration", o.fp8_calibration, "the rule's measured rates (bench_fp8 --calibration FILE; "
+                 "default an H200's)");
   app.add_option("--pool", o.pool, "what the head reads: mean (of the real tokens' final states) or last (token's)");
   app.add_option("--max-len", o.max_len, "tokens kept per line (0: the model's context)")
       ->check(CLI::NonNegativeNumber);
