@@ -189,8 +189,12 @@ void run(const ex::Options& o) {
       return mpt::train::MicroBatchLoss{model.loss(in[0], in[1]), o.batch * o.seq};
     });
     progress.after_step(m, trainer, loader);
-    if (step == start_step && policy.fp8_rule && !policy.fp8_rule->decisions().empty())
-      fmt::print("{}\n", policy.fp8_rule->report());  // the layers the rule judged (on a GPU) and what it chose
+    if (step == start_step && policy.fp8_rule && !policy.fp8_rule->decisions().empty()) {
+      // The layers the rule judged (on a GPU) and what it chose, on the console and in the JSON log.
+      const std::string report = policy.fp8_rule->report();
+      fmt::print("{}\n", report);
+      log.write({{"step", step}, {"fp8_rule", report}});
+    }
     const bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
       val_loss = trainer.evaluate([&] { return ex::validation_loss(model, corpus, o, device); });
