@@ -12,6 +12,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -53,6 +55,66 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One Linear's forward + backward (dx, dW, db) in `precision` ("bf16": the weight cast to BF16 in the call; FP8:
+// fp8_linear quantizing it in the call, as once per step in training); the FP8 scaling state lives across calls.
+std::function<void()> linear_step(const std::string& precision, const Tensor& x, const Tensor& w, const Tensor& b,
+                                  const Tensor& dy) {
+  const auto state = std::make_shared<mpt::fp8::Fp8ScalingState>(recipe_named(precision), x.device());
+  const mpt::fp8::Fp8LinearMetas metas = state->register_linear("l");
+  return [=] {
+    Tensor xi = x.detach().requires_grad_(), wi = w.detach().requires_grad_(), bi = b.detach().requires_grad_();
+    const Tensor y = precision == "bf16"
+                         ? mpt::ops::linear(xi, wi, bi, {.compute_weight = wi.to(DType::BF16)})
+                         : mpt::fp8::fp8_linear(xi, wi, bi, {recipe_named(precision), metas, DType::BF16, nullptr});
+    y.backward(dy);
+  };
+}
+
+double time_ms(const std::function<void()>& f, mpt::Device dev, int reps) {
+  f();  // warm-up
+  sync(dev);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    sync(dev);
+    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return median(t);
+}
+
+// --sweep: GPT's four Linear shapes at widths 768, 1024 and 2048, each layer timed in BF16 and per FP8 recipe, beside
+// what the per-shape rule (fitted to `cal`) predicts: whether the rule's extrapolation from one shape holds.
+nlohmann::json sweep(mpt::Device dev, int64_t tokens, int reps, const mpt::amp::Fp8Calibration& cal) {
+  const mpt::amp::Fp8GemmRule rule(cal, tokens);
+  const mpt::amp::Fp8RecipeKind kinds[] = {mpt::amp::Fp8RecipeKind::Delayed, mpt::amp::Fp8RecipeKind::Current,
+                                           mpt::amp::Fp8RecipeKind::Block};
+  const char* names[] = {"fp8-delayed", "fp8-current", "fp8-block"};
+  std::printf("\nsweep: %lld tokens; FP8 layer speed-up over BF16, measured (and the rule's, fitted to %s)\n",
+              static_cast<long long>(tokens), cal.device.c_str());
+  std::printf("%-18s %9s %22s %22s %22s\n", "layer [in -> out]", "bf16 ms", "delayed", "current", "block");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const int64_t c : {768, 1024, 2048}) {
+    for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}}) {
+      const Tensor x = Tensor::normal({tokens, in}, 0, 1, DType::F32, dev).to(DType::BF16);
+      const Tensor dy = Tensor::normal({tokens, out}, 0, 1, DType::F32, dev).to(DType::BF16);
+      const Tensor w = Tensor::normal({out, in}, 0, 0.02, DType::F32, dev), b = Tensor::zeros({out}, DType::F32, dev);
+      const double bf16 = time_ms(linear_step("bf16", x, w, b, dy), dev, reps);
+      nlohmann::json row{{"in", in}, {"out", out}, {"bf16_ms", bf16}};
+      std::string cells;
+      for (int i = 0; i < 3; ++i) {
+        const double ms = time_ms(linear_step(names[i], x, w, b, dy), dev, reps);
+        const mpt::amp::Fp8LayerEstimate e = rule.estimate(kinds[i], in, out);
+        cells += fmt::format(" {:>8.2f}x ({:.2f}x {:>4})", bf16 / ms, e.bf16_ms / e.fp8_ms, e.fp8() ? "FP8" : "BF16");
+        row[names[i]] = {{"ms", ms}, {"rule_bf16_ms", e.bf16_ms}, {"rule_fp8_ms", e.fp8_ms}};
+      }
+      std::printf("%-18s %9.3f%s\n", fmt::format("[{} -> {}]", in, out).c_str(), bf16, cells.c_str());
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +129,10 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions after one warm-up (median)")->check(CLI::PositiveNumber);
   app.add_option("--device", device_name, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--json", json_path, "also write the rows as JSON to this file");
+  bool do_sweep = false;
+  app.add_flag("--sweep", do_sweep, "on a GPU: also time GPT's four Linear shapes at widths 768, 1024 and 2048 (BF16 "
+               "and each FP8 recipe) beside the per-shape rule's predictions (fitted to this run's --calibration, "
+               "else the built-in H200 one)");
   std::string calibration_path;
   app.add_option("--calibration", calibration_path, "on a GPU: also write what the per-shape FP8 rule is fitted to "
                  "(the layers' and GEMMs' times at this shape) as JSON, for train_gpt / bench_train "
@@ -78,6 +144,14 @@ int main(int argc, char** argv) {
     return 1;
   }
 #endif
+#if defined(MPT_CUDA_EMULATION)
+  if (do_sweep) {
+    std::fprintf(stderr, "bench_fp8: --sweep times a GPU; the emulated device has no times\n");
+    return 1;
+  }
+#endif
+  if (do_sweep && device_name != "cuda")
+    std::printf("note: --sweep on the CPU times the CPU against a GPU's rule (a smoke run; the rule is for GPUs)\n");
   if (!calibration_path.empty() && device_name != "cuda") {
     std::fprintf(stderr, "bench_fp8: --calibration measures a GPU (the rule judges CUDA layers): give --device cuda\n");
     return 1;
@@ -138,23 +212,8 @@ int main(int argc, char** argv) {
          [&] { mpt::ops::quantize_blockwise(w, DType::F8E4M3, mpt::ops::ScaleLayout::Block128x128); }},
     };
     // Whole layers, forward + backward (dx, dW, db), the weight quantized per call as without a cache.
-    const auto layer = [&](const std::string& precision) {
-      // The scaling state lives across calls, as in training (its metas are made once).
-      const auto state = std::make_shared<mpt::fp8::Fp8ScalingState>(recipe_named(precision), dev);
-      const mpt::fp8::Fp8LinearMetas metas = state->register_linear("l");
-      return [&, precision, state, metas] {
-        Tensor xi = x.detach().requires_grad_(), wi = w.detach().requires_grad_(), bi = b.detach().requires_grad_();
-        Tensor y;
-        if (precision == "bf16") {
-          y = mpt::ops::linear(xi, wi, bi, {.compute_weight = wi.to(DType::BF16)});
-        } else {
-          y = mpt::fp8::fp8_linear(xi, wi, bi, {recipe_named(precision), metas, DType::BF16, nullptr});
-        }
-        y.backward(dy);
-      };
-    };
     for (const std::string p : {"bf16", "fp8-delayed", "fp8-current", "fp8-block"})
-      pieces.push_back({p + " Linear forward + backward", 3 * gemm, 0, layer(p)});
+      pieces.push_back({p + " Linear forward + backward", 3 * gemm, 0, linear_step(p, x, w, b, dy)});
 
     nlohmann::json rows = nlohmann::json::array();
     std::printf("bench_fp8 on %s: x [%lld, %lld] bf16, W [%lld, %lld] f32 master, %d reps (median)\n",
@@ -214,6 +273,7 @@ int main(int argc, char** argv) {
 #endif
       rows.push_back(row);
     }
+    std::optional<mpt::amp::Fp8Calibration> measured;  // this run's, with --calibration
     if (!calibration_path.empty()) {
       mpt::amp::Fp8Calibration c;
       c.device = fmt::format("{} (bench_fp8 --tokens {} --in {} --out {}, mptrain {})",
@@ -235,10 +295,13 @@ int main(int argc, char** argv) {
                   "bench_train as --fp8-calibration %s\n",
                   calibration_path.c_str(), r.bf16_tflops, r.fp8_tflops[0], r.fp8_tflops[1], r.fp8_tflops[2],
                   r.quant_gbps[0], r.quant_gbps[1], r.quant_gbps[2], calibration_path.c_str());
+      measured = c;
     }
+    const nlohmann::json swept =
+        do_sweep ? sweep(dev, tokens, reps, measured.value_or(mpt::amp::Fp8Calibration::h200())) : nlohmann::json();
     if (!json_path.empty()) {
       std::ofstream(json_path) << nlohmann::json{{"device", dev.str()}, {"tokens", tokens}, {"in", in},
-                                                 {"out", out}, {"reps", reps}, {"rows", rows}}
+                                                 {"out", out}, {"reps", reps}, {"rows", rows}, {"sweep", swept}}
                                       .dump(2)
                                << "\n";
     }

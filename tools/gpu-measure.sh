@@ -66,8 +66,9 @@ if wanted kernels; then
 fi
 if wanted fp8; then
   # This GPU's calibration of the per-shape FP8 rule (docs/fp8.md, "Which layers run FP8"), used by the auto runs.
-  step bench-fp8 40 "$bin/bench_fp8" --device cuda --tokens 8192 --in 2048 --out 8192 --reps 10 --json "$res/bench_fp8.json" \
-    --calibration "$res/fp8-calibration.json"
+  # --sweep: GPT's Linear shapes at widths 768 / 1024 / 2048 timed per recipe beside the rule's predictions.
+  step bench-fp8 60 "$bin/bench_fp8" --device cuda --tokens 8192 --in 2048 --out 8192 --reps 10 --json "$res/bench_fp8.json" \
+    --calibration "$res/fp8-calibration.json" --sweep
   cal=""; [ -f "$res/fp8-calibration.json" ] && cal="--fp8-calibration $res/fp8-calibration.json"
   step 1.3b-bf16 60 "$bt" $m13 --precision bf16 --warmup 2 --steps 5 --json "$res/1.3b-bf16.json"
   step 1.3b-fp8-delayed-all 60 "$bt" $m13 --precision fp8-delayed --fp8-layers all --warmup 2 --steps 5 \
