@@ -176,6 +176,8 @@ int main(int argc, char** argv) {
     mpt::ops::QuantizeOptions delayed{.scale = scale, .amax = slot, .amax_ignore_nan = true, .amax_accumulate = true};
     mpt::ops::QuantizeOptions with_dbias = delayed;
     with_dbias.dbias = dbias;
+    mpt::ops::QuantizeOptions with_gelu = delayed;
+    with_gelu.gelu = true;
     const auto [xq, xqt] = mpt::ops::quantize_fp8_transpose(x, DType::F8E4M3, delayed);
     const auto [wq, wqt] = mpt::ops::quantize_fp8_transpose(w, DType::F8E4M3, delayed);
     const auto xb = mpt::ops::quantize_blockwise(x, DType::F8E4M3, mpt::ops::ScaleLayout::Block1x128);
@@ -204,6 +206,8 @@ int main(int argc, char** argv) {
          [&] { mpt::ops::quantize_fp8_transpose(dy, DType::F8E5M2, delayed); }},
         {"cast + transpose + dbias dy", 0, 4 * n * m,
          [&] { mpt::ops::quantize_fp8_transpose(dy, DType::F8E5M2, with_dbias); }},
+        {"gelu + cast + transpose (dy as pre)", 0, 4 * n * m,  // the FP8 MLP's hidden codes from its pre-activation
+         [&] { mpt::ops::quantize_fp8_transpose(dy, DType::F8E4M3, with_gelu); }},
         {"1x128 blocks of x", 0, 3 * n * k,
          [&] { mpt::ops::quantize_blockwise(x, DType::F8E4M3, mpt::ops::ScaleLayout::Block1x128); }},
         {"1x128 blocks of x^T", 0, 3 * n * k,
