@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
                      {"operations_per_step", operations(c)},
                      {"allocator_peak_bytes", memory.peak_bytes},
                      {"eager", to_json(eager)},
-                     {"fp8_rule", mpt::bench::Fp8RuleOptions::report(trainer.policy())}};
+                     {"fp8_rule", mpt::amp::fp8_rule_report(trainer.policy().fp8_rule)}};
     for (const emu::KernelSite& k : sites) {
       j["kernels"].push_back({{"site", k.name}, {"launches", k.launches}, {"bytes_read", k.bytes_read},
                               {"bytes_written", k.bytes_written}});
@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
     std::printf("%s, batch %lld x %lld, %s, AdamW moments %s, attention %s, emulated device in record-only mode\n",
                 model.describe().c_str(), static_cast<long long>(batch), static_cast<long long>(config.block_size),
                 precision.c_str(), moments.c_str(), attention.c_str());
-    if (const std::string r = mpt::bench::Fp8RuleOptions::report(trainer.policy()); !r.empty())
+    if (const std::string r = mpt::amp::fp8_rule_report(trainer.policy().fp8_rule); !r.empty())
       std::printf("%s\n", r.c_str());
     std::printf("host per step (eager): %.2f ms for %llu device operations (%.2f us each)\n", eager.host_s * 1e3,
                 static_cast<unsigned long long>(operations(c)), eager.host_s * 1e6 / std::max<double>(1, operations(c)));

@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
                       1e3 * rows[i].total_ms / static_cast<double>(rows[i].calls));
       }
     }
-    const std::string fp8_rule = mpt::bench::Fp8RuleOptions::report(trainer.policy());  // judged on a GPU only
+    const std::string fp8_rule = mpt::amp::fp8_rule_report(trainer.policy().fp8_rule);  // judged on a GPU only
     if (!fp8_rule.empty() && json_path != "-") std::printf("%s\n", fp8_rule.c_str());
     const double tokens = static_cast<double>(batch * config.block_size);
     const mpt::MemoryStats mem = mpt::memory_stats(device);

@@ -47,10 +47,6 @@ struct Fp8RuleOptions {
   void apply(amp::Policy& policy, int64_t tokens) const {
     if (policy.fp8_state) policy.fp8_rule = amp::fp8_rule_named(layers, calibration, tokens);
   }
-  // The rule's report once it has judged layers (on a GPU), else empty.
-  static std::string report(const amp::Policy& policy) {
-    return policy.fp8_rule != nullptr && !policy.fp8_rule->decisions().empty() ? policy.fp8_rule->report() : "";
-  }
 };
 
 // Inputs and next-token targets, [batch, block_size] i64 each, of uniformly random tokens (seeded) on the CPU.

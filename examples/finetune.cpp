@@ -270,7 +270,7 @@ void run(const Options& o) {
   if (trainer.scaler().is_enabled())
     fmt::print("loss scaler: scale {:g} after {} steps, {} skipped\n", trainer.scaler().get_scale(), o.steps,
                trainer.skipped_steps());
-  if (policy.fp8_rule != nullptr && !policy.fp8_rule->decisions().empty()) fmt::print("{}\n", policy.fp8_rule->report());
+  if (const std::string r = mpt::amp::fp8_rule_report(policy.fp8_rule); !r.empty()) fmt::print("{}\n", r);
   if (const mpt::fp8::Fp8ScalingState* fp8 = trainer.fp8_state()) {
     if (std::holds_alternative<mpt::fp8::DelayedScaling>(fp8->recipe()))
       fmt::print("fp8 scaling: {} updates of {} tensors' scales\n", fp8->num_updates(), fp8->metas().size());

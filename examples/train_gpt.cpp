@@ -189,9 +189,9 @@ void run(const ex::Options& o) {
       return mpt::train::MicroBatchLoss{model.loss(in[0], in[1]), o.batch * o.seq};
     });
     progress.after_step(m, trainer, loader);
-    if (step == start_step && policy.fp8_rule && !policy.fp8_rule->decisions().empty()) {
-      // The layers the rule judged (on a GPU) and what it chose, on the console and in the JSON log.
-      const std::string report = policy.fp8_rule->report();
+    // The layers the rule judged (on a GPU) and what it chose, on the console and in the JSON log.
+    if (const std::string report = step == start_step ? mpt::amp::fp8_rule_report(policy.fp8_rule) : "";
+        !report.empty()) {
       fmt::print("{}\n", report);
       log.write({{"step", step}, {"fp8_rule", report}});
     }

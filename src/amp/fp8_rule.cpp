@@ -148,8 +148,12 @@ Fp8LayerEstimate Fp8GemmRule::estimate(Fp8RecipeKind recipe, int64_t in, int64_t
 
 bool Fp8GemmRule::use_fp8(std::string_view path, Fp8RecipeKind recipe, int64_t in, int64_t out, Device device) const {
   if (!device.is_cuda() && !on_cpu_too_) return true;
-  const Fp8LayerEstimate e = estimate(recipe, in, out);
   const std::lock_guard<std::mutex> lock(mutex_);
+  // Asked on every forward: a layer already judged at this shape and recipe costs one lookup, no allocation.
+  if (const auto it = decisions_.find(path);
+      it != decisions_.end() && it->second.recipe == recipe && it->second.in == in && it->second.out == out)
+    return it->second.estimate.fp8();
+  const Fp8LayerEstimate e = estimate(recipe, in, out);
   decisions_.insert_or_assign(std::string(path), Decision{std::string(path), recipe, in, out, e});
   return e.fp8();
 }
@@ -164,6 +168,7 @@ std::vector<Fp8GemmRule::Decision> Fp8GemmRule::decisions() const {
 
 std::string Fp8GemmRule::report() const {
   const std::vector<Decision> ds = decisions();
+  if (ds.empty()) return "";
   struct Shape {
     int64_t count = 0;
     Fp8LayerEstimate estimate;
@@ -184,6 +189,10 @@ std::string Fp8GemmRule::report() const {
   }
   return fmt::format("fp8 layers (rule: {}; {} tokens per micro-batch): {} of {} judged run FP8; {}",
                      calibration_.device, tokens_, fp8, ds.size(), by_shape);
+}
+
+std::string fp8_rule_report(const std::shared_ptr<const Fp8GemmRule>& rule) {
+  return rule != nullptr ? rule->report() : "";
 }
 
 std::shared_ptr<const Fp8GemmRule> fp8_rule_named(std::string_view layers, const std::string& calibration,

@@ -113,12 +113,16 @@ TEST(Fp8Rule, ThePolicyTurnsFp8LayersTheRuleRejectsToBf16) {
   p.fp8_rule = std::make_shared<const Fp8GemmRule>(Fp8Calibration::h200(), 8192);
   EXPECT_EQ(p.at("h.1.mlp.c_fc", 768, 3072, Device::cpu()), Precision::FP8);  // the CPU: not judged
   EXPECT_TRUE(p.fp8_rule->decisions().empty());
+  EXPECT_EQ(p.fp8_rule->report(), "");  // nothing judged: nothing for a program to print
+  EXPECT_EQ(amp::fp8_rule_report(p.fp8_rule), "");
+  EXPECT_EQ(amp::fp8_rule_report(nullptr), "");
   EXPECT_EQ(amp::fp8_rule_named("all", "", 8192), nullptr);
   EXPECT_MPT_ERROR(amp::fp8_rule_named("some", "", 8192), "unknown FP8 layer choice 'some'");
   EXPECT_EQ(amp::fp8_rule_named("auto", "", 4096)->tokens(), 4096);
   p.fp8_rule = std::make_shared<const Fp8GemmRule>(Fp8Calibration::h200(), 8192, /*on_cpu_too=*/true);
   EXPECT_EQ(p.at("h.1.mlp.c_fc", 768, 3072, Device::cpu()), Precision::BF16);
   EXPECT_EQ(p.at("h.1.mlp.c_fc", 2048, 8192, Device::cpu()), Precision::FP8);
+  EXPECT_EQ(p.at("h.1.mlp.c_fc", 2048, 8192, Device::cpu()), Precision::FP8);  // asked again: the recorded decision
   EXPECT_EQ(p.at("h.0.mlp.c_fc", 2048, 8192, Device::cpu()), Precision::BF16);  // the override, not the rule
   EXPECT_EQ(p.at("h.1.mlp.c_fc"), Precision::FP8);                               // the overrides alone
   const std::vector<Fp8GemmRule::Decision> d = p.fp8_rule->decisions();
@@ -127,7 +131,8 @@ TEST(Fp8Rule, ThePolicyTurnsFp8LayersTheRuleRejectsToBf16) {
   EXPECT_EQ(d[0].in, 2048);
   EXPECT_TRUE(d[0].estimate.fp8());
   (void)p.at("h.2.attn.c_proj", 2048, 2048, Device::cpu());
-  const std::string report = p.fp8_rule->report();
+  const std::string report = amp::fp8_rule_report(p.fp8_rule);
+  EXPECT_EQ(report, p.fp8_rule->report());
   EXPECT_TRUE(testing::contains(report, "8192 tokens per micro-batch): 1 of 2 judged run FP8; ")) << report;
   EXPECT_TRUE(testing::contains(report, "[2048 -> 2048] x1 BF16 (fp8 0.306 ms, bf16 0.28"))
       << report;

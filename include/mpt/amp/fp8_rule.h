@@ -78,7 +78,7 @@ class Fp8GemmRule {
   std::vector<Decision> decisions() const;  // by path, each layer once
   // "fp8 layers (rule: <device>; 8192 tokens per micro-batch): 66 of 88 judged run FP8; [2048 -> 2048] x22 BF16
   // (fp8 0.306 ms, bf16 0.285 ms), [2048 -> 6144] x22 FP8 (...), ...": the decisions by layer shape, for a program
-  // to print after its first step.
+  // to print after its first step; "" while no layer has been judged (a CPU run, or before the first forward).
   std::string report() const;
 
   const Fp8Calibration& calibration() const { return calibration_; }
@@ -97,6 +97,9 @@ class Fp8GemmRule {
 // The rule a program's flags name (train_gpt's --fp8-layers and --fp8-calibration): "all" gives none (every layer the
 // policy gives FP8 runs FP8); "auto" the rule fitted to the calibration file (the H200's when `calibration` is empty)
 // for `tokens` rows per micro-batch.
+// `rule`'s report, "" without a rule (--fp8-layers all) or before it has judged a layer: what a program prints.
+std::string fp8_rule_report(const std::shared_ptr<const Fp8GemmRule>& rule);
+
 std::shared_ptr<const Fp8GemmRule> fp8_rule_named(std::string_view layers, const std::string& calibration,
                                                   int64_t tokens);
 
