@@ -26,7 +26,7 @@ endif()
 
 if(MPT_WITH_CUDA)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES "80-real;80-virtual;89-real;90-real;90a-real")
+    set(CMAKE_CUDA_ARCHITECTURES "80-real;80-virtual;89-real;90-real")
   endif()
   enable_language(CUDA)
   # fmt/dnnl export /usr/include; passed to nvcc as -isystem it breaks libstdc++'s #include_next <math.h>.
