@@ -94,12 +94,12 @@ class Fp8GemmRule {
   mutable std::map<std::string, Decision, std::less<>> decisions_;
 };
 
-// The rule a program's flags name (train_gpt's --fp8-layers and --fp8-calibration): "all" gives none (every layer the
-// policy gives FP8 runs FP8); "auto" the rule fitted to the calibration file (the H200's when `calibration` is empty)
-// for `tokens` rows per micro-batch.
 // `rule`'s report, "" without a rule (--fp8-layers all) or before it has judged a layer: what a program prints.
 std::string fp8_rule_report(const std::shared_ptr<const Fp8GemmRule>& rule);
 
+// The rule a program's flags name (train_gpt's --fp8-layers and --fp8-calibration): "all" gives none (every layer the
+// policy gives FP8 runs FP8); "auto" the rule fitted to the calibration file (the H200's when `calibration` is empty)
+// for `tokens` rows per micro-batch.
 std::shared_ptr<const Fp8GemmRule> fp8_rule_named(std::string_view layers, const std::string& calibration,
                                                   int64_t tokens);
 
