@@ -61,12 +61,14 @@ uint32_t forward_row(const math::LayerNormForwardParams<T, P, Y, X>& p, int64_t 
   p.mean[r] = mean;
   p.rstd[r] = rstd;
   if constexpr (math::kFp8Output<Y>) {  // the quantization of the float row (kernels/math/quantize.h's element)
-    const float s = *p.y_scale;
     uint32_t m = 0;
-    Y* q = p.y + offset;
-    for (int64_t c = 0; c < n; ++c) {
-      m = std::max(m, math::amax_bits(y[c], true));
-      q[c] = math::quantize_value<Y>(y[c], s, Fp8Saturation::Saturate);
+    if (p.y_amax != nullptr) {
+      for (int64_t c = 0; c < n; ++c) m = std::max(m, math::amax_bits(y[c], true));
+    }
+    if (p.y != nullptr) {  // null: the amax-only pass
+      const float s = *p.y_scale;
+      Y* q = p.y + offset;
+      for (int64_t c = 0; c < n; ++c) q[c] = math::quantize_value<Y>(y[c], s, Fp8Saturation::Saturate);
     }
     return m;
   } else {
@@ -142,6 +144,7 @@ void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p) {
     for (int64_t r = 0; r < p.rows; ++r) amax = std::max(amax, forward_row(p, r, w, b, rows));
   }
   if constexpr (math::kFp8Output<Y>) {  // folded into *y_amax (non-negative: its bits order like integers)
+    if (p.y_amax == nullptr) return;
     const uint32_t old = numerics_detail::bit_cast<uint32_t>(*p.y_amax);
     *p.y_amax = numerics_detail::bit_cast<float>(std::max(old, math::canonical_amax_bits(amax)));
   }

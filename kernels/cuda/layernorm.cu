@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   const float rstd = math::layer_norm_rstd(sq / static_cast<float>(n), static_cast<float>(p.eps));
 
   unsigned m = 0;  // an FP8 output's max |y| bits
-  const float y_scale = math::kFp8Output<Y> ? *p.y_scale : 1.0f;  // read once
+  const bool write_y = !math::kFp8Output<Y> || p.y != nullptr;  // an FP8 y may be null: its amax-only pass
+  const float y_scale = math::kFp8Output<Y> && write_y ? *p.y_scale : 1.0f;  // read once
   for (int64_t c = rs.first; c < n; c += rs.stride) {
     Pack a = load_row(c);
 #pragma unroll
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kMaxThreads)
         m = math::AmaxBitsMax{}(m, math::amax_bits(a.v[k], true));
         q.v[k] = math::quantize_value<Y>(a.v[k], y_scale, Fp8Saturation::Saturate);
       }
-      *reinterpret_cast<RowVec<Y, Pack::kWidth>*>(p.y + offset + c) = q;
+      if (write_y) *reinterpret_cast<RowVec<Y, Pack::kWidth>*>(p.y + offset + c) = q;
     } else {
       a.store(p.y + offset + c);
     }
@@ -86,7 +87,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     p.mean[blockIdx.x] = mean;
     p.rstd[blockIdx.x] = rstd;
   }
-  if constexpr (math::kFp8Output<Y>) block_amax_to(m, reinterpret_cast<unsigned*>(p.y_amax));
+  if constexpr (math::kFp8Output<Y>) {
+    if (p.y_amax != nullptr) block_amax_to(m, reinterpret_cast<unsigned*>(p.y_amax));
+  }
 }
 
 // Block b handles rows b, b + gridDim.x, ...: dx per row, and its threads sum dy * xhat and dy of the columns
@@ -196,11 +199,14 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p
   if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const bool fused = p.residual != nullptr;
-  if (p.x == nullptr || p.weight == nullptr || p.y == nullptr || p.mean == nullptr || p.rstd == nullptr ||
-      (fused && p.sum == nullptr) || (math::kFp8Output<Y> && (p.y_scale == nullptr || p.y_amax == nullptr)))
+  // An FP8 y: codes with a scale, an amax, or both; y null (the amax-only pass) takes the amax.
+  const bool has_y = p.y != nullptr;
+  if (p.x == nullptr || p.weight == nullptr || p.mean == nullptr || p.rstd == nullptr || (fused && p.sum == nullptr) ||
+      (!math::kFp8Output<Y> && !has_y) ||
+      (math::kFp8Output<Y> && (has_y ? p.y_scale == nullptr : p.y_amax == nullptr)))
     return cudaErrorInvalidValue;
   constexpr int kWidth = Vec16<T>::kSize;
-  const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.y) &&
+  const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && (!has_y || is_aligned16(p.y)) &&
                    (!fused || (is_aligned16(p.residual) && is_aligned16(p.sum)));
   const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kMaxThreads);
   // x (and residual) once, weight (and bias) once for the launch; y (and sum), mean and rstd written. The later
@@ -209,9 +215,9 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p
   const uint64_t cols = static_cast<uint64_t>(p.cols);
   const uint64_t read_bytes =
       elems * (sizeof(X) + (fused ? sizeof(T) : 0)) + cols * sizeof(P) * (p.bias != nullptr ? 2 : 1);
-  const uint64_t written_bytes = elems * (sizeof(Y) + (fused ? sizeof(T) : 0)) +
+  const uint64_t written_bytes = elems * ((has_y ? sizeof(Y) : 0) + (fused ? sizeof(T) : 0)) +
                                  2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
-                                 (math::kFp8Output<Y> ? sizeof(float) : 0);  // the scale read, the amax folded
+                                 (math::kFp8Output<Y> ? sizeof(float) : 0);  // the scale read or the amax folded
   const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
                             read_bytes, written_bytes};
   return vec ? launch(layer_norm_forward_kernel<T, P, Y, X, true>, config, p)

@@ -23,7 +23,7 @@ cudaError_t zero_amax(float* amax, cudaStream_t stream) {
   return launch(zero_kernel, LaunchConfig{dim3(1), dim3(1), 0, stream, 0, sizeof(float)}, amax_bits_ptr(amax));
 }
 
-template <class T, bool kVec>
+template <class T, bool kVec, bool kGelu>
 __global__ void __launch_bounds__(kPackThreads) amax_kernel(const T* x, int64_t n, unsigned* out, bool ignore_nan) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -33,12 +33,14 @@ __global__ void __launch_bounds__(kPackThreads) amax_kernel(const T* x, int64_t 
     for (int64_t i = tid; i < packs; i += stride) {
       const Pack8<T> a = load8(x + i * 8);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) m = UMaxOp{}(m, math::amax_bits(a.v[k], ignore_nan));
+      for (int k = 0; k < 8; ++k) m = UMaxOp{}(m, math::amax_bits(math::quantize_input<kGelu>(a.v[k]), ignore_nan));
     }
     const int64_t tail = packs * 8 + tid;
-    if (tail < n) m = UMaxOp{}(m, math::amax_bits(x[tail], ignore_nan));
+    if (tail < n) m = UMaxOp{}(m, math::amax_bits(math::quantize_input<kGelu>(x[tail]), ignore_nan));
   } else {
-    for (int64_t i = tid; i < n; i += stride) m = UMaxOp{}(m, math::amax_bits(x[i], ignore_nan));
+    for (int64_t i = tid; i < n; i += stride) {
+      m = UMaxOp{}(m, math::amax_bits(math::quantize_input<kGelu>(x[i]), ignore_nan));
+    }
   }
   block_amax_to(m, out);
 }
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(kPackThreads) dequantize_kernel(const Q* q, Ou
 }  // namespace
 
 template <class T>
-cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool ignore_nan) {
+cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool ignore_nan, bool gelu) {
   if (n < 0 || amax == nullptr || (n > 0 && x == nullptr)) return cudaErrorInvalidValue;
   cudaError_t e = zero_amax(amax, stream);
   if (e != cudaSuccess || n == 0) return e;
@@ -274,8 +276,12 @@ cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool i
   // x; the amax's atomicMax reads and writes it.
   const LaunchConfig config{dim3(grid_stride_blocks(vec ? n / 8 : n)), dim3(kPackThreads), 0, stream,
                             static_cast<uint64_t>(n) * sizeof(T) + sizeof(float), sizeof(float)};
-  return vec ? launch(amax_kernel<T, true>, config, x, n, amax_bits_ptr(amax), ignore_nan)
-             : launch(amax_kernel<T, false>, config, x, n, amax_bits_ptr(amax), ignore_nan);
+  if (gelu) {
+    return vec ? launch(amax_kernel<T, true, true>, config, x, n, amax_bits_ptr(amax), ignore_nan)
+               : launch(amax_kernel<T, false, true>, config, x, n, amax_bits_ptr(amax), ignore_nan);
+  }
+  return vec ? launch(amax_kernel<T, true, false>, config, x, n, amax_bits_ptr(amax), ignore_nan)
+             : launch(amax_kernel<T, false, false>, config, x, n, amax_bits_ptr(amax), ignore_nan);
 }
 
 cudaError_t delayed_scaling_update(const DelayedUpdateEntry* entries, int64_t count, cudaStream_t stream) {
@@ -429,7 +435,7 @@ cudaError_t dequantize(const Q* q, Out* out, int64_t n, const float* scale_inv, 
   template cudaError_t quantize_transpose<Q, T>(const T*, Q*, Q*, math::Dims2, const QuantizeArgs&, cudaStream_t); \
   template cudaError_t dequantize<T, Q>(const Q*, T*, int64_t, const float*, cudaStream_t);
 #define MPT_INSTANTIATE_T(T)                                               \
-  template cudaError_t amax<T>(const T*, int64_t, float*, cudaStream_t, bool); \
+  template cudaError_t amax<T>(const T*, int64_t, float*, cudaStream_t, bool, bool); \
   MPT_INSTANTIATE_QT(f8e4m3, T)                                            \
   MPT_INSTANTIATE_QT(f8e5m2, T)
 MPT_INSTANTIATE_T(float)

@@ -22,9 +22,10 @@ template <class Dst, class Src>
 cudaError_t convert(const Src* src, Dst* dst, int64_t n, Fp8Saturation sat, cudaStream_t stream);
 
 // *amax = max |x| (the canonical NaN if any element is NaN; 0 for n == 0). Block reductions and an
-// atomicMax on the float's bits, which is order-independent: deterministic.
+// atomicMax on the float's bits, which is order-independent: deterministic. gelu: max |gelu(x)| (QuantizeArgs::gelu's
+// prologue: current scaling's amax of the tensor a gelu + cast pass quantizes).
 template <class T>
-cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool ignore_nan = false);
+cudaError_t amax(const T* x, int64_t n, float* amax, cudaStream_t stream, bool ignore_nan = false, bool gelu = false);
 
 // One delayed-scaling update (math::delayed_scaling_update) per entry, all on the device: the history rolls in
 // place, the scale and its inverse are rewritten. Entries travel as kernel arguments (several launches for long

@@ -35,6 +35,8 @@ struct LayerNormForwardParams {
   // Y = f8e4m3 only (beside float T): y = e4m3(norm * *y_scale), saturating, and max |norm| over the rows (NaN
   // skipped) folded into *y_amax (a non-negative float, raised with an integer max of its bits: atomically on CUDA):
   // the per-tensor delayed-scaling quantization of the FP8 GEMM that reads y, bit for bit that of the float norm.
+  // y null: max |norm| only, nothing else of y written (y_scale unused): current scaling's first pass, whose scale
+  // the second one (y_amax null: no amax folded) quantizes with.
   const float* y_scale = nullptr;
   float* y_amax = nullptr;
 };

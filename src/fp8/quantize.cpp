@@ -86,15 +86,15 @@ Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
                           const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
                           const Tensor& dbias, bool gelu_of_t) {
-  MPT_CHECK(!gelu_of_t || (role == Fp8Role::Input && std::holds_alternative<fp8::DelayedScaling>(recipe) && meta &&
-                           !meta->collect_telemetry && !dbias.defined() && t.dtype() != DType::F8E4M3),
-            "[quantize_for_gemm] gelu(t) is quantized for a delayed-scaling input whose meta collects no telemetry, "
-            "from a wide t without dbias; got {} as {}", t.meta_str(), fp8::to_string(role));
+  MPT_CHECK(!gelu_of_t || (role == Fp8Role::Input && !std::holds_alternative<fp8::BlockScaling>(recipe) &&
+                           !(meta && meta->collect_telemetry) && !dbias.defined() && t.dtype() != DType::F8E4M3),
+            "[quantize_for_gemm] gelu(t) is quantized for a per-tensor (delayed or current) input whose meta collects "
+            "no telemetry, from a wide t without dbias; got {} as {}", t.meta_str(), fp8::to_string(role));
   if (t.dtype() == DType::F8E4M3) {  // codes made with the meta's scale by the op before (check_fp8_input)
-    MPT_CHECK(role == Fp8Role::Input && std::holds_alternative<fp8::DelayedScaling>(recipe) && meta &&
+    MPT_CHECK(role == Fp8Role::Input && !std::holds_alternative<fp8::BlockScaling>(recipe) && meta &&
                   !dbias.defined() && t.dim() == 2,
-              "[quantize_for_gemm] f8e4m3 codes {} are taken as a 2-d input quantized under delayed scaling, not as {}",
-              t.meta_str(), fp8::to_string(role));
+              "[quantize_for_gemm] f8e4m3 codes {} are taken as a 2-d input quantized with a per-tensor scale "
+              "(delayed or current scaling), not as {}", t.meta_str(), fp8::to_string(role));
     Fp8Pair p;
     if (rowwise) p.rowwise = {t, meta->scale_inv, ScaleLayout::PerTensor};
     if (columnwise) p.columnwise = {t.t().contiguous(), meta->scale_inv, ScaleLayout::PerTensor};
@@ -119,12 +119,13 @@ void check_fp8_input(const char* op, const Tensor& x, const fp8::Fp8Recipe& reci
             "[{}] x must be a non-empty f32, bf16 or f16 tensor (or f8e4m3 codes), got {}", op,
             x.defined() ? x.meta_str() : std::string("undefined"));
   if (x.dtype() != DType::F8E4M3) return;
-  MPT_CHECK(std::holds_alternative<fp8::DelayedScaling>(recipe),
-            "[{}] x {} is FP8 codes, which only delayed scaling takes (quantized with the input meta's scale); the "
-            "recipe is current or block scaling", op, x.meta_str());
-  MPT_CHECK(input_meta && !input_meta->collect_telemetry,
-            "[{}] x {} is FP8 codes but the input meta {}: telemetry measures the unquantized input, so give it in "
-            "f32", op, x.meta_str(), input_meta ? "collects telemetry" : "is missing");
+  MPT_CHECK(!std::holds_alternative<fp8::BlockScaling>(recipe),
+            "[{}] x {} is FP8 codes, which only per-tensor scaling takes (delayed or current, quantized with the "
+            "input meta's scale); the recipe is block scaling", op, x.meta_str());
+  MPT_CHECK(input_meta != nullptr, "[{}] x {} is FP8 codes, which need the input meta whose scale made them "
+            "(metas.input)", op, x.meta_str());
+  MPT_CHECK(!input_meta->collect_telemetry, "[{}] x {} is FP8 codes but the input meta collects telemetry: telemetry "
+            "measures the unquantized input, so give it in f32", op, x.meta_str());
 }
 
 

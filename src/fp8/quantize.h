@@ -25,11 +25,13 @@ struct Fp8Pair {
 // dbias (optional, a [cols] f32/bf16/f16 tensor): receives t's column sums, a gradient's bias gradient: fused into the
 // pass that makes the columnwise codes (the per-tensor cast + transpose, TE's cast_transpose_dbias, or block
 // scaling's transposed 1x128 quantization), else a column reduction of its own; the same bits either way.
-// An input t may come quantized already: f8e4m3 codes made under delayed scaling with the meta's scale (and its amax
-// folded into the history) by the op before (a norm's FP8 output, ops::NormOutput::fp8). They are used as they are,
-// with the meta's scale_inv, and the columnwise copy is their transpose (a byte copy, no second rounding).
-// gelu_of_t: quantize gelu(t) (ops::QuantizeOptions::gelu) instead of t: an input under delayed scaling whose meta
-// collects no telemetry (which would measure t); the FP8 MLP's hidden codes from its pre-activation.
+// An input t may come quantized already: f8e4m3 codes made by the op before (a norm's FP8 output) with the meta's
+// scale: under delayed scaling its amax folded into the history (ops::NormOutput::fp8), under current scaling the
+// scale and scale_inv written into the meta's tensors (ops::NormOutput::fp8_current, nn::autocast_input_format). They
+// are used as they are, with the meta's scale_inv, and the columnwise copy is their transpose (a byte copy, no second
+// rounding).
+// gelu_of_t: quantize gelu(t) (ops::QuantizeOptions::gelu) instead of t: an input under delayed or current scaling
+// whose meta collects no telemetry (which would measure t); the FP8 MLP's hidden codes from its pre-activation.
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp8Role role,
                           const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
                           const Tensor& dbias = {}, bool gelu_of_t = false);
@@ -37,7 +39,8 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp
 bool is_wide_dtype(DType t);  // f32, bf16 or f16: what FP8 quantization reads
 
 // An FP8 layer's input x [N, K]: a non-empty f32, bf16 or f16 tensor, or f8e4m3 codes (quantize_for_gemm) when the
-// recipe is delayed scaling, whose input meta is then not collecting telemetry (that needs the unquantized values).
+// recipe scales per tensor (delayed or current), whose input meta is then not collecting telemetry (that needs the
+// unquantized values).
 void check_fp8_input(const char* op, const Tensor& x, const fp8::Fp8Recipe& recipe,
                      const std::shared_ptr<fp8::Fp8TensorMeta>& input_meta);
 

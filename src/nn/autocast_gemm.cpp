@@ -122,12 +122,19 @@ ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string
   if (policy == nullptr || x != DType::F32 || qat_scheme(policy, path) != nullptr) return x;
   const amp::Precision p = policy->at(path, weight.size(1), weight.size(0), weight.device());
   if (p == amp::Precision::FP8) {
-    if (policy->fp8_state == nullptr || !std::holds_alternative<fp8::DelayedScaling>(policy->fp8_state->recipe()))
+    if (policy->fp8_state == nullptr || std::holds_alternative<fp8::BlockScaling>(policy->fp8_state->recipe()))
       return x;
     const fp8::Fp8LinearMetas metas = policy->fp8_state->register_linear(std::string(path));
     const auto& in = metas.input;
     if (in == nullptr || in->collect_telemetry || in->dtype != DType::F8E4M3 || in->scale.device() != weight.device())
       return x;
+    if (const auto* c = std::get_if<fp8::CurrentScaling>(&policy->fp8_state->recipe())) {
+      // The norm writes the codes' scale and scale_inv: into new tensors that the meta then holds (current scaling
+      // keeps no state between steps), so codes saved for backward by an earlier forward keep theirs.
+      in->scale = Tensor::empty({}, DType::F32, weight.device());
+      in->scale_inv = Tensor::empty({}, DType::F32, weight.device());
+      return ops::NormOutput::fp8_current(in->scale, in->scale_inv, c->power_2_scale, c->amax_epsilon);
+    }
     return ops::NormOutput::fp8(in->scale, in->amax_history.slice(0, 0, 1));
   }
   const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);  // as autocast_linear casts

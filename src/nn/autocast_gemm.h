@@ -24,8 +24,10 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
 // How a producer (a norm) may store the x of dtype `x` that autocast_linear(x, weight, ..., path) reads, bit for bit
 // what autocast_linear would otherwise make of it: f16 or bf16 for an f32 x whose GEMM runs in FP16/BF16 (the cast);
 // for an f32 x under FP8 delayed scaling, E4M3 codes with the layer's input scale and amax slot (the quantization;
-// not while that meta collects telemetry). `x` itself otherwise: no policy, an f32 GEMM, current or block scaling
-// (whose scales come from x itself or its blocks) and QAT. autocast_linear and autocast_mlp take such codes.
+// not while that meta collects telemetry); under current scaling, E4M3 codes whose scale the norm finds (a first pass
+// for the amax) and writes into new scale and scale_inv tensors that the layer's input meta holds from then on (asked
+// right before the norm runs, so that its reader takes them). `x` itself otherwise: no policy, an f32 GEMM, block
+// scaling (whose scales come from x's blocks) and QAT. autocast_linear and autocast_mlp take such codes.
 ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string_view path);
 
 // One layer reading an input: its weight and policy path.

@@ -75,9 +75,7 @@ Device check_quantize_args(const Tensor& x, DType fp8, const QuantizeOptions& o,
   MPT_CHECK(!o.amax_accumulate || (o.amax.defined() && o.amax_ignore_nan),
             "[{}] amax_accumulate folds into the amax output: it needs `amax` and amax_ignore_nan", op);
   MPT_CHECK(o.margin >= 0 && o.margin <= 64, "[{}] margin must be in [0, 64], got {}", op, o.margin);
-  MPT_CHECK(!o.gelu || (o.scale.defined() && !o.dbias.defined()), "[{}] gelu quantizes gelu(x) with a given scale "
-            "(delayed scaling) and no dbias; got {} and {}", op, o.scale.defined() ? "a scale" : "no scale (current "
-            "scaling)", o.dbias.defined() ? "a dbias" : "no dbias");
+  MPT_CHECK(!o.gelu || !o.dbias.defined(), "[{}] gelu quantizes gelu(x), which takes no dbias", op);
   return dev;
 }
 
@@ -108,7 +106,7 @@ cudaError_t quantize_per_tensor_cuda(const Tensor& x, const Tensor& q, const Ten
   if (!scale.defined()) {  // current scaling: an amax pass, then the scale, both on the device
     const Tensor amax = Tensor::empty({}, DType::F32, x.device());
     scale = Tensor::empty({}, DType::F32, x.device());
-    cudaError_t e = kernels::cuda::amax(x.data<T>(), x.numel(), amax.data<float>(), stream, o.amax_ignore_nan);
+    cudaError_t e = kernels::cuda::amax(x.data<T>(), x.numel(), amax.data<float>(), stream, o.amax_ignore_nan, o.gelu);
     if (e == cudaSuccess) {
       e = kernels::cuda::scale_from_amax(amax.data<float>(), scale.data<float>(), nullptr, current_scaling<Q>(o), stream);
     }

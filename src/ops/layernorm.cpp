@@ -4,10 +4,12 @@
 #include <cmath>
 
 #include "kernels/cpu/layernorm.h"
+#include "kernels/math/quantize.h"
 #include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/quantize.h"
 #endif
 
 namespace mpt::ops {
@@ -84,15 +86,55 @@ void visit_fp8_types(DType t, DType param, DType x, const NormOutput& out, Devic
   MPT_CHECK(t == DType::F32 && param == DType::F32 && (x == DType::F32 || x == DType::BF16 || x == DType::F16),
             "[{}] an f8e4m3 output is made from f32 activations and parameters (x f32, or f16/bf16 beside an f32 "
             "residual): got activations {}, weight {}, x {}", op, t, param, x);
-  for (const auto& [v, name] : {std::pair{&out.scale, "scale"}, std::pair{&out.amax, "amax"}}) {
+  const auto scalars = out.current ? std::pair{std::pair{&out.scale, "scale"}, std::pair{&out.scale_inv, "scale_inv"}}
+                                   : std::pair{std::pair{&out.scale, "scale"}, std::pair{&out.amax, "amax"}};
+  for (const auto& [v, name] : {scalars.first, scalars.second}) {
     MPT_CHECK(v->defined() && v->dtype() == DType::F32 && v->numel() == 1 && v->device() == dev &&
                   v->is_contiguous(),
-              "[{}] an f8e4m3 output needs its {} as one contiguous f32 element on {} (NormOutput::fp8), got {}", op,
-              name, dev, v->defined() ? v->meta_str() : "undefined");
+              "[{}] an f8e4m3 output needs its {} as one contiguous f32 element on {} ({}), got {}", op, name, dev,
+              out.current ? "NormOutput::fp8_current" : "NormOutput::fp8", v->defined() ? v->meta_str() : "undefined");
   }
   if (x == DType::BF16) return f(float{}, float{}, f8e4m3{}, bf16{});
   if (x == DType::F16) return f(float{}, float{}, f8e4m3{}, f16{});
   f(float{}, float{}, f8e4m3{}, float{});
+}
+
+// An FP8 norm output under current scaling (NormOutput::fp8_current), for `p` (y, scale and amax unset): max |norm|
+// in a first pass (which also writes a fused residual's sum and the statistics), then the scale and scale_inv from it
+// on the device, then the codes in a second pass over x, or over the sum (as a plain norm of it: the same rounded
+// values, statistics and bits).
+template <class T, class P, class Y, class X, class Launch>
+void current_scaled(kernels::math::LayerNormForwardParams<T, P, Y, X> p, const Tensor& y, const Tensor* sum,
+                    const NormOutput& y_out, Launch&& launch) {
+  const Device dev = y.device();
+  const Tensor amax = Tensor::zeros({}, DType::F32, dev);
+  p.y = nullptr;
+  p.y_amax = amax.data<float>();
+  launch(p);
+  const kernels::math::ScaleFromAmax scaling{kernels::math::fp8_max<Y>(), 0, y_out.power_of_2, y_out.amax_epsilon};
+  float* scale = Tensor(y_out.scale).data<float>();
+  float* scale_inv = Tensor(y_out.scale_inv).data<float>();
+  if (dev.is_cpu()) {
+    *scale = scaling(*amax.data<float>());
+    *scale_inv = kernels::math::reciprocal(*scale);
+  } else {
+    MPT_CUDA_KERNEL(kernels::cuda::scale_from_amax(amax.data<float>(), scale, scale_inv, scaling,
+                                                   static_cast<cudaStream_t>(detail::stream_of(dev))));
+  }
+  kernels::math::LayerNormForwardParams<T, P, Y, T> q;
+  if constexpr (std::is_same_v<X, T>) q.x = p.residual != nullptr ? sum->data<T>() : p.x;
+  else q.x = sum->data<T>();  // x beside an f32 residual: the norm is the sum's
+  q.weight = p.weight;
+  q.bias = p.bias;
+  q.y = Tensor(y).data<Y>();
+  q.mean = p.mean;
+  q.rstd = p.rstd;
+  q.rows = p.rows;
+  q.cols = p.cols;
+  q.eps = p.eps;
+  q.rms = p.rms;
+  q.y_scale = scale;
+  launch(q);
 }
 
 // Forward, with or without the fused residual add (residual defined); y stored as `y_out` says.
@@ -112,6 +154,14 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
   LayerNormResult out{Tensor::empty(x.shape(), ydt, dev),
                       {Tensor::empty({rows}, stats_dtype(t), dev), Tensor::empty({rows}, stats_dtype(t), dev)}};
   if (residual_in) *sum_out = Tensor::empty(x.shape(), t, dev);
+  auto launch = [&](const auto& p) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p.sum)>>;
+    if (dev.is_cpu()) {
+      kernels::cpu::layer_norm_forward(p);
+    } else if constexpr (!std::is_same_v<T, double>) {
+      MPT_CUDA_KERNEL(kernels::cuda::layer_norm_forward(p, static_cast<cudaStream_t>(detail::stream_of(dev))));
+    }
+  };
   auto run = [&](auto tag, auto ptag, auto ytag, auto xtag) {
     using T = decltype(tag);
     using P = decltype(ptag);
@@ -133,14 +183,11 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
     p.eps = eps;
     p.rms = rms;
     if constexpr (kernels::math::kFp8Output<Y>) {
+      if (y_out.current) return current_scaled(p, out.y, sum_out, y_out, launch);
       p.y_scale = y_out.scale.data<float>();
       p.y_amax = Tensor(y_out.amax).data<float>();
     }
-    if (dev.is_cpu()) {
-      kernels::cpu::layer_norm_forward(p);
-    } else if constexpr (!std::is_same_v<T, double>) {
-      MPT_CUDA_KERNEL(kernels::cuda::layer_norm_forward(p, static_cast<cudaStream_t>(detail::stream_of(dev))));
-    }
+    launch(p);
   };
   if (fp8) {
     visit_fp8_types(t, weight.dtype(), x.dtype(), y_out, dev, op, run);

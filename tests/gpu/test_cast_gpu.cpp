@@ -181,6 +181,31 @@ TEST(GpuCast, GeluQuantizationMatchesCpu) {
   }
 }
 
+// Under current scaling (no scale given): the amax pass takes max |gelu(x)| on the device (scalar and vectorised), so
+// the scale, scale_inv and codes are the CPU's bits (gelu first, then current scaling of it).
+TEST(GpuCast, GeluQuantizationUnderCurrentScalingMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (const Shape& shape : std::vector<Shape>{{1, 7}, {33, 40}, {304, 72}, {128, 256}}) {
+    for (DType dt : kHigh) {
+      const Tensor x = random_tensor(shape, dt, 12, 4.0), gx = to_gpu(x);
+      for (DType f8 : kFp8) {
+        const std::string n = shape_str(shape) + " " + name_of(dt) + " -> " + name_of(f8);
+        ops::QuantizeOptions o{.amax_ignore_nan = true};
+        o.gelu = true;
+        const auto [qc, qtc] = ops::quantize_fp8_transpose(x, f8, o);
+        const auto [qg, qtg] = ops::quantize_fp8_transpose(gx, f8, o);
+        ops::QuantizeOptions ref{.amax_ignore_nan = true};
+        const auto [qr, qtr] = ops::quantize_fp8_transpose(ops::gelu(x), f8, ref);
+        EXPECT_TRUE(testing::same_bits(qc.data, qr.data) && testing::same_bits(qc.scale_inv, qr.scale_inv)) << n;
+        expect_match(qg.data, qc.data, kSameBitsEverywhere, "gelu codes " + n);
+        expect_match(qtg.data, qtc.data, kSameBitsEverywhere, "gelu transposed codes " + n);
+        expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "scale_inv " + n);
+        expect_match(ops::quantize_fp8(gx, f8, o).data, qc.data, kSameBitsEverywhere, "gelu rowwise codes " + n);
+      }
+    }
+  }
+}
+
 TEST(GpuCast, QuantizationOfSpecialValuesMatchesCpu) {
   MPT_REQUIRE_GPU(8);
   const Tensor sv = special_values();

@@ -257,8 +257,9 @@ TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
 // is zeroed or folded by a launch of its own. The gradients of the biases behind c_attn, c_proj and the
 // MLP's second layer come from the cast + transpose of their dy (TE's cast_transpose_dbias, one finishing launch
 // each), so the column reductions left are the BF16 step's.
-// One step's launches by launching site (cuda_emu::kernel_sites), after two warm-up steps.
-std::map<std::string, uint64_t> step_sites(const std::string& precision) {
+// One step's launches by launching site (cuda_emu::kernel_sites), after two warm-up steps; its counters into
+// `counters` when given.
+std::map<std::string, uint64_t> step_sites(const std::string& precision, emu::Counters* counters = nullptr) {
   TrainLoop loop(precision);
   loop.step(0, false);
   loop.step(1, false);
@@ -266,6 +267,7 @@ std::map<std::string, uint64_t> step_sites(const std::string& precision) {
   emu::set_kernel_sites(true);
   loop.step(2, false);
   emu::set_kernel_sites(false);
+  if (counters != nullptr) *counters = emu::counters();
   std::map<std::string, uint64_t> launches;
   for (const emu::KernelSite& k : emu::kernel_sites()) {
     launches[k.name] = k.launches;
@@ -373,6 +375,29 @@ TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {
   EXPECT_EQ(launches["quantize.cu delayed_scaling_update"], 1u);
   emu::reset_counters();
   EXPECT_TRUE(emu::kernel_sites().empty()) << "reset_counters empties the tally";
+}
+
+// FP8 current scaling (2026-11-30): h.1's two norms write their layer's codes after an amax pass of their own (two
+// launches each, plus the scale), and the MLP's hidden codes come from its pre-activation (gelu + cast + transpose
+// after an amax pass of gelu(pre)), so the per-tensor quantizations are delayed scaling's, each after its amax pass
+// and scale, and no f32 norm output or GELU output is written.
+TEST(GpuStepCounts, Fp8CurrentNormsAndGeluQuantizeFromTheirInputs) {
+  MPT_REQUIRE_GPU(8);
+  emu::Counters current_counts, delayed_counts;
+  std::map<std::string, uint64_t> current = step_sites("fp8-current", &current_counts),
+                                   delayed = step_sites("fp8-delayed", &delayed_counts), bf16 = step_sites("bf16");
+  constexpr uint64_t kNormCodes = 2;
+  const uint64_t quantizations = delayed["quantize.cu quantize_transpose"];
+  EXPECT_EQ(current["quantize.cu quantize_transpose"], quantizations);
+  EXPECT_EQ(current["quantize.cu amax"], quantizations);
+  EXPECT_EQ(current["quantize.cu scale_from_amax"], quantizations + kAccum * kNormCodes);
+  EXPECT_EQ(current["layernorm.cu layer_norm_forward"], bf16["layernorm.cu layer_norm_forward"] + kAccum * kNormCodes);
+  EXPECT_EQ(current["strided.cu launch_copy"], delayed["strided.cu launch_copy"]);  // the codes' byte transposes
+  EXPECT_EQ(current["map.cuh launch_map"], delayed["map.cuh launch_map"]);  // no GELU kernel beside the GEMMs'
+  // The first MLP GEMM writes the pre-activation only (no GELU epilogue writing h beside it), as under delayed
+  // scaling: the GEMMs move the same bytes.
+  EXPECT_EQ(current_counts.matmul_bytes, delayed_counts.matmul_bytes);
+  EXPECT_EQ(current_counts.matmuls, delayed_counts.matmuls);
 }
 
 // FP8 block scaling's columnwise (wgrad) codes: each of the FP8 block's 4 inputs and 4 gradients per micro-batch is

@@ -1,6 +1,6 @@
-// tests/nn/test_gpt_fp8_norms.cpp: GPT under FP8 delayed scaling: ln_1 and ln_2 store their GEMM's E4M3 input codes
-// (the FP8 layer's input quantization folded into the norm), with the bits of the run whose layers quantize the
-// f32 norms themselves (telemetry on, which needs the unquantized inputs), step after step.
+// tests/nn/test_gpt_fp8_norms.cpp: GPT under FP8 delayed and current scaling: ln_1 and ln_2 store their GEMM's E4M3
+// input codes (the FP8 layer's input quantization folded into the norm), with the bits of the run whose layers
+// quantize the f32 norms themselves (telemetry on, which needs the unquantized inputs), step after step.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -27,10 +27,10 @@ nn::GPTConfig small_gpt(int64_t n_layer, bool bias = true) {
   return c;
 }
 
-testing::Fp8NormSteps run(bool telemetry, bool llama_like_bias) {
+testing::Fp8NormSteps run(const char* precision, bool telemetry, bool llama_like_bias) {
   const nn::GPTConfig c = small_gpt(4, !llama_like_bias);
   nn::GPT model(c);
-  const amp::Policy policy = amp::Policy::named("fp8-delayed", c.n_layer, Device::cpu());
+  const amp::Policy policy = amp::Policy::named(precision, c.n_layer, Device::cpu());
   policy.fp8_state->set_collect_telemetry(telemetry);
   return testing::run_fp8_norm_steps(model, policy, [&] {
     for (size_t b = 0; b < 4; ++b) {  // the norms before c_attn and the MLP store E4M3 codes unless telemetry
@@ -62,18 +62,55 @@ TEST(GptFp8Norms, MetasRegisterInTheLayersOrder) {
 }
 
 TEST(GptFp8Norms, NormsStoreTheFp8InputCodesWithTheBitsOfTheLayersQuantization) {
-  for (const bool no_bias : {false, true}) {
-    SCOPED_TRACE(no_bias ? "no bias" : "bias");
-    const testing::Fp8NormSteps fused = run(false, no_bias), plain = run(true, no_bias);
-    ASSERT_EQ(fused.losses.size(), plain.losses.size());
-    EXPECT_EQ(std::memcmp(fused.losses.data(), plain.losses.data(), fused.losses.size() * sizeof(float)), 0);
-    EXPECT_EQ(fused.scales, plain.scales);
-    ASSERT_EQ(fused.grads.size(), plain.grads.size());
-    for (size_t i = 0; i < fused.grads.size(); ++i) {
-      ASSERT_EQ(fused.grads[i].size(), plain.grads[i].size());
-      EXPECT_EQ(std::memcmp(fused.grads[i].data(), plain.grads[i].data(), fused.grads[i].size() * sizeof(float)), 0)
-          << "gradient " << i;
+  for (const char* precision : {"fp8-delayed", "fp8-current"}) {
+    for (const bool no_bias : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << precision << (no_bias ? " no bias" : " bias"));
+      const testing::Fp8NormSteps fused = run(precision, false, no_bias), plain = run(precision, true, no_bias);
+      ASSERT_EQ(fused.losses.size(), plain.losses.size());
+      EXPECT_EQ(std::memcmp(fused.losses.data(), plain.losses.data(), fused.losses.size() * sizeof(float)), 0);
+      // Delayed: every scale after each update. Current: the fused run's input metas hold the scales the norms found
+      // (the plain run's stay 1: its quantizations keep theirs to themselves).
+      if (std::string(precision) == "fp8-delayed") {
+        EXPECT_EQ(fused.scales, plain.scales);
+      } else {
+        EXPECT_NE(fused.scales, plain.scales);
+      }
+      ASSERT_EQ(fused.grads.size(), plain.grads.size());
+      for (size_t i = 0; i < fused.grads.size(); ++i) {
+        ASSERT_EQ(fused.grads[i].size(), plain.grads[i].size());
+        EXPECT_EQ(std::memcmp(fused.grads[i].data(), plain.grads[i].data(), fused.grads[i].size() * sizeof(float)), 0)
+            << "gradient " << i;
+      }
     }
+  }
+}
+
+// Current scaling: two forwards before one backward (two losses summed). Each norm's codes keep the scale it found
+// for them (new scale tensors each forward), so the first forward's saved codes are not read with the second's.
+TEST(GptFp8Norms, CurrentScalingCodesKeepTheirScaleAcrossForwards) {
+  const nn::GPTConfig c = small_gpt(4);
+  Generator data(11);
+  const Tensor ids = Tensor::uniform({2, 17}, 0, 37, DType::F32, Device::cpu(), data).to(DType::I64);
+  auto grads = [&](bool telemetry) {
+    nn::GPT model(c);
+    const amp::Policy policy = amp::Policy::named("fp8-current", c.n_layer, Device::cpu());
+    policy.fp8_state->set_collect_telemetry(telemetry);
+    Tensor loss;
+    {
+      amp::Autocast autocast(policy);
+      const Tensor a = ids.slice(0, 0, 1), b = ids.slice(0, 1, 2);
+      loss = model.loss(a.slice(1, 0, 16).contiguous(), a.slice(1, 1, 17).contiguous()) +
+             model.loss(b.slice(1, 0, 16).contiguous(), b.slice(1, 1, 17).contiguous());
+    }
+    loss.backward();
+    std::vector<std::vector<float>> g;
+    for (const auto& p : model.named_parameters()) g.push_back(p.tensor.grad().to_vector<float>());
+    return g;
+  };
+  const auto fused = grads(false), plain = grads(true);
+  ASSERT_EQ(fused.size(), plain.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    EXPECT_EQ(std::memcmp(fused[i].data(), plain[i].data(), fused[i].size() * sizeof(float)), 0) << "gradient " << i;
   }
 }
 

@@ -36,10 +36,10 @@ nn::LlamaConfig small_llama() {
   return c;
 }
 
-Steps run(bool telemetry) {
+Steps run(bool telemetry, const char* precision = "fp8-delayed") {
   const nn::LlamaConfig c = small_llama();
   nn::Llama model(c);
-  const amp::Policy policy = amp::Policy::named("fp8-delayed", c.n_layer, Device::cpu(), "model.layers");
+  const amp::Policy policy = amp::Policy::named(precision, c.n_layer, Device::cpu(), "model.layers");
   policy.fp8_state->set_collect_telemetry(telemetry);
   Steps s;
   s.steps = testing::run_fp8_norm_steps(model, policy, [&] {
@@ -87,6 +87,25 @@ TEST(LlamaFp8Norms, NormsStoreTheSharedInputCodesWithTheBitsOfEachLayersQuantiza
   }
   // The scales moved off 1: the test compares real delayed-scaling states.
   EXPECT_NE(fused.fp8_state.at("model.layers.1.self_attn.q_proj.input.scale").item<float>(), 1.0f);
+}
+
+// Current scaling: the norms write the shared codes with the scale they find (their first pass's amax), with the bits
+// of each layer quantizing the f32 norm with its own current scale.
+TEST(LlamaFp8Norms, CurrentScalingNormsStoreTheSharedCodesWithTheBitsOfEachLayersQuantization) {
+  const Steps fused = run(false, "fp8-current"), plain = run(true, "fp8-current");
+  const testing::Fp8NormSteps &f = fused.steps, &p = plain.steps;
+  ASSERT_EQ(f.losses.size(), p.losses.size());
+  EXPECT_EQ(std::memcmp(f.losses.data(), p.losses.data(), f.losses.size() * sizeof(float)), 0);
+  ASSERT_EQ(f.grads.size(), p.grads.size());
+  for (size_t i = 0; i < f.grads.size(); ++i) {
+    ASSERT_EQ(f.grads[i].size(), p.grads[i].size());
+    EXPECT_EQ(std::memcmp(f.grads[i].data(), p.grads[i].data(), f.grads[i].size() * sizeof(float)), 0)
+        << "gradient " << i;
+  }
+  EXPECT_EQ(fused.shared.size(), 6u);  // k, v and up read q's and gate's codes in both FP8 blocks
+  EXPECT_TRUE(plain.shared.empty());
+  EXPECT_TRUE(fused.fp8_state.empty());  // current scaling carries nothing over between steps
+  EXPECT_NE(f.scales, p.scales) << "the fused run's input metas hold the scales the norms found";
 }
 
 // A state registered from a checkpoint of separate metas (written before the sharing) drops them at its first

@@ -267,8 +267,8 @@ TEST(QuantizeFp8, AmaxAccumulateFoldsIntoTheOutputsValue) {
 }
 
 // gelu: the codes and amax of gelu(x) (tanh GELU rounded to x's dtype), checked against the GELU computed here in
-// float64 and rounded to bf16 (within the float GELU's error, a bf16 tie aside, the same codes); refused without a
-// given scale or with a dbias.
+// float64 and rounded to bf16 (within the float GELU's error, a bf16 tie aside, the same codes); under current scaling
+// (no scale given) with the scale from gelu(x)'s amax; refused with a dbias.
 TEST(QuantizeFp8, GeluQuantizesTheGeluOfTheInput) {
   const Tensor x = Tensor::from_vector<float>({-3.0f, -1.0f, -0.25f, 0.0f, 0.5f, 1.0f, 2.0f, 6.5f}, {2, 4})
                        .to(DType::BF16);
@@ -293,11 +293,22 @@ TEST(QuantizeFp8, GeluQuantizesTheGeluOfTheInput) {
   EXPECT_EQ(o.amax.item<float>(), static_cast<float>(amax));  // gelu(6.5) = 6.5 in bf16
   EXPECT_EQ(codes(ops::quantize_fp8(x, DType::F8E4M3, o).data), codes(want_codes));
 
-  ops::QuantizeOptions current;
+  ops::QuantizeOptions current;  // scale = 448 / amax(gelu(x)) = 448 / 6.5, not 448 / 6.5 by chance: gelu(-3) < 0.01
   current.gelu = true;
-  EXPECT_MPT_ERROR(ops::quantize_fp8(x, DType::F8E4M3, current), "gelu quantizes gelu(x) with a given scale");
+  current.amax_ignore_nan = true;
+  const auto [cq, cqt] = ops::quantize_fp8_transpose(x, DType::F8E4M3, current);
+  const float cscale = 448.0f / static_cast<float>(amax);
+  std::vector<float> cwant;
+  for (float w : want) cwant.push_back(w / 8.0f * cscale);
+  const Tensor cwant_codes = Tensor::from_vector<float>(cwant, {2, 4}).to(DType::F8E4M3);
+  EXPECT_EQ(codes(cq.data), codes(cwant_codes));
+  EXPECT_EQ(codes(cqt.data), codes(cwant_codes.t().contiguous()));
+  EXPECT_EQ(cq.scale_inv.item<float>(), 1.0f / cscale);
+  const Tensor neg = Tensor::from_vector<float>({-3.0f, -4.0f}, {1, 2}).to(DType::BF16);  // |x| 4, |gelu(x)| < 0.01
+  EXPECT_GT(1.0f / ops::quantize_fp8(neg, DType::F8E4M3, current).scale_inv.item<float>(), 448.0f / 0.01f)
+      << "the scale is gelu(x)'s (448 / 0.0036), not x's (448 / 4)";
   o.dbias = Tensor::empty({4});
-  EXPECT_MPT_ERROR(ops::quantize_fp8_transpose(x, DType::F8E4M3, o), "and no dbias; got a scale and a dbias");
+  EXPECT_MPT_ERROR(ops::quantize_fp8_transpose(x, DType::F8E4M3, o), "gelu quantizes gelu(x), which takes no dbias");
 }
 
 // The bias gradient fused into cast + transpose (TE's cast_transpose_dbias): dbias[c] is the column sum of the 2-d

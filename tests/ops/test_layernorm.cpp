@@ -278,6 +278,11 @@ TEST(LayerNorm, Fp8OutputIsTheDelayedQuantizationOfTheF32NormBitForBit) {
   mpt::testing::expect_norm_fp8_output_is_the_quantized_norm(Device::cpu());
 }
 
+// Under current scaling (NormOutput::fp8_current) the same against quantize_fp8's current scaling of the f32 norm.
+TEST(LayerNorm, Fp8CurrentOutputIsTheCurrentQuantizationOfTheF32NormBitForBit) {
+  mpt::testing::expect_norm_fp8_current_output_is_the_quantized_norm(Device::cpu());
+}
+
 TEST(LayerNorm, Fp8OutputRejectsWhatItCannotQuantize) {
   const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4}), one = Tensor::ones({});
   EXPECT_MPT_ERROR(ops::layer_norm(x.to(DType::BF16), w.to(DType::BF16), Tensor(), 1e-5,
@@ -291,6 +296,9 @@ TEST(LayerNorm, Fp8OutputRejectsWhatItCannotQuantize) {
                    "[layer_norm] an FP8 output is f8e4m3 (NormOutput::fp8), got f8e5m2");
   EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor(), 1e-5, DType::F8E4M3),
                    "[layer_norm] an f8e4m3 output needs its scale");
+  EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor(), 1e-5, ops::NormOutput::fp8_current(one, Tensor())),
+                   "[layer_norm] an f8e4m3 output needs its scale_inv as one contiguous f32 element on cpu "
+                   "(NormOutput::fp8_current)");
 }
 
 TEST(LayerNorm, RejectsBadArguments) {

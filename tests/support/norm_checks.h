@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "mpt/autograd/engine.h"
 #include "mpt/ops/cast.h"
@@ -141,6 +143,76 @@ inline void expect_norm_fp8_output_is_the_quantized_norm(Device device) {
           if (residual != 0) {
             EXPECT_TRUE(norm_same_bits(lr.grad(), ur.grad())) << "dresidual";
           }
+          EXPECT_TRUE(norm_same_bits(lw.grad(), uw.grad())) << "dweight";
+          if (!rms) {
+            EXPECT_TRUE(norm_same_bits(lb.grad(), ub.grad())) << "dbias";
+          }
+        }
+      }
+    }
+  }
+}
+
+// A norm's f8e4m3 output under current scaling (ops::NormOutput::fp8_current: an amax pass, the scale, a codes pass):
+// the codes and scale_inv are ops::quantize_fp8's of the f32 norm with current scaling (NaN skipped by the amax), the
+// scale is fp8::compute_scale_from_amax's of that norm's amax, the sum and the gradients from an f32 dy the f32
+// norm's; power-of-two scales or not; the shapes of expect_norm_fp8_output_is_the_quantized_norm.
+inline void expect_norm_fp8_current_output_is_the_quantized_norm(Device device) {
+  for (const bool rms : {false, true}) {
+    for (const int residual : {0, 1, 2}) {  // none, f32 x, bf16 x beside an f32 residual
+      for (const int64_t cols : {96, 37}) {
+        for (const bool pow2 : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "rms " << rms << " residual " << residual << " cols " << cols
+                                            << " power of 2 " << pow2);
+          const uint64_t seed = 950 + static_cast<uint64_t>(cols) + 10 * static_cast<uint64_t>(residual);
+          Tensor xc = random_tensor({3, 4, cols}, residual == 2 ? DType::BF16 : DType::F32, seed, 2.0);
+          if (residual != 2) xc.data<float>()[5 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
+          const Tensor x = xc.to(device);
+          const Tensor r = random_tensor({3, 4, cols}, DType::F32, seed + 1, 2.0).to(device);
+          const Tensor w = random_tensor({cols}, DType::F32, seed + 2, 3.0).to(device);
+          const Tensor b = random_tensor({cols}, DType::F32, seed + 3).to(device);
+          const Tensor dy = random_tensor({3, 4, cols}, DType::F32, seed + 4).to(device);
+          const Tensor dsum = random_tensor({3, 4, cols}, DType::F32, seed + 5).to(device);
+          const Tensor scale = Tensor::zeros({}, DType::F32).to(device), scale_inv = scale.clone();
+          const ops::NormOutput out = ops::NormOutput::fp8_current(scale, scale_inv, pow2);
+          auto norm = [&](const Tensor& lx, const Tensor& lr, const Tensor& lw, const Tensor& lb,
+                          const ops::NormOutput& o) {
+            if (residual == 0) {
+              const Tensor y = rms ? ops::rms_norm(lx, lw, 1e-6, o).y : ops::layer_norm(lx, lw, lb, 1e-5, o).y;
+              autograd::backward({y}, {dy});
+              return std::pair{y, Tensor()};
+            }
+            const ops::ResidualLayerNormResult n = rms ? ops::residual_rms_norm(lx, lr, lw, 1e-6, o)
+                                                       : ops::residual_layer_norm(lx, lr, lw, lb, 1e-5, o);
+            autograd::backward({n.y, n.sum}, {dy, dsum});
+            return std::pair{n.y, n.sum};
+          };
+          const Tensor lx = x.clone().requires_grad_(), lr = r.clone().requires_grad_();
+          const Tensor lw = w.clone().requires_grad_(), lb = b.clone().requires_grad_();
+          const auto [y, sum] = norm(lx, lr, lw, lb, out);
+          const Tensor ux = x.clone().requires_grad_(), ur = r.clone().requires_grad_();
+          const Tensor uw = w.clone().requires_grad_(), ub = b.clone().requires_grad_();
+          const auto [uy, usum] = norm(ux, ur, uw, ub, ops::NormOutput());
+          ops::QuantizeOptions q;
+          q.power_of_2 = pow2;
+          q.amax_ignore_nan = true;
+          const ops::Quantized ref = ops::quantize_fp8(uy.detach(), DType::F8E4M3, q);
+          float amax = 0.0f;  // max |norm|, NaN skipped, on the host; the scale E4M3's 448 over it
+          const Tensor hy = uy.detach().to(Device::cpu());
+          for (int64_t i = 0; i < hy.numel(); ++i) {
+            if (!std::isnan(hy.data<float>()[i])) amax = std::max(amax, std::fabs(hy.data<float>()[i]));
+          }
+          const float want_scale = pow2 ? std::exp2(std::floor(std::log2(448.0f / amax))) : 448.0f / amax;
+          EXPECT_EQ(y.dtype(), DType::F8E4M3);
+          EXPECT_TRUE(norm_same_bits(y, ref.data)) << "codes";
+          EXPECT_TRUE(norm_same_bits(scale_inv, ref.scale_inv)) << "scale_inv";
+          EXPECT_EQ(scale.to(Device::cpu()).data<float>()[0], want_scale);
+          EXPECT_NE(want_scale, 1.0f);
+          if (residual != 0) {
+            EXPECT_TRUE(norm_same_bits(sum, usum)) << "sum";
+            EXPECT_TRUE(norm_same_bits(lr.grad(), ur.grad())) << "dresidual";
+          }
+          EXPECT_TRUE(norm_same_bits(lx.grad(), ux.grad())) << "dx";
           EXPECT_TRUE(norm_same_bits(lw.grad(), uw.grad())) << "dweight";
           if (!rms) {
             EXPECT_TRUE(norm_same_bits(lb.grad(), ub.grad())) << "dbias";

@@ -46,8 +46,9 @@ struct Fp8LinearConfig {
 };
 
 // x: (..., K) f32, bf16 or f16; weight: (M, K) f32 (master), bf16 or f16; bias: (M) or undefined. Returns y (..., M).
-// Under delayed scaling x may also be its f8e4m3 codes, quantized by the op before with metas.input's scale and its
-// amax folded into that meta (a norm's FP8 output: ops::NormOutput::fp8, TransformerEngine's LayerNormLinear): no
+// Under delayed or current scaling x may also be its f8e4m3 codes, quantized by the op before with metas.input's scale
+// (delayed: its amax folded into that meta; current: the scale and scale_inv it wrote into that meta's tensors) (a
+// norm's FP8 output: ops::NormOutput::fp8 / fp8_current, TransformerEngine's LayerNormLinear): no
 // quantization of x here (its transpose for dW is a copy of the codes), and dx comes back in f32, the dtype of the
 // norm output the codes stand for. Not while metas.input collects telemetry (an error: that needs the values).
 // On CUDA, M and K must meet cuBLASLt's FP8 rules (multiples of 16; an error says so otherwise); any number of tokens

@@ -23,8 +23,8 @@ struct Fp8MlpConfig {
   Tensor compute_b1{}, compute_b2{};
 };
 
-// x [N, C] f32, bf16 or f16 (or its f8e4m3 codes under delayed scaling, as fp8_linear takes them); w1 [H, C], b1 [H]
-// or undefined; w2 [C', H], b2 [C'] or undefined (f32 masters, bf16 or f16). y [N, C'] in out_dtype. The same
+// x [N, C] f32, bf16 or f16 (or its f8e4m3 codes under delayed or current scaling, as fp8_linear takes them);
+// w1 [H, C], b1 [H] or undefined; w2 [C', H], b2 [C'] or undefined (f32 masters, bf16 or f16). y [N, C'] in out_dtype. The same
 // computation, scales and amax bookkeeping (metas1 then metas2, forward and backward) as fp8_linear(gelu(fp8_linear(x, w1, b1, {metas1, out})), w2, b2, {metas2, out}), with the GELU in the
 // GEMMs:
 //   forward    the first FP8 GEMM's epilogue adds b1 and applies the GELU (cuBLASLt GELU_AUX_BIAS: h and the

@@ -84,6 +84,8 @@ struct Fp8TensorMeta {
   DType dtype = DType::F8E4M3;  // the format this tensor is quantized to
   Tensor scale;                 // f32 0-d: q = fp8(x * scale); 1 initially
   Tensor scale_inv;             // f32 0-d: 1 / scale (rcp_rn), kept beside scale as TE does
+  // (Current scaling: an input's scale and scale_inv are those of the codes a norm last wrote for it, new tensors each
+  // time: nn::autocast_input_format. Nothing else reads them; each quantization finds its own scale.)
   // f32 [L]: [0] the current step's amax (max over every quantization since the last update), [1..L-1] the amaxes
   // of past updates, newest last. Used by delayed scaling only.
   Tensor amax_history;

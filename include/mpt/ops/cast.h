@@ -55,8 +55,8 @@ struct QuantizeOptions {
   Fp8Saturation saturation = Fp8Saturation::Saturate;  // NoSaturate: overflow -> NaN (E4M3) or +-Inf (E5M2)
   // Quantize gelu(x) (tanh GELU, ops::gelu's bits: rounded to x's dtype) instead of x, its amax too: on CUDA in the
   // quantizing pass itself (TransformerEngine's gelu + cast), on the CPU gelu first. For the layer after a GELU: the
-  // FP8 MLP quantizes its hidden activation from the pre-activation it keeps anyway. Needs a given scale (delayed
-  // scaling; current scaling's amax pass reads x), and no dbias.
+  // FP8 MLP quantizes its hidden activation from the pre-activation it keeps anyway. Current scaling's amax pass
+  // (no scale given) takes max |gelu(x)| from x likewise. No dbias.
   bool gelu = false;
 };
 

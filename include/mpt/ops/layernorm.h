@@ -28,12 +28,22 @@ struct LayerNormResult {
 //   into `amax` (amax = max(amax, ...), no pass of its own), bit for bit ops::quantize_fp8 of the f32 norm with that
 //   scale and amax_accumulate: delayed scaling's input quantization (TransformerEngine's LayerNorm + cast) with no
 //   f32 y written and read back. The codes' scale_inv is 1 / scale (the scaling meta's).
+// - f8e4m3 under current scaling (fp8_current(scale, scale_inv, ...)): scale and scale_inv are outputs. A first pass
+//   finds max |norm| (NaN skipped; nothing of y written), the scale follows from it as ops::quantize_fp8's current
+//   scaling makes it (E4M3's max / amax, amax_epsilon and power_of_2 as given; rounded into scale and 1 / scale into
+//   scale_inv, on the device), and a second pass writes e4m3(norm * scale): bit for bit quantize_fp8 of the f32 norm
+//   with current scaling and amax_ignore_nan (TransformerEngine's current-scaling quantizer), again without the f32
+//   y written and read back. With a residual, the second pass reads the sum the first one wrote.
 // The backward reads dy in y's dtype (f16/bf16 widened exactly); for FP8 y in f32 (what an FP8 layer's dgrad returns
 // for codes), bf16 or f16.
 struct NormOutput {
   std::optional<DType> dtype;
   Tensor scale;  // f8e4m3: f32, one element on x's device
-  Tensor amax;   // f8e4m3: f32, one element on x's device, a non-negative float
+  Tensor amax;   // f8e4m3 (delayed): f32, one element on x's device, a non-negative float
+  Tensor scale_inv;           // f8e4m3 (current): f32, one element on x's device, written
+  bool current = false;       // current scaling: scale and scale_inv are written, not read
+  bool power_of_2 = false;    // current: the scale rounded down to a power of two
+  float amax_epsilon = 0.0f;  // current: an amax below it counts as it
   NormOutput(std::optional<DType> d = std::nullopt) {  // NOLINT(google-explicit-constructor)
     if (d) dtype = *d;  // not dtype(d): GCC flags the copy of an empty optional's payload as uninitialised
   }
@@ -42,6 +52,15 @@ struct NormOutput {
     NormOutput o(DType::F8E4M3);
     o.scale = std::move(scale);
     o.amax = std::move(amax);
+    return o;
+  }
+  static NormOutput fp8_current(Tensor scale, Tensor scale_inv, bool power_of_2 = false, float amax_epsilon = 0.0f) {
+    NormOutput o(DType::F8E4M3);
+    o.scale = std::move(scale);
+    o.scale_inv = std::move(scale_inv);
+    o.current = true;
+    o.power_of_2 = power_of_2;
+    o.amax_epsilon = amax_epsilon;
     return o;
   }
 };
