@@ -2,6 +2,9 @@
 // that compare the norms' FP8 input codes with the layers' own quantizations (GPT, Llama).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -40,6 +43,18 @@ inline Fp8NormSteps run_fp8_norm_steps(const nn::LanguageModel& model, const amp
     for (const auto& m : policy.fp8_state->metas()) s.scales.push_back(m->scale.item<float>());
   }
   return s;
+}
+
+// The two runs' losses and every gradient, bit for bit.
+inline void expect_same_losses_and_grads(const Fp8NormSteps& a, const Fp8NormSteps& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  EXPECT_EQ(std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float)), 0);
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    ASSERT_EQ(a.grads[i].size(), b.grads[i].size());
+    EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * sizeof(float)), 0)
+        << "gradient " << i;
+  }
 }
 
 }  // namespace mpt::testing

@@ -66,20 +66,13 @@ TEST(GptFp8Norms, NormsStoreTheFp8InputCodesWithTheBitsOfTheLayersQuantization) 
     for (const bool no_bias : {false, true}) {
       SCOPED_TRACE(::testing::Message() << precision << (no_bias ? " no bias" : " bias"));
       const testing::Fp8NormSteps fused = run(precision, false, no_bias), plain = run(precision, true, no_bias);
-      ASSERT_EQ(fused.losses.size(), plain.losses.size());
-      EXPECT_EQ(std::memcmp(fused.losses.data(), plain.losses.data(), fused.losses.size() * sizeof(float)), 0);
+      testing::expect_same_losses_and_grads(fused, plain);
       // Delayed: every scale after each update. Current: the fused run's input metas hold the scales the norms found
       // (the plain run's stay 1: its quantizations keep theirs to themselves).
       if (std::string(precision) == "fp8-delayed") {
         EXPECT_EQ(fused.scales, plain.scales);
       } else {
         EXPECT_NE(fused.scales, plain.scales);
-      }
-      ASSERT_EQ(fused.grads.size(), plain.grads.size());
-      for (size_t i = 0; i < fused.grads.size(); ++i) {
-        ASSERT_EQ(fused.grads[i].size(), plain.grads[i].size());
-        EXPECT_EQ(std::memcmp(fused.grads[i].data(), plain.grads[i].data(), fused.grads[i].size() * sizeof(float)), 0)
-            << "gradient " << i;
       }
     }
   }

@@ -58,14 +58,7 @@ using mpt::testing::same_bits;
 TEST(LlamaFp8Norms, NormsStoreTheSharedInputCodesWithTheBitsOfEachLayersQuantization) {
   const Steps fused = run(false), plain = run(true);
   const testing::Fp8NormSteps &f = fused.steps, &p = plain.steps;
-  ASSERT_EQ(f.losses.size(), p.losses.size());
-  EXPECT_EQ(std::memcmp(f.losses.data(), p.losses.data(), f.losses.size() * sizeof(float)), 0);
-  ASSERT_EQ(f.grads.size(), p.grads.size());
-  for (size_t i = 0; i < f.grads.size(); ++i) {
-    ASSERT_EQ(f.grads[i].size(), p.grads[i].size());
-    EXPECT_EQ(std::memcmp(f.grads[i].data(), p.grads[i].data(), f.grads[i].size() * sizeof(float)), 0)
-        << "gradient " << i;
-  }
+  testing::expect_same_losses_and_grads(f, p);
   // k_proj, v_proj and up_proj read their block's shared codes: their input metas are q_proj's and gate_proj's.
   std::map<std::string, std::string> want_shared;
   for (const std::string b : {"model.layers.1", "model.layers.2"}) {
@@ -94,14 +87,7 @@ TEST(LlamaFp8Norms, NormsStoreTheSharedInputCodesWithTheBitsOfEachLayersQuantiza
 TEST(LlamaFp8Norms, CurrentScalingNormsStoreTheSharedCodesWithTheBitsOfEachLayersQuantization) {
   const Steps fused = run(false, "fp8-current"), plain = run(true, "fp8-current");
   const testing::Fp8NormSteps &f = fused.steps, &p = plain.steps;
-  ASSERT_EQ(f.losses.size(), p.losses.size());
-  EXPECT_EQ(std::memcmp(f.losses.data(), p.losses.data(), f.losses.size() * sizeof(float)), 0);
-  ASSERT_EQ(f.grads.size(), p.grads.size());
-  for (size_t i = 0; i < f.grads.size(); ++i) {
-    ASSERT_EQ(f.grads[i].size(), p.grads[i].size());
-    EXPECT_EQ(std::memcmp(f.grads[i].data(), p.grads[i].data(), f.grads[i].size() * sizeof(float)), 0)
-        << "gradient " << i;
-  }
+  testing::expect_same_losses_and_grads(f, p);
   EXPECT_EQ(fused.shared.size(), 6u);  // k, v and up read q's and gate's codes in both FP8 blocks
   EXPECT_TRUE(plain.shared.empty());
   EXPECT_TRUE(fused.fp8_state.empty());  // current scaling carries nothing over between steps

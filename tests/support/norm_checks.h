@@ -71,6 +71,23 @@ inline void expect_residual_norm_folds_half_x(Device device) {
   }
 }
 
+// The operands of one FP8-output norm case on `device`: x [3, 4, cols] (bf16 for residual == 2, beside an f32
+// residual; else f32 with a NaN in row 5, whose norm is NaN and which the amax skips), the residual, weight, bias,
+// dy and the sum's gradient.
+struct Fp8NormCase {
+  Tensor x, r, w, b, dy, dsum;
+};
+inline Fp8NormCase fp8_norm_case(Device device, int residual, int64_t cols, uint64_t seed) {
+  Tensor xc = random_tensor({3, 4, cols}, residual == 2 ? DType::BF16 : DType::F32, seed, 2.0);
+  if (residual != 2) xc.data<float>()[5 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
+  return {xc.to(device),
+          random_tensor({3, 4, cols}, DType::F32, seed + 1, 2.0).to(device),
+          random_tensor({cols}, DType::F32, seed + 2, 3.0).to(device),
+          random_tensor({cols}, DType::F32, seed + 3).to(device),
+          random_tensor({3, 4, cols}, DType::F32, seed + 4).to(device),
+          random_tensor({3, 4, cols}, DType::F32, seed + 5).to(device)};
+}
+
 // A norm's f8e4m3 output (ops::NormOutput::fp8, delayed scaling's input quantization folded into the norm): the codes
 // and the amax folded into the given slot are ops::quantize_fp8's of the f32 norm with the same scale, bit for bit
 // (saturation at a large scale, a NaN row skipped by the amax, a slot above the amax kept); the gradients from an f32
@@ -83,17 +100,9 @@ inline void expect_norm_fp8_output_is_the_quantized_norm(Device device) {
         for (const float slot : {0.25f, 1e6f}) {
           SCOPED_TRACE(::testing::Message() << "rms " << rms << " residual " << residual << " cols " << cols
                                             << " amax slot " << slot);
-          const uint64_t seed = 900 + static_cast<uint64_t>(cols) + 10 * static_cast<uint64_t>(residual);
-          Tensor xc = random_tensor({3, 4, cols}, residual == 2 ? DType::BF16 : DType::F32, seed, 2.0);
-          if (residual != 2) {  // a NaN in one row: its norm is NaN, which the amax skips
-            xc.data<float>()[5 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
-          }
-          const Tensor x = xc.to(device);
-          const Tensor r = random_tensor({3, 4, cols}, DType::F32, seed + 1, 2.0).to(device);
-          const Tensor w = random_tensor({cols}, DType::F32, seed + 2, 3.0).to(device);
-          const Tensor b = random_tensor({cols}, DType::F32, seed + 3).to(device);
-          const Tensor dy = random_tensor({3, 4, cols}, DType::F32, seed + 4).to(device);
-          const Tensor dsum = random_tensor({3, 4, cols}, DType::F32, seed + 5).to(device);
+          const Fp8NormCase c =
+              fp8_norm_case(device, residual, cols, 900 + static_cast<uint64_t>(cols + 10 * residual));
+          const Tensor &x = c.x, &r = c.r, &w = c.w, &b = c.b, &dy = c.dy, &dsum = c.dsum;
           const Tensor scale = Tensor::full({1}, 96.0, DType::F32).to(device);  // some |y| * 96 exceed 448: saturated
           const Tensor amax = Tensor::full({1}, slot, DType::F32).to(device);
           const Tensor lx = x.clone().requires_grad_(), lr = r.clone().requires_grad_();
@@ -164,15 +173,9 @@ inline void expect_norm_fp8_current_output_is_the_quantized_norm(Device device) 
         for (const bool pow2 : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "rms " << rms << " residual " << residual << " cols " << cols
                                             << " power of 2 " << pow2);
-          const uint64_t seed = 950 + static_cast<uint64_t>(cols) + 10 * static_cast<uint64_t>(residual);
-          Tensor xc = random_tensor({3, 4, cols}, residual == 2 ? DType::BF16 : DType::F32, seed, 2.0);
-          if (residual != 2) xc.data<float>()[5 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
-          const Tensor x = xc.to(device);
-          const Tensor r = random_tensor({3, 4, cols}, DType::F32, seed + 1, 2.0).to(device);
-          const Tensor w = random_tensor({cols}, DType::F32, seed + 2, 3.0).to(device);
-          const Tensor b = random_tensor({cols}, DType::F32, seed + 3).to(device);
-          const Tensor dy = random_tensor({3, 4, cols}, DType::F32, seed + 4).to(device);
-          const Tensor dsum = random_tensor({3, 4, cols}, DType::F32, seed + 5).to(device);
+          const Fp8NormCase c =
+              fp8_norm_case(device, residual, cols, 950 + static_cast<uint64_t>(cols + 10 * residual));
+          const Tensor &x = c.x, &r = c.r, &w = c.w, &b = c.b, &dy = c.dy, &dsum = c.dsum;
           const Tensor scale = Tensor::zeros({}, DType::F32).to(device), scale_inv = scale.clone();
           const ops::NormOutput out = ops::NormOutput::fp8_current(scale, scale_inv, pow2);
           auto norm = [&](const Tensor& lx, const Tensor& lr, const Tensor& lw, const Tensor& lb,
