@@ -81,21 +81,23 @@ template <class Out>
 cudaError_t dbias_finish(const float* partial, math::Dims2 dims, Out* out, cudaStream_t stream);
 
 // Block quantization (layout in kernels/math/quantize.h): one warp per 1x128 block, one 256-thread block
-// per 128x128 tile; scale_inv[block] = 1 / scaling(amax(block)), q = fp8(x * scale) saturating.
+// per 128x128 tile; scale_inv[block] = 1 / scaling(amax(block)), q = fp8(x * scale) saturating. gelu (1x128 only):
+// of gelu(x) instead (QuantizeArgs::gelu's prologue).
 template <class Q, class T>
 cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
-                               const math::ScaleFromAmax& scaling, cudaStream_t stream);
+                               const math::ScaleFromAmax& scaling, cudaStream_t stream, bool gelu = false);
 
 // 1x128 block quantization of x^T for x [rows, cols] row-major: q [cols, rows] and scale_inv
 // [cols, ceil(rows/128)], bit for bit quantize_blockwise of the contiguous transpose (cpu::
 // quantize_blockwise_1x128_transposed's result) without materialising it: one 256-thread block per 128 x 32 tile
 // of x, staged in shared memory; a warp per column quantizes its 128 rows. dbias_partial (optional,
 // [math::dbias_tiles(rows), cols]) receives each 32-row tile's column sums from the same pass (the fused bias
-// gradient's first half, as quantize_transpose's; dbias_finish gives the sums).
+// gradient's first half, as quantize_transpose's; dbias_finish gives the sums). gelu: of gelu(x)^T instead (no
+// dbias then).
 template <class Q, class T>
 cudaError_t quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv,
                                                 const math::ScaleFromAmax& scaling, cudaStream_t stream,
-                                                float* dbias_partial = nullptr);
+                                                float* dbias_partial = nullptr, bool gelu = false);
 
 // out[i] = Out(float(q[i]) * *scale_inv).
 template <class Out, class Q>

@@ -25,7 +25,7 @@ static_assert(math::kBlockCols % math::kDbiasTileRows == 0, "a 1x128 tile holds 
 // One 128 x 32 tile of x per block (32 x 8 threads): coalesced reads of x rows into shared memory (33-float pitch),
 // then warp w quantizes columns w, w + 8, ...: each lane 4 of the column's 128 rows, one warp amax, coalesced
 // writes along q's row (x^T's row = x's column).
-template <class Q, class T>
+template <class Q, class T, bool kGelu>
 __global__ void __launch_bounds__(kPackThreads) quantize_1x128_transposed_kernel(TransposedBlockParams<Q, T> p) {
   __shared__ float values[math::kBlockCols][kTransposedTileCols + 1];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x / p.col_tiles) * math::kBlockCols;
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kPackThreads) quantize_1x128_transposed_kernel
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   for (int k = ty; k < math::kBlockCols; k += kPackThreads / 32) {
     const int64_t r = r0 + k, c = c0 + tx;
-    if (r < p.rows && c < p.cols) values[k][tx] = scalar_cast<float>(p.x[r * p.cols + c]);
+    if (r < p.rows && c < p.cols) values[k][tx] = scalar_cast<float>(math::quantize_input<kGelu>(p.x[r * p.cols + c]));
   }
   __syncthreads();
   constexpr int kDbiasTiles = math::kBlockCols / math::kDbiasTileRows;
@@ -73,8 +73,8 @@ struct BlockParams {
   math::ScaleFromAmax scaling;
 };
 
-// 1x128: one warp per block of 128 columns of one row, 4 elements per lane (coalesced).
-template <class Q, class T>
+// 1x128: one warp per block of 128 columns of one row, 4 elements per lane (coalesced), held in registers.
+template <class Q, class T, bool kGelu>
 __global__ void __launch_bounds__(kPackThreads) quantize_1x128_kernel(BlockParams<Q, T> p) {
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -83,10 +83,14 @@ __global__ void __launch_bounds__(kPackThreads) quantize_1x128_kernel(BlockParam
   const int64_t r = block / groups, c0 = (block % groups) * math::kBlockCols;
   const T* x = p.x + r * p.layout.cols;
   unsigned m = 0;
+  T v[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int64_t c = c0 + lane + 32 * k;
-    if (c < p.layout.cols) m = UMaxOp{}(m, math::abs_bits(x[c]));
+    if (c < p.layout.cols) {
+      v[k] = math::quantize_input<kGelu>(x[c]);
+      m = UMaxOp{}(m, math::abs_bits(v[k]));
+    }
   }
   m = math::warp_allreduce(m, UMaxOp{});
   const float s = p.scaling(math::amax_from_bits(m));
@@ -94,7 +98,7 @@ __global__ void __launch_bounds__(kPackThreads) quantize_1x128_kernel(BlockParam
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int64_t c = c0 + lane + 32 * k;
-    if (c < p.layout.cols) p.q[r * p.layout.cols + c] = math::quantize_value<Q>(x[c], s, Fp8Saturation::Saturate);
+    if (c < p.layout.cols) p.q[r * p.layout.cols + c] = math::quantize_value<Q>(v[k], s, Fp8Saturation::Saturate);
   }
 }
 
@@ -138,8 +142,9 @@ __global__ void __launch_bounds__(kPackThreads) dequantize_blockwise_kernel(cons
 
 template <class Q, class T>
 cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
-                               const math::ScaleFromAmax& scaling, cudaStream_t stream) {
-  if (layout.rows < 0 || layout.cols < 0 || (layout.block_rows != 1 && layout.block_rows != 128)) {
+                               const math::ScaleFromAmax& scaling, cudaStream_t stream, bool gelu) {
+  if (layout.rows < 0 || layout.cols < 0 || (layout.block_rows != 1 && layout.block_rows != 128) ||
+      (gelu && layout.block_rows != 1)) {
     return cudaErrorInvalidValue;
   }
   const int64_t blocks = layout.scale_rows() * layout.scale_cols();
@@ -153,15 +158,16 @@ cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::B
   const uint64_t n = static_cast<uint64_t>(layout.rows) * static_cast<uint64_t>(layout.cols);
   const LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kPackThreads), 0, stream, n * sizeof(T),
                             n * sizeof(Q) + static_cast<uint64_t>(blocks) * sizeof(float)};
-  return layout.block_rows == 1 ? launch(quantize_1x128_kernel<Q, T>, config, p)
-                                : launch(quantize_128x128_kernel<Q, T>, config, p);
+  if (layout.block_rows != 1) return launch(quantize_128x128_kernel<Q, T>, config, p);
+  return gelu ? launch(quantize_1x128_kernel<Q, T, true>, config, p)
+              : launch(quantize_1x128_kernel<Q, T, false>, config, p);
 }
 
 template <class Q, class T>
 cudaError_t quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv,
                                                 const math::ScaleFromAmax& scaling, cudaStream_t stream,
-                                                float* dbias_partial) {
-  if (rows < 0 || cols < 0) return cudaErrorInvalidValue;
+                                                float* dbias_partial, bool gelu) {
+  if (rows < 0 || cols < 0 || (gelu && dbias_partial != nullptr)) return cudaErrorInvalidValue;
   if (rows == 0 || cols == 0) return cudaSuccess;
   if (x == nullptr || q == nullptr || scale_inv == nullptr) return cudaErrorInvalidValue;
   const int64_t row_tiles = (rows + math::kBlockCols - 1) / math::kBlockCols;
@@ -174,7 +180,8 @@ cudaError_t quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_
   const LaunchConfig config{dim3(static_cast<unsigned>(row_tiles * col_tiles)), dim3(32, kPackThreads / 32), 0, stream,
                             n * sizeof(T),
                             n * sizeof(Q) + (static_cast<uint64_t>(cols * row_tiles) + partials) * sizeof(float)};
-  return launch(quantize_1x128_transposed_kernel<Q, T>, config, p);
+  return gelu ? launch(quantize_1x128_transposed_kernel<Q, T, true>, config, p)
+              : launch(quantize_1x128_transposed_kernel<Q, T, false>, config, p);
 }
 
 template <class Out, class Q>
@@ -196,9 +203,10 @@ cudaError_t dequantize_blockwise(const Q* q, Out* out, const float* scale_inv, c
 
 #define MPT_INSTANTIATE_QT(Q, T)                                                                                   \
   template cudaError_t quantize_blockwise<Q, T>(const T*, Q*, float*, const math::BlockScaleLayout&,              \
-                                                const math::ScaleFromAmax&, cudaStream_t);                        \
+                                                const math::ScaleFromAmax&, cudaStream_t, bool);                  \
   template cudaError_t quantize_blockwise_1x128_transposed<Q, T>(const T*, int64_t, int64_t, Q*, float*,          \
-                                                                 const math::ScaleFromAmax&, cudaStream_t, float*); \
+                                                                 const math::ScaleFromAmax&, cudaStream_t, float*, \
+                                                                 bool);                                           \
   template cudaError_t dequantize_blockwise<T, Q>(const Q*, T*, const float*, const math::BlockScaleLayout&,       \
                                                   cudaStream_t);
 #define MPT_INSTANTIATE_T(T) \

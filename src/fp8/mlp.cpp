@@ -3,7 +3,6 @@
 
 #include <string>
 #include <utility>
-#include <variant>
 
 #include "ops/dispatch.h"
 #include "fp8/gemm.h"
@@ -99,19 +98,18 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
   s.need_db2 = grad && b2.defined() && b2.requires_grad();
   const int64_t n = x.size(0), hidden = w1.size(0);
 
-  // Layer 1: x and W1 quantized, the pre-activation x W1^T + b1 from one FP8 GEMM. Under per-tensor scaling h's
-  // codes and their transpose come from the pre-activation in one pass, gelu + cast + transpose (TransformerEngine's;
-  // current scaling finds max |gelu(pre)| in a pass over pre first), and h itself is never written; under block
-  // scaling or telemetry (which measures h) the GEMM's GELU epilogue writes h beside the pre-activation and h is
-  // quantized from it. The same bits on the CPU, where the epilogue rounds the pre-activation before its GELU
-  // (ops::matmul) as the quantizer's prologue does.
+  // Layer 1: x and W1 quantized, the pre-activation x W1^T + b1 from one FP8 GEMM. h's codes and their transpose come
+  // from the pre-activation, the quantizing passes applying the GELU as they read it (TransformerEngine's gelu +
+  // cast; current scaling finds max |gelu(pre)| in a pass over pre first; block scaling's rowwise and columnwise 1x128
+  // passes each read pre), and h itself is never written. Under telemetry (which measures h) the GEMM's GELU epilogue
+  // writes h beside the pre-activation and h is quantized from it. The same bits on the CPU, where the epilogue
+  // rounds the pre-activation before its GELU (ops::matmul) as the quantizer's prologue does.
   const detail::Fp8Pair xq =
       detail::quantize_for_gemm(x, c.recipe, Fp8Role::Input, c.metas1.input, true, s.need_dw1);
   const detail::Fp8Pair w1q = weight_codes(w1, c.weight1_fp8, c.recipe, c.metas1, s.need_dx, "weight1");
   const bool fast = detail::fast_accum_fprop(c.recipe);
   const Tensor bias1 = ops::detail::epilogue_bias(c.compute_b1, b1);
-  const bool gelu_cast = !std::holds_alternative<fp8::BlockScaling>(c.recipe) &&
-                         !(c.metas2.input && c.metas2.input->collect_telemetry);
+  const bool gelu_cast = !(c.metas2.input && c.metas2.input->collect_telemetry);
   Tensor pre, h;
   if (gelu_cast) {
     pre = gemm_tn(xq.rowwise, w1q.rowwise, out, {.bias = bias1, .fp8_fast_accum = fast});

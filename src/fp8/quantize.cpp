@@ -59,8 +59,9 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Ro
 // the columnwise copy quantized again from t along the other axis (scaling-spec B3).
 Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role,
                        const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
-                       const Tensor& dbias) {
-  const BlockQuantizeOptions o{r.power_2_scale};
+                       const Tensor& dbias, bool gelu_of_t) {
+  BlockQuantizeOptions o{r.power_2_scale};
+  o.gelu = gelu_of_t;  // an activation's 1x128 blocks only (quantize_for_gemm's check)
   const bool telemetry = meta && meta->collect_telemetry;
   Fp8Pair p;
   ops::Quantized q;
@@ -86,10 +87,10 @@ Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role role,
                           const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
                           const Tensor& dbias, bool gelu_of_t) {
-  MPT_CHECK(!gelu_of_t || (role == Fp8Role::Input && !std::holds_alternative<fp8::BlockScaling>(recipe) &&
-                           !(meta && meta->collect_telemetry) && !dbias.defined() && t.dtype() != DType::F8E4M3),
-            "[quantize_for_gemm] gelu(t) is quantized for a per-tensor (delayed or current) input whose meta collects "
-            "no telemetry, from a wide t without dbias; got {} as {}", t.meta_str(), fp8::to_string(role));
+  MPT_CHECK(!gelu_of_t || (role == Fp8Role::Input && !(meta && meta->collect_telemetry) && !dbias.defined() &&
+                           t.dtype() != DType::F8E4M3),
+            "[quantize_for_gemm] gelu(t) is quantized for an input whose meta collects no telemetry, from a wide t "
+            "without dbias; got {} as {}", t.meta_str(), fp8::to_string(role));
   if (t.dtype() == DType::F8E4M3) {  // codes made with the meta's scale by the op before (check_fp8_input)
     MPT_CHECK(role == Fp8Role::Input && !std::holds_alternative<fp8::BlockScaling>(recipe) && meta &&
                   !dbias.defined() && t.dim() == 2,
@@ -106,7 +107,8 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role
   if (dbias.defined() && !fused) Tensor(dbias).copy_(ops::detail::bias_grad(t));
   const Tensor fused_dbias = fused ? dbias : Tensor{};
   if (block) {
-    return quantize_block(t, std::get<fp8::BlockScaling>(recipe), role, meta, rowwise, columnwise, fused_dbias);
+    return quantize_block(t, std::get<fp8::BlockScaling>(recipe), role, meta, rowwise, columnwise, fused_dbias,
+                          gelu_of_t);
   }
   return quantize_per_tensor(t, recipe, role, meta, columnwise, fused_dbias, gelu_of_t);
 }

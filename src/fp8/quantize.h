@@ -30,8 +30,8 @@ struct Fp8Pair {
 // scale and scale_inv written into the meta's tensors (ops::NormOutput::fp8_current, nn::autocast_input_format). They
 // are used as they are, with the meta's scale_inv, and the columnwise copy is their transpose (a byte copy, no second
 // rounding).
-// gelu_of_t: quantize gelu(t) (ops::QuantizeOptions::gelu) instead of t: an input under delayed or current scaling
-// whose meta collects no telemetry (which would measure t); the FP8 MLP's hidden codes from its pre-activation.
+// gelu_of_t: quantize gelu(t) (ops::QuantizeOptions::gelu, BlockQuantizeOptions::gelu) instead of t: an input whose
+// meta collects no telemetry (which would measure t); the FP8 MLP's hidden codes from its pre-activation.
 Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp8Role role,
                           const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
                           const Tensor& dbias = {}, bool gelu_of_t = false);

@@ -333,7 +333,14 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
     MPT_CHECK(options.transpose, "[{}] dbias is fused into the transposed (columnwise) 1x128 quantization only", op);
     check_dbias(options.dbias, x_in, dev, op);
   }
-  const Tensor x = options.transpose && !fused ? x_in.t().contiguous() : x_in.contiguous();
+  MPT_CHECK(!options.gelu || (layout == ScaleLayout::Block1x128 && !options.dbias.defined()),
+            "[{}] gelu quantizes gelu(x) in 1x128 blocks without dbias, got {} blocks{}", op,
+            layout == ScaleLayout::Block1x128 ? "1x128" : "128x128", options.dbias.defined() ? " and a dbias" : "");
+  Tensor x = options.transpose && !fused ? x_in.t().contiguous() : x_in.contiguous();
+  if (options.gelu && dev.is_cpu()) {  // the CPU: gelu first (CUDA fuses it into the pass)
+    autograd::NoGradGuard no_grad;
+    x = gelu(x);
+  }
   const Shape shape = fused ? Shape{x.size(1), x.size(0)} : x.shape();
   const kernels::math::BlockScaleLayout bl = block_layout(fused ? x.t() : x, layout);  // of the quantized shape
   Quantized q{Tensor::empty(shape, fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev),
@@ -362,7 +369,7 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
         }
         MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise_1x128_transposed(
             x.data<T>(), x.size(0), x.size(1), q.data.data<Q>(), q.scale_inv.data<float>(), scaling, stream,
-            partial.defined() ? partial.data<float>() : nullptr));
+            partial.defined() ? partial.data<float>() : nullptr, options.gelu));
         if (options.dbias.defined()) {
           visit_wide(options.dbias.dtype(), op, "dbias", [&](auto otag) {
             using Out = decltype(otag);
@@ -376,7 +383,8 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
         kernels::cpu::quantize_blockwise(x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), bl, scaling);
       } else {
         MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise(x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), bl,
-                                                          scaling, static_cast<cudaStream_t>(detail::stream_of(dev))));
+                                                          scaling, static_cast<cudaStream_t>(detail::stream_of(dev)),
+                                                          options.gelu));
       }
     });
   });

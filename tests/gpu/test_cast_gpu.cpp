@@ -270,6 +270,26 @@ TEST(GpuCast, TransposedBlockQuantizationMatchesCpu) {
   }
 }
 
+// Block scaling's GELU prologue (the FP8 MLP's hidden codes from its pre-activation): rowwise and transposed 1x128
+// blocks of gelu(x) on the device have the CPU's bits (gelu first, then the blocks).
+TEST(GpuCast, GeluBlockQuantizationMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kHigh) {
+    for (const Shape& shape : {Shape{130, 257}, Shape{256, 40}, Shape{1, 129}}) {
+      const Tensor x = random_tensor(shape, dt, 16, 4.0), gx = to_gpu(x);
+      for (bool transpose : {false, true}) {
+        const std::string n = name_of(dt) + " " + shape_str(shape) + (transpose ? " T" : "");
+        ops::BlockQuantizeOptions o{.power_of_2 = true, .transpose = transpose};
+        o.gelu = true;
+        const auto qc = ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128, o);
+        const auto qg = ops::quantize_blockwise(gx, DType::F8E4M3, ops::ScaleLayout::Block1x128, o);
+        expect_match(qg.data, qc.data, kSameBitsEverywhere, "gelu block codes " + n);
+        expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "gelu block scale_inv " + n);
+      }
+    }
+  }
+}
+
 // Copies that convert while crossing devices (staged) and strided conversions on the device agree with the CPU.
 TEST(GpuCast, ConversionsAcrossDevicesAndLayoutsMatchCpu) {
   MPT_REQUIRE_GPU(8);

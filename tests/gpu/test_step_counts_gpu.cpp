@@ -405,7 +405,7 @@ TEST(GpuStepCounts, Fp8CurrentNormsAndGeluQuantizeFromTheirInputs) {
 // that bias's gradient from the same pass. Left to a column reduction of its own: b1's gradient, since the emulated
 // cuBLASLt (like the documented tables) has no GELU epilogue with block scales and the DGELU runs as kernels. The
 // only transposing copies left are the 4 weights' codes, once per step (their 128x128 scale grids are one row or one
-// column at this width, whose transpose is a view).
+// column at this width, whose transpose is a view). The MLP's hidden codes come from its pre-activation.
 TEST(GpuStepCounts, Fp8BlockColumnwiseCodesComeFromOnePass) {
   MPT_REQUIRE_GPU(8);
   std::map<std::string, uint64_t> block = step_sites("fp8-block"), bf16 = step_sites("bf16");
@@ -414,6 +414,10 @@ TEST(GpuStepCounts, Fp8BlockColumnwiseCodesComeFromOnePass) {
   EXPECT_EQ(block["quantize.cu dbias_finish"], kAccum * (3 + 1));
   EXPECT_EQ(block["quantize.cu column_partials"], bf16["quantize.cu column_partials"] + kAccum);
   EXPECT_EQ(block["strided.cu launch_copy"], bf16["strided.cu launch_copy"] + kWeights);
+  // The MLP's DGELU runs as a kernel per micro-batch (no DGELU epilogue with block scales); its GELU does not: the
+  // two 1x128 passes over the pre-activation apply it as they read (BlockQuantizeOptions::gelu), and h is never
+  // written.
+  EXPECT_EQ(block["map.cuh launch_map"], bf16["map.cuh launch_map"] + kAccum);
 }
 
 // TransformerEngine's accumulation defaults (fp8::detail::fast_accum_fprop): the per-tensor recipes' forward GEMMs

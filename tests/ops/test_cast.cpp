@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/convert.h"
 #include "kernels/math/quantize.h"
+#include "mpt/ops/activation.h"
 #include "mpt/ops/cast.h"
 #include "numerics_reference.h"
 #include "op_test.h"
@@ -515,6 +516,38 @@ TEST(QuantizeBlockwise, TransposeOptionEqualsQuantizingTheTransposedCopyBitForBi
   EXPECT_MPT_ERROR(ops::quantize_blockwise(Tensor::zeros({2, 3, 4}), DType::F8E4M3, ops::ScaleLayout::Block1x128,
                                            {.transpose = true}),
                    "[quantize_blockwise] transpose quantizes a 2-d input's transpose in 1x128 blocks, got f32[2, 3, 4]");
+}
+
+// gelu: 1x128 blocks (rowwise and transposed) of gelu(x), each block's scale from gelu(x)'s amax: bit for bit the
+// blocks of ops::gelu(x) (the GELU checked against float64 by QuantizeFp8.GeluQuantizesTheGeluOfTheInput), and not
+// those of x; refused for 128x128 blocks and with a dbias.
+TEST(QuantizeBlockwise, GeluQuantizesTheGeluOfTheInputInBlocks) {
+  for (const Shape& shape : std::vector<Shape>{{5, 17}, {129, 300}, {256, 48}}) {
+    for (DType dt : kWide) {
+      const Tensor x = spread_tensor(shape, dt, 7 + numel(shape)), g = ops::gelu(x);
+      for (bool transpose : {false, true}) {
+        const std::string what = fmt::format("{} {} transpose {}", shape_str(shape), dtype_name(dt), transpose);
+        const ops::BlockQuantizeOptions plain{.power_of_2 = true, .transpose = transpose};
+        ops::BlockQuantizeOptions o = plain;
+        o.gelu = true;
+        const ops::Quantized got = ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128, o);
+        const ops::Quantized want = ops::quantize_blockwise(g, DType::F8E4M3, ops::ScaleLayout::Block1x128, plain);
+        const ops::Quantized of_x = ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128, plain);
+        EXPECT_EQ(got.data.to_vector<double>(), want.data.to_vector<double>()) << what;
+        EXPECT_EQ(got.scale_inv.to_vector<float>(), want.scale_inv.to_vector<float>()) << what;
+        EXPECT_NE(got.scale_inv.to_vector<float>(), of_x.scale_inv.to_vector<float>()) << what;
+      }
+    }
+  }
+  ops::BlockQuantizeOptions o{.transpose = true, .dbias = Tensor::empty({4})};
+  o.gelu = true;
+  EXPECT_MPT_ERROR(ops::quantize_blockwise(Tensor::zeros({2, 4}), DType::F8E4M3, ops::ScaleLayout::Block1x128, o),
+                   "[quantize_blockwise] gelu quantizes gelu(x) in 1x128 blocks without dbias, got 1x128 blocks and a "
+                   "dbias");
+  o = {};
+  o.gelu = true;
+  EXPECT_MPT_ERROR(ops::quantize_blockwise(Tensor::zeros({2, 4}), DType::F8E4M3, ops::ScaleLayout::Block128x128, o),
+                   "got 128x128 blocks");
 }
 
 TEST(QuantizeBlockwise, SpecCasesAndScaleShapes) {

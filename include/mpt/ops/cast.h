@@ -68,6 +68,10 @@ struct BlockQuantizeOptions {
   // With transpose, optional: a contiguous [cols] f32, bf16 or f16 tensor on x's device that receives x's column sums
   // from the same pass, in QuantizeOptions::dbias's order and bits (the bias gradient of a gradient dy).
   Tensor dbias{};
+  // 1x128 only, no dbias: quantize gelu(x) (QuantizeOptions::gelu's: tanh GELU rounded to x's dtype) instead of x,
+  // on CUDA in the quantizing pass itself, on the CPU gelu first: block scaling's hidden codes of the FP8 MLP from
+  // its pre-activation, each block's scale from gelu(x)'s amax.
+  bool gelu = false;
 };
 
 // max |x| as a 0-d f32 tensor on x's device; NaN if any element is NaN, 0 for an empty tensor.
