@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kPackThreads) quantize_1x128_kernel(BlockParam
   const int64_t r = block / groups, c0 = (block % groups) * math::kBlockCols;
   const T* x = p.x + r * p.layout.cols;
   unsigned m = 0;
-  T v[4];
+  T v[4] = {};  // the lanes past the row's end keep theirs unused
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int64_t c = c0 + lane + 32 * k;
