@@ -72,13 +72,14 @@ __global__ void __launch_bounds__(kMaxThreads)
       a.v[k] = math::layer_norm_output(a.v[k], mean, rstd, static_cast<float>(math::load(p.weight[c + k])), b);
     }
     if constexpr (math::kFp8Output<Y>) {  // quantized as it is stored (kernels/math/quantize.h's element)
-      RowVec<Y, Pack::kWidth> q;
 #pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) {
-        m = math::AmaxBitsMax{}(m, math::amax_bits(a.v[k], true));
-        q.v[k] = math::quantize_value<Y>(a.v[k], y_scale, Fp8Saturation::Saturate);
+      for (int k = 0; k < Pack::kWidth; ++k) m = math::AmaxBitsMax{}(m, math::amax_bits(a.v[k], true));
+      if (write_y) {  // the amax-only pass stops here
+        RowVec<Y, Pack::kWidth> q;
+#pragma unroll
+        for (int k = 0; k < Pack::kWidth; ++k) q.v[k] = math::quantize_value<Y>(a.v[k], y_scale, Fp8Saturation::Saturate);
+        *reinterpret_cast<RowVec<Y, Pack::kWidth>*>(p.y + offset + c) = q;
       }
-      if (write_y) *reinterpret_cast<RowVec<Y, Pack::kWidth>*>(p.y + offset + c) = q;
     } else {
       a.store(p.y + offset + c);
     }
