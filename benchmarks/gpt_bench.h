@@ -49,6 +49,22 @@ struct Fp8RuleOptions {
   }
 };
 
+// --residual (train_gpt's): the residual stream's dtype (amp::Policy::residual), "f32" (the masters') by default.
+struct ResidualOption {
+  std::string dtype = "f32";
+  void add(CLI::App& app) {
+    app.add_option("--residual", dtype, "the residual stream's dtype: f32 (the FP32 masters') or bf16 / f16 "
+                   "(llm.c's)")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  }
+  void apply(amp::Policy& policy) const {
+    if (dtype != "f32") policy.residual_in(amp::parse_residual_dtype(dtype));
+  }
+  // The run's name in tables, JSON and checkpoints: "bf16", or "bf16+residual-bf16" (train_gpt's).
+  std::string label(const std::string& precision) const {
+    return dtype == "f32" ? precision : precision + "+residual-" + dtype;
+  }
+};
+
 // Inputs and next-token targets, [batch, block_size] i64 each, of uniformly random tokens (seeded) on the CPU.
 inline std::pair<Tensor, Tensor> random_tokens(const nn::GPTConfig& config, int64_t batch, uint64_t seed = 7) {
   Generator gen(seed);

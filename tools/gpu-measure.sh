@@ -5,7 +5,7 @@
 #   PACK     the folder gpu-pack.sh filled (default .gpu)
 #   SECONDS  the budget: a step starts only while half its own limit is left (default 400)
 #   STEPS    comma-separated subset, in this order (default all): tests, gpt2 (llm.c and mptrain at batch 8 and 32,
-#            eager and CUDA graph), kernels (--kernel-times of GPT-2 bf16 and 1.3B fp8-delayed), fp8 (bench_fp8 and
+#            eager and CUDA graph, FP32 and BF16 residual streams), kernels (--kernel-times of GPT-2 bf16 and 1.3B fp8-delayed), fp8 (bench_fp8 and
 #            the 124M / 350M / 1.3B shapes in every recipe), baseline (the packed baseline's bench_train and
 #            bench_fp8 beside the new ones), llama (Llama and GPT at vocabulary 32000), torch (compare_pytorch.py
 #            with torch.compile)
@@ -57,6 +57,11 @@ if wanted gpt2; then
   step mptrain-b8 60 "$bt" $gpt2 --batch 8 --precision bf16 --warmup 3 --steps 10 --cuda-graph --json "$res/gpt2-b8-bf16.json"
   [ -d "$pack/llmc" ] && step llmc-b32 60 bash -c "$(llmc_cmd 32)"
   step mptrain-b32 60 "$bt" $gpt2 --batch 32 --precision bf16 --warmup 2 --steps 6 --cuda-graph --json "$res/gpt2-b32-bf16.json"
+  # llm.c's own regime: the residual stream in BF16 (docs/numerics.md, "The residual stream").
+  step mptrain-b8-bf16-stream 60 "$bt" $gpt2 --batch 8 --precision bf16 --residual bf16 --warmup 3 --steps 10 \
+    --cuda-graph --json "$res/gpt2-b8-bf16-stream.json"
+  step mptrain-b32-bf16-stream 60 "$bt" $gpt2 --batch 32 --precision bf16 --residual bf16 --warmup 2 --steps 6 \
+    --cuda-graph --json "$res/gpt2-b32-bf16-stream.json"
 fi
 if wanted kernels; then
   step kernels-gpt2-bf16 60 "$bt" $gpt2 --batch 8 --precision bf16 --warmup 3 --steps 3 --kernel-times 50 --profile 30 \

@@ -26,6 +26,7 @@ struct Options {
   uint64_t seed = 1337;
   bool checkpoint = false;  // activation checkpointing
   std::string precision = "fp32";
+  std::string residual = "f32";     // the residual stream's dtype (amp::Policy::residual): f32, bf16 or f16
   int64_t grad_accum = 1;
   std::string log_json{};
   std::string moments = "f32";      // AdamW moment storage: f32, bf16, int8

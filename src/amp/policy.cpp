@@ -62,7 +62,8 @@ Precision Policy::at(std::string_view path, int64_t in, int64_t out, Device devi
 
 Policy Policy::fp8(int64_t n_layer, std::shared_ptr<mpt::fp8::Fp8ScalingState> state, std::string_view block_prefix) {
   MPT_CHECK(state != nullptr, "[amp] an FP8 policy needs an mpt::fp8::Fp8ScalingState (the recipe and its scales)");
-  Policy p{Precision::FP8, {}, std::move(state), nullptr, nullptr};
+  Policy p = with_compute(Precision::FP8);
+  p.fp8_state = std::move(state);
   p.override_module("lm_head", Precision::BF16);
   if (n_layer > 0) {
     const std::string prefix(block_prefix);
@@ -81,6 +82,20 @@ Policy Policy::named(std::string_view name, int64_t n_layer, Device device, std:
   if (name == "fp8-current") return fp8(n_layer, std::make_shared<State>(mpt::fp8::CurrentScaling{}, device), block_prefix);
   if (name == "fp8-block") return fp8(n_layer, std::make_shared<State>(mpt::fp8::BlockScaling{}, device), block_prefix);
   MPT_THROW("[amp] unknown precision '{}': expected fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block", name);
+}
+
+DType parse_residual_dtype(std::string_view name) {
+  for (DType d : {DType::F32, DType::BF16, DType::F16})
+    if (name == dtype_name(d)) return d;
+  MPT_THROW("[amp] unknown residual stream dtype '{}': expected f32, bf16 or f16", name);
+}
+
+DType residual_dtype(DType params, std::string_view model) {
+  if (g_current == nullptr || !g_current->residual) return params;
+  const DType d = *g_current->residual;
+  MPT_CHECK(d == DType::F32 || d == DType::BF16 || d == DType::F16,
+            "[{}] the policy's residual stream dtype must be f32, bf16 or f16, got {}", model, d);
+  return d;
 }
 
 Autocast::Autocast(Policy policy) : policy_(std::move(policy)), previous_(g_current) { g_current = &policy_; }

@@ -209,7 +209,7 @@ std::pair<Tensor, Tensor> GPT::trunk(const Tensor& ids, const Tensor& lengths) c
   const Tensor pos = cached->slice(0, 0, T);
   // Checked once and on the device once for every layer's attention (forward and backward).
   const Tensor keys = ops::prepare_key_lengths(lengths, ids.size(0), T, ids.device(), "GPT");
-  Tensor x = drop_->forward(ops::add(wte_->forward(ids), wpe_->forward(pos))), pending;
+  Tensor x = drop_->forward(detail::into_stream(ops::add(wte_->forward(ids), wpe_->forward(pos)), "GPT")), pending;
   for (const auto& block : *h_) {
     if (checkpoint_blocks_) {  // one saved input per block: its MLP output added inside (the same bits)
       const Block* b = block.get();
@@ -235,7 +235,7 @@ Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) const {
     cache.v.assign(n, Tensor());
   }
   const Tensor p = Tensor::arange(static_cast<double>(pos), static_cast<double>(pos + t), 1, ids.dtype(), ids.device());
-  Tensor x = ops::add(wte_->forward(ids), wpe_->forward(p));
+  Tensor x = detail::into_stream(ops::add(wte_->forward(ids), wpe_->forward(p)), "GPT");
   for (size_t i = 0; i < n; ++i) x = (*h_)[i].forward_cached(x, cache.k[i], cache.v[i], pos, config_.block_size);
   cache.length = pos + t;
   x = head_norm({x.slice(1, t - 1, t).reshape({B, C}), Tensor()});

@@ -19,12 +19,21 @@
 namespace mpt::nn {
 
 namespace {
-void check_input(const char* layer, const Tensor& x, const Tensor& weight, int64_t last_dim) {
+// x [..., last_dim] in the parameters' dtype on their device; with `half_beside_f32` (a norm's input) also F16/BF16
+// beside FP32 parameters: a half residual stream under a policy's `residual` (the kernels compute in FP32).
+void check_input(const char* layer, const Tensor& x, const Tensor& weight, int64_t last_dim,
+                 bool half_beside_f32 = false) {
   MPT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == last_dim,
             "[{}] expected an input [..., {}], got {}", layer, last_dim, x.defined() ? x.meta_str() : "undefined");
-  MPT_CHECK(x.dtype() == weight.dtype() && x.device() == weight.device(),
+  const bool half = half_beside_f32 && weight.dtype() == DType::F32 &&
+                    (x.dtype() == DType::BF16 || x.dtype() == DType::F16);
+  MPT_CHECK((x.dtype() == weight.dtype() || half) && x.device() == weight.device(),
             "[{}] input {} does not match the parameters ({}): convert one of them (module.to(...))", layer,
             x.meta_str(), weight.meta_str());
+}
+
+void check_norm_input(const char* layer, const Tensor& x, const Tensor& weight) {
+  check_input(layer, x, weight, weight.numel(), true);
 }
 }  // namespace
 
@@ -115,14 +124,14 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, Placement where) : Modu
 
 Tensor LayerNorm::forward(const Tensor& x, const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  check_input("LayerNorm", x, weight(), weight().numel());
+  check_norm_input("LayerNorm", x, weight());
   return ops::layer_norm(x, weight(), bias(), eps_, out).y;
 }
 
 std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual,
                                                       const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  check_input("LayerNorm", residual, weight(), weight().numel());  // x: residual's dtype, or f16/bf16 beside f32
+  check_norm_input("LayerNorm", residual, weight());  // x: residual's dtype, or f16/bf16 beside f32
   ops::ResidualLayerNormResult r = ops::residual_layer_norm(x, residual, weight(), bias(), eps_, out);
   return {std::move(r.sum), std::move(r.y)};
 }
@@ -134,14 +143,14 @@ RMSNorm::RMSNorm(int64_t dim, double eps, Placement where) : Module("RMSNorm"), 
 
 Tensor RMSNorm::forward(const Tensor& x, const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  check_input("RMSNorm", x, weight(), weight().numel());
+  check_norm_input("RMSNorm", x, weight());
   return ops::rms_norm(x, weight(), eps_, out).y;
 }
 
 std::pair<Tensor, Tensor> RMSNorm::forward_residual(const Tensor& x, const Tensor& residual,
                                                     const ops::NormOutput& out) const {
   const profile::Range range(path().empty() ? type_name() : path());
-  check_input("RMSNorm", residual, weight(), weight().numel());  // x: residual's dtype, or f16/bf16 beside f32
+  check_norm_input("RMSNorm", residual, weight());  // x: residual's dtype, or f16/bf16 beside f32
   ops::ResidualLayerNormResult r = ops::residual_rms_norm(x, residual, weight(), eps_, out);
   return {std::move(r.sum), std::move(r.y)};
 }

@@ -256,7 +256,7 @@ std::pair<Tensor, Tensor> Llama::trunk(const Tensor& ids, const Tensor& lengths)
             config_.block_size);
   // Checked once and on the device once for every layer's attention (forward and backward).
   const Tensor keys = ops::prepare_key_lengths(lengths, ids.size(0), ids.size(1), ids.device(), "Llama");
-  Tensor x = embed_->forward(ids), pending;
+  Tensor x = detail::into_stream(embed_->forward(ids), "Llama"), pending;
   const ops::RopeTable& rope = rope_for(x);
   for (const auto& block : *layers_) {
     if (checkpoint_blocks_) {  // one saved input per block: its MLP output added inside (the same bits)
@@ -299,7 +299,7 @@ Tensor Llama::forward_cached(const Tensor& ids, KvCache& cache) const {
     cache.k.assign(n, Tensor());
     cache.v.assign(n, Tensor());
   }
-  Tensor x = embed_->forward(ids);
+  Tensor x = detail::into_stream(embed_->forward(ids), "Llama");
   const ops::RopeTable& rope = rope_for(x);
   for (size_t i = 0; i < n; ++i)
     x = (*layers_)[i].forward_cached(x, rope, cache.k[i], cache.v[i], pos, config_.block_size);

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 #include <utility>
 
+#include "mpt/amp/policy.h"
 #include "mpt/core/tensor.h"
 #include "mpt/ops/layernorm.h"
 
@@ -13,6 +15,13 @@ namespace mpt::nn::detail {
 // FP16/BF16, as in PyTorch's autocast): a recorded cast when the dtypes differ.
 inline Tensor like(const Tensor& t, const Tensor& stream) {
   return t.dtype() == stream.dtype() ? t : t.to(stream.dtype());
+}
+
+// The embeddings `e` entering the residual stream: cast to the current policy's residual dtype when it sets one
+// (amp::Policy::residual, e.g. BF16 as llm.c keeps the stream), else as they are.
+inline Tensor into_stream(const Tensor& e, std::string_view model) {
+  const DType d = amp::residual_dtype(e.dtype(), model);
+  return d == e.dtype() ? e : e.to(d);
 }
 
 // t as a fused residual norm (ops::residual_layer_norm / residual_rms_norm, x beside the stream) takes it: as it is

@@ -43,8 +43,11 @@ Trainer::Trainer(nn::Module& model, OptimizerFactory optimizer, TrainerOptions o
   MPT_CHECK(optimizer != nullptr, "[Trainer] no optimizer factory (e.g. mpt::train::adamw({{.lr = 3e-4}}))");
   MPT_CHECK(options_.grad_accum >= 1, "[Trainer] grad_accum must be >= 1, got {}", options_.grad_accum);
   MPT_CHECK(options_.clip >= 0, "[Trainer] clip must be >= 0 (0: no clipping), got {}", options_.clip);
-  precision_name_ = options_.precision_name.empty() ? std::string(amp::to_string(options_.policy.compute))
-                                                    : options_.precision_name;
+  precision_name_ = options_.precision_name;
+  if (precision_name_.empty()) {  // a checkpoint resumes only under the same GEMM precision and residual stream
+    precision_name_ = amp::to_string(options_.policy.compute);
+    if (options_.policy.residual) precision_name_ += fmt::format("+residual-{}", *options_.policy.residual);
+  }
   std::vector<optim::ParamGroup> groups = options_.param_groups.empty()
       ? optim::weight_decay_groups(model_.named_parameters(), options_.weight_decay)
       : options_.param_groups;

@@ -31,6 +31,13 @@ using mpt::testing::random_tensor;
 
 using mpt::testing::same_bits;
 
+// Every Linear in FP8 under `state` (no BF16 overrides, unlike amp::Policy::fp8).
+amp::Policy fp8_policy(std::shared_ptr<fp8::Fp8ScalingState> state) {
+  amp::Policy p = amp::Policy::with_compute(Precision::FP8);
+  p.fp8_state = std::move(state);
+  return p;
+}
+
 bool is_delayed(const fp8::Fp8Recipe& r) { return std::holds_alternative<fp8::DelayedScaling>(r); }
 
 struct Case {
@@ -209,7 +216,7 @@ TEST(Fp8WeightCacheLinear, OneCopyPerOptimizerStepAcrossMicroBatches) {
         const Tensor dy = random_tensor({2, 19, 136}, DType::BF16, 50 + micro, 1e-2);
         Tensor y;
         {
-          amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
+          amp::Autocast ac(fp8_policy(state));
           y = lin(x);
         }
         y.backward(dy);
@@ -262,7 +269,7 @@ TEST(Fp8WeightCacheLinear, FrozenWeight) {
         const Tensor dy = random_tensor({19, 136}, DType::BF16, 70 + micro, 1e-2);
         Tensor y;
         {
-          amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
+          amp::Autocast ac(fp8_policy(state));
           y = lin(x);
         }
         y.backward(dy);
@@ -287,7 +294,7 @@ TEST(Fp8WeightCacheLinear, FrozenWeight) {
     // Without grad (evaluation): no W^T is needed; the cached copy serves, except under delayed scaling, where
     // the last update() made it stale.
     autograd::NoGradGuard no_grad;
-    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
+    amp::Autocast ac(fp8_policy(state));
     lin(random_tensor({3, 200}, DType::F32, 80));
     EXPECT_EQ(amp::cast_cache_stats().fp8_casts, s.fp8_casts + (is_delayed(c.recipe) ? 1 : 0)) << c.name;
   }
@@ -301,14 +308,14 @@ TEST(Fp8WeightCacheLinear, LoadStateDictAndToInvalidate) {
   amp::invalidate_compute_copies();
   const Tensor x = random_tensor({4, 64}, DType::F32, 81).requires_grad_();
   {
-    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
+    amp::Autocast ac(fp8_policy(state));
     lin(x);
   }
   EXPECT_EQ(amp::cast_cache_stats().fp8_live, 1);
   lin.load_state_dict(lin.state_dict());
   EXPECT_EQ(amp::cast_cache_stats().fp8_live, 0);
   {
-    amp::Autocast ac(amp::Policy{Precision::FP8, {}, state, nullptr, nullptr});
+    amp::Autocast ac(fp8_policy(state));
     lin(x);
   }
   EXPECT_EQ(amp::cast_cache_stats().fp8_live, 1);

@@ -22,7 +22,7 @@ using testing::to_cpu;
 constexpr double kLr = 3e-3, kEps = 1e-5, kBeta1 = 0.9, kBeta2 = 0.95;  // the AdamW settings of train()
 
 struct TrainRun {
-  std::string precision = "fp32";  // fp32, bf16, fp16, fp8-delayed, fp8-current, fp8-block
+  std::string precision = "fp32";  // fp32, bf16, fp16, fp8-delayed, fp8-current, fp8-block (+bf16-stream)
   int steps = 3;
   int64_t accum = 1;               // micro-batches per step (the batch of 4 sequences split k ways)
   bool checkpoint = false;
@@ -65,6 +65,8 @@ nn::GPTConfig config(Device device, double dropout) {
 }
 
 amp::Policy policy_for(const std::string& p, Device device) {
+  constexpr std::string_view kStream = "+bf16-stream";  // the residual stream in BF16 (amp::Policy::residual)
+  if (p.ends_with(kStream)) return policy_for(p.substr(0, p.size() - kStream.size()), device).residual_in(DType::BF16);
   if (p == "bf16") return amp::Policy::bf16();
   if (p == "fp16") return amp::Policy::fp16();
   auto fp8 = [&](fp8::Fp8Recipe r) { return amp::Policy::fp8(3, std::make_shared<fp8::Fp8ScalingState>(r, device)); };
@@ -326,6 +328,14 @@ TEST(GpuTraining, Bf16AutocastWithFp32MastersMatchesCpu) {
   compare(train(Device::cuda(0), run), train(Device::cpu(), run), {&fp32}, "bf16 autocast");
 }
 
+// The residual stream in BF16 (llm.c's regime): the norms read and write BF16 beside FP32 weights on both devices.
+TEST(GpuTraining, Bf16StreamMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Trace fp32 = train(Device::cpu(), TrainRun{});
+  const TrainRun run{.precision = "bf16+bf16-stream"};
+  compare(train(Device::cuda(0), run), train(Device::cpu(), run), {&fp32}, "bf16 autocast, bf16 stream");
+}
+
 // FP16 with dynamic loss scaling: an Inf injected into one gradient at step 1 makes both devices skip that step (the
 // parameters keep their bits) and back the scale off; growth_interval 2 makes it grow again by the end.
 TEST(GpuTraining, Fp16GradScalerSkipsTheSameStepAndMatchesCpu) {
@@ -391,6 +401,12 @@ TEST(GpuTraining, Fp8CurrentScalingMatchesCpu) {
 TEST(GpuTraining, Fp8BlockScalingMatchesCpu) {
   MPT_REQUIRE_GPU(9);
   fp8_run("fp8-block");
+}
+
+// A BF16 stream under FP8: the norms write BF16 (their FP8 codes need the FP32 stream) and the FP8 layers quantize it.
+TEST(GpuTraining, Fp8DelayedScalingWithABf16StreamMatchesCpu) {
+  MPT_REQUIRE_GPU(9);
+  fp8_run("fp8-delayed+bf16-stream");
 }
 
 }  // namespace

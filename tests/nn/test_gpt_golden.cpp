@@ -144,13 +144,16 @@ TEST_F(GptGolden, Fp32MatchesPyTorchWithin1e5) {
 // s lr min(2, noise / eps) / max|w|. With bf16 noise far above eps = 1e-5 this is the trivial bound (2 s lr)
 // for most tensors: elementwise, weights after a bf16 step are not better determined than that (PyTorch's own
 // errors there reach 6e-2); the losses, logits and gradients are the informative bf16 checks.
-// Two ways to run BF16 with FP32 masters: by hand with a second, BF16 model (`autocast` false: PyTorch's regime,
-// every activation in BF16) and with amp::Autocast (GEMMs in BF16, LayerNorm, residual stream and loss in FP32).
-void run_bf16(bool autocast, std::vector<GptGolden::Check>& checks);
+// Three ways to run BF16 with FP32 masters: by hand with a second, BF16 model (`Bf16Run::SecondModel`: PyTorch's
+// regime, every activation in BF16), with amp::Autocast (GEMMs in BF16, LayerNorm, residual stream and loss in
+// FP32), and with amp::Autocast keeping the residual stream in BF16 (amp::Policy::residual: the golden's regime for the
+// stream, the norms computed in FP32 from it).
+enum class Bf16Run { SecondModel, Autocast, AutocastBf16Stream };
+void run_bf16(Bf16Run run, std::vector<GptGolden::Check>& checks);
 
 TEST_F(GptGolden, Bf16MixedPrecisionWithinDerivedTolerances) {
   std::vector<Check> checks;
-  run_bf16(false, checks);
+  run_bf16(Bf16Run::SecondModel, checks);
   expect_all(checks, "bf16");
 }
 
@@ -158,11 +161,20 @@ TEST_F(GptGolden, Bf16MixedPrecisionWithinDerivedTolerances) {
 // tolerances apply.
 TEST_F(GptGolden, Bf16AutocastWithinDerivedTolerances) {
   std::vector<Check> checks;
-  run_bf16(true, checks);
+  run_bf16(Bf16Run::Autocast, checks);
   expect_all(checks, "bf16 autocast");
 }
 
-void run_bf16(bool autocast, std::vector<GptGolden::Check>& checks) {
+// With the stream in BF16 the run is PyTorch's regime (the embeddings' sum and every residual add rounded to BF16),
+// so PyTorch's own BF16 error is the measure again.
+TEST_F(GptGolden, Bf16StreamAutocastWithinDerivedTolerances) {
+  std::vector<Check> checks;
+  run_bf16(Bf16Run::AutocastBf16Stream, checks);
+  expect_all(checks, "bf16 autocast, bf16 stream");
+}
+
+void run_bf16(Bf16Run run, std::vector<GptGolden::Check>& checks) {
+  const bool autocast = run != Bf16Run::SecondModel;
   using G = GptGolden;
   nn::GPT master(golden_config(DType::F32)), low(golden_config(DType::BF16));
   master.load_state_dict(G::initial_weights_of(master));
@@ -177,7 +189,9 @@ void run_bf16(bool autocast, std::vector<GptGolden::Check>& checks) {
   for (int step = 1; step <= kSteps; ++step) {
     Tensor logits;
     if (autocast) {
-      amp::Autocast ac(amp::Policy::bf16());
+      amp::Policy policy = amp::Policy::bf16();
+      if (run == Bf16Run::AutocastBf16Stream) policy.residual_in(DType::BF16);
+      amp::Autocast ac(policy);
       logits = master.forward(ids);
     } else {
       low.load_state_dict(master.state_dict());

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,7 +31,8 @@ DType output_dtype(Precision p);
 
 // Which precision each GEMM-like op runs in. Everything else follows PyTorch's autocast lists: LayerNorm, softmax,
 // the cross-entropy loss and reductions compute in FP32 (mptrain's kernels read FP16/BF16 storage and accumulate
-// in FP32), and the residual stream stays in the parameters' dtype (FP32 masters). See docs/numerics.md.
+// in FP32), and the residual stream stays in the parameters' dtype (FP32 masters) unless `residual` names a half
+// dtype. See docs/numerics.md.
 struct Policy {
   Precision compute = Precision::FP32;
   // Per-module overrides by dotted module path (Module::path()): the longest matching prefix wins, matched on whole
@@ -45,6 +47,16 @@ struct Policy {
   // Which of the layers FP8 covers gain from it on this GPU (mpt/amp/fp8_rule.h): a layer the rule judges slower in
   // FP8 at its shape runs BF16 instead. Null: every layer the overrides give FP8 runs FP8.
   std::shared_ptr<const Fp8GemmRule> fp8_rule;
+  // The residual stream's dtype (the embeddings' sum, every block's residual add, and their gradients). Unset: the
+  // parameters' dtype, FP32 masters' under mixed precision (PyTorch autocast's regime: only GEMM-like ops run low).
+  // BF16 or F16: the stream in a half dtype as llm.c keeps it and Megatron-LM by default (fp32_residual_connection
+  // off): the embeddings' sum is rounded once and every residual add rounds its sum, and the norms read and write
+  // half the bytes they do beside an FP32 stream (docs/numerics.md, "The residual stream"). F32, BF16 or F16.
+  std::optional<DType> residual;
+  Policy& residual_in(DType d) {
+    residual = d;
+    return *this;
+  }
 
   // The precision the overrides give the module at `path`.
   Precision at(std::string_view path) const;
@@ -56,9 +68,14 @@ struct Policy {
     return *this;
   }
 
+  static Policy with_compute(Precision p) {
+    Policy policy;
+    policy.compute = p;
+    return policy;
+  }
   static Policy fp32() { return {}; }
-  static Policy fp16() { return {Precision::FP16, {}, nullptr, nullptr, nullptr}; }
-  static Policy bf16() { return {Precision::BF16, {}, nullptr, nullptr, nullptr}; }
+  static Policy fp16() { return with_compute(Precision::FP16); }
+  static Policy bf16() { return with_compute(Precision::BF16); }
   // FP8 GEMMs with the first and last blocks and the LM head kept in BF16 (the usual FP8 recipe: those layers are
   // the most sensitive; DeepSeek-V3 and TE's examples keep them in higher precision).
   // block_prefix: the module path of the blocks, "h" (GPT: h.0 ...) or "model.layers" (Llama).
@@ -69,6 +86,14 @@ struct Policy {
   // (DeepSeek-style 1x128 / 128x128), the FP8 ones through fp8() with a fresh scaling state on `device`.
   static Policy named(std::string_view name, int64_t n_layer, Device device, std::string_view block_prefix = "h");
 };
+
+// A residual stream dtype by name ("f32", "bf16", "f16": the command lines' --residual), else an error.
+DType parse_residual_dtype(std::string_view name);
+
+// The residual stream's dtype under the current policy for a model whose parameters are `params`: the policy's
+// `residual`, else `params` (also outside any Autocast). `model` names the caller in the error for a dtype other
+// than F32, BF16 or F16.
+DType residual_dtype(DType params, std::string_view model);
 
 // Makes `policy` the current one for this thread until the guard dies (guards nest; the innermost wins).
 // Modules consult amp::current_policy() in forward; backward runs whatever forward recorded.
