@@ -81,6 +81,10 @@ if wanted fp8; then
   for p in fp8-delayed fp8-current fp8-block; do
     step "1.3b-$p-auto" 60 "$bt" $m13 --precision $p $cal --warmup 2 --steps 5 --json "$res/1.3b-$p-auto.json"
   done
+  for p in bf16 fp8-delayed; do  # both sides with the BF16 residual stream
+    step "1.3b-$p-bf16-stream" 60 "$bt" $m13 --precision $p $cal --residual bf16 --warmup 2 --steps 5 \
+      --json "$res/1.3b-$p-bf16-stream.json"
+  done
   for n in bf16 fp8-delayed-all fp8-delayed-auto; do
     case $n in
       bf16) p="--precision bf16" ;;

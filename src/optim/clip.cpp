@@ -1,6 +1,7 @@
 // src/optim/clip.cpp: clip_grad_norm_ over ops::global_l2_norm and ops::scale.
 #include "mpt/optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mpt/autograd/grad_mode.h"
@@ -23,22 +24,38 @@ std::vector<Tensor> defined_grads(const std::vector<Tensor>& params, double max_
   return grads;
 }
 
+// The global norm of gradients sharded across processes: this process's sum of squares (read back), combined.
+double combined_norm(const std::vector<Tensor>& grads, const std::function<double(double)>& combine) {
+  double local = 0;
+  if (!grads.empty()) {
+    const double norm = ops::global_l2_norm(grads).item<double>();
+    local = norm * norm;
+  }
+  return std::sqrt(combine(local));
+}
+
 }  // namespace
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        const std::function<double(double)>& combine) {
   autograd::NoGradGuard no_grad;
   std::vector<Tensor> grads = defined_grads(params, max_norm);
-  double local = 0;
-  if (!grads.empty()) {
-    const double norm = ops::global_l2_norm(grads).item<double>();
-    local = norm * norm;
-  }
-  const double total = std::sqrt(combine(local));
+  const double total = combined_norm(grads, combine);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1)
     for (Tensor& g : grads) g.copy_(ops::scale(g, coef));
   return Tensor::full({}, total, DType::F32);
+}
+
+ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_norm, Device device,
+                                 const std::function<double(double)>& combine) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = defined_grads(params, max_norm);
+  const double total = combined_norm(grads, combine);
+  const double coef = std::min(max_norm / (total + 1e-6), 1.0);
+  // The gradients' dtype class, as clip_coefficient's: f64 for f64 gradients, else f32.
+  const DType d = !grads.empty() && grads[0].dtype() == DType::F64 ? DType::F64 : DType::F32;
+  return {Tensor::full({}, total, d, device), Tensor::full({}, coef, d, device)};
 }
 
 ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_norm) {

@@ -390,13 +390,20 @@ void DataParallel::sync_parameters() {
   }
 }
 
+double DataParallel::global_sum_of_squares(double local_sum_sq) const {
+  Tensor t = Tensor::full({1}, local_sum_sq, DType::F32, device_);
+  comm_->all_reduce(t, dist::ReduceOp::Sum)->wait();
+  return static_cast<double>(t.to(Device::cpu()).to_vector<float>()[0]);
+}
+
 Tensor DataParallel::clip_grad_norm_(double max_norm) {
   if (!options_.zero1) return optim::clip_grad_norm_(params_, max_norm);
-  return optim::clip_grad_norm_(params_, max_norm, [this](double local_sum_sq) {
-    Tensor t = Tensor::full({1}, local_sum_sq, DType::F32, device_);
-    comm_->all_reduce(t, dist::ReduceOp::Sum)->wait();
-    return static_cast<double>(t.to(Device::cpu()).to_vector<float>()[0]);
-  });
+  return optim::clip_grad_norm_(params_, max_norm, [this](double s) { return global_sum_of_squares(s); });
+}
+
+optim::ClipCoefficient DataParallel::clip_coefficient(double max_norm) {
+  if (!options_.zero1) return optim::clip_coefficient(params_, max_norm);
+  return optim::clip_coefficient(params_, max_norm, device_, [this](double s) { return global_sum_of_squares(s); });
 }
 
 void DataParallel::attach(train::GradScaler& scaler) {

@@ -111,14 +111,13 @@ StepMetrics Trainer::device_step(const std::function<MicroBatchLoss(int64_t)>& m
   m.backward_done_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   scaler_.unscale_(*optimizer_);      // clipping sees the true gradients
   // Clipping: the optimizer multiplies each gradient by the coefficient as it reads it (one pass over the gradients
-  // fewer than scaling them in place first). With data parallelism the gradients are scaled in place (ZeRO-aware).
+  // fewer than scaling them in place first), with data parallelism too (over every rank's gradients, ZeRO-aware).
   Tensor clip_multiplier;
-  if (options_.clip > 0 && dp_ != nullptr) {
-    m.grad_norm = dp_->clip_grad_norm_(options_.clip);
-  } else if (options_.clip > 0) {
-    optim::ClipCoefficient c = optim::clip_coefficient(params_, options_.clip);
-    if (c.coefficient.defined() && c.coefficient.dtype() != DType::F32) {
-      m.grad_norm = optim::clip_grad_norm_(params_, options_.clip);  // f64 gradients (CPU): scaled in place
+  if (options_.clip > 0) {
+    optim::ClipCoefficient c = dp_ != nullptr ? dp_->clip_coefficient(options_.clip)
+                                              : optim::clip_coefficient(params_, options_.clip);
+    if (c.coefficient.defined() && c.coefficient.dtype() != DType::F32) {  // f64 gradients (CPU): scaled in place
+      m.grad_norm = dp_ != nullptr ? dp_->clip_grad_norm_(options_.clip) : optim::clip_grad_norm_(params_, options_.clip);
     } else {
       m.grad_norm = c.total_norm.defined() ? c.total_norm : Tensor::zeros({});
       clip_multiplier = std::move(c.coefficient);

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "mpt/train/data_parallel.h"
+#include "mpt/train/trainer.h"
 #include "mpt/mpt.h"
 
 using namespace mpt;
@@ -213,6 +214,46 @@ TEST(DataParallel, ParametersAfterStepsMatchOneProcess) {
     std::printf("rank %d of %d: %s: worst normwise gradient difference %.3g (bound %.3g), parameters after 3 SGD "
                 "steps %.3g (bound %.3g)\n", comm->rank(), n, c.name, worst_grad, c.grad_tol, worst,
                 3 * c.grad_tol);
+  }
+}
+
+// The Trainer with data parallelism clips through the optimizer (the coefficient applied as each gradient is read,
+// no pass rewriting the gradients): its steps are the hand-ordered loop's with DataParallel::clip_grad_norm_, bit for
+// bit without ZeRO-1 (both take optim::clip_coefficient's f32 coefficient on the device) and with ZeRO-1 within the
+// f32 rounding of the coefficient (the loop scales by the host's double): a relative 2^-24 on each gradient, which
+// AdamW's m / (sqrt(v) + eps) turns into at most lr * 2^-24 |g| / eps per step, far below 1e-6 of the weights.
+// clip 0.05 makes every step clip.
+TEST(DataParallel, TrainerClipsInTheOptimizerAsClipGradNormDoes) {
+  const auto comm = dist::world();
+  const int n = comm->size(), me = comm->rank();
+  for (const bool zero1 : {false, true}) {
+    SCOPED_TRACE(zero1 ? "zero1" : "replicated");
+    const train::DataParallelOptions dp_options{.bucket_bytes = 16 << 10, .zero1 = zero1};
+    const optim::AdamWOptions adamw{.lr = 1e-2, .eps = 1e-4};
+    nn::GPT by_hand(tiny(100 + static_cast<uint64_t>(me))), by_trainer(tiny(100 + static_cast<uint64_t>(me)));
+    train::DataParallel dp(by_hand, comm, dp_options);
+    optim::AdamW opt(dp.shard(optim::weight_decay_groups(by_hand.named_parameters(), 0.0)), adamw);
+    train::Trainer trainer(by_trainer, train::adamw(adamw),
+                           {.clip = 0.05, .comm = comm, .data_parallel = dp_options});
+    for (int s = 0; s < 3; ++s) {
+      const auto [x, y] = global_batch(n, s);
+      const Tensor xs = x.slice(0, 2 * me, 2 * me + 2).contiguous(), ys = y.slice(0, 2 * me, 2 * me + 2).contiguous();
+      by_hand.loss(xs, ys).backward();
+      dp.finish();
+      const double hand_norm = dp.clip_grad_norm_(0.05).item<double>();
+      opt.step();
+      dp.sync_parameters();
+      opt.zero_grad();
+      const train::StepMetrics m = trainer.step([&](int64_t) { return by_trainer.loss(xs, ys); });
+      ASSERT_GT(hand_norm, 0.05) << "step " << s << ": a step that does not clip tests nothing";
+      EXPECT_EQ(m.grad_norm.item<double>(), hand_norm) << "step " << s;
+      if (!zero1) {
+        const auto a = by_trainer.named_parameters(), b = by_hand.named_parameters();
+        for (size_t i = 0; i < a.size(); ++i)
+          EXPECT_EQ(a[i].tensor.to_vector<float>(), b[i].tensor.to_vector<float>()) << a[i].name << " step " << s;
+      }
+    }
+    if (zero1) worst_difference(by_trainer.named_parameters(), by_hand.named_parameters(), false, 1e-6);
   }
 }
 

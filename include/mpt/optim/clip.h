@@ -31,5 +31,10 @@ ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_n
 // the host: this overload reads the local norm, one synchronisation).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        const std::function<double(double local_sum_of_squares)>& combine);
+// That overload without touching the gradients: the total norm and min(coef, 1) as 0-d tensors on `device` (f64 for
+// f64 gradients, else f32), for an optimizer's gradient multiplier (a coefficient of 1 when the total is within
+// max_norm, which keeps the bits). `combine` runs on every process, with or without gradients of its own.
+ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_norm, Device device,
+                                 const std::function<double(double local_sum_of_squares)>& combine);
 
 }  // namespace mpt::optim

@@ -11,6 +11,7 @@
 #include "mpt/train/grad_scaler.h"
 #include "mpt/dist/communicator.h"
 #include "mpt/nn/module.h"
+#include "mpt/optim/clip.h"
 #include "mpt/optim/optimizer.h"
 
 namespace mpt::train {
@@ -62,6 +63,12 @@ class DataParallel {
   void sync_parameters();
   // optim::clip_grad_norm_ over the gradients of every rank (with zero1 the squared norms are summed across ranks).
   Tensor clip_grad_norm_(double max_norm);
+  // The same without touching the gradients (optim::clip_coefficient): the total norm and the coefficient as 0-d f32
+  // tensors on the device, for the optimizer to apply as it reads each gradient (train::Trainer's step). Without
+  // zero1 every rank holds the averaged gradients whole, so nothing is read back to the host; with zero1 the local
+  // squared norm is read once and summed across ranks, as clip_grad_norm_ does. Without zero1, undefined tensors
+  // when no gradient is defined.
+  optim::ClipCoefficient clip_coefficient(double max_norm);
   // Hooks that make every rank agree: the GradScaler's found_inf (MAX; needed with zero1, where each rank
   // unscales its own gradients) and FP8 delayed scaling's amaxes (MAX).
   void attach(train::GradScaler& scaler);
@@ -99,6 +106,8 @@ class DataParallel {
   int64_t buckets_started_in_backward() const { return started_in_backward_; }
 
  private:
+  // zero1's clipping: this rank's sum of squares summed across ranks (a SUM all-reduce, read back on the host).
+  double global_sum_of_squares(double local_sum_sq) const;
   struct Bucket;
   void on_grad_ready(size_t param);
   void launch_ready();
