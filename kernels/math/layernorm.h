@@ -75,9 +75,11 @@ struct LayerNormBackwardParams {
   X(bf16, float, bf16, bf16) X(float, float, f16, float) X(float, float, bf16, float)                       \
   X(float, float, f16, f16) X(float, float, bf16, bf16) X(float, float, float, f16) X(float, float, float, bf16)
 
-// The forward's FP8 outputs (an f32 residual stream's norm quantized for an FP8 GEMM), x f32 or the f16/bf16 beside it.
-#define MPT_LAYER_NORM_FP8_TYPES(X) \
-  X(float, float, f8e4m3, float) X(float, float, f8e4m3, f16) X(float, float, f8e4m3, bf16)
+// The forward's FP8 outputs (a residual stream's norm quantized for an FP8 GEMM): an f32 stream with x f32 or the
+// f16/bf16 beside it, or an f16/bf16 stream (amp::Policy::residual) with f32 parameters.
+#define MPT_LAYER_NORM_FP8_TYPES(X)                                                                         \
+  X(float, float, f8e4m3, float) X(float, float, f8e4m3, f16) X(float, float, f8e4m3, bf16)                \
+  X(f16, float, f8e4m3, f16) X(bf16, float, f8e4m3, bf16)
 
 template <class Y>
 inline constexpr bool kFp8Output = std::is_same_v<Y, f8e4m3>;

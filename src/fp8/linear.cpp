@@ -103,7 +103,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     s.grad_meta = config.metas.grad_output;
     s.x_shape = x.shape();
     s.m = m;
-    s.x_dtype = detail::input_grad_dtype(x.dtype()), s.w_dtype = weight.dtype();
+    s.x_dtype = detail::input_grad_dtype(kOp, x.dtype(), config.codes_grad_dtype), s.w_dtype = weight.dtype();
     s.b_dtype = bias.defined() ? bias.dtype() : DType::F32;
     grad.record("Fp8LinearBackward", {&y},
                 [s = std::move(s)](const std::vector<Tensor>& g) { return fp8_linear_backward(g[0], s); });

@@ -115,6 +115,12 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role
 
 bool is_wide_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
+DType input_grad_dtype(const char* op, DType x, const std::optional<DType>& codes_grad) {
+  if (x != DType::F8E4M3 || !codes_grad) return input_grad_dtype(x);
+  MPT_CHECK(is_wide_dtype(*codes_grad), "[{}] codes_grad_dtype must be f32, bf16 or f16, got {}", op, *codes_grad);
+  return *codes_grad;
+}
+
 void check_fp8_input(const char* op, const Tensor& x, const fp8::Fp8Recipe& recipe,
                      const std::shared_ptr<fp8::Fp8TensorMeta>& input_meta) {
   MPT_CHECK(x.defined() && x.dim() >= 1 && x.numel() > 0 && (is_wide_dtype(x.dtype()) || x.dtype() == DType::F8E4M3),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "mpt/fp8/scaling.h"
 #include "mpt/ops/cast.h"
@@ -46,6 +47,8 @@ void check_fp8_input(const char* op, const Tensor& x, const fp8::Fp8Recipe& reci
 
 // The dtype an FP8 layer returns x's gradient in: x's, or f32 for codes (the f32 output of the norm they stand for).
 inline DType input_grad_dtype(DType x) { return x == DType::F8E4M3 ? DType::F32 : x; }
+// x's gradient dtype: input_grad_dtype, or for codes the config's codes_grad_dtype (f32, bf16 or f16), checked.
+DType input_grad_dtype(const char* op, DType x, const std::optional<DType>& codes_grad);
 
 // A meta given for `slot` (its name in errors: "metas.input") fits the recipe and role (delayed scaling needs one, on
 // the operands' device).

@@ -65,6 +65,11 @@ Tensor epilogue_bias(const Tensor& bias, DType out, bool fp8_gemm) {
   return amp::compute_copy(bias, dt);
 }
 
+// The gradient of a norm's E4M3 codes (autocast_input_format): in the residual stream's dtype, whose norm reads it.
+std::optional<DType> codes_grad_dtype(const amp::Policy* policy) {
+  return policy != nullptr && policy->residual && *policy->residual != DType::F32 ? policy->residual : std::nullopt;
+}
+
 }  // namespace
 
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view path,
@@ -96,7 +101,8 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
       const DType out = amp::output_dtype(p);
       return fp8::fp8_linear(x, weight, bias,
                              {.recipe = recipe, .metas = std::move(metas), .out_dtype = out,
-                              .weight_fp8 = std::move(w8), .compute_bias = epilogue_bias(bias, out, true)});
+                              .weight_fp8 = std::move(w8), .compute_bias = epilogue_bias(bias, out, true),
+                              .codes_grad_dtype = codes_grad_dtype(policy)});
     }
     const DType dt = p == amp::Precision::FP32 ? weight.dtype() : amp::output_dtype(p);
     if (xc.dtype() != dt) xc = xc.to(dt);
@@ -119,7 +125,10 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string_view path) {
   const amp::Policy* policy = amp::current_policy();
-  if (policy == nullptr || x != DType::F32 || qat_scheme(policy, path) != nullptr) return x;
+  // The norm's activations: the FP32 stream, or a half one the policy keeps (Policy::residual; its codes' gradient
+  // comes back in that dtype: codes_grad_dtype).
+  const bool stream = x == DType::F32 || (policy != nullptr && policy->residual == x);
+  if (policy == nullptr || !stream || qat_scheme(policy, path) != nullptr) return x;
   const amp::Precision p = policy->at(path, weight.size(1), weight.size(0), weight.device());
   if (p == amp::Precision::FP8) {
     if (policy->fp8_state == nullptr || std::holds_alternative<fp8::BlockScaling>(policy->fp8_state->recipe()))
@@ -184,7 +193,8 @@ Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::st
     return fp8::fp8_mlp(x, w1, b1, w2, b2,
                         {.recipe = recipe, .metas1 = std::move(m1), .metas2 = std::move(m2), .out_dtype = out,
                          .weight1_fp8 = std::move(c1), .weight2_fp8 = std::move(c2),
-                         .compute_b1 = epilogue_bias(b1, out, true), .compute_b2 = epilogue_bias(b2, out, true)});
+                         .compute_b1 = epilogue_bias(b1, out, true), .compute_b2 = epilogue_bias(b2, out, true),
+                         .codes_grad_dtype = codes_grad_dtype(policy)});
   }
   if (w1.dtype() != w2.dtype()) return {};
   if (p == amp::Precision::FP32) return x.dtype() == w1.dtype() ? ops::mlp(x, w1, b1, w2, b2) : Tensor{};

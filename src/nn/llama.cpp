@@ -120,11 +120,13 @@ Tensor LlamaMLP::forward(const Tensor& x, bool f32_grad) const {
 
 namespace {
 
-// A norm's f16/bf16 output or FP8 codes of a wider stream: its readers' gradients reach it summed in f32 in one
-// pass (ops::fan_out).
+// A norm's f16/bf16 output of an f32 stream, or FP8 codes of one: its readers' gradients reach it summed in f32 in
+// one pass (ops::fan_out). The codes of a half stream (amp::Policy::residual) get gradients in the stream's dtype,
+// which the engine sums.
 bool widened_gradient(const Tensor& normed, const Tensor& stream) {
   const DType d = normed.dtype();
-  return (d == DType::BF16 || d == DType::F16 || d == DType::F8E4M3) && d != stream.dtype();
+  if (d == DType::F8E4M3) return stream.dtype() == DType::F32;
+  return (d == DType::BF16 || d == DType::F16) && d != stream.dtype();
 }
 
 }  // namespace

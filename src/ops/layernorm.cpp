@@ -80,12 +80,15 @@ RowShape check_input(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   return {rows, cols};
 }
 
-// An FP8 output's kernel types: f32 activations and parameters, x f32 or f16/bf16 beside them; scale and amax checked.
+// An FP8 output's kernel types: f32 activations and parameters with x f32 or f16/bf16 beside them, or f16/bf16
+// activations and x (a half residual stream) with f32 parameters; scale and amax checked.
 template <class F>
 void visit_fp8_types(DType t, DType param, DType x, const NormOutput& out, Device dev, const char* op, F&& f) {
-  MPT_CHECK(t == DType::F32 && param == DType::F32 && (x == DType::F32 || x == DType::BF16 || x == DType::F16),
-            "[{}] an f8e4m3 output is made from f32 activations and parameters (x f32, or f16/bf16 beside an f32 "
-            "residual): got activations {}, weight {}, x {}", op, t, param, x);
+  const bool half = t == DType::BF16 || t == DType::F16;
+  MPT_CHECK(param == DType::F32 && (t == DType::F32 ? x == DType::F32 || x == DType::BF16 || x == DType::F16
+                                                    : half && x == t),
+            "[{}] an f8e4m3 output is made from f32 parameters and f32 activations (x f32, or f16/bf16 beside an f32 "
+            "residual) or f16/bf16 ones (x the same): got activations {}, weight {}, x {}", op, t, param, x);
   const auto scalars = out.current ? std::pair{std::pair{&out.scale, "scale"}, std::pair{&out.scale_inv, "scale_inv"}}
                                    : std::pair{std::pair{&out.scale, "scale"}, std::pair{&out.amax, "amax"}};
   for (const auto& [v, name] : {scalars.first, scalars.second}) {
@@ -94,6 +97,8 @@ void visit_fp8_types(DType t, DType param, DType x, const NormOutput& out, Devic
               "[{}] an f8e4m3 output needs its {} as one contiguous f32 element on {} ({}), got {}", op, name, dev,
               out.current ? "NormOutput::fp8_current" : "NormOutput::fp8", v->defined() ? v->meta_str() : "undefined");
   }
+  if (t == DType::BF16) return f(bf16{}, float{}, f8e4m3{}, bf16{});
+  if (t == DType::F16) return f(f16{}, float{}, f8e4m3{}, f16{});
   if (x == DType::BF16) return f(float{}, float{}, f8e4m3{}, bf16{});
   if (x == DType::F16) return f(float{}, float{}, f8e4m3{}, f16{});
   f(float{}, float{}, f8e4m3{}, float{});

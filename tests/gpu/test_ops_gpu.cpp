@@ -189,6 +189,11 @@ TEST(GpuOps, NormFp8CurrentOutputIsTheCurrentQuantizationOfTheF32Norm) {
   testing::expect_norm_fp8_current_output_is_the_quantized_norm(to_gpu(Tensor::zeros({1})).device());
 }
 
+TEST(GpuOps, NormFp8OutputOfAHalfStream) {
+  MPT_REQUIRE_GPU(8);
+  testing::expect_half_stream_norm_fp8_output(to_gpu(Tensor::zeros({1})).device());
+}
+
 // The norms' y_dtype on the device: an f32 row normalised and stored as bf16/f16 (vector path at 96 columns, scalar
 // at 37) has the bits of the f32 norm followed by the cast, on the same backend; its backward reading dy in the half
 // dtype has those of the f32 backward of dy widened (accumulating into given gradients too). Against the CPU: as

@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,8 @@ nn::GPTConfig config(int64_t n_layer) {
 
 amp::Policy policy_for(const std::string& p, int64_t n_layer) {
   const Device dev = Device::cuda(0);
+  constexpr std::string_view kStream = "+bf16-stream";  // the residual stream in BF16 (amp::Policy::residual)
+  if (p.ends_with(kStream)) return policy_for(p.substr(0, p.size() - kStream.size()), n_layer).residual_in(DType::BF16);
   if (p == "bf16") return amp::Policy::bf16();
   if (p == "fp16") return amp::Policy::fp16();
   auto fp8 = [&](fp8::Fp8Recipe r) {
@@ -375,6 +378,19 @@ TEST(GpuStepCounts, Fp8DelayedQuantizationIsOneLaunchPerTensor) {
   EXPECT_EQ(launches["quantize.cu delayed_scaling_update"], 1u);
   emu::reset_counters();
   EXPECT_TRUE(emu::kernel_sites().empty()) << "reset_counters empties the tally";
+}
+
+// With the residual stream in BF16 the norms write their layer's codes from it just as from the FP32 stream: the same
+// quantization launches (none for the norms' outputs) and byte transposes of the codes, under both per-tensor recipes.
+TEST(GpuStepCounts, Fp8NormsOfABf16StreamWriteTheirCodes) {
+  MPT_REQUIRE_GPU(8);
+  for (const std::string recipe : {"fp8-delayed", "fp8-current"}) {
+    SCOPED_TRACE(recipe);
+    std::map<std::string, uint64_t> f32 = step_sites(recipe), half = step_sites(recipe + "+bf16-stream");
+    for (const char* site : {"quantize.cu quantize_transpose", "layernorm.cu layer_norm_forward",
+                             "strided.cu launch_copy", "quantize.cu amax"})
+      EXPECT_EQ(half[site], f32[site]) << site;
+  }
 }
 
 // FP8 current scaling (2026-11-30): h.1's two norms write their layer's codes after an amax pass of their own (two

@@ -137,6 +137,58 @@ TEST(ResidualStream, Bf16StreamIsTheBf16LlamasForward) {
   expect_the_bf16_models_run(master, low, all.slice(1, 0, 16).contiguous(), all.slice(1, 1, 17).contiguous());
 }
 
+// FP8 with a BF16 stream: the norms before FP8 layers write E4M3 codes from the stream (one rounding of the f32
+// norm) where, while telemetry is collected, they write BF16 for the layers to quantize (two roundings). The two
+// differ (the codes path is taken) and are equally accurate: against the FP32 model, each gradient of the codes run
+// at most twice as far off as the quantizing run's (normwise), the parity the GPU runs are held to.
+// Llama's norms write the codes their readers share (q, k, v; gate, up), whose BF16 gradients the engine sums.
+void expect_fp8_codes_keep_the_accuracy(nn::LanguageModel& model) {
+  Generator data(6);
+  const Tensor all = Tensor::uniform({3, 17}, 0, 41, DType::F32, Device::cpu(), data).to(DType::I64);
+  const Tensor ids = all.slice(1, 0, 16).contiguous(), targets = all.slice(1, 1, 17).contiguous();
+  auto grads = [&](const std::string& precision, bool telemetry) {
+    model.zero_grad();
+    std::unique_ptr<amp::Autocast> autocast;
+    if (!precision.empty()) {
+      amp::Policy policy = amp::Policy::named(precision, 0, Device::cpu());  // every layer FP8: both norms feed one
+      policy.residual_in(DType::BF16);
+      if (telemetry) policy.fp8_state->set_collect_telemetry(true);
+      autocast = std::make_unique<amp::Autocast>(policy);
+    }
+    const Tensor loss = nn::cross_entropy(model.forward(ids), targets);
+    autocast.reset();
+    loss.backward();
+    std::vector<std::vector<double>> g;
+    for (const Tensor& p : model.parameters()) g.push_back(p.grad().to_vector<double>());
+    return g;
+  };
+  const auto fp32 = grads("", false);
+  for (const std::string recipe : {"fp8-delayed", "fp8-current"}) {
+    SCOPED_TRACE(recipe);
+    const auto codes = grads(recipe, false), quantized = grads(recipe, true);
+    bool differ = false;
+    const auto names = model.named_parameters();
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      double e_codes = 0, e_quantized = 0, m = 0;
+      for (size_t k = 0; k < fp32[i].size(); ++k) {
+        e_codes = std::max(e_codes, std::abs(codes[i][k] - fp32[i][k]));
+        e_quantized = std::max(e_quantized, std::abs(quantized[i][k] - fp32[i][k]));
+        m = std::max(m, std::abs(fp32[i][k]));
+        differ = differ || codes[i][k] != quantized[i][k];
+      }
+      EXPECT_LE(e_codes, 2 * e_quantized + 1e-12 * m) << names[i].name;
+    }
+    EXPECT_TRUE(differ) << "the norms wrote BF16 in both runs";
+  }
+}
+
+TEST(ResidualStream, Fp8CodesFromABf16StreamKeepTheQuantizedNormsAccuracy) {
+  nn::GPT gpt(gpt_config(DType::F32));
+  expect_fp8_codes_keep_the_accuracy(gpt);
+  nn::Llama llama(llama_config(DType::F32));
+  expect_fp8_codes_keep_the_accuracy(llama);
+}
+
 TEST(ResidualStream, RefusesADtypeThatIsNotAFloatStream) {
   nn::GPT model(gpt_config(DType::F32));
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4}, {1, 4});

@@ -283,11 +283,18 @@ TEST(LayerNorm, Fp8CurrentOutputIsTheCurrentQuantizationOfTheF32NormBitForBit) {
   mpt::testing::expect_norm_fp8_current_output_is_the_quantized_norm(Device::cpu());
 }
 
+// The norm of a half residual stream writes E4M3 codes too (amp::Policy::residual under FP8).
+TEST(LayerNorm, Fp8OutputOfAHalfStream) { mpt::testing::expect_half_stream_norm_fp8_output(Device::cpu()); }
+
 TEST(LayerNorm, Fp8OutputRejectsWhatItCannotQuantize) {
   const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4}), one = Tensor::ones({});
   EXPECT_MPT_ERROR(ops::layer_norm(x.to(DType::BF16), w.to(DType::BF16), Tensor(), 1e-5,
                                    ops::NormOutput::fp8(one, one)),
-                   "[layer_norm] an f8e4m3 output is made from f32 activations and parameters");
+                   "[layer_norm] an f8e4m3 output is made from f32 parameters and f32 activations (x f32, or f16/bf16 "
+                   "beside an f32 residual) or f16/bf16 ones (x the same): got activations bf16, weight bf16");
+  EXPECT_MPT_ERROR(ops::residual_layer_norm(x.to(DType::F16), x.to(DType::BF16), w, Tensor(), 1e-5,
+                                            ops::NormOutput::fp8(one, one)),
+                   "got activations bf16, weight f32, x f16");
   EXPECT_MPT_ERROR(ops::layer_norm(x, w, Tensor(), 1e-5, ops::NormOutput::fp8(one, Tensor())),
                    "[layer_norm] an f8e4m3 output needs its amax as one contiguous f32 element");
   EXPECT_MPT_ERROR(ops::rms_norm(x, w, 1e-6, ops::NormOutput::fp8(Tensor::ones({2}), one)),

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -219,6 +221,118 @@ inline void expect_norm_fp8_current_output_is_the_quantized_norm(Device device) 
           EXPECT_TRUE(norm_same_bits(lw.grad(), uw.grad())) << "dweight";
           if (!rms) {
             EXPECT_TRUE(norm_same_bits(lb.grad(), ub.grad())) << "dbias";
+          }
+        }
+      }
+    }
+  }
+}
+
+// E4M3 codes a and b equal, or one step apart (|ordinal difference| <= 1, +0 and -0 both 0; NaNs equal): the codes of
+// two f32 values that differ by a few f32 ulps.
+inline bool fp8_codes_within_one_step(const Tensor& a_in, const Tensor& b_in, int64_t* different = nullptr) {
+  const Tensor a = a_in.to(Device::cpu()).contiguous(), b = b_in.to(Device::cpu()).contiguous();
+  if (a.dtype() != DType::F8E4M3 || b.dtype() != DType::F8E4M3 || a.shape() != b.shape()) return false;
+  const auto* pa = static_cast<const uint8_t*>(a.data_ptr());
+  const auto* pb = static_cast<const uint8_t*>(b.data_ptr());
+  auto ordinal = [](uint8_t c) { return (c & 0x80) != 0 ? -int(c & 0x7f) : int(c & 0x7f); };
+  auto nan = [](uint8_t c) { return (c & 0x7f) == 0x7f; };
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (nan(pa[i]) || nan(pb[i])) {
+      if (nan(pa[i]) != nan(pb[i])) return false;
+      continue;
+    }
+    const int d = std::abs(ordinal(pa[i]) - ordinal(pb[i]));
+    if (d > 1) return false;
+    n += d;
+  }
+  if (different != nullptr) *different = n;
+  return true;
+}
+
+// A norm of a half residual stream (amp::Policy::residual: bf16 activations, f32 weights) writing f8e4m3 codes, under
+// delayed (a given scale, the amax folded into a slot) and current scaling (an amax pass, the scale, a codes pass):
+// - the sum, the statistics and every gradient (from a bf16 dy) are the bf16-output norm's, bit for bit: the same
+//   kernel types but Y, whose backward reads only dy and the statistics;
+// - the codes are the quantization, with the norm's own scale, of the f32 norm of the bf16 values (the residual
+//   sum's rounded values) widened: the two f32 norms come from differently ordered reductions (the kernels' vector
+//   widths follow the activation dtype), so they differ by a few f32 ulps and a code may land one E4M3 step away
+//   where a value sits at a rounding boundary, never further;
+// - current scaling's scale is E4M3's 448 over that f32 norm's max |value| (NaN skipped), within f32 rounding (2^-20
+//   relative), and the delayed amax slot holds max(slot, max |norm|) likewise.
+inline void expect_half_stream_norm_fp8_output(Device device) {
+  for (const bool rms : {false, true}) {
+    for (const bool residual : {false, true}) {
+      for (const bool current : {false, true}) {
+        for (const int64_t cols : {96, 37}) {
+          SCOPED_TRACE(::testing::Message() << "rms " << rms << " residual " << residual << " current " << current
+                                            << " cols " << cols);
+          const uint64_t seed = 970 + static_cast<uint64_t>(cols) + (residual ? 10 : 0);
+          Tensor xf = random_tensor({3, 4, cols}, DType::F32, seed, 2.0);
+          xf.data<float>()[5 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
+          const Tensor x = xf.to(DType::BF16).to(device);
+          const Tensor r = random_tensor({3, 4, cols}, DType::BF16, seed + 1, 2.0).to(device);
+          const Tensor w = random_tensor({cols}, DType::F32, seed + 2, 3.0).to(device);
+          const Tensor b = random_tensor({cols}, DType::F32, seed + 3).to(device);
+          const Tensor dy = random_tensor({3, 4, cols}, DType::BF16, seed + 4).to(device);
+          const Tensor dsum = random_tensor({3, 4, cols}, DType::BF16, seed + 5).to(device);
+          auto norm = [&](const Tensor& lx, const Tensor& lr, const Tensor& lw, const Tensor& lb,
+                          const ops::NormOutput& o) {
+            if (!residual) {
+              const Tensor y = rms ? ops::rms_norm(lx, lw, 1e-6, o).y : ops::layer_norm(lx, lw, lb, 1e-5, o).y;
+              autograd::backward({y}, {dy});
+              return std::pair{y, Tensor()};
+            }
+            const ops::ResidualLayerNormResult n = rms ? ops::residual_rms_norm(lx, lr, lw, 1e-6, o)
+                                                       : ops::residual_layer_norm(lx, lr, lw, lb, 1e-5, o);
+            autograd::backward({n.y, n.sum}, {dy, dsum});
+            return std::pair{n.y, n.sum};
+          };
+          const Tensor scale = current ? Tensor::zeros({}, DType::F32).to(device)
+                                       : Tensor::full({1}, 96.0, DType::F32).to(device);
+          const Tensor scale_inv = Tensor::zeros({}, DType::F32).to(device);
+          const Tensor amax = Tensor::full({1}, 0.25, DType::F32).to(device);
+          const ops::NormOutput out = current ? ops::NormOutput::fp8_current(scale, scale_inv, false)
+                                              : ops::NormOutput::fp8(scale, amax);
+          const Tensor lx = x.clone().requires_grad_(), lr = r.clone().requires_grad_();
+          const Tensor lw = w.clone().requires_grad_(), lb = b.clone().requires_grad_();
+          const auto [y, sum] = norm(lx, lr, lw, lb, out);
+          const Tensor hx = x.clone().requires_grad_(), hr = r.clone().requires_grad_();
+          const Tensor hw = w.clone().requires_grad_(), hb = b.clone().requires_grad_();
+          const auto [hy, hsum] = norm(hx, hr, hw, hb, ops::NormOutput());  // bf16 out
+          ASSERT_EQ(y.dtype(), DType::F8E4M3);
+          ASSERT_EQ(hy.dtype(), DType::BF16);
+          if (residual) {
+            EXPECT_TRUE(norm_same_bits(sum, hsum)) << "sum";
+            EXPECT_TRUE(norm_same_bits(lr.grad(), hr.grad())) << "dresidual";
+          }
+          EXPECT_TRUE(norm_same_bits(lx.grad(), hx.grad())) << "dx";
+          EXPECT_TRUE(norm_same_bits(lw.grad(), hw.grad())) << "dweight";
+          if (!rms) {
+            EXPECT_TRUE(norm_same_bits(lb.grad(), hb.grad())) << "dbias";
+          }
+          // The f32 norm of the widened bf16 values (the rounded sum's for a residual norm), quantized with the
+          // norm's own scale.
+          const Tensor s32 = (residual ? hsum : x).detach().to(DType::F32);
+          const Tensor f = rms ? ops::rms_norm(s32, w, 1e-6).y : ops::layer_norm(s32, w, b, 1e-5).y;
+          float m = 0.0f;
+          const Tensor hf = f.to(Device::cpu());
+          for (int64_t i = 0; i < hf.numel(); ++i) {
+            if (!std::isnan(hf.data<float>()[i])) m = std::max(m, std::fabs(hf.data<float>()[i]));
+          }
+          ops::QuantizeOptions q;
+          q.scale = scale;
+          const ops::Quantized ref = ops::quantize_fp8(f, DType::F8E4M3, q);
+          int64_t different = 0;
+          EXPECT_TRUE(fp8_codes_within_one_step(y, ref.data, &different)) << "codes";
+          std::printf("codes one step apart: %lld of %lld\n", static_cast<long long>(different),
+                      static_cast<long long>(y.numel()));
+          const double got = (current ? scale : amax).to(Device::cpu()).data<float>()[0];
+          const double want = current ? 448.0 / m : std::max(0.25, double(m));
+          EXPECT_NEAR(got, want, 0x1p-20 * want) << (current ? "scale" : "amax");
+          if (current) {
+            EXPECT_EQ(scale_inv.to(Device::cpu()).data<float>()[0], 1.0f / scale.to(Device::cpu()).data<float>()[0]);
           }
         }
       }

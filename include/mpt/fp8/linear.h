@@ -43,6 +43,9 @@ struct Fp8LinearConfig {
   // Optional: the bias as the GEMM's epilogue reads it (ops::LinearOptions::compute_bias; cuBLASLt's FP8 GEMMs add a
   // BF16 bias for BF16 and F32 outputs). Not differentiated: db goes to `bias`.
   Tensor compute_bias{};
+  // Codes only: the dtype of their gradient (dx), f32 by default, or f16/bf16 for codes a norm made from a half
+  // residual stream (amp::Policy::residual), whose backward reads its gradient in the stream's dtype.
+  std::optional<DType> codes_grad_dtype{};
 };
 
 // x: (..., K) f32, bf16 or f16; weight: (M, K) f32 (master), bf16 or f16; bias: (M) or undefined. Returns y (..., M).

@@ -21,6 +21,7 @@ struct Fp8MlpConfig {
   std::shared_ptr<const Fp8Weight> weight1_fp8{}, weight2_fp8{};
   // Optional: b1 / b2 as the GEMMs' epilogues read them (Fp8LinearConfig::compute_bias).
   Tensor compute_b1{}, compute_b2{};
+  std::optional<DType> codes_grad_dtype{};  // codes only: dx's dtype (Fp8LinearConfig::codes_grad_dtype)
 };
 
 // x [N, C] f32, bf16 or f16 (or its f8e4m3 codes under delayed or current scaling, as fp8_linear takes them);
