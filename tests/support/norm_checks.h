@@ -76,6 +76,22 @@ inline void expect_residual_norm_folds_half_x(Device device) {
 // The operands of one FP8-output norm case on `device`: x [3, 4, cols] (bf16 for residual == 2, beside an f32
 // residual; else f32 with a NaN in row 5, whose norm is NaN and which the amax skips), the residual, weight, bias,
 // dy and the sum's gradient.
+// A norm (LayerNorm or RMSNorm, plain or with a fused residual) of x (beside r) stored as `o`, then its backward from
+// dy (and dsum for the sum): (y, sum), the sum undefined without a residual.
+inline std::pair<Tensor, Tensor> run_norm(bool rms, bool residual, const Tensor& x, const Tensor& r, const Tensor& w,
+                                          const Tensor& b, const ops::NormOutput& o, const Tensor& dy,
+                                          const Tensor& dsum) {
+  if (!residual) {
+    const Tensor y = rms ? ops::rms_norm(x, w, 1e-6, o).y : ops::layer_norm(x, w, b, 1e-5, o).y;
+    autograd::backward({y}, {dy});
+    return {y, Tensor()};
+  }
+  const ops::ResidualLayerNormResult n =
+      rms ? ops::residual_rms_norm(x, r, w, 1e-6, o) : ops::residual_layer_norm(x, r, w, b, 1e-5, o);
+  autograd::backward({n.y, n.sum}, {dy, dsum});
+  return {n.y, n.sum};
+}
+
 struct Fp8NormCase {
   Tensor x, r, w, b, dy, dsum;
 };
@@ -110,29 +126,11 @@ inline void expect_norm_fp8_output_is_the_quantized_norm(Device device) {
           const Tensor lx = x.clone().requires_grad_(), lr = r.clone().requires_grad_();
           const Tensor lw = w.clone().requires_grad_(), lb = b.clone().requires_grad_();
           const ops::NormOutput out = ops::NormOutput::fp8(scale, amax);
-          Tensor y, sum;
-          if (residual == 0) {
-            y = rms ? ops::rms_norm(lx, lw, 1e-6, out).y : ops::layer_norm(lx, lw, lb, 1e-5, out).y;
-            autograd::backward({y}, {dy});
-          } else {
-            const ops::ResidualLayerNormResult o = rms ? ops::residual_rms_norm(lx, lr, lw, 1e-6, out)
-                                                       : ops::residual_layer_norm(lx, lr, lw, lb, 1e-5, out);
-            y = o.y, sum = o.sum;
-            autograd::backward({o.y, o.sum}, {dy, dsum});
-          }
+          const auto [y, sum] = run_norm(rms, residual != 0, lx, lr, lw, lb, out, dy, dsum);
           // The unfused graph: the f32 norm through autograd, then quantize_fp8 of its output.
           const Tensor ux = x.clone().requires_grad_(), ur = r.clone().requires_grad_();
           const Tensor uw = w.clone().requires_grad_(), ub = b.clone().requires_grad_();
-          Tensor uy, usum;
-          if (residual == 0) {
-            uy = rms ? ops::rms_norm(ux, uw, 1e-6).y : ops::layer_norm(ux, uw, ub, 1e-5).y;
-            autograd::backward({uy}, {dy});
-          } else {
-            const ops::ResidualLayerNormResult o = rms ? ops::residual_rms_norm(ux, ur, uw, 1e-6)
-                                                       : ops::residual_layer_norm(ux, ur, uw, ub, 1e-5);
-            uy = o.y, usum = o.sum;
-            autograd::backward({o.y, o.sum}, {dy, dsum});
-          }
+          const auto [uy, usum] = run_norm(rms, residual != 0, ux, ur, uw, ub, ops::NormOutput(), dy, dsum);
           ops::QuantizeOptions q;
           q.scale = scale;
           q.amax = Tensor::full({1}, slot, DType::F32).to(device);
@@ -182,15 +180,7 @@ inline void expect_norm_fp8_current_output_is_the_quantized_norm(Device device) 
           const ops::NormOutput out = ops::NormOutput::fp8_current(scale, scale_inv, pow2);
           auto norm = [&](const Tensor& lx, const Tensor& lr, const Tensor& lw, const Tensor& lb,
                           const ops::NormOutput& o) {
-            if (residual == 0) {
-              const Tensor y = rms ? ops::rms_norm(lx, lw, 1e-6, o).y : ops::layer_norm(lx, lw, lb, 1e-5, o).y;
-              autograd::backward({y}, {dy});
-              return std::pair{y, Tensor()};
-            }
-            const ops::ResidualLayerNormResult n = rms ? ops::residual_rms_norm(lx, lr, lw, 1e-6, o)
-                                                       : ops::residual_layer_norm(lx, lr, lw, lb, 1e-5, o);
-            autograd::backward({n.y, n.sum}, {dy, dsum});
-            return std::pair{n.y, n.sum};
+            return run_norm(rms, residual != 0, lx, lr, lw, lb, o, dy, dsum);
           };
           const Tensor lx = x.clone().requires_grad_(), lr = r.clone().requires_grad_();
           const Tensor lw = w.clone().requires_grad_(), lb = b.clone().requires_grad_();
@@ -279,15 +269,7 @@ inline void expect_half_stream_norm_fp8_output(Device device) {
           const Tensor dsum = random_tensor({3, 4, cols}, DType::BF16, seed + 5).to(device);
           auto norm = [&](const Tensor& lx, const Tensor& lr, const Tensor& lw, const Tensor& lb,
                           const ops::NormOutput& o) {
-            if (!residual) {
-              const Tensor y = rms ? ops::rms_norm(lx, lw, 1e-6, o).y : ops::layer_norm(lx, lw, lb, 1e-5, o).y;
-              autograd::backward({y}, {dy});
-              return std::pair{y, Tensor()};
-            }
-            const ops::ResidualLayerNormResult n = rms ? ops::residual_rms_norm(lx, lr, lw, 1e-6, o)
-                                                       : ops::residual_layer_norm(lx, lr, lw, lb, 1e-5, o);
-            autograd::backward({n.y, n.sum}, {dy, dsum});
-            return std::pair{n.y, n.sum};
+            return run_norm(rms, residual, lx, lr, lw, lb, o, dy, dsum);
           };
           const Tensor scale = current ? Tensor::zeros({}, DType::F32).to(device)
                                        : Tensor::full({1}, 96.0, DType::F32).to(device);
