@@ -336,7 +336,8 @@ int main(int argc, char** argv) {
     const mpt::MemoryStats mem = mpt::memory_stats(device);
     nlohmann::json j{{"framework", "mptrain"},
                      {"version", mpt::version()},
-                     {"precision", residual.label(precision)}, {"qat", qat}, {"moments", moments}, {"fp8_rule", fp8_rule},
+                     {"precision", residual.label(precision)}, {"qat", qat}, {"moments", moments},
+                     {"fp8_rule", fp8_rule},
                      {"device", device.str()},
                      {"device_name", device.is_cuda() ? mpt::cuda_status().devices.at(device.index()).name : "cpu"},
                      {"threads", mpt::cpu_features().omp_threads},
@@ -371,7 +372,8 @@ int main(int argc, char** argv) {
                   "%.1f, backward %.1f, optimizer %.1f); peak RSS %.0f MiB, allocator peak %.0f MiB\n",
                   model.describe().c_str(), static_cast<long long>(config.block_size), static_cast<long long>(batch),
                   model.flops_per_token(config.block_size) / 1e6,
-                  (residual.label(precision) + (qat.empty() ? "" : " + QAT " + qat)).c_str(), moments.c_str(), device.str().c_str(),
+                  (residual.label(precision) + (qat.empty() ? "" : " + QAT " + qat)).c_str(), moments.c_str(),
+                  device.str().c_str(),
                   tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,
                   mem.peak_bytes / 1048576.0);

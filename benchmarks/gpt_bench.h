@@ -61,7 +61,9 @@ struct ResidualOption {
   }
   // The run's name in tables, JSON and checkpoints: "bf16", or "bf16+residual-bf16" (train_gpt's).
   std::string label(const std::string& precision) const {
-    return dtype == "f32" ? precision : precision + "+residual-" + dtype;
+    amp::Policy policy;
+    apply(policy);
+    return amp::precision_name(precision, policy);
   }
 };
 

@@ -60,11 +60,8 @@ void run(const ex::Options& o) {
   }
   mpt::amp::Policy policy =
       mpt::amp::Policy::named(o.precision, o.layers, device, o.model == "llama" ? "model.layers" : "h");
-  std::string precision_name = o.precision;
-  if (o.residual != "f32") {  // a checkpoint resumes only with the same stream
-    policy.residual_in(mpt::amp::parse_residual_dtype(o.residual));
-    precision_name += "+residual-" + o.residual;
-  }
+  if (o.residual != "f32") policy.residual_in(mpt::amp::parse_residual_dtype(o.residual));
+  std::string precision_name = mpt::amp::precision_name(o.precision, policy);  // resumes only with the same stream
   if (!o.qat.empty()) {  // QAT: fake-quantized Linear weights (and inputs) under the same GEMM precision
     MPT_CHECK(!policy.fp8_state, "[train_gpt] --qat {} fake-quantizes for FP32, BF16 or FP16 GEMMs; --precision {} "
               "runs them in FP8", o.qat, o.precision);

@@ -90,6 +90,11 @@ DType parse_residual_dtype(std::string_view name) {
   MPT_THROW("[amp] unknown residual stream dtype '{}': expected f32, bf16 or f16", name);
 }
 
+std::string precision_name(std::string base, const Policy& policy) {
+  if (policy.residual && *policy.residual != DType::F32) base += fmt::format("+residual-{}", *policy.residual);
+  return base;
+}
+
 DType residual_dtype(DType params, std::string_view model) {
   if (g_current == nullptr || !g_current->residual) return params;
   const DType d = *g_current->residual;

@@ -1,6 +1,7 @@
 // src/train/trainer.cpp: Trainer: the order of one optimizer step, written once, and the run's checkpoints.
 #include "mpt/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -45,8 +46,7 @@ Trainer::Trainer(nn::Module& model, OptimizerFactory optimizer, TrainerOptions o
   MPT_CHECK(options_.clip >= 0, "[Trainer] clip must be >= 0 (0: no clipping), got {}", options_.clip);
   precision_name_ = options_.precision_name;
   if (precision_name_.empty()) {  // a checkpoint resumes only under the same GEMM precision and residual stream
-    precision_name_ = amp::to_string(options_.policy.compute);
-    if (options_.policy.residual) precision_name_ += fmt::format("+residual-{}", *options_.policy.residual);
+    precision_name_ = amp::precision_name(std::string(amp::to_string(options_.policy.compute)), options_.policy);
   }
   std::vector<optim::ParamGroup> groups = options_.param_groups.empty()
       ? optim::weight_decay_groups(model_.named_parameters(), options_.weight_decay)
@@ -114,11 +114,15 @@ StepMetrics Trainer::device_step(const std::function<MicroBatchLoss(int64_t)>& m
   // fewer than scaling them in place first), with data parallelism too (over every rank's gradients, ZeRO-aware).
   Tensor clip_multiplier;
   if (options_.clip > 0) {
-    optim::ClipCoefficient c = dp_ != nullptr ? dp_->clip_coefficient(options_.clip)
-                                              : optim::clip_coefficient(params_, options_.clip);
-    if (c.coefficient.defined() && c.coefficient.dtype() != DType::F32) {  // f64 gradients (CPU): scaled in place
-      m.grad_norm = dp_ != nullptr ? dp_->clip_grad_norm_(options_.clip) : optim::clip_grad_norm_(params_, options_.clip);
+    // f64 parameters (CPU) have f64 gradients, which the optimizers take no f64 multiplier for: scaled in place. The
+    // parameters decide (the same on every rank), not a rank's gradients (ZeRO-1 ranks may hold none).
+    const bool f64 = std::ranges::any_of(params_, [](const Tensor& p) { return p.dtype() == DType::F64; });
+    if (f64) {
+      m.grad_norm = dp_ != nullptr ? dp_->clip_grad_norm_(options_.clip)
+                                   : optim::clip_grad_norm_(params_, options_.clip);
     } else {
+      optim::ClipCoefficient c = dp_ != nullptr ? dp_->clip_coefficient(options_.clip)
+                                                : optim::clip_coefficient(params_, options_.clip);
       m.grad_norm = c.total_norm.defined() ? c.total_norm : Tensor::zeros({});
       clip_multiplier = std::move(c.coefficient);
     }

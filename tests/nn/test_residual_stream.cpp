@@ -213,6 +213,13 @@ TEST(ResidualStream, TheTrainersPrecisionNameCarriesTheStream) {
   EXPECT_EQ(with.precision_name(), "bf16+residual-bf16");
   train::Trainer without(model, train::adamw({.lr = 1e-3}), {.policy = amp::Policy::bf16()});
   EXPECT_EQ(without.precision_name(), "bf16");
+  // An FP32 stream named explicitly is the default one: its checkpoints resume without the option and back.
+  amp::Policy f32_stream = amp::Policy::bf16();
+  f32_stream.residual_in(DType::F32);
+  train::Trainer explicit_f32(model, train::adamw({.lr = 1e-3}), {.policy = f32_stream});
+  EXPECT_EQ(explicit_f32.precision_name(), "bf16");
+  f32_stream.residual_in(DType::F16);
+  EXPECT_EQ(amp::precision_name("fp8-delayed", f32_stream), "fp8-delayed+residual-f16");
 }
 
 }  // namespace

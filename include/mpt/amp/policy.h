@@ -90,6 +90,10 @@ struct Policy {
 // A residual stream dtype by name ("f32", "bf16", "f16": the command lines' --residual), else an error.
 DType parse_residual_dtype(std::string_view name);
 
+// The name a run's checkpoints carry for the recipe `base` ("bf16", "fp8-delayed", ...) under `policy`: `base`, with
+// "+residual-<dtype>" for a residual stream other than FP32, so that a run resumes only with the stream it trained with.
+std::string precision_name(std::string base, const Policy& policy);
+
 // The residual stream's dtype under the current policy for a model whose parameters are `params`: the policy's
 // `residual`, else `params` (also outside any Autocast). `model` names the caller in the error for a dtype other
 // than F32, BF16 or F16.

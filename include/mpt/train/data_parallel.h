@@ -63,11 +63,11 @@ class DataParallel {
   void sync_parameters();
   // optim::clip_grad_norm_ over the gradients of every rank (with zero1 the squared norms are summed across ranks).
   Tensor clip_grad_norm_(double max_norm);
-  // The same without touching the gradients (optim::clip_coefficient): the total norm and the coefficient as 0-d f32
-  // tensors on the device, for the optimizer to apply as it reads each gradient (train::Trainer's step). Without
-  // zero1 every rank holds the averaged gradients whole, so nothing is read back to the host; with zero1 the local
-  // squared norm is read once and summed across ranks, as clip_grad_norm_ does. Without zero1, undefined tensors
-  // when no gradient is defined.
+  // The same without touching the gradients (optim::clip_coefficient): the total norm and the coefficient as 0-d
+  // tensors on the device (f32; f64 for f64 gradients), for the optimizer to apply as it reads each gradient
+  // (train::Trainer's step). Without zero1 every rank holds the averaged gradients whole, so nothing is read back to
+  // the host; with zero1 the local squared norm is read once and summed across ranks, as clip_grad_norm_ does.
+  // Without zero1, undefined tensors when no gradient is defined.
   optim::ClipCoefficient clip_coefficient(double max_norm);
   // Hooks that make every rank agree: the GradScaler's found_inf (MAX; needed with zero1, where each rank
   // unscales its own gradients) and FP8 delayed scaling's amaxes (MAX).
