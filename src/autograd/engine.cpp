@@ -19,6 +19,13 @@ void accumulate_into(Tensor& slot, const Tensor& g) {
   slot = slot.defined() ? ops::add(slot, g) : g;
 }
 
+// A waiting gradient a node may write in place (Node::apply_partial): contiguous, and no other handle shares its
+// storage (a saved tensor, a view, the same gradient delivered to two inputs). It may be a part of that storage (a
+// padded GEMM's rows: the LM head's weight gradient).
+bool writable(const Tensor& g) {
+  return g.defined() && g.is_contiguous() && g.storage() != nullptr && g.storage().use_count() == 1;
+}
+
 thread_local bool t_retaining = false;
 
 // Sets t_retaining for one backward and restores the outer value (a checkpointed block's backward runs inside one).
@@ -105,20 +112,36 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     bool any = false;
     for (const Tensor& g : inputs) any = any || g.defined();
     // A node no gradient reached passes "none" on (its inputs' counts still drop, so their nodes can run).
+    const std::vector<Edge>& edges = node->next_edges();
+    // The gradients already waiting for this node's inputs that it may add into (Node::apply_partial); the
+    // writable ones are moved out of their slots, so this node holds the only handle.
+    std::vector<Tensor> partial(edges.size());
+    if (any && node->takes_partial()) {
+      for (size_t i = 0; i < edges.size(); ++i) {
+        if (!edges[i].fn) continue;
+        auto it = buffers.find(edges[i].fn.get());
+        if (it == buffers.end()) continue;
+        Tensor& waiting = it->second[static_cast<size_t>(edges[i].input_nr)];
+        if (writable(waiting)) partial[i] = std::move(waiting), waiting = Tensor{};
+      }
+    }
     std::vector<Tensor> out;
     {
       const profile::Range node_range(node->name());  // "LinearBackward": per node, for Nsight and bench_train --profile
-      out = any ? node->run(std::move(inputs)) : std::vector<Tensor>(node->next_edges().size());
+      out = any ? node->run(std::move(inputs), partial) : std::vector<Tensor>(edges.size());
     }
     auto* acc = dynamic_cast<AccumulateGrad*>(node);
     // A leaf's node runs once all paths into it have delivered: its gradient is final for this pass, so the hooks
     // fire now (the data-parallel layer starts communicating a bucket while backward continues).
     if (acc != nullptr && any) acc->run_hooks();
-    const std::vector<Edge>& edges = node->next_edges();
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& e = edges[i];
       if (!e.fn) continue;
-      accumulate_into(buffer_of(e.fn)[static_cast<size_t>(e.input_nr)], out[i]);
+      Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
+      // A waiting gradient the node added into comes back as out[i] (the sum); one it left goes back where it waited.
+      const bool taken = partial[i].defined() && out[i].defined() && out[i].storage() == partial[i].storage();
+      if (partial[i].defined() && !taken) accumulate_into(slot, partial[i]);
+      accumulate_into(slot, out[i]);
       if (--dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
     }
     // AccumulateGrad saves nothing and is shared by every graph that uses its leaf: never released.

@@ -15,11 +15,19 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
 
 std::vector<Tensor> Node::run(std::vector<Tensor>&& grad_outputs) {
+  std::vector<Tensor> none(next_edges_.size());
+  return run(std::move(grad_outputs), none);
+}
+
+std::vector<Tensor> Node::run(std::vector<Tensor>&& grad_outputs, std::vector<Tensor>& partial) {
   MPT_CHECK(!released_,
             "[backward] trying to backward through {} a second time: its saved tensors were freed by the first "
             "backward (pass retain_graph = true to the first one if you need two)",
             name_);
-  std::vector<Tensor> grads = apply(std::move(grad_outputs));
+  MPT_CHECK(partial.size() == next_edges_.size(), "[backward] {} was offered {} waiting gradients for {} inputs",
+            name_, partial.size(), next_edges_.size());
+  std::vector<Tensor> grads = takes_partial() ? apply_partial(std::move(grad_outputs), partial)
+                                              : apply(std::move(grad_outputs));
   MPT_CHECK(grads.size() == next_edges_.size(), "[backward] {} returned {} gradients for {} inputs", name_,
             grads.size(), next_edges_.size());
   return grads;
@@ -39,11 +47,14 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   MPT_CHECK(g.shape() == handle_.shape(), "[backward] gradient {} does not match its leaf {}", g.meta_str(),
             handle_.meta_str());
   if (!leaf_->grad.defined()) {
-    // The incoming gradient becomes the leaf's as it is when nothing else holds its storage and it fills that
-    // storage exactly (PyTorch's stealing: a GPT step copied all of its gradients here); otherwise a copy, since it
-    // may be a buffer the graph still shares (a view, a gradient passed through to another input, a saved tensor).
+    // The incoming gradient becomes the leaf's as it is when nothing else holds its storage and it starts that
+    // storage, filling all of it or all but an eighth (PyTorch's stealing: a GPT step copied all of its gradients
+    // here; the spare eighth takes a padded GEMM's rows, GPT-2's LM head gradient: 50257 of 50304); otherwise a
+    // copy, since it may be a buffer the graph still shares (a view, a gradient passed through to another input, a
+    // saved tensor) or one mostly unused.
     const bool sole = g.dtype() == handle_.dtype() && g.is_contiguous() && g.offset() == 0 && g.storage() != nullptr &&
-                      g.storage().use_count() == 1 && g.storage()->nbytes() == g.nbytes();
+                      g.storage().use_count() == 1 && g.storage()->nbytes() >= g.nbytes() &&
+                      g.storage()->nbytes() - g.nbytes() <= g.nbytes() / 8;
     leaf_->grad = sole ? g : g.dtype() == handle_.dtype() ? g.clone() : g.to(handle_.dtype());
   } else {
     ops::add_(leaf_->grad, g.dtype() == leaf_->grad.dtype() ? g : g.to(leaf_->grad.dtype()));

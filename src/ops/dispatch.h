@@ -71,6 +71,11 @@ class GradRecorder {
     if (active_) autograd::attach(std::make_shared<autograd::FunctionNode>(std::move(name), std::move(fn)), inputs_,
                                   outputs);
   }
+  // A backward that may add into the gradients already waiting for the inputs (autograd::Node::apply_partial).
+  void record(std::string name, const std::vector<Tensor*>& outputs, autograd::PartialBackwardFn fn) const {
+    if (active_) autograd::attach(std::make_shared<autograd::FunctionNode>(std::move(name), std::move(fn)), inputs_,
+                                  outputs);
+  }
 
  private:
   std::vector<const Tensor*> inputs_;

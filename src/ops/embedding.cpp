@@ -98,9 +98,19 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
       }
     });
   });
-  grad.record("EmbeddingBackward", {&out}, [ids, vocab](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{embedding_backward(g[0], ids, vocab)};
-  });
+  // The table's gradient adds into one already waiting for it when it can (a tied LM head's, computed first):
+  // no zero fill and no add pass over the [vocab, channels] gradient. The same bits for f32 tables (x + y = y + x);
+  // one rounding fewer for half ones.
+  const DType table_dtype = table.dtype();
+  grad.record("EmbeddingBackward", {&out},
+              autograd::PartialBackwardFn([ids, vocab, table_dtype, dev](const std::vector<Tensor>& g,
+                                                                         std::vector<Tensor>& partial) {
+                const Tensor& waiting = partial[0];
+                const bool adds = waiting.defined() && waiting.dtype() == g[0].dtype() &&
+                                  waiting.dtype() == table_dtype && waiting.device() == dev &&
+                                  waiting.shape() == Shape{vocab, g[0].shape().back()};
+                return std::vector<Tensor>{embedding_backward(g[0], ids, vocab, adds ? waiting : Tensor{})};
+              }));
   return out;
 }
 

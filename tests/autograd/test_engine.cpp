@@ -206,6 +206,54 @@ TEST(AutogradEngine, ExplicitGradientsAndMultipleRoots) {
   EXPECT_EQ(values(w.grad()), (std::vector<float>{11.0f, 201.0f}));
 }
 
+// A node that takes partial gradients (autograd::Node::apply_partial): y = k * x whose backward adds k * g into the
+// gradient already waiting for x when it is offered one and `add` says so, else returns a fresh k * g. `offered`
+// counts the offers.
+Tensor scale_adding(const Tensor& x, double k, bool add, int& offered) {
+  Tensor out = ops::scale(x, k);
+  ag::record(std::make_shared<ag::FunctionNode>(
+                 "ScaleAdding", ag::PartialBackwardFn([k, add, &offered](const std::vector<Tensor>& g,
+                                                                        std::vector<Tensor>& partial) {
+                   if (!partial[0].defined()) return std::vector<Tensor>{ops::scale(g[0], k)};
+                   ++offered;
+                   if (!add) return std::vector<Tensor>{ops::scale(g[0], k)};
+                   ops::add_(partial[0], ops::scale(g[0], k));
+                   return std::vector<Tensor>{partial[0]};
+                 })),
+             {&x}, {&out});
+  return out;
+}
+
+// The engine offers a waiting gradient to a node that takes partial ones, and only one that nothing else holds:
+// x's gradient is 3 (ScaleBackward, recorded later, so it runs first) + 5 (the adding node) either way, and a
+// gradient the engine does not own stays untouched.
+TEST(AutogradEngine, ANodeAddsIntoTheGradientWaitingForItsInputWhenNothingElseHoldsIt) {
+  for (bool add : {true, false}) {
+    SCOPED_TRACE(add ? "adds in place" : "declines");
+    int offered = 0;
+    const Tensor x = leaf({1.0f, -2.0f});
+    const Tensor adding = scale_adding(x, 5.0, add, offered);
+    const Tensor later = ops::scale(x, 3.0);
+    sum(ops::add(adding, later)).backward();
+    EXPECT_EQ(offered, 1);
+    EXPECT_EQ(values(x.grad()), (std::vector<float>{8.0f, 8.0f}));
+  }
+  // The waiting gradient is held elsewhere too (the node before kept a handle): not offered, not written.
+  int offered = 0;
+  const Tensor x = leaf({1.0f, -2.0f});
+  const Tensor first = scale_adding(x, 5.0, true, offered);  // recorded first: runs after Keeps
+  Tensor kept;
+  Tensor held = ops::scale(x.detach(), 3.0);
+  ag::record("Keeps", {&x}, {&held}, [&kept](const std::vector<Tensor>& g) {
+    kept = ops::scale(g[0], 3.0);
+    return std::vector<Tensor>{kept};
+  });
+  sum(ops::add(first, held)).backward();
+  EXPECT_EQ(offered, 0);
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{8.0f, 8.0f}));
+  EXPECT_EQ(values(kept), (std::vector<float>{3.0f, 3.0f}));
+}
+
 TEST(AutogradEngine, ErrorsNameTheProblem) {
   const Tensor plain = Tensor::ones({2});
   EXPECT_MPT_ERROR(plain.backward(), "does not require grad");

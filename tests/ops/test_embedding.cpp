@@ -5,7 +5,10 @@
 #include <cmath>
 #include <random>
 
+#include "mpt/ops/elementwise.h"
 #include "mpt/ops/embedding.h"
+#include "mpt/ops/linear.h"
+#include "mpt/ops/reduction.h"
 #include "op_test.h"
 #include "test_util.h"
 
@@ -102,6 +105,42 @@ TEST(Embedding, BackwardMatchesFiniteDifferencesAndAccumulates) {
   EXPECT_TRUE(out.shares_storage(dtable));
   const auto got = dtable.to_vector<double>(), add = fresh.to_vector<double>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_DOUBLE_EQ(got[i], before[i] + add[i]);
+}
+
+// A tied table (GPT-2's wte: the embedding and the LM head's weight): the head's backward runs first, and the
+// embedding's backward adds into that waiting gradient (autograd::Node::apply_partial) instead of a zeroed
+// [vocab, C] of its own and an add. F32: the bits of the two gradients added (x + y = y + x). BF16: one rounding of
+// the head's gradient plus the FP32 sums, where the separate gradient and the add rounded twice.
+TEST(Embedding, ATiedTablesGradientAddsIntoTheHeadsWaitingOne) {
+  const int64_t vocab = 37, channels = 24, n = 64;
+  const Tensor ids = random_ids<int64_t>({n}, vocab, 3, 11);
+  const Tensor h = random_tensor({n, channels}, DType::F32, 12), a = random_tensor({n, channels}, DType::F32, 13);
+  const Tensor b = random_tensor({n, vocab}, DType::F32, 14);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor w0 = random_tensor({vocab, channels}, DType::F32, 15).to(dt);
+    // emb(w) . a + head(w) . b with the embedding recorded first, as a GPT's forward does.
+    auto loss = [&](const Tensor& emb_table, const Tensor& head_table) {
+      const Tensor e = ops::embedding(ids, emb_table);
+      const Tensor logits = ops::linear(h.to(dt), head_table);
+      return ops::add(ops::sum(ops::mul(e.to(DType::F32), a)), ops::sum(ops::mul(logits.to(DType::F32), b)));
+    };
+    Tensor tied = w0.clone().requires_grad_(true);
+    loss(tied, tied).backward();
+    Tensor emb_only = w0.clone().requires_grad_(true), head_only = w0.clone().requires_grad_(true);
+    loss(emb_only, head_only).backward();
+    const Tensor two_roundings = ops::add(head_only.grad(), emb_only.grad());
+    if (dt == DType::F32) {
+      EXPECT_TRUE(mpt::testing::same_bits(tied.grad(), two_roundings));
+    } else {
+      // The embedding's FP32 sums over its positions (dout in BF16 as the engine hands it), added to the head's.
+      const Tensor dout = a.to(dt);
+      const Tensor one_rounding =
+          ops::embedding_backward(dout.to(DType::F32), ids, vocab, head_only.grad().to(DType::F32)).to(dt);
+      EXPECT_TRUE(mpt::testing::same_bits(tied.grad(), one_rounding));
+      EXPECT_FALSE(mpt::testing::same_bits(tied.grad(), two_roundings)) << "the case should tell the two apart";
+    }
+  }
 }
 
 TEST(Embedding, RejectsOutOfRangeIdsAndBadArguments) {

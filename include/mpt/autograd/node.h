@@ -51,12 +51,27 @@ class Node : public std::enable_shared_from_this<Node> {
 
   // Runs the backward of this node; throws if its saved tensors were released by an earlier backward.
   std::vector<Tensor> run(std::vector<Tensor>&& grad_outputs);
+  // run() for a node that adds into gradients already waiting (takes_partial()): `partial` as apply_partial's.
+  std::vector<Tensor> run(std::vector<Tensor>&& grad_outputs, std::vector<Tensor>& partial);
+  // Whether this node's backward can add its gradient for an input into one that already waits for that input
+  // (apply_partial): the engine then offers it the waiting gradients it may write.
+  virtual bool takes_partial() const { return false; }
   // Frees what the node saved for backward (the engine calls it right after run() unless retain_graph).
   void release();
   bool released() const { return released_; }
 
  protected:
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
+  // apply() with partial[i]: the gradient already waiting for input i (one entry per next edge), handed over by the
+  // engine when nothing else holds its storage and it is contiguous, else undefined. A backward that adds its
+  // gradient for input i into partial[i] in place returns that tensor (its storage) as input i's gradient: the
+  // engine then stores it as the sum (one pass over the gradient fewer than a separate gradient and an add; llm.c's
+  // encoder backward adds into the LM head's gradient of a tied table the same way). The others go back to where
+  // they waited, untouched, and are summed with what apply_partial returned as before.
+  virtual std::vector<Tensor> apply_partial(std::vector<Tensor>&& grad_outputs, std::vector<Tensor>& partial) {
+    (void)partial;
+    return apply(std::move(grad_outputs));
+  }
   virtual void release_saved() {}
 
  private:
@@ -84,16 +99,34 @@ class AccumulateGrad final : public Node {
 
 // A node whose backward is a function (saved state lives in the closure and is dropped on release).
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+// A backward function that may add into the gradients already waiting for its inputs (Node::apply_partial).
+using PartialBackwardFn =
+    std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs, std::vector<Tensor>& partial)>;
 class FunctionNode final : public Node {
  public:
   FunctionNode(std::string name, BackwardFn fn) : Node(std::move(name)), fn_(std::move(fn)) {}
+  FunctionNode(std::string name, PartialBackwardFn fn) : Node(std::move(name)), partial_fn_(std::move(fn)) {}
+  bool takes_partial() const override { return partial_fn_ != nullptr; }
 
  protected:
-  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override { return fn_(grad_outputs); }
-  void release_saved() override { fn_ = nullptr; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override {
+    if (partial_fn_ != nullptr) {
+      std::vector<Tensor> none(next_edges().size());
+      return partial_fn_(grad_outputs, none);
+    }
+    return fn_(grad_outputs);
+  }
+  std::vector<Tensor> apply_partial(std::vector<Tensor>&& grad_outputs, std::vector<Tensor>& partial) override {
+    return partial_fn_ != nullptr ? partial_fn_(grad_outputs, partial) : fn_(grad_outputs);
+  }
+  void release_saved() override {
+    fn_ = nullptr;
+    partial_fn_ = nullptr;
+  }
 
  private:
   BackwardFn fn_;
+  PartialBackwardFn partial_fn_;
 };
 
 // True when grad mode is on and any defined input requires grad: an op should record a node.
