@@ -56,6 +56,14 @@ double DataParallel::StepTiming::hidden_fraction() const {
   return all == 0 ? 0.0 : static_cast<double>(hidden) / static_cast<double>(all);
 }
 
+namespace {
+// Whether a and b are the same elements of one storage (a gradient that is already its bucket's view).
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.storage() == b.storage() && a.offset() == b.offset() &&
+         a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+}  // namespace
+
 struct DataParallel::Bucket {
   std::vector<size_t> params;    // indices into params_, in flat order: grouped by owner rank
   std::vector<int64_t> offsets;  // of each parameter in flat
@@ -222,7 +230,7 @@ void DataParallel::launch(Bucket& b) {
       dst.zero_();
       continue;
     }
-    dst.copy_(g.reshape({-1}));
+    if (!same_view(g.reshape({-1}), dst)) dst.copy_(g.reshape({-1}));  // else it accumulated in the bucket
   }
   // meta = [used flags | amaxes], made on the device: the flags are uploaded only when they change (a copy from
   // host memory waits for the device), and copied on the device into meta, which the MAX all-reduce overwrites.
@@ -300,7 +308,11 @@ void DataParallel::finish() {
     if (b.meta_work) wait_for(b, *b.meta_work);
     wait_for(b, *b.work);
     const size_t np = b.params.size();
-    const std::vector<float> meta = b.meta.to(Device::cpu()).to_vector<float>();
+    // Which parameters got a gradient on some rank: when this rank used them all, the MAX is all ones and its own
+    // flags say so; only otherwise are the reduced flags read back (a wait for the device).
+    const bool all_used = std::all_of(b.used_host.begin(), b.used_host.end(), [](float u) { return u != 0.0f; });
+    const std::vector<float> meta =
+        all_used ? b.used_host : b.meta.slice(0, 0, static_cast<int64_t>(np)).to(Device::cpu()).to_vector<float>();
     if (options_.compression == GradCompression::BF16) {
       b.flat.copy_(ops::scale(b.wire.to(DType::F32), 1.0 / n));  // the BF16 sum, averaged in F32
     } else if (options_.compression == GradCompression::FP8) {
@@ -325,11 +337,10 @@ void DataParallel::finish() {
                                                         b.offsets[k] - shard_start + p.numel())
                                          : b.part(k, p))
                              .view(p.shape());
-      Tensor g = p.grad();
-      if (g.defined())
-        g.copy_(avg);
-      else
-        p.set_grad(avg.clone());
+      // The gradient becomes a view of the bucket (PyTorch DDP's gradient_as_bucket_view): no copy out and no
+      // second buffer per gradient, until the next step's launch() refills the bucket (a gradient kept from this
+      // step is then overwritten, as in DDP).
+      if (!same_view(p.grad(), avg)) p.set_grad(avg);
     }
     b.work.reset();
     b.ready = 0;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "mpt/train/data_parallel.h"
 #include "mpt/train/trainer.h"
@@ -179,6 +180,39 @@ TEST(DataParallel, NoSyncAccumulationEqualsTheWholeBatch) {
   }
   const double worst = worst_difference(model.named_parameters(), reference.named_parameters(), true, 1e-5);
   std::printf("rank %d of %d: no_sync x2, worst normwise gradient difference %.3g\n", me, n, worst);
+}
+
+// After finish() every gradient is a view of its bucket (PyTorch DDP's gradient_as_bucket_view: no copy out of the
+// bucket, no second buffer per gradient): one storage per bucket. Zeroed in place (zero_grad without set_to_none),
+// the next backward accumulates into the views and launch() finds them in place; the averaged gradients still equal
+// the whole batch's, and stay views.
+TEST(DataParallel, GradientsAreViewsOfTheirBucketsAndAccumulateThere) {
+  const auto comm = dist::world();
+  const int n = comm->size(), me = comm->rank();
+  nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));
+  train::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10});
+  ASSERT_GT(dp.num_buckets(), 2);
+  auto storages = [&] {
+    std::set<const void*> s;
+    for (const auto& p : model.named_parameters()) {
+      EXPECT_TRUE(p.tensor.grad().defined()) << p.name;
+      if (p.tensor.grad().defined()) s.insert(p.tensor.grad().storage().get());
+    }
+    return static_cast<int64_t>(s.size());
+  };
+  nn::GPT reference(tiny(100));
+  for (int step = 0; step < 2; ++step) {
+    const auto [x, y] = global_batch(n, step);
+    model.zero_grad(/*set_to_none=*/false);  // the first step: no gradient yet, nothing to zero
+    model.loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2)).backward();
+    dp.finish();
+    EXPECT_EQ(storages(), dp.num_buckets()) << "step " << step;
+    reference.zero_grad();
+    reference.loss(x, y).backward();
+    const double worst = worst_difference(model.named_parameters(), reference.named_parameters(), true, 1e-5);
+    std::printf("rank %d of %d, step %d: gradients as bucket views, worst normwise difference %.3g\n", me, n, step,
+                worst);
+  }
 }
 
 // Several SGD (momentum) steps with clipping: the parameters match one process on the whole batch, uncompressed,

@@ -131,6 +131,9 @@ TEST(GpuDataParallel, NcclCompressedGradientsStayWithinTheirBudgets) {
 // One process on a GPU (train_gpt without mpirun): DataParallel over the single-process communicator, which takes
 // device tensors (it refused them once, so train_gpt failed on every GPU). Its collectives change nothing, so the
 // parameters after SGD steps have the bits of plain training on the device; ZeRO-1's one shard is every parameter.
+// Parameters that train (one gradient each).
+uint64_t trained_parameters(const nn::Module& m) { return m.named_parameters().size(); }
+
 TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
   MPT_REQUIRE_GPU(8);
   const Device d = Device::cuda(0);
@@ -144,8 +147,23 @@ TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
       plain.loss(x.to(d), y.to(d)).backward();
       plain_opt.step();
       plain_opt.zero_grad();
-      wrapped.loss(x.to(d), y.to(d)).backward();
+      const Tensor loss = wrapped.loss(x.to(d), y.to(d));
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::reset_counters();
+#endif
+      loss.backward();
       dp.finish();
+#if defined(MPT_CUDA_EMULATION)
+      // Every parameter has a gradient, so finish() reads no used flags back (the first step uploads them); each
+      // gradient is copied into its bucket once and becomes the bucket's view (none copied back out), beside one
+      // copy of the used flags into each bucket's meta vector (which the MAX all-reduce overwrites).
+      const cuda_emu::Counters c = cuda_emu::counters();
+      if (s == 1) EXPECT_EQ(c.d2h + c.syncs + c.event_syncs, 0u) << "zero1 " << zero1 << ": " << cuda_emu::to_string(c);
+      if (s == 1 && !zero1) {
+        EXPECT_EQ(c.d2d, trained_parameters(wrapped) + static_cast<uint64_t>(dp.num_buckets()))
+            << cuda_emu::to_string(c);
+      }
+#endif
       opt.step();
       dp.sync_parameters();
       opt.zero_grad();
