@@ -7,6 +7,7 @@
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/optim.h"
+#include "mpt/ops/pointwise.h"
 #include "mpt/ops/reduction.h"
 
 namespace mpt::optim {
@@ -56,6 +57,26 @@ ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_n
   // The gradients' dtype class, as clip_coefficient's: f64 for f64 gradients, else f32.
   const DType d = !grads.empty() && grads[0].dtype() == DType::F64 ? DType::F64 : DType::F32;
   return {Tensor::full({}, total, d, device), Tensor::full({}, coef, d, device)};
+}
+
+ClipCoefficient clip_coefficient_on_device(const std::vector<Tensor>& params, double max_norm, Device device,
+                                           const std::function<void(Tensor&)>& combine) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = defined_grads(params, max_norm);
+  for (const Tensor& g : grads) {
+    MPT_CHECK(g.dtype() != DType::F64 && g.device() == device, "[clip_coefficient_on_device] expected f32, bf16 or "
+              "f16 gradients on {}, got {} (f64 gradients combine on the host: clip_coefficient)", device,
+              g.meta_str());
+  }
+  Tensor sum_of_squares = Tensor::zeros({1}, DType::F32, device);
+  if (!grads.empty()) {
+    const Tensor local = ops::global_l2_norm(grads);
+    sum_of_squares = ops::mul(local, local).reshape({1});
+  }
+  combine(sum_of_squares);
+  Tensor total = ops::sqrt(sum_of_squares).reshape({});
+  Tensor coefficient = ops::clip_coefficient(total, max_norm);
+  return {std::move(total), std::move(coefficient)};
 }
 
 ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_norm) {

@@ -15,6 +15,7 @@
 #include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/fp8_wire.h"
+#include "mpt/ops/optim.h"
 #include "mpt/optim/clip.h"
 
 namespace mpt::train {
@@ -401,20 +402,23 @@ void DataParallel::sync_parameters() {
   }
 }
 
-double DataParallel::global_sum_of_squares(double local_sum_sq) const {
-  Tensor t = Tensor::full({1}, local_sum_sq, DType::F32, device_);
-  comm_->all_reduce(t, dist::ReduceOp::Sum)->wait();
-  return static_cast<double>(t.to(Device::cpu()).to_vector<float>()[0]);
-}
-
 Tensor DataParallel::clip_grad_norm_(double max_norm) {
   if (!options_.zero1) return optim::clip_grad_norm_(params_, max_norm);
-  return optim::clip_grad_norm_(params_, max_norm, [this](double s) { return global_sum_of_squares(s); });
+  autograd::NoGradGuard no_grad;
+  const optim::ClipCoefficient c = clip_coefficient(max_norm);
+  std::vector<Tensor> grads;  // this rank's shard
+  for (const Tensor& p : params_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty()) ops::mul_(grads, c.coefficient);  // a coefficient of 1 keeps the bits
+  return c.total_norm;
 }
 
 optim::ClipCoefficient DataParallel::clip_coefficient(double max_norm) {
   if (!options_.zero1) return optim::clip_coefficient(params_, max_norm);
-  return optim::clip_coefficient(params_, max_norm, device_, [this](double s) { return global_sum_of_squares(s); });
+  // ZeRO-1: each rank holds its shard's gradients; their squared norms are summed across ranks on the device.
+  return optim::clip_coefficient_on_device(params_, max_norm, device_, [this](Tensor& sum_of_squares) {
+    comm_->all_reduce(sum_of_squares, dist::ReduceOp::Sum)->wait_on_device();
+  });
 }
 
 void DataParallel::attach(train::GradScaler& scaler) {

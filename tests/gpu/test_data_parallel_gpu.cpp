@@ -163,6 +163,13 @@ TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
         EXPECT_EQ(c.d2d, trained_parameters(wrapped) + static_cast<uint64_t>(dp.num_buckets()))
             << cuda_emu::to_string(c);
       }
+      // Clipping's coefficient reads nothing back either, ZeRO-1's included (its squared norms all-reduced on the
+      // device).
+      cuda_emu::reset_counters();
+      const optim::ClipCoefficient clip = dp.clip_coefficient(1e9);
+      EXPECT_TRUE(clip.coefficient.defined());
+      const cuda_emu::Counters cc = cuda_emu::counters();
+      EXPECT_EQ(cc.d2h + cc.syncs + cc.event_syncs, 0u) << "zero1 " << zero1 << ": " << cuda_emu::to_string(cc);
 #endif
       opt.step();
       dp.sync_parameters();

@@ -311,6 +311,34 @@ TEST(GpuStepCounts, Bf16BiasesReachTheGemmsAsCachedCopies) {
   }
 }
 
+// GPT's tied wte: the LM head's weight gradient is computed first, and the embedding's backward adds into it
+// (autograd::Node::apply_partial) instead of zero-filling a [vocab, C] table of its own that the engine then adds:
+// the step's fills are the untied position table's (one [T, C] per micro-batch) and scalars, in either stream dtype.
+TEST(GpuStepCounts, TheTiedEmbeddingAddsIntoTheHeadsGradient) {
+  MPT_REQUIRE_GPU(8);
+  constexpr uint64_t C = 64;
+  for (const std::string precision : {"bf16", "bf16+bf16-stream"}) {
+    TrainLoop loop(precision);
+    loop.step(0, false);
+    loop.step(1, false);
+    emu::reset_counters();
+    emu::set_kernel_sites(true);
+    loop.step(2, false);
+    emu::set_kernel_sites(false);
+    uint64_t fills = 0, filled = 0;
+    for (const emu::KernelSite& k : emu::kernel_sites()) {
+      if (k.name != "strided.cu launch_fill") continue;
+      fills += k.launches;
+      filled += k.bytes_written;
+    }
+    // The position table's FP32 gradient per micro-batch, and a few 0-d accumulators (the loss's, clipping's).
+    const uint64_t positions = kAccum * kT * C * 4;
+    EXPECT_GE(fills, kAccum) << precision;
+    EXPECT_GE(filled, positions) << precision;
+    EXPECT_LT(filled, positions + 64) << precision << ": a [" << kVocab << ", " << C << "] table was zero-filled";
+  }
+}
+
 // The loss's gradient is written in the forward pass (accumulate_gradients offers the upstream gradient before the
 // forward: autograd::LossSeed; llm.c's fused classifier): per micro-batch one fused launch reads the logits, after a
 // count of the counted targets and before the loss's reduction, and the backward launches nothing over them. With

@@ -7,6 +7,7 @@
 #include <numbers>
 #include <vector>
 
+#include "mpt/ops/elementwise.h"
 #include "mpt/optim/clip.h"
 #include "mpt/optim/lr_schedule.h"
 #include "mpt/optim/sgd.h"
@@ -101,6 +102,39 @@ TEST(ClipGradNorm, NoGradientsAndBadMaxNorm) {
   EXPECT_EQ(optim::clip_grad_norm_({a}, 1.0).item<double>(), 0.0);
   EXPECT_EQ(optim::clip_grad_norm_({}, 1.0).item<double>(), 0.0);
   EXPECT_MPT_ERROR(optim::clip_grad_norm_({a}, -1.0), "max_norm must be >= 0");
+}
+
+// The sums of squares combined on the device (ZeRO-1's all-reduce): here `combine` stands in for 3 ranks holding
+// the same gradients (x3), and for a rank without gradients of its own (0, then 3 x the others'). The total is
+// sqrt(3) x the float64 norm and the coefficient torch's min(max_norm / (total + 1e-6), 1), both within f32
+// roundings; the gradients are not touched. f64 gradients are refused with the host overload's name.
+TEST(ClipGradNorm, CoefficientWithTheSumOfSquaresCombinedOnTheDevice) {
+  ClipCase c = clip_case(DType::F32, 2.0);
+  std::vector<Tensor> before;
+  for (size_t i = 0; i < c.grads.size(); ++i) before.push_back(c.params[i].grad().clone());
+  double seen = -1;
+  const optim::ClipCoefficient got = optim::clip_coefficient_on_device(
+      c.params, 1.5, Device::cpu(), [&](Tensor& sq) {
+        ASSERT_EQ(sq.shape(), (Shape{1}));
+        seen = sq.to_vector<double>()[0];
+        sq = ops::scale(sq, 3.0);  // what a SUM over 3 equal ranks leaves
+      });
+  EXPECT_NEAR(seen, c.norm * c.norm, 1e-6 * c.norm * c.norm);
+  const double total = std::sqrt(3.0) * c.norm;
+  EXPECT_NEAR(got.total_norm.item<double>(), total, 1e-6 * total);
+  EXPECT_NEAR(got.coefficient.item<double>(), 1.5 / (total + 1e-6), 1e-6);
+  EXPECT_EQ(got.total_norm.dim(), 0);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(same_bits(c.params[i].grad(), before[i])) << i;
+  // A rank without gradients still takes part in the combine, with 0.
+  Tensor none = leaf({1.0}, {1});
+  const optim::ClipCoefficient other = optim::clip_coefficient_on_device({none}, 1.5, Device::cpu(), [&](Tensor& sq) {
+    EXPECT_EQ(sq.to_vector<double>()[0], 0.0);
+    sq = Tensor::full({1}, 3.0 * seen, DType::F32);
+  });
+  EXPECT_NEAR(other.total_norm.item<double>(), total, 1e-6 * total);
+  ClipCase f64 = clip_case(DType::F64, 2.0);
+  EXPECT_MPT_ERROR(optim::clip_coefficient_on_device(f64.params, 1.0, Device::cpu(), [](Tensor&) {}),
+                   "f64 gradients combine on the host: clip_coefficient");
 }
 
 // ---- learning-rate schedules ----

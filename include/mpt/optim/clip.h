@@ -36,5 +36,11 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
 // max_norm, which keeps the bits). `combine` runs on every process, with or without gradients of its own.
 ClipCoefficient clip_coefficient(const std::vector<Tensor>& params, double max_norm, Device device,
                                  const std::function<double(double local_sum_of_squares)>& combine);
+// The same with the sums of squares combined on the device, nothing read back to the host: `combine` gets this
+// process's sum of squares as a [1] f32 tensor on `device` (0 without gradients of its own) and leaves the global one
+// in it (a SUM all-reduce: DataParallel's ZeRO-1). The square, the sum and the square root are f32, so the total
+// differs from the host overload's double arithmetic by f32 roundings. f32, bf16 and f16 gradients.
+ClipCoefficient clip_coefficient_on_device(const std::vector<Tensor>& params, double max_norm, Device device,
+                                           const std::function<void(Tensor& sum_of_squares)>& combine);
 
 }  // namespace mpt::optim

@@ -65,9 +65,9 @@ class DataParallel {
   Tensor clip_grad_norm_(double max_norm);
   // The same without touching the gradients (optim::clip_coefficient): the total norm and the coefficient as 0-d
   // tensors on the device (f32; f64 for f64 gradients), for the optimizer to apply as it reads each gradient
-  // (train::Trainer's step). Without zero1 every rank holds the averaged gradients whole, so nothing is read back to
-  // the host; with zero1 the local squared norm is read once and summed across ranks, as clip_grad_norm_ does.
-  // Without zero1, undefined tensors when no gradient is defined.
+  // (train::Trainer's step). Nothing is read back to the host: without zero1 every rank holds the averaged gradients
+  // whole; with zero1 the ranks' squared norms are summed by an all-reduce on the device (f32). Without zero1,
+  // undefined tensors when no gradient is defined.
   optim::ClipCoefficient clip_coefficient(double max_norm);
   // Hooks that make every rank agree: the GradScaler's found_inf (MAX; needed with zero1, where each rank
   // unscales its own gradients) and FP8 delayed scaling's amaxes (MAX).
@@ -106,8 +106,6 @@ class DataParallel {
   int64_t buckets_started_in_backward() const { return started_in_backward_; }
 
  private:
-  // zero1's clipping: this rank's sum of squares summed across ranks (a SUM all-reduce, read back on the host).
-  double global_sum_of_squares(double local_sum_sq) const;
   struct Bucket;
   void on_grad_ready(size_t param);
   void launch_ready();
