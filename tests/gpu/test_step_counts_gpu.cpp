@@ -261,8 +261,9 @@ TEST(GpuStepCounts, GemmFlopsAreTheModelsAndEveryLaunchIsSized) {
 // MLP's second layer come from the cast + transpose of their dy (TE's cast_transpose_dbias, one finishing launch
 // each), so the column reductions left are the BF16 step's.
 // One step's launches by launching site (cuda_emu::kernel_sites), after two warm-up steps; its counters into
-// `counters` when given.
-std::map<std::string, uint64_t> step_sites(const std::string& precision, emu::Counters* counters = nullptr) {
+// `counters` and the sites with their bytes into `sites` when given.
+std::map<std::string, uint64_t> step_sites(const std::string& precision, emu::Counters* counters = nullptr,
+                                           std::vector<emu::KernelSite>* sites = nullptr) {
   TrainLoop loop(precision);
   loop.step(0, false);
   loop.step(1, false);
@@ -271,6 +272,7 @@ std::map<std::string, uint64_t> step_sites(const std::string& precision, emu::Co
   loop.step(2, false);
   emu::set_kernel_sites(false);
   if (counters != nullptr) *counters = emu::counters();
+  if (sites != nullptr) *sites = emu::kernel_sites();
   std::map<std::string, uint64_t> launches;
   for (const emu::KernelSite& k : emu::kernel_sites()) {
     launches[k.name] = k.launches;
@@ -318,15 +320,10 @@ TEST(GpuStepCounts, TheTiedEmbeddingAddsIntoTheHeadsGradient) {
   MPT_REQUIRE_GPU(8);
   constexpr uint64_t C = 64;
   for (const std::string precision : {"bf16", "bf16+bf16-stream"}) {
-    TrainLoop loop(precision);
-    loop.step(0, false);
-    loop.step(1, false);
-    emu::reset_counters();
-    emu::set_kernel_sites(true);
-    loop.step(2, false);
-    emu::set_kernel_sites(false);
+    std::vector<emu::KernelSite> sites;
+    step_sites(precision, nullptr, &sites);
     uint64_t fills = 0, filled = 0;
-    for (const emu::KernelSite& k : emu::kernel_sites()) {
+    for (const emu::KernelSite& k : sites) {
       if (k.name != "strided.cu launch_fill") continue;
       fills += k.launches;
       filled += k.bytes_written;
