@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
   config.n_embd = 768;
   int64_t batch = 8, kv_heads = 0, ffn = 0;
   int warmup = 2, steps = 3, profile_rows = 0, kernel_rows = 0;
+  int64_t grad_accum = 1;
   bool cuda_graph = false;
   std::string model_name = "gpt", precision = "bf16", json_path;
   app.add_option("--model", model_name,
@@ -156,7 +157,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", kv_heads, "llama: key/value heads (default --heads)");
   app.add_option("--ffn", ffn, "llama: SwiGLU width (default: a GPT block's FLOPs)");
   mpt::bench::add_gpt_shape_options(app, config);
-  app.add_option("--batch", batch, "sequences per step");
+  app.add_option("--batch", batch, "sequences per micro-batch");
+  app.add_option("--grad-accum", grad_accum, "micro-batches per optimizer step (TrainerOptions::grad_accum)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
   std::string moments = "f32";
   mpt::bench::add_moments_option(app, moments);
@@ -213,7 +216,7 @@ int main(int argc, char** argv) {
            residual.apply(p);
            return p;
          }(),
-         .precision_name = residual.label(precision), .clip = 1.0, .weight_decay = 0.1,
+         .precision_name = residual.label(precision), .grad_accum = grad_accum, .clip = 1.0, .weight_decay = 0.1,
          .comm = dp == "off" ? nullptr : mpt::dist::single_process(),
          .data_parallel = {.compression = dp == "fp8" ? mpt::train::GradCompression::FP8
                                           : dp == "bf16" ? mpt::train::GradCompression::BF16
@@ -280,7 +283,7 @@ int main(int argc, char** argv) {
     }
 
     const double flops_per_token = model.flops_per_token(config.block_size);
-    const double tokens = static_cast<double>(batch * config.block_size);
+    const double tokens = static_cast<double>(grad_accum * batch * config.block_size);
     const emu::Counters& c = eager.c;
     const double kernel_bytes = static_cast<double>(c.kernel_bytes_read + c.kernel_bytes_written);
     nlohmann::json j{{"framework", "mptrain"},
@@ -289,7 +292,7 @@ int main(int argc, char** argv) {
                      {"model", model.describe()},
                      {"params", model.num_parameters()},
                      {"precision", residual.label(precision)}, {"moments", moments}, {"attention", attention},
-                     {"batch", batch},
+                     {"batch", batch}, {"grad_accum", grad_accum},
                      {"seq", config.block_size},
                      {"tokens_per_step", tokens},
                      {"model_flops_per_step", flops_per_token * tokens},
@@ -315,8 +318,9 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
-    std::printf("%s, batch %lld x %lld, %s, AdamW moments %s, attention %s, emulated device in record-only mode\n",
+    std::printf("%s, batch %lld x %lld%s, %s, AdamW moments %s, attention %s, emulated device in record-only mode\n",
                 model.describe().c_str(), static_cast<long long>(batch), static_cast<long long>(config.block_size),
+                grad_accum > 1 ? fmt::format(" x {} micro-batches", grad_accum).c_str() : "",
                 residual.label(precision).c_str(), moments.c_str(), attention.c_str());
     if (const std::string r = mpt::amp::fp8_rule_report(trainer.policy().fp8_rule); !r.empty())
       std::printf("%s\n", r.c_str());
