@@ -3,6 +3,7 @@
 
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
@@ -104,6 +105,16 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 
   NoGradGuard no_grad;  // backward functions do not record (no double backward)
   const RetainScope retain(retain_graph || t_retaining);
+  // Leaves whose gradient a producer added straight into the leaf's .grad (Node::apply_partial with the leaf's own
+  // gradient: a later micro-batch, beta = 1): their slot holds that .grad, later arrivals are added into it in place,
+  // and their AccumulateGrad only runs its hooks.
+  std::unordered_set<Node*> in_leaf;
+  auto deliver = [&](const Edge& e, const Tensor& g) {
+    if (!g.defined()) return;
+    Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
+    if (in_leaf.count(e.fn.get()) == 0) return accumulate_into(slot, g);
+    if (g.storage() != slot.storage()) ops::add_(slot, g);  // else it is the leaf's gradient itself: already in
+  };
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
@@ -113,22 +124,31 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     for (const Tensor& g : inputs) any = any || g.defined();
     // A node no gradient reached passes "none" on (its inputs' counts still drop, so their nodes can run).
     const std::vector<Edge>& edges = node->next_edges();
-    // The gradients already waiting for this node's inputs that it may add into (Node::apply_partial); the
-    // writable ones are moved out of their slots, so this node holds the only handle.
+    // What this node may add into (Node::apply_partial): for a leaf, its own .grad when the leaf already has one
+    // (and nothing else waits for it yet, or what waits is already in it); otherwise a waiting gradient the engine
+    // alone holds, moved out of its slot.
     std::vector<Tensor> partial(edges.size());
+    std::vector<bool> from_leaf(edges.size(), false);
     if (any && node->takes_partial()) {
       for (size_t i = 0; i < edges.size(); ++i) {
         if (!edges[i].fn) continue;
-        auto it = buffers.find(edges[i].fn.get());
-        if (it == buffers.end()) continue;
-        Tensor& waiting = it->second[static_cast<size_t>(edges[i].input_nr)];
-        if (writable(waiting)) partial[i] = std::move(waiting), waiting = Tensor{};
+        Node* target = edges[i].fn.get();
+        auto it = buffers.find(target);
+        Tensor* waiting = it == buffers.end() ? nullptr : &it->second[static_cast<size_t>(edges[i].input_nr)];
+        const auto* leaf = dynamic_cast<const AccumulateGrad*>(target);
+        if (leaf != nullptr && (in_leaf.count(target) > 0 || waiting == nullptr || !waiting->defined())) {
+          const Tensor& grad = leaf->leaf_grad();
+          if (grad.defined() && grad.is_contiguous()) partial[i] = grad, from_leaf[i] = true;
+        } else if (waiting != nullptr && writable(*waiting)) {
+          partial[i] = std::move(*waiting), *waiting = Tensor{};
+        }
       }
     }
     std::vector<Tensor> out;
     {
       const profile::Range node_range(node->name());  // "LinearBackward": per node, for Nsight and bench_train --profile
-      out = any ? node->run(std::move(inputs), partial) : std::vector<Tensor>(edges.size());
+      const bool already_in_leaf = in_leaf.count(node) > 0;  // an AccumulateGrad whose sum is in its leaf
+      out = any && !already_in_leaf ? node->run(std::move(inputs), partial) : std::vector<Tensor>(edges.size());
     }
     auto* acc = dynamic_cast<AccumulateGrad*>(node);
     // A leaf's node runs once all paths into it have delivered: its gradient is final for this pass, so the hooks
@@ -137,11 +157,18 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& e = edges[i];
       if (!e.fn) continue;
-      Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
-      // A waiting gradient the node added into comes back as out[i] (the sum); one it left goes back where it waited.
+      // A gradient the node added into comes back as out[i] (the sum, on the same storage).
       const bool taken = partial[i].defined() && out[i].defined() && out[i].storage() == partial[i].storage();
-      if (partial[i].defined() && !taken) accumulate_into(slot, partial[i]);
-      accumulate_into(slot, out[i]);
+      if (from_leaf[i] && taken) {  // the leaf's .grad holds it: the slot becomes that .grad, with what waited
+        Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
+        if (in_leaf.insert(e.fn.get()).second) {
+          if (slot.defined()) ops::add_(out[i], slot);  // an earlier input of this node delivered it just now
+          slot = out[i];
+        }
+      } else {
+        if (!from_leaf[i] && partial[i].defined() && !taken) deliver(e, partial[i]);  // back where it waited
+        deliver(e, out[i]);
+      }
       if (--dependencies[e.fn.get()] == 0) ready.push(e.fn.get());
     }
     // AccumulateGrad saves nothing and is shared by every graph that uses its leaf: never released.

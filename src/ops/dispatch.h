@@ -92,6 +92,12 @@ inline Tensor epilogue_bias(const Tensor& compute_bias, const Tensor& bias) {
   return bias.defined() ? bias.detach() : Tensor{};
 }
 
+// A weight gradient dW = dy^T x (2-d operands) in `w_dtype`, with `bias_grad` as MatmulOptions' (dy's column sums),
+// added into `into` by the GEMM (beta = 1) when `into` is the leaf's gradient the engine offered
+// (autograd::Node::apply_partial: a later micro-batch) and fits (w_dtype, [dy cols, x cols], contiguous, dy's
+// device), else a new tensor. The product is FP32 either way and the addition rounds once, as AccumulateGrad's add
+// did: the same bits for f32 gradients (src/ops/linear.cpp).
+Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tensor& into, const Tensor& bias_grad = {});
 // The bias gradient of a Linear: the column sums of a 2-d dy in FP32 (f64 for f64), never rounded to dy's dtype
 // (src/ops/linear.cpp).
 Tensor bias_grad(const Tensor& dy);

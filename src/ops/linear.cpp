@@ -18,6 +18,15 @@ Tensor bias_grad(const Tensor& dy) {
   return column_sums(dy, DType::F32);
 }
 
+Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tensor& into, const Tensor& bias_grad) {
+  const bool adds = into.defined() && dy.dim() == 2 && x.dim() == 2 && into.dtype() == w_dtype &&
+                    into.is_contiguous() && into.device() == dy.device() &&
+                    into.shape() == Shape{dy.size(1), x.size(1)};
+  if (!adds) return matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = bias_grad});
+  matmul_out(dy, x, into, 1.0f, {.trans_a = true, .bias_grad = bias_grad});
+  return into;
+}
+
 void check_compute_bias(const Tensor& compute_bias, const Tensor& bias, const char* op, const char* name) {
   if (!compute_bias.defined()) return;
   MPT_CHECK(bias.defined() && compute_bias.shape() == bias.shape() && is_floating(compute_bias.dtype()) &&
@@ -73,22 +82,25 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
   Tensor y = matmul(x, wp, {.trans_b = true, .bias = detail::epilogue_bias(opt.compute_bias, bias)});
   // Saved only for the gradients wanted: a frozen weight keeps no activation alive, a frozen input no weight copy.
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  // dW adds into the weight's gradient in its GEMM when the engine offers it (a later micro-batch: beta = 1).
   grad.record("LinearBackward", {&y},
-              [x = need_w ? x.detach() : Tensor{}, w = need_x ? wp.detach() : Tensor{}, need_x, need_w, rows, pad,
-               need_b = bias.defined() && bias.requires_grad(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
-               b_dtype = bias.defined() ? bias.dtype() : DType::F32](const std::vector<Tensor>& g) {
+              autograd::PartialBackwardFn([x = need_w ? x.detach() : Tensor{}, w = need_x ? wp.detach() : Tensor{},
+                                           need_x, need_w, rows, pad, need_b = bias.defined() && bias.requires_grad(),
+                                           x_dtype = x.dtype(), w_dtype = weight.dtype(),
+                                           b_dtype = bias.defined() ? bias.dtype() : DType::F32](
+                                              const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
                 const Tensor dy = (g[0].dtype() == x_dtype ? g[0] : g[0].to(x_dtype)).contiguous();
                 std::vector<Tensor> d(3);
                 if (need_x) d[0] = matmul(dy, w);
                 // With both dW and db wanted, db comes out of dW's GEMM (cuBLASLt's BGRADA epilogue on CUDA).
                 Tensor db;
                 if (need_w && need_b && w_dtype != DType::F64) db = Tensor::empty({dy.size(1)}, w_dtype, dy.device());
-                if (need_w) d[1] = matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = db});
+                if (need_w) d[1] = detail::weight_grad(dy, x, w_dtype, pad ? Tensor{} : partial[1], db);
                 if (need_w && pad) d[1] = d[1].slice(0, 0, rows);  // a prefix of rows: contiguous, no copy
                 if (need_b && !db.defined()) db = detail::bias_grad(dy);
                 if (need_b) d[2] = db.dtype() == b_dtype ? db : db.to(b_dtype);
                 return d;
-              });
+              }));
   return y;
 }
 

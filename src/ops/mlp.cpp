@@ -33,15 +33,16 @@ struct Saved {
   bool need_x, need_w1, need_b1, need_w2, need_b2;
 };
 
-// Gradients of y = gelu(x W1^T + b1) W2^T + b2 for dy [N, C']: {dx, dW1, db1, dW2, db2}.
-std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s) {
+// Gradients of y = gelu(x W1^T + b1) W2^T + b2 for dy [N, C']: {dx, dW1, db1, dW2, db2}; dW1 and dW2 added into
+// partial[1] and partial[3] when the engine offers the weights' gradients (detail::weight_grad).
+std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s, const std::vector<Tensor>& partial) {
   std::vector<Tensor> d(5);
   if (!dy_in.defined()) return d;
   const Tensor dy = (dy_in.dtype() == s.x.dtype() ? dy_in : dy_in.to(s.x.dtype())).contiguous();
   const DType dt = dy.dtype();
   if (s.need_w2) {  // dW2 = dy^T h, db2 = dy's column sums from the same GEMM
     Tensor db2 = s.need_b2 ? Tensor::empty({dy.size(1)}, s.w2_dtype, dy.device()) : Tensor{};
-    d[3] = matmul(dy, s.h, {.trans_a = true, .out_dtype = s.w2_dtype, .bias_grad = db2});
+    d[3] = detail::weight_grad(dy, s.h, s.w2_dtype, partial[3], db2);
     if (s.need_b2) d[4] = db2;
   } else if (s.need_b2) {
     d[4] = detail::bias_grad(dy);
@@ -52,7 +53,7 @@ std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s) {
     Tensor db1 = s.need_b1 ? Tensor::empty({s.pre.size(1)}, dt, dy.device()) : Tensor{};
     matmul_out(dy, s.w2c, dpre, 0.0f, {.dgelu_aux = s.pre, .aux_bias_grad = db1});
     if (s.need_b1) d[2] = db1.dtype() == s.b1_dtype ? db1 : db1.to(s.b1_dtype);
-    if (s.need_w1) d[1] = matmul(dpre, s.x, {.trans_a = true, .out_dtype = s.w1_dtype});
+    if (s.need_w1) d[1] = detail::weight_grad(dpre, s.x, s.w1_dtype, partial[1]);
     if (s.need_x) d[0] = matmul(dpre, s.w1c);
   }
   return d;
@@ -82,7 +83,10 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
           b1.defined() ? b1.dtype() : DType::F32, b2.defined() ? b2.dtype() : DType::F32,
           x.requires_grad(), w1.requires_grad(), b1.defined() && b1.requires_grad(), w2.requires_grad(),
           b2.defined() && b2.requires_grad()};
-  grad.record("MlpBackward", {&y}, [s = std::move(s)](const std::vector<Tensor>& g) { return mlp_backward(g[0], s); });
+  grad.record("MlpBackward", {&y},
+              autograd::PartialBackwardFn([s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
+                return mlp_backward(g[0], s, partial);
+              }));
   return y;
 }
 

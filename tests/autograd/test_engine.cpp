@@ -254,6 +254,36 @@ TEST(AutogradEngine, ANodeAddsIntoTheGradientWaitingForItsInputWhenNothingElseHo
   EXPECT_EQ(values(kept), (std::vector<float>{3.0f, 3.0f}));
 }
 
+// A leaf that already has a gradient (a later micro-batch) offers its own .grad to a producer that adds: the sum
+// lands there in place, and whatever else reaches the leaf in that pass is added into it too; the leaf's hook fires
+// once, after everything arrived. Either order of the two consumers.
+TEST(AutogradEngine, ALeafsOwnGradientIsOfferedToAProducerThatAddsIntoIt) {
+  for (bool adding_first : {true, false}) {
+    SCOPED_TRACE(adding_first ? "the adding node recorded first (runs last)" : "the adding node runs first");
+    int offered = 0;
+    const Tensor x = leaf({1.0f, -2.0f});
+    int hooks = 0;
+    std::vector<float> at_hook;
+    x.register_post_accumulate_grad_hook([&](const Tensor& l) { ++hooks, at_hook = values(l.grad()); });
+    sum(ops::scale(x, 2.0)).backward();  // x.grad = 2
+    const Tensor first = x.grad();
+    Tensor a, b;
+    if (adding_first) {
+      a = scale_adding(x, 5.0, true, offered);
+      b = ops::scale(x, 3.0);
+    } else {
+      b = ops::scale(x, 3.0);
+      a = scale_adding(x, 5.0, true, offered);
+    }
+    sum(ops::add(a, b)).backward();
+    EXPECT_EQ(offered, 1);
+    EXPECT_EQ(values(x.grad()), (std::vector<float>{10.0f, 10.0f}));  // 2 + 5 + 3
+    EXPECT_TRUE(x.grad().shares_storage(first));
+    EXPECT_EQ(hooks, 2);
+    EXPECT_EQ(at_hook, (std::vector<float>{10.0f, 10.0f}));
+  }
+}
+
 TEST(AutogradEngine, ErrorsNameTheProblem) {
   const Tensor plain = Tensor::ones({2});
   EXPECT_MPT_ERROR(plain.backward(), "does not require grad");

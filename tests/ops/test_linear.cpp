@@ -6,6 +6,7 @@
 
 #include "matmul_reference.h"
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/core/memory.h"
 #include "mpt/ops/attention.h"
 #include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
@@ -100,6 +101,55 @@ TEST(Linear, MasterWeightAndComputeCopyGradientsMatchFloat64) {
       for (int64_t i = 0; i < n; ++i) s += dyv[static_cast<size_t>(i * m + j)], a += std::abs(dyv[static_cast<size_t>(i * m + j)]);
       EXPECT_NEAR(db[static_cast<size_t>(j)], s, 16 * 0x1p-24 * a) << "db " << dtype_name(dt) << " column " << j;
     }
+  }
+}
+
+// Gradient accumulation: a later micro-batch's dW is added into the weight's gradient by its GEMM (beta = 1; the
+// engine offers the leaf's .grad, autograd::Node::apply_partial), the fused MLP's two weights too. The bits are those
+// of the separate gradient added (FP32 product, one rounding of the sum), and no [out, in] gradient is allocated
+// for the second micro-batch. FP32 and a BF16 GEMM on FP32 masters (Autocast's regime).
+TEST(Linear, ALaterMicroBatchAddsItsWeightGradientInTheGemm) {
+  const int64_t n = 8, k = 512, m = 768, f = 256;
+  const int64_t w_bytes = m * k * 4;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor w0 = random_tensor({m, k}, DType::F32, 31), b0 = random_tensor({m}, DType::F32, 32);
+    const Tensor w1_0 = random_tensor({f, m}, DType::F32, 33), w2_0 = random_tensor({k, f}, DType::F32, 34);
+    const Tensor x1 = random_tensor({n, k}, dt, 35), x2 = random_tensor({n, k}, dt, 36);
+    const Tensor dy1 = random_tensor({n, k}, dt, 37), dy2 = random_tensor({n, k}, dt, 38);
+    // linear -> mlp (W1 [f, m], W2 [k, f]); y's gradient dy. The GEMMs read copies in dt, made once (as Autocast
+    // caches them), so that a micro-batch allocates activations and gradients only.
+    const Tensor wc = w0.to(dt), w1c = w1_0.to(dt), w2c = w2_0.to(dt);
+    auto micro_batch = [&](const Tensor& w, const Tensor& b, const Tensor& w1, const Tensor& w2, const Tensor& x,
+                           const Tensor& dy) {
+      const Tensor h = ops::linear(x, w, b, {.compute_weight = wc});
+      const Tensor y = ops::mlp(h, w1, Tensor{}, w2, Tensor{}, {.compute_w1 = w1c, .compute_w2 = w2c});
+      y.backward(dy);
+    };
+    Tensor w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    Tensor w1 = w1_0.clone().requires_grad_(true), w2 = w2_0.clone().requires_grad_(true);
+    micro_batch(w, b, w1, w2, x1, dy1);
+    const Tensor first_w = w.grad();
+    const int64_t before = memory_stats(Device::cpu()).current_bytes;
+    reset_peak_memory_stats(Device::cpu());
+    micro_batch(w, b, w1, w2, x2, dy2);
+    EXPECT_LT(memory_stats(Device::cpu()).peak_bytes - before, w_bytes) << "a second [out, in] dW was allocated";
+    EXPECT_TRUE(w.grad().shares_storage(first_w)) << "in place";
+    // The reference: each micro-batch's gradients on their own leaves, added.
+    std::vector<Tensor> sums;
+    {
+      Tensor wa = w0.clone().requires_grad_(true), ba = b0.clone().requires_grad_(true);
+      Tensor w1a = w1_0.clone().requires_grad_(true), w2a = w2_0.clone().requires_grad_(true);
+      Tensor wb = w0.clone().requires_grad_(true), bb = b0.clone().requires_grad_(true);
+      Tensor w1b = w1_0.clone().requires_grad_(true), w2b = w2_0.clone().requires_grad_(true);
+      micro_batch(wa, ba, w1a, w2a, x1, dy1);
+      micro_batch(wb, bb, w1b, w2b, x2, dy2);
+      for (auto [a, c] : {std::pair{wa, wb}, {ba, bb}, {w1a, w1b}, {w2a, w2b}}) sums.push_back(ops::add(a.grad(), c.grad()));
+    }
+    EXPECT_TRUE(mpt::testing::same_bits(w.grad(), sums[0])) << "W";
+    EXPECT_TRUE(mpt::testing::same_bits(b.grad(), sums[1])) << "b";
+    EXPECT_TRUE(mpt::testing::same_bits(w1.grad(), sums[2])) << "MLP W1";
+    EXPECT_TRUE(mpt::testing::same_bits(w2.grad(), sums[3])) << "MLP W2";
   }
 }
 

@@ -62,12 +62,16 @@ class Node : public std::enable_shared_from_this<Node> {
 
  protected:
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
-  // apply() with partial[i]: the gradient already waiting for input i (one entry per next edge), handed over by the
-  // engine when nothing else holds its storage and it is contiguous, else undefined. A backward that adds its
-  // gradient for input i into partial[i] in place returns that tensor (its storage) as input i's gradient: the
-  // engine then stores it as the sum (one pass over the gradient fewer than a separate gradient and an add; llm.c's
-  // encoder backward adds into the LM head's gradient of a tied table the same way). The others go back to where
-  // they waited, untouched, and are summed with what apply_partial returned as before.
+  // apply() with partial[i] (one entry per next edge), what input i's gradient may be added into, else undefined:
+  //  - for a leaf that already has a gradient (a later micro-batch of accumulation), the leaf's own .grad, when no
+  //    other gradient of this pass waits for the leaf yet or what waits is already in that .grad: the sum then
+  //    stays there (a weight-gradient GEMM with beta = 1, as llm.c accumulates, instead of a new gradient and
+  //    AccumulateGrad's add), and the leaf's AccumulateGrad only runs its hooks;
+  //  - else the gradient already waiting for input i, when nothing else holds its storage and it is contiguous
+  //    (llm.c's encoder backward adds into the LM head's gradient of a tied table the same way).
+  // A backward that adds its gradient for input i into partial[i] in place returns that tensor (its storage) as input
+  // i's gradient; the engine recognises it. A waiting gradient it does not take goes back to where it waited,
+  // untouched, and is summed with what apply_partial returned as before.
   virtual std::vector<Tensor> apply_partial(std::vector<Tensor>&& grad_outputs, std::vector<Tensor>& partial) {
     (void)partial;
     return apply(std::move(grad_outputs));
@@ -88,6 +92,7 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<AutogradMeta> leaf, Tensor leaf_handle);
   void run_hooks();
+  const Tensor& leaf_grad() const { return leaf_->grad; }  // undefined until the leaf's first gradient
 
  protected:
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;

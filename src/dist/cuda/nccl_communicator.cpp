@@ -73,7 +73,10 @@ class NcclWork final : public Work {
     done_.record(st_->stream);
   }
   ~NcclWork() override {
-    if (complete_) return;
+    // Done, or already ordered before the compute stream's later work (wait_on_device) with nothing left to run on
+    // completion: the kept buffers' frees are stream-ordered after the collective too, so the host need not wait
+    // (a clipping norm's all-reduce dropped right after wait_on_device costs no host wait).
+    if (complete_ || (ordered_ && !finish_ && !st_->aborted)) return;
     try {
       if (st_->aborted)
         order_after();  // the aborted collective's stream work ends; frees of the buffers kept here come after
@@ -95,6 +98,7 @@ class NcclWork final : public Work {
     cuda_backend::DeviceGuard guard(st_->device.index());
     st_->check_async(what_, rank_);
     order_after();
+    ordered_ = true;
   }
   void wait() override {
     const auto start = std::chrono::steady_clock::now();
@@ -130,6 +134,7 @@ class NcclWork final : public Work {
   std::vector<Tensor> keep_;  // the buffers NCCL uses, alive until it is done
   std::function<void()> finish_;
   bool complete_ = false;
+  bool ordered_ = false;  // wait_on_device ran: the compute stream waits for done_
 };
 
 class Nccl final : public Communicator {
