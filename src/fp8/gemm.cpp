@@ -48,7 +48,8 @@ Tensor pad_rows(const Tensor& t, int64_t rows) {
 
 }  // namespace
 
-Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, const MatmulOptions& epilogue) {
+Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, const MatmulOptions& epilogue,
+               const Tensor& add_into) {
   ops::Quantized pa = qa, pb = qb;
   if (qa.data.device().is_cuda()) {
     if (qa.layout != ScaleLayout::PerTensor) pa = pad_codes(pa, 0, 4);
@@ -69,6 +70,11 @@ Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, co
   if (mp != m) {  // padded rows of A: the aux gets them too (zero pre-activations; a zero product keeps dgelu at 0)
     if (o.gelu_aux.defined()) o.gelu_aux = Tensor::empty({mp, n}, out, qa.data.device());
     if (o.dgelu_aux.defined()) o.dgelu_aux = pad_rows(o.dgelu_aux, mp);
+  }
+  if (mp == m && !o.gelu_aux.defined() && !o.dgelu_aux.defined() &&
+      ops::detail::adds_into(add_into, out, m, n, qa.data.device())) {
+    matmul_out(pa.data, pb.data, add_into, 1.0f, o);
+    return add_into;
   }
   const Tensor c = matmul(pa.data, pb.data, o);
   if (mp == m) return c;

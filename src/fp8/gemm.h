@@ -17,7 +17,11 @@ namespace mpt::fp8::detail {
 // multiple of 16 (wgrad's K is the token count) and, under block scaling, A's rows (fprop's and dgrad's tokens) a
 // multiple of 4. Those are padded with zero codes, which add exactly nothing, and the padded rows of C (and of a GELU
 // aux) are dropped. (Found by the emulated cuBLASLt: an odd token count worked on the CPU and failed on CUDA.)
-Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, const ops::MatmulOptions& epilogue = {});
+// `add_into`: a weight's gradient the engine offered (autograd::Node::apply_partial, a later micro-batch): when it can
+// take C (ops::detail::adds_into) and A's rows need no padding, C is added into it by the GEMM (beta = 1; cuBLASLt's
+// FP8 GEMMs take an FP32 C, TransformerEngine's fuse_wgrad_accumulation) and it is returned; else C is a new tensor.
+Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, const ops::MatmulOptions& epilogue = {},
+               const Tensor& add_into = {});
 
 // Whether the forward GEMM accumulates fast (MatmulOptions::fp8_fast_accum) under `recipe`: TransformerEngine's
 // defaults, fast for the per-tensor recipes' fprop (use_split_accumulator=False), promoted for block scaling's and

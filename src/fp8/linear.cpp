@@ -46,8 +46,9 @@ struct Saved {
   bool need_dx = false, need_dw = false, need_db = false;
 };
 
-// Gradients of y = x W^T + b for dy (..., M): {dx, dW, db}, new tensors (the engine accumulates them into leaves).
-std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
+// Gradients of y = x W^T + b for dy (..., M): {dx, dW, db}; dW added into partial[1] when the engine offers the
+// weight's gradient (a later micro-batch: detail::gemm_tn's add_into), the others new tensors.
+std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s, const std::vector<Tensor>& partial) {
   if (!dy_in.defined()) return {Tensor(), Tensor(), Tensor()};
   const Tensor dy = dy_in.reshape({-1, s.m});  // (N, M)
   detail::Fp8Pair q;
@@ -60,7 +61,7 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s) {
   }
   Tensor dx, dw;
   if (s.need_dx) dx = gemm_tn(q.rowwise, s.wt, s.x_dtype).reshape(s.x_shape);  // (N, M) x (K, M)^T
-  if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype);                  // (M, N) x (K, N)^T
+  if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype, {}, partial[1]);               // (M, N) x (K, N)^T
   return {dx, dw, db};
 }
 
@@ -106,7 +107,10 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     s.x_dtype = detail::input_grad_dtype(kOp, x.dtype(), config.codes_grad_dtype), s.w_dtype = weight.dtype();
     s.b_dtype = bias.defined() ? bias.dtype() : DType::F32;
     grad.record("Fp8LinearBackward", {&y},
-                [s = std::move(s)](const std::vector<Tensor>& g) { return fp8_linear_backward(g[0], s); });
+                autograd::PartialBackwardFn(
+                    [s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
+                      return fp8_linear_backward(g[0], s, partial);
+                    }));
   }
   return y;
 }

@@ -44,8 +44,9 @@ struct Saved {
   bool need_dpre() const { return need_dx || need_dw1 || need_db1; }
 };
 
-// Gradients for dy [N, C']: {dx, dW1, db1, dW2, db2}, in the order fp8_linear's two backward nodes would run.
-std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s) {
+// Gradients for dy [N, C']: {dx, dW1, db1, dW2, db2}, in the order fp8_linear's two backward nodes would run; dW1 and
+// dW2 added into partial[1] and partial[3] when the engine offers the weights' gradients (gemm_tn's add_into).
+std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s, const std::vector<Tensor>& partial) {
   std::vector<Tensor> d(5);
   if (!dy_in.defined()) return d;
   const Tensor dy = dy_in.reshape({-1, s.c_out});
@@ -60,13 +61,13 @@ std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s) {
       db1 = s.need_db1 ? Tensor::empty({s.pre.size(1)}, hdt, dy.device()) : Tensor{};
       dpre = gemm_tn(q.rowwise, s.w2t, hdt, {.dgelu_aux = s.pre, .aux_bias_grad = db1});
     }
-    if (s.need_dw2) d[3] = gemm_tn(q.columnwise, s.ht, s.w2_dtype);
+    if (s.need_dw2) d[3] = gemm_tn(q.columnwise, s.ht, s.w2_dtype, {}, partial[3]);
     if (s.need_db1) d[2] = db1.to(s.b1_dtype);
     if (s.need_dx || s.need_dw1) {
       const detail::Fp8Pair p =
           detail::quantize_for_gemm(dpre, s.recipe, Fp8Role::GradOutput, s.grad_meta1, s.need_dx, s.need_dw1);
       if (s.need_dx) d[0] = gemm_tn(p.rowwise, s.w1t, s.x_dtype);
-      if (s.need_dw1) d[1] = gemm_tn(p.columnwise, s.xt, s.w1_dtype);
+      if (s.need_dw1) d[1] = gemm_tn(p.columnwise, s.xt, s.w1_dtype, {}, partial[1]);
     }
   } else if (s.need_db2) {
     d[4] = ops::detail::bias_grad(dy).to(s.b2_dtype);
@@ -136,7 +137,9 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
     s.w2_dtype = w2.dtype();
     s.b1_dtype = b1.defined() ? b1.dtype() : DType::F32, s.b2_dtype = b2.defined() ? b2.dtype() : DType::F32;
     grad.record("Fp8MlpBackward", {&y},
-                [s = std::move(s)](const std::vector<Tensor>& g) { return fp8_mlp_backward(g[0], s); });
+                autograd::PartialBackwardFn([s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
+                  return fp8_mlp_backward(g[0], s, partial);
+                }));
   }
   return y;
 }

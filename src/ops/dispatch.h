@@ -98,6 +98,9 @@ inline Tensor epilogue_bias(const Tensor& compute_bias, const Tensor& bias) {
 // device), else a new tensor. The product is FP32 either way and the addition rounds once, as AccumulateGrad's add
 // did: the same bits for f32 gradients (src/ops/linear.cpp).
 Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tensor& into, const Tensor& bias_grad = {});
+// Whether a gradient the engine offered (`into`, possibly undefined) can take a GEMM's [rows, cols] product of
+// `dtype` on `device` with beta = 1: weight_grad's rule, and fp8::detail::gemm_tn's for the FP8 weight gradients.
+bool adds_into(const Tensor& into, DType dtype, int64_t rows, int64_t cols, Device device);
 // The bias gradient of a Linear: the column sums of a 2-d dy in FP32 (f64 for f64), never rounded to dy's dtype
 // (src/ops/linear.cpp).
 Tensor bias_grad(const Tensor& dy);

@@ -18,11 +18,14 @@ Tensor bias_grad(const Tensor& dy) {
   return column_sums(dy, DType::F32);
 }
 
+bool adds_into(const Tensor& into, DType dtype, int64_t rows, int64_t cols, Device device) {
+  return into.defined() && into.dtype() == dtype && into.is_contiguous() && into.device() == device &&
+         into.shape() == Shape{rows, cols};
+}
+
 Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tensor& into, const Tensor& bias_grad) {
-  const bool adds = into.defined() && dy.dim() == 2 && x.dim() == 2 && into.dtype() == w_dtype &&
-                    into.is_contiguous() && into.device() == dy.device() &&
-                    into.shape() == Shape{dy.size(1), x.size(1)};
-  if (!adds) return matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = bias_grad});
+  if (dy.dim() != 2 || x.dim() != 2 || !adds_into(into, w_dtype, dy.size(1), x.size(1), dy.device()))
+    return matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = bias_grad});
   matmul_out(dy, x, into, 1.0f, {.trans_a = true, .bias_grad = bias_grad});
   return into;
 }

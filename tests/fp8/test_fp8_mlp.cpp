@@ -4,12 +4,15 @@
 // its errors.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "device_test.h"
 #include "mpt/fp8/scaling.h"
 #include "mpt/amp/master_weights.h"
+#include "mpt/core/memory.h"
+#include "mpt/ops/elementwise.h"
 #include "mpt/ops/activation.h"
 #include "mpt/fp8/linear.h"
 #include "mpt/fp8/mlp.h"
@@ -108,6 +111,61 @@ INSTANTIATE_TEST_SUITE_P(Fp8, Fp8MlpRecipes, ::testing::ValuesIn(cases()),
                            for (char& ch : s) if (ch == ' ') ch = '_';
                            return s;
                          });
+
+// Gradient accumulation: a later micro-batch's FP8 weight gradients are added into the FP32 master gradients by their
+// GEMMs (beta = 1 on the FP8 GEMM, TransformerEngine's fuse_wgrad_accumulation; the engine offers the leaf's .grad),
+// for fp8_linear's W and fp8_mlp's W1 and W2: the bits of the separate gradients added (each dW rounded once to FP32
+// after its dequantization scales, then the sum rounded once), no [out, in] gradient allocated for the second
+// micro-batch, every recipe.
+TEST_P(Fp8MlpRecipes, ALaterMicroBatchAddsItsWeightGradientsInTheFp8Gemms) {
+  const fp8::Fp8Recipe& recipe = GetParam().recipe;
+  const int64_t n = 16, c = 144, h = 272;
+  const Tensor w0 = random_tensor({c, c}, DType::F32, 1, 0.2), w1_0 = random_tensor({h, c}, DType::F32, 2, 0.2);
+  const Tensor w2_0 = random_tensor({c, h}, DType::F32, 4, 0.1);
+  const Tensor x1 = random_tensor({n, c}, DType::BF16, 10, 2.0), x2 = random_tensor({n, c}, DType::BF16, 11, 2.0);
+  const Tensor dy1 = random_tensor({n, c}, DType::BF16, 20), dy2 = random_tensor({n, c}, DType::BF16, 21);
+  // fp8_linear -> fp8_mlp on one scaling state (delayed scaling's scales hold for the whole step), the weights' codes
+  // made once (Autocast's cache), so that a micro-batch allocates activations and gradients only.
+  struct Model {
+    fp8::Fp8ScalingState state;
+    fp8::Fp8LinearMetas fc, up, down;
+    Tensor w, w1, w2;
+    std::shared_ptr<const fp8::Fp8Weight> q, q1, q2;
+  };
+  auto model = [&] {
+    auto m = std::make_unique<Model>(Model{fp8::Fp8ScalingState(recipe), {}, {}, {}, w0.clone().requires_grad_(),
+                                           w1_0.clone().requires_grad_(), w2_0.clone().requires_grad_()});
+    m->fc = m->state.register_linear("fc"), m->up = m->state.register_linear("up");
+    m->down = m->state.register_linear("down");
+    m->q = amp::fp8_weight_copy(m->w, recipe, m->fc.weight, true);
+    m->q1 = amp::fp8_weight_copy(m->w1, recipe, m->up.weight, true);
+    m->q2 = amp::fp8_weight_copy(m->w2, recipe, m->down.weight, true);
+    return m;
+  };
+  auto micro_batch = [&](const Model& m, const Tensor& x, const Tensor& dy) {
+    const Tensor a = fp8::fp8_linear(x, m.w, Tensor(), {recipe, m.fc, DType::BF16, m.q});
+    fp8::fp8_mlp(a, m.w1, Tensor(), m.w2, Tensor(),
+                 {.recipe = recipe, .metas1 = m.up, .metas2 = m.down, .out_dtype = DType::BF16, .weight1_fp8 = m.q1,
+                  .weight2_fp8 = m.q2})
+        .backward(dy);
+  };
+  const auto acc = model();
+  micro_batch(*acc, x1, dy1);
+  const Tensor first = acc->w1.grad();
+  const int64_t before = memory_stats(Device::cpu()).current_bytes;
+  reset_peak_memory_stats(Device::cpu());
+  micro_batch(*acc, x2, dy2);
+  EXPECT_LT(memory_stats(Device::cpu()).peak_bytes - before, h * c * 4) << "a second [out, in] dW was allocated";
+  EXPECT_TRUE(acc->w1.grad().shares_storage(first)) << "in place";
+  // The reference: each micro-batch on its own leaves (same scales), the gradients added.
+  const auto a = model(), b = model();
+  micro_batch(*a, x1, dy1);
+  micro_batch(*b, x2, dy2);
+  EXPECT_TRUE(same_bits(acc->w.grad(), ops::add(a->w.grad(), b->w.grad()))) << "fp8_linear W";
+  EXPECT_TRUE(same_bits(acc->w1.grad(), ops::add(a->w1.grad(), b->w1.grad()))) << "fp8_mlp W1";
+  EXPECT_TRUE(same_bits(acc->w2.grad(), ops::add(a->w2.grad(), b->w2.grad()))) << "fp8_mlp W2";
+  amp::invalidate_compute_copies();
+}
 
 // Only some inputs train: the op computes exactly the gradients asked for and the same bits for them.
 TEST(Fp8Mlp, FrozenFirstLayerAndNoInputGradient) {
