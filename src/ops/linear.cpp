@@ -51,6 +51,21 @@ Tensor padded_rows(const Tensor& w, int64_t rows, DType dtype) {
   return out;
 }
 
+namespace {
+
+// The padded head's offered gradient `g` [rows, C] seen as [padded, C] over its own storage, for its padded GEMM to
+// add into, when that storage is exactly padded rows (AccumulateGrad took over the first micro-batch's padded GEMM
+// output, whose spare rows nobody reads) and nothing but the leaf's .grad and the engine's offer holds it (a bucket
+// view's storage is the bucket's, holding other gradients after it); else undefined.
+Tensor padded_view(const Tensor& g, int64_t padded) {
+  if (!g.defined() || g.dim() != 2 || !g.is_contiguous() || g.offset() != 0 || g.storage() == nullptr) return {};
+  const std::shared_ptr<Storage>& st = g.storage();
+  if (st.use_count() > 2 || st->nbytes() != static_cast<size_t>(padded * g.size(1)) * g.element_size()) return {};
+  return Tensor(st, {padded, g.size(1)}, {g.size(1), 1}, 0, g.dtype());
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const LinearOptions& opt) {
   const char* op = "linear";
   MPT_CHECK(x.defined() && weight.defined() && x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
@@ -98,7 +113,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
                 // With both dW and db wanted, db comes out of dW's GEMM (cuBLASLt's BGRADA epilogue on CUDA).
                 Tensor db;
                 if (need_w && need_b && w_dtype != DType::F64) db = Tensor::empty({dy.size(1)}, w_dtype, dy.device());
-                if (need_w) d[1] = detail::weight_grad(dy, x, w_dtype, pad ? Tensor{} : partial[1], db);
+                const Tensor into = pad ? padded_view(partial[1], dy.size(1)) : partial[1];
+                if (need_w) d[1] = detail::weight_grad(dy, x, w_dtype, into, db);
                 if (need_w && pad) d[1] = d[1].slice(0, 0, rows);  // a prefix of rows: contiguous, no copy
                 if (need_b && !db.defined()) db = detail::bias_grad(dy);
                 if (need_b) d[2] = db.dtype() == b_dtype ? db : db.to(b_dtype);

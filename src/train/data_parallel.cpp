@@ -192,7 +192,12 @@ void DataParallel::on_grad_ready(size_t param) {
   if (!step_started_) step_started_ = true, step_t0_ = now_s();
   Bucket& b = *buckets_[bucket_of_[param]];
   const size_t slot = static_cast<size_t>(std::find(b.params.begin(), b.params.end(), param) - b.params.begin());
-  if (!b.is_ready[slot] && !b.launched) {  // else a second backward before finish(): the bucket already left
+  // A second backward into a parameter whose bucket already left (no NoSync): the bucket is in flight and the
+  // gradient, its view since launch(), was just added into (PyTorch's "mark a variable ready only once").
+  MPT_CHECK(!b.launched, "[DataParallel] parameter {} got a second gradient after its bucket {} was launched: a second "
+            "backward before finish() needs DataParallel::NoSync around every backward but the last of the step",
+            names_[param], bucket_of_[param]);
+  if (!b.is_ready[slot]) {  // else a second backward into a bucket still filling: it accumulates before the launch
     b.is_ready[slot] = true;
     if (++b.ready == b.params.size()) launch_ready();
   }
@@ -231,7 +236,12 @@ void DataParallel::launch(Bucket& b) {
       dst.zero_();
       continue;
     }
-    if (!same_view(g.reshape({-1}), dst)) dst.copy_(g.reshape({-1}));  // else it accumulated in the bucket
+    if (same_view(g.reshape({-1}), dst)) continue;  // it accumulated in the bucket
+    dst.copy_(g.reshape({-1}));
+    // The local gradient now lives in the bucket: the gradient becomes its view here, not at finish(), so the
+    // autograd buffer is freed as its bucket leaves (PyTorch's Reducer with gradient_as_bucket_view), and the
+    // step's peak does not hold every gradient twice.
+    if (g.dtype() == dst.dtype()) p.set_grad(dst.view(p.shape()));
   }
   // meta = [used flags | amaxes], made on the device: the flags are uploaded only when they change (a copy from
   // host memory waits for the device), and copied on the device into meta, which the MAX all-reduce overwrites.

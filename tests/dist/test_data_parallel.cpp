@@ -10,6 +10,7 @@
 #include "mpt/train/data_parallel.h"
 #include "mpt/train/trainer.h"
 #include "mpt/mpt.h"
+#include "test_util.h"
 
 using namespace mpt;
 
@@ -213,6 +214,37 @@ TEST(DataParallel, GradientsAreViewsOfTheirBucketsAndAccumulateThere) {
     std::printf("rank %d of %d, step %d: gradients as bucket views, worst normwise difference %.3g\n", me, n, step,
                 worst);
   }
+}
+
+// A gradient becomes its bucket's view as the bucket leaves, during backward (PyTorch's Reducer with
+// gradient_as_bucket_view), so that the autograd buffer is freed then and not at finish(): one storage per bucket
+// before finish() too. A second backward into launched buckets without NoSync is refused with the parameter's name
+// (its gradient is the in-flight bucket); finish() then still completes the step's collectives.
+TEST(DataParallel, AGradientBecomesItsBucketsViewWhenTheBucketLeaves) {
+  const auto comm = dist::world();
+  const int n = comm->size(), me = comm->rank();
+  nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));
+  train::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10});
+  ASSERT_GT(dp.num_buckets(), 2);
+  const auto [x, y] = global_batch(n, 0);
+  const Tensor xs = x.slice(0, 2 * me, 2 * me + 2), ys = y.slice(0, 2 * me, 2 * me + 2);
+  model.loss(xs, ys).backward();
+  ASSERT_EQ(dp.buckets_started_in_backward(), dp.num_buckets());
+  std::set<const void*> storages;
+  for (const auto& p : model.named_parameters()) {
+    ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+    storages.insert(p.tensor.grad().storage().get());
+  }
+  EXPECT_EQ(static_cast<int64_t>(storages.size()), dp.num_buckets()) << "before finish()";
+  EXPECT_MPT_ERROR(model.loss(xs, ys).backward(), "got a second gradient after its bucket");
+  dp.finish();
+  nn::GPT reference(tiny(100));
+  model.zero_grad();
+  model.loss(xs, ys).backward();
+  dp.finish();
+  reference.loss(x, y).backward();
+  const double worst = worst_difference(model.named_parameters(), reference.named_parameters(), true, 1e-5);
+  std::printf("rank %d of %d: the step after the refused backward, worst normwise difference %.3g\n", me, n, worst);
 }
 
 // Several SGD (momentum) steps with clipping: the parameters match one process on the whole batch, uncompressed,

@@ -128,12 +128,14 @@ TEST(GpuDataParallel, NcclCompressedGradientsStayWithinTheirBudgets) {
   EXPECT_GT(fp8, 0.0) << "FP8 codes cannot carry these gradients exactly";
 }
 
+#if defined(MPT_CUDA_EMULATION)
+// Parameters that train (one gradient each).
+uint64_t trained_parameters(const nn::Module& m) { return m.named_parameters().size(); }
+#endif
+
 // One process on a GPU (train_gpt without mpirun): DataParallel over the single-process communicator, which takes
 // device tensors (it refused them once, so train_gpt failed on every GPU). Its collectives change nothing, so the
 // parameters after SGD steps have the bits of plain training on the device; ZeRO-1's one shard is every parameter.
-// Parameters that train (one gradient each).
-uint64_t trained_parameters(const nn::Module& m) { return m.named_parameters().size(); }
-
 TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
   MPT_REQUIRE_GPU(8);
   const Device d = Device::cuda(0);

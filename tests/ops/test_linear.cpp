@@ -153,6 +153,44 @@ TEST(Linear, ALaterMicroBatchAddsItsWeightGradientInTheGemm) {
   }
 }
 
+// The LM head padded for cuBLASLt (LinearOptions::out_padded, GPT-2's 50257 rows run as 50304): AccumulateGrad keeps
+// the first micro-batch's padded GEMM output as the gradient, and a later micro-batch's padded GEMM adds into that
+// storage (its spare rows included, which nobody reads): the bits of the separate gradients added, no new padded dW.
+// Not when something else holds the storage (a DataParallel bucket, whose next gradients follow): then a new one.
+TEST(Linear, APaddedHeadsLaterMicroBatchAddsIntoItsGradientsStorage) {
+  const int64_t n = 16, k = 64, rows = 1000, padded = 1024;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor w0 = random_tensor({rows, k}, DType::F32, 41);
+    const Tensor x1 = random_tensor({n, k}, dt, 42), x2 = random_tensor({n, k}, dt, 43);
+    const Tensor dy1 = random_tensor({n, padded}, dt, 44), dy2 = random_tensor({n, padded}, dt, 45);
+    const Tensor wc = ops::padded_rows(w0, padded, dt);  // the padded compute copy Autocast caches
+    auto micro_batch = [&](const Tensor& w, const Tensor& x, const Tensor& dy) {
+      ops::linear(x, w, Tensor{}, {.compute_weight = wc, .out_padded = padded})
+          .backward(dy);
+    };
+    Tensor w = w0.clone().requires_grad_(true);
+    micro_batch(w, x1, dy1);
+    const Storage* first = w.grad().storage().get();
+    const int64_t before = memory_stats(Device::cpu()).current_bytes;
+    reset_peak_memory_stats(Device::cpu());
+    micro_batch(w, x2, dy2);
+    EXPECT_LT(memory_stats(Device::cpu()).peak_bytes - before, rows * k * 4) << "a second padded dW was allocated";
+    EXPECT_EQ(w.grad().storage().get(), first) << "in place";
+    Tensor wa = w0.clone().requires_grad_(true), wb = w0.clone().requires_grad_(true);
+    micro_batch(wa, x1, dy1);
+    micro_batch(wb, x2, dy2);
+    EXPECT_TRUE(mpt::testing::same_bits(w.grad(), ops::add(wa.grad(), wb.grad())));
+    // Another holder of the gradient's storage: the GEMM writes a new gradient, the add leaves the holder's spare
+    // rows alone.
+    const Tensor holder(wa.grad().storage(), {padded, k}, {k, 1}, 0, DType::F32);
+    const Tensor spare = holder.slice(0, rows, padded).clone();
+    micro_batch(wa, x2, dy2);
+    EXPECT_TRUE(mpt::testing::same_bits(holder.slice(0, rows, padded), spare));
+    EXPECT_TRUE(mpt::testing::same_bits(wa.grad(), w.grad()));
+  }
+}
+
 // LinearOptions::compute_bias (what autocast passes on CUDA: the master bias's BF16 copy, cuBLASLt's bias type): the
 // GEMM adds the copy's values, bit for bit what the master rounded to BF16 gives, and the gradient still goes to the
 // FP32 master, bit for bit as without the copy. MlpOptions::compute_b1 / compute_b2 likewise.
