@@ -315,7 +315,8 @@ TEST(GpuStepCounts, Bf16BiasesReachTheGemmsAsCachedCopies) {
 
 // GPT's tied wte: the LM head's weight gradient is computed first, and the embedding's backward adds into it
 // (autograd::Node::apply_partial) instead of zero-filling a [vocab, C] table of its own that the engine then adds:
-// the step's fills are the untied position table's (one [T, C] per micro-batch) and scalars, in either stream dtype.
+// the step's fills are the untied position table's and scalars, in either stream dtype. The position table is
+// filled in the first micro-batch only: later ones add into the leaf's .grad (the engine offers it, as to the GEMMs).
 TEST(GpuStepCounts, TheTiedEmbeddingAddsIntoTheHeadsGradient) {
   MPT_REQUIRE_GPU(8);
   constexpr uint64_t C = 64;
@@ -328,11 +329,33 @@ TEST(GpuStepCounts, TheTiedEmbeddingAddsIntoTheHeadsGradient) {
       fills += k.launches;
       filled += k.bytes_written;
     }
-    // The position table's FP32 gradient per micro-batch, and a few 0-d accumulators (the loss's, clipping's).
-    const uint64_t positions = kAccum * kT * C * 4;
-    EXPECT_GE(fills, kAccum) << precision;
+    // The position table's FP32 gradient in the first micro-batch, and a few 0-d accumulators (the loss's, clipping's).
+    const uint64_t positions = kT * C * 4;
+    EXPECT_GE(fills, 1u) << precision;
     EXPECT_GE(filled, positions) << precision;
     EXPECT_LT(filled, positions + 64) << precision << ": a [" << kVocab << ", " << C << "] table was zero-filled";
+  }
+}
+
+// Gradient accumulation (kAccum micro-batches): every micro-batch after the first adds its weight gradients in the
+// weight-gradient GEMMs (beta = 1 into the leaf's FP32 .grad, ops::linear / ops::mlp / fp8_linear / fp8_mlp, the
+// padded LM head into its spare rows), so the elementwise adds that remain are the 1-d parameters' and the position
+// table's: all of them write fewer bytes than the 2-d weights' gradients, which AccumulateGrad's adds wrote before.
+TEST(GpuStepCounts, LaterMicroBatchesAddTheirWeightGradientsInTheGemms) {
+  MPT_REQUIRE_GPU(8);
+  for (const std::string precision : {"bf16", "bf16+bf16-stream", "fp8-delayed"}) {
+    std::vector<emu::KernelSite> sites;
+    step_sites(precision, nullptr, &sites);
+    uint64_t mapped = 0;
+    for (const emu::KernelSite& k : sites)
+      if (k.name == "map.cuh launch_map" || k.name == "broadcast.cuh launch_broadcast") mapped += k.bytes_written;
+    uint64_t matrices = 0;
+    for (const NamedParameter& p : TrainLoop(precision).model().named_parameters())
+      if (p.tensor.dim() == 2 && p.name.find("wpe") == std::string::npos)
+        matrices += static_cast<uint64_t>(p.tensor.numel()) * 4;
+    std::printf("%-18s elementwise bytes written %llu, 2-d weight gradients %llu bytes\n", precision.c_str(),
+                static_cast<unsigned long long>(mapped), static_cast<unsigned long long>(matrices));
+    EXPECT_LT(mapped, matrices) << precision << ": the weight gradients were added outside their GEMMs";
   }
 }
 
