@@ -69,7 +69,12 @@ struct DataParallel::Bucket {
   std::vector<size_t> params;    // indices into params_, in flat order: grouped by owner rank
   std::vector<int64_t> offsets;  // of each parameter in flat
   std::vector<int64_t> counts;   // elements per owner rank (the reduce-scatter split)
-  Tensor flat;                   // F32: the concatenated gradients, then the reduced ones
+  int64_t numel = 0;             // elements of flat
+  // F32: the concatenated gradients, then the reduced ones. Made at launch() and let go at finish(), where the
+  // gradients become its views: they hold it until they are released (zero_grad), so the buckets take no memory
+  // between steps (at the forward's end, where a step peaks) and the step holds no gradient twice.
+  Tensor flat;
+  std::weak_ptr<Storage> last;   // the previous step's flat, reused while gradients still view it (zero_grad(false))
   Tensor wire;                   // what travels (flat itself, its BF16 or FP8 codes, or this rank's F32 shard)
   Tensor meta;                   // F32 [used flags | amaxes], MAX-reduced (on the parameters' device)
   Tensor used;                   // F32: this rank's used flags on the device, uploaded when used_host changes
@@ -143,9 +148,8 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
       if (options.zero1) b->counts[static_cast<size_t>(owner_[i])] += params_[i].numel();
       bucket_of_[i] = buckets_.size();
     }
-    b->flat = Tensor::zeros({at}, DType::F32, device_);
+    b->numel = at;
     b->is_ready.assign(order.size(), false);
-    if (options.zero1) b->wire = Tensor::zeros({b->counts[static_cast<size_t>(comm_->rank())]}, DType::F32, device_);
     buckets_.push_back(std::move(b));
   }
   timing_.launched_s.assign(buckets_.size(), 0);
@@ -226,6 +230,11 @@ void DataParallel::launch(Bucket& b) {
   const profile::Range range("communication/bucket {}", bucket_of_[b.params.front()]);
   autograd::NoGradGuard no_grad;
   const size_t np = b.params.size();
+  if (!b.flat.defined()) {  // every part is written below (a gradient, or zeros)
+    const std::shared_ptr<Storage> last = b.last.lock();
+    b.flat = last != nullptr ? Tensor(last, {b.numel}, {1}, 0, DType::F32)
+                             : Tensor::empty({b.numel}, DType::F32, device_);
+  }
   std::vector<float> used(np, 0.0f);
   for (size_t k = 0; k < np; ++k) {
     const Tensor& p = params_[b.params[k]];
@@ -263,13 +272,15 @@ void DataParallel::launch(Bucket& b) {
     ops::fp8_wire_amax_(amaxes);  // a NaN travels as inf: MAX keeps it on every rank
   }
   b.meta_work = comm_->all_reduce(b.meta, dist::ReduceOp::Max);
-  const int64_t numel = b.flat.numel();
+  const int64_t numel = b.numel;
   switch (options_.compression) {
     case GradCompression::None:
-      if (options_.zero1)
+      if (options_.zero1) {
+        b.wire = Tensor::empty({b.counts[static_cast<size_t>(comm_->rank())]}, DType::F32, device_);
         b.work = comm_->reduce_scatter_v(b.flat, b.wire, b.counts, dist::ReduceOp::Avg);
-      else
+      } else {
         b.work = comm_->all_reduce(b.flat, dist::ReduceOp::Avg);
+      }
       break;
     case GradCompression::BF16:
       b.wire = b.flat.to(DType::BF16);
@@ -354,6 +365,10 @@ void DataParallel::finish() {
       if (!same_view(p.grad(), avg)) p.set_grad(avg);
     }
     b.work.reset();
+    // The gradients hold the buffers from here (flat's views, or ZeRO-1's shard in wire): let go of them.
+    b.last = b.flat.storage();
+    b.flat = Tensor{};
+    b.wire = Tensor{};
     b.ready = 0;
     b.launched = false;
     std::fill(b.is_ready.begin(), b.is_ready.end(), false);
@@ -386,7 +401,7 @@ void DataParallel::sync_parameters() {
   autograd::NoGradGuard no_grad;
   const int me = comm_->rank();
   std::vector<std::unique_ptr<dist::Work>> works;
-  std::vector<Tensor> sends;
+  std::vector<Tensor> sends, gathered;  // per bucket (the gradient buckets are the gradients' by now)
   for (auto& bp : buckets_) {  // every bucket in flight at once, then unpacked
     Bucket& b = *bp;
     Tensor send = Tensor::empty({b.counts[static_cast<size_t>(me)]}, DType::F32, device_);
@@ -398,7 +413,8 @@ void DataParallel::sync_parameters() {
       at += p.numel();
     }
     sends.push_back(send);
-    works.push_back(comm_->all_gather_v(sends.back(), b.flat, b.counts));
+    gathered.push_back(Tensor::empty({b.numel}, DType::F32, device_));
+    works.push_back(comm_->all_gather_v(sends.back(), gathered.back(), b.counts));
   }
   for (size_t i = 0; i < buckets_.size(); ++i) {
     works[i]->wait();
@@ -406,7 +422,7 @@ void DataParallel::sync_parameters() {
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& p = params_[b.params[k]];
       if (owner_[b.params[k]] == me) continue;
-      p.detach().copy_(b.part(k, p).view(p.shape()));
+      p.detach().copy_(gathered[i].slice(0, b.offsets[k], b.offsets[k] + p.numel()).view(p.shape()));
       amp::invalidate_compute_copies(p);  // its cached FP16/BF16/FP8 copies held the old values
     }
   }

@@ -247,6 +247,44 @@ TEST(DataParallel, AGradientBecomesItsBucketsViewWhenTheBucketLeaves) {
   std::printf("rank %d of %d: the step after the refused backward, worst normwise difference %.3g\n", me, n, worst);
 }
 
+// The buckets take memory only from their launch until the gradients that view them are released: between steps
+// (where a step peaks, at the forward's end) a DataParallel holds only its small "used" flags, and no step holds a
+// gradient twice. Uncompressed, ZeRO-1 and BF16-compressed; zero_grad(false) keeps the views (and their buckets),
+// which the next step reuses.
+TEST(DataParallel, BucketsTakeNoMemoryBetweenSteps) {
+  const auto comm = dist::world();
+  const int n = comm->size(), me = comm->rank();
+  for (const train::DataParallelOptions& o :
+       {train::DataParallelOptions{.bucket_bytes = 16 << 10}, {.bucket_bytes = 16 << 10, .zero1 = true},
+        {.bucket_bytes = 16 << 10, .compression = train::GradCompression::BF16}}) {
+    nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));
+    int64_t param_bytes = 0;
+    for (const auto& p : model.named_parameters()) param_bytes += p.tensor.numel() * 4;
+    const int64_t before = memory_stats(Device::cpu()).current_bytes;
+    train::DataParallel dp(model, comm, o);
+    for (int step = 0; step < 2; ++step) {
+      const auto [x, y] = global_batch(n, step);
+      model.loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2)).backward();
+      dp.finish();
+      model.zero_grad();
+      EXPECT_LT(memory_stats(Device::cpu()).current_bytes - before, param_bytes / 16)
+          << "step " << step << (o.zero1 ? " zero1" : "") << ": the buckets stayed";
+    }
+    const auto [x, y] = global_batch(n, 2);
+    model.loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2)).backward();
+    dp.finish();
+    std::set<const void*> kept;
+    for (const auto& p : model.named_parameters())
+      if (p.tensor.grad().defined()) kept.insert(p.tensor.grad().storage().get());
+    model.zero_grad(/*set_to_none=*/false);
+    model.loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2)).backward();
+    dp.finish();
+    for (const auto& p : model.named_parameters())
+      if (p.tensor.grad().defined() && !o.zero1)
+        EXPECT_TRUE(kept.count(p.tensor.grad().storage().get()) == 1) << p.name << ": the kept bucket was reused";
+  }
+}
+
 // Several SGD (momentum) steps with clipping: the parameters match one process on the whole batch, uncompressed,
 // with ZeRO-1, and compressed within the compression's rounding.
 TEST(DataParallel, ParametersAfterStepsMatchOneProcess) {
