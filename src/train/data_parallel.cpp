@@ -196,10 +196,14 @@ void DataParallel::on_grad_ready(size_t param) {
   if (!step_started_) step_started_ = true, step_t0_ = now_s();
   Bucket& b = *buckets_[bucket_of_[param]];
   const size_t slot = static_cast<size_t>(std::find(b.params.begin(), b.params.end(), param) - b.params.begin());
-  // A second backward into a parameter whose bucket already left (no NoSync): the bucket is in flight and the
-  // gradient, its view since launch(), was just added into (PyTorch's "mark a variable ready only once").
-  MPT_CHECK(!b.launched, "[DataParallel] parameter {} got a second gradient after its bucket {} was launched: a second "
-            "backward before finish() needs DataParallel::NoSync around every backward but the last of the step",
+  // A second gradient for a parameter whose bucket already left: the bucket is in flight and the gradient, its view
+  // since launch(), was just added into (PyTorch's "mark a variable ready only once"). A second backward without
+  // NoSync, or a parameter used in several checkpointed segments (or inside one and outside), whose hooks fire once
+  // per segment's nested pass (autograd/checkpoint.h): the first launch would have sent a partial gradient.
+  MPT_CHECK(!b.launched,
+            "[DataParallel] parameter {} got a second gradient after its bucket {} was launched: a second backward "
+            "before finish() needs DataParallel::NoSync around every backward but the last of the step, and a "
+            "parameter may not be used in several activation-checkpointed segments (or inside one and outside it)",
             names_[param], bucket_of_[param]);
   if (!b.is_ready[slot]) {  // else a second backward into a bucket still filling: it accumulates before the launch
     b.is_ready[slot] = true;

@@ -361,9 +361,9 @@ TEST(GpuTraining, Fp16GradScalerSkipsTheSameStepAndMatchesCpu) {
 // CPU run's. So each later step s is replayed on the CPU from the GPU's own parameters and scaling state after
 // s - 1 (Resume): the same inputs again, the per-op budget again. An amax of the wrong tensor, or taken after
 // scaling, is off by far more.
-void fp8_run(const std::string& precision) {
-  const Trace fp32 = train(Device::cpu(), TrainRun{});
-  const TrainRun run{.precision = precision};
+void fp8_run(const std::string& precision, int64_t accum = 1) {
+  const Trace fp32 = train(Device::cpu(), TrainRun{.accum = accum});
+  const TrainRun run{.precision = precision, .accum = accum};
   const Trace gpu = train(Device::cuda(0), run), cpu = train(Device::cpu(), run);
   compare(gpu, cpu, {&fp32}, precision);
   ASSERT_FALSE(cpu.fp8_state.empty()) << precision;
@@ -401,6 +401,16 @@ TEST(GpuTraining, Fp8CurrentScalingMatchesCpu) {
 TEST(GpuTraining, Fp8BlockScalingMatchesCpu) {
   MPT_REQUIRE_GPU(9);
   fp8_run("fp8-block");
+}
+
+// Two micro-batches under block scaling: the second's FP8 weight gradients are added into the FP32 ones by cuBLASLt's
+// block-scaled FP8 GEMMs (beta = 1, an FP32 C; fp8::detail::gemm_tn's add_into), which vendor-semantics R4.3 documents
+// and only a GPU can confirm. (fp8-current with two micro-batches misses this test's loss budget at step 1 under
+// emulation, identically with the GEMMs' addition off; perhaps AdamW's first update amplifying FP8 noise: not yet
+// understood.)
+TEST(GpuTraining, Fp8BlockScalingAccumulatedMatchesCpu) {
+  MPT_REQUIRE_GPU(9);
+  fp8_run("fp8-block", 2);
 }
 
 // A BF16 stream under FP8: the norms write BF16 (their FP8 codes need the FP32 stream) and the FP8 layers quantize it.
