@@ -61,7 +61,7 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s, con
   }
   Tensor dx, dw;
   if (s.need_dx) dx = gemm_tn(q.rowwise, s.wt, s.x_dtype).reshape(s.x_shape);  // (N, M) x (K, M)^T
-  if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype, {}, partial[1]);               // (M, N) x (K, N)^T
+  if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype, {}, partial[1]);  // (M, N) x (K, N)^T
   return {dx, dw, db};
 }
 

@@ -137,9 +137,10 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
     s.w2_dtype = w2.dtype();
     s.b1_dtype = b1.defined() ? b1.dtype() : DType::F32, s.b2_dtype = b2.defined() ? b2.dtype() : DType::F32;
     grad.record("Fp8MlpBackward", {&y},
-                autograd::PartialBackwardFn([s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
-                  return fp8_mlp_backward(g[0], s, partial);
-                }));
+                autograd::PartialBackwardFn(
+                    [s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
+                      return fp8_mlp_backward(g[0], s, partial);
+                    }));
   }
   return y;
 }

@@ -84,9 +84,10 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
           x.requires_grad(), w1.requires_grad(), b1.defined() && b1.requires_grad(), w2.requires_grad(),
           b2.defined() && b2.requires_grad()};
   grad.record("MlpBackward", {&y},
-              autograd::PartialBackwardFn([s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
-                return mlp_backward(g[0], s, partial);
-              }));
+              autograd::PartialBackwardFn(
+                  [s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
+                    return mlp_backward(g[0], s, partial);
+                  }));
   return y;
 }
 

@@ -144,7 +144,8 @@ TEST(Linear, ALaterMicroBatchAddsItsWeightGradientInTheGemm) {
       Tensor w1b = w1_0.clone().requires_grad_(true), w2b = w2_0.clone().requires_grad_(true);
       micro_batch(wa, ba, w1a, w2a, x1, dy1);
       micro_batch(wb, bb, w1b, w2b, x2, dy2);
-      for (auto [a, c] : {std::pair{wa, wb}, {ba, bb}, {w1a, w1b}, {w2a, w2b}}) sums.push_back(ops::add(a.grad(), c.grad()));
+      for (auto [a, c] : {std::pair{wa, wb}, {ba, bb}, {w1a, w1b}, {w2a, w2b}})
+        sums.push_back(ops::add(a.grad(), c.grad()));
     }
     EXPECT_TRUE(mpt::testing::same_bits(w.grad(), sums[0])) << "W";
     EXPECT_TRUE(mpt::testing::same_bits(b.grad(), sums[1])) << "b";
