@@ -131,8 +131,11 @@ ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string
   if (policy == nullptr || !stream || qat_scheme(policy, path) != nullptr) return x;
   const amp::Precision p = policy->at(path, weight.size(1), weight.size(0), weight.device());
   if (p == amp::Precision::FP8) {
-    if (policy->fp8_state == nullptr || std::holds_alternative<fp8::BlockScaling>(policy->fp8_state->recipe()))
-      return x;
+    if (policy->fp8_state == nullptr) return x;
+    // Block scaling quantizes the norm's output along rows and along columns (1x128 each way): a BF16 output, as the
+    // BF16 layers read (TransformerEngine's LayerNormLinear under Float8BlockScaling quantizes a BF16 ln_out).
+    if (std::holds_alternative<fp8::BlockScaling>(policy->fp8_state->recipe()))
+      return x == DType::F32 ? DType::BF16 : x;
     const fp8::Fp8LinearMetas metas = policy->fp8_state->register_linear(std::string(path));
     const auto& in = metas.input;
     if (in == nullptr || in->collect_telemetry || in->dtype != DType::F8E4M3 || in->scale.device() != weight.device())
@@ -159,7 +162,7 @@ std::optional<ops::NormOutput> autocast_shared_fp8_input(DType x, const std::vec
       return std::nullopt;
   }
   ops::NormOutput first = autocast_input_format(x, *readers[0].weight, readers[0].path);
-  if (first.dtype != DType::F8E4M3) return std::nullopt;
+  if (first.dtype != DType::F8E4M3) return first;  // a plain dtype (block scaling's BF16): each reader quantizes it
   const std::string input = std::string(readers[0].path) + ".input";
   for (size_t i = 1; i < readers.size(); ++i)
     policy->fp8_state->share_tensor(std::string(readers[i].path) + ".input", input, fp8::Fp8Role::Input);

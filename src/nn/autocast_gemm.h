@@ -26,8 +26,10 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
 // for an f32 x under FP8 delayed scaling, E4M3 codes with the layer's input scale and amax slot (the quantization;
 // not while that meta collects telemetry); under current scaling, E4M3 codes whose scale the norm finds (a first pass
 // for the amax) and writes into new scale and scale_inv tensors that the layer's input meta holds from then on (asked
-// right before the norm runs, so that its reader takes them). `x` itself otherwise: no policy, an f32 GEMM, block
-// scaling (whose scales come from x's blocks) and QAT. autocast_linear and autocast_mlp take such codes.
+// right before the norm runs, so that its reader takes them). Under block scaling (whose scales come from x's
+// blocks) bf16 for an f32 x: not what autocast_linear makes of an f32 x but a rounding before it, as the BF16 layers
+// read and TransformerEngine's block-scaled ln_out is. `x` itself otherwise: no policy, an f32 GEMM and QAT.
+// autocast_linear and autocast_mlp take such codes.
 ops::NormOutput autocast_input_format(DType x, const Tensor& weight, std::string_view path);
 
 // One layer reading an input: its weight and policy path.
@@ -40,7 +42,8 @@ struct InputReader {
 // codes with the first reader's input scale when autocast_input_format gives it codes and every other reader runs
 // FP8 too (no QAT, its weight on the scaling state's device). The others' input metas then resolve to the first's
 // (Fp8ScalingState::share_tensor): under delayed scaling their histories were copies of it, each folding the amax of
-// the same tensor, so every scale and bit is the separate quantizations'. Undefined when not all read FP8 codes.
+// the same tensor, so every scale and bit is the separate quantizations'. When the first reader is given no codes,
+// its plain format (block scaling's BF16), which each reader quantizes itself. Undefined when not all run FP8.
 std::optional<ops::NormOutput> autocast_shared_fp8_input(DType x, const std::vector<InputReader>& readers);
 
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers

@@ -42,6 +42,23 @@ testing::Fp8NormSteps run(const char* precision, bool telemetry, bool llama_like
   });
 }
 
+// Block scaling quantizes its layers' inputs itself (1x128 blocks along each axis): the norms before them write BF16,
+// as before BF16 layers, so the layers read (and their backward writes) half the bytes of an FP32 output.
+TEST(GptFp8Norms, BlockScalingNormsWriteBf16) {
+  const nn::GPTConfig c = small_gpt(4);
+  nn::GPT model(c);
+  const amp::Policy policy = amp::Policy::named("fp8-block", c.n_layer, Device::cpu());
+  amp::Autocast autocast(policy);
+  for (size_t b = 0; b < 4; ++b) {
+    const nn::Block& blk = model.block(b);
+    for (const DType stream : {DType::F32, DType::BF16}) {
+      const std::string at = "block " + std::to_string(b) + " " + std::string(dtype_name(stream));
+      EXPECT_EQ(blk.attn().c_attn().input_format(stream).dtype, DType::BF16) << at;
+      EXPECT_EQ(blk.mlp().c_fc().input_format(stream).dtype, DType::BF16) << at;
+    }
+  }
+}
+
 // The layers register their FP8 metas in the order they run (a checkpoint's state.json lists them so), also when a
 // norm asks its layer for the input format before the layer runs.
 TEST(GptFp8Norms, MetasRegisterInTheLayersOrder) {

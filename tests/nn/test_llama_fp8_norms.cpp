@@ -55,6 +55,16 @@ Steps run(bool telemetry, const char* precision = "fp8-delayed") {
 
 using mpt::testing::same_bits;
 
+// Under block scaling the readers quantize the norm's output themselves: a shared BF16 output (as before BF16 layers).
+TEST(LlamaFp8Norms, BlockScalingNormsWriteTheirReadersBf16) {
+  const nn::LlamaConfig c = small_llama();
+  nn::Llama model(c);
+  const amp::Policy policy = amp::Policy::named("fp8-block", c.n_layer, Device::cpu(), "model.layers");
+  amp::Autocast autocast(policy);
+  for (size_t b = 0; b < 4; ++b)
+    EXPECT_EQ(model.block(b).self_attn().input_format(DType::F32).dtype, DType::BF16) << "block " << b;
+}
+
 TEST(LlamaFp8Norms, NormsStoreTheSharedInputCodesWithTheBitsOfEachLayersQuantization) {
   const Steps fused = run(false), plain = run(true);
   const testing::Fp8NormSteps &f = fused.steps, &p = plain.steps;

@@ -73,8 +73,9 @@ class Linear : public Module {
 };
 
 // The input format several Linears reading one tensor share (a norm's output feeding q, k and v): their common
-// BF16 / FP16 cast (Linear::input_format); under FP8 delayed scaling E4M3 codes with the first reader's input scale,
-// the others' input metas made the first's (they quantized the same tensor: the same bits); else `x`.
+// BF16 / FP16 cast (Linear::input_format); under FP8 delayed or current scaling E4M3 codes with the first reader's
+// input scale, the others' input metas made the first's (they quantized the same tensor: the same bits); under block
+// scaling BF16, which each reader quantizes; else `x`.
 ops::NormOutput shared_input_format(std::initializer_list<const Linear*> readers, DType x);
 
 // LayerNorm over the last dimension (size `dim`): weight ones, bias zeros, no weight decay.
