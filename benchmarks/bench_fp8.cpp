@@ -212,6 +212,10 @@ int main(int argc, char** argv) {
          [&] { mpt::ops::quantize_blockwise(x, DType::F8E4M3, mpt::ops::ScaleLayout::Block1x128); }},
         {"1x128 blocks of x^T", 0, 3 * n * k,
          [&] { mpt::ops::quantize_blockwise(x, DType::F8E4M3, mpt::ops::ScaleLayout::Block1x128, {.transpose = true}); }},
+        {"1x128 blocks of x and x^T, one pass", 0, 4 * n * k,
+         [&] { mpt::ops::quantize_blockwise_transpose(x, DType::F8E4M3); }},
+        {"1x128 blocks of dy and dy^T + dbias, one pass", 0, 4 * n * m,
+         [&] { mpt::ops::quantize_blockwise_transpose(dy, DType::F8E4M3, {.dbias = dbias}); }},
         {"128x128 blocks of W (f32)", 0, 5 * m * k,
          [&] { mpt::ops::quantize_blockwise(w, DType::F8E4M3, mpt::ops::ScaleLayout::Block128x128); }},
     };

@@ -17,4 +17,14 @@ namespace mpt::kernels::cuda {
 cudaError_t block_scales_to_lt(GemmScaleMode mode, const float* ours, float* lt, int64_t rows, int64_t k,
                                int64_t batch, cudaStream_t stream);
 
+// One conversion of the call above.
+struct BlockScaleConversion {
+  GemmScaleMode mode = GemmScaleMode::Block1x128;
+  const float* ours = nullptr;
+  float* lt = nullptr;
+  int64_t rows = 0, k = 0, batch = 0;
+};
+// Both operands' conversions of one block-scaled GEMM in one launch (b's entries after a's), each as above.
+cudaError_t block_scales_to_lt(const BlockScaleConversion& a, const BlockScaleConversion& b, cudaStream_t stream);
+
 }  // namespace mpt::kernels::cuda

@@ -87,6 +87,14 @@ template <class Q, class T>
 cudaError_t quantize_blockwise(const T* x, Q* q, float* scale_inv, const math::BlockScaleLayout& layout,
                                const math::ScaleFromAmax& scaling, cudaStream_t stream, bool gelu = false);
 
+// 128x128 block quantization (layout.block_rows 128) that also writes the codes' transpose qt [cols, rows] and the
+// scales' transpose scale_inv_t [ceil(cols/128), ceil(rows/128)] (an FP8-block weight's W^T for dgrad, sharing its
+// tile scales): quantize_blockwise's q and scale_inv, and their transposed copies' bits, in one launch.
+template <class Q, class T>
+cudaError_t quantize_blockwise_128x128_both(const T* x, Q* q, float* scale_inv, Q* qt, float* scale_inv_t,
+                                            const math::BlockScaleLayout& layout, const math::ScaleFromAmax& scaling,
+                                            cudaStream_t stream);
+
 // 1x128 block quantization of x^T for x [rows, cols] row-major: q [cols, rows] and scale_inv
 // [cols, ceil(rows/128)], bit for bit quantize_blockwise of the contiguous transpose (cpu::
 // quantize_blockwise_1x128_transposed's result) without materialising it: one 256-thread block per 128 x 32 tile
@@ -98,6 +106,17 @@ template <class Q, class T>
 cudaError_t quantize_blockwise_1x128_transposed(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv,
                                                 const math::ScaleFromAmax& scaling, cudaStream_t stream,
                                                 float* dbias_partial = nullptr, bool gelu = false);
+
+// x's 1x128 codes (q [rows, cols], scale_inv [rows, ceil(cols/128)]: quantize_blockwise's) and x^T's (qt, scale_inv_t:
+// quantize_blockwise_1x128_transposed's, with its dbias partials and gelu) from one read of x: one 256-thread block
+// per 128 x 128 tile of x, staged in dynamic shared memory. Bit for bit the two launches'. dgelu_aux (optional, x's
+// shape; not with gelu): quantize x * gelu'(dgelu_aux) rounded to T (math::dgelu_input, the gelu_backward kernel's
+// bits) instead of x, the dbias partials of it.
+template <class Q, class T>
+cudaError_t quantize_blockwise_1x128_both(const T* x, int64_t rows, int64_t cols, Q* q, float* scale_inv, Q* qt,
+                                          float* scale_inv_t, const math::ScaleFromAmax& scaling, cudaStream_t stream,
+                                          float* dbias_partial = nullptr, bool gelu = false,
+                                          const T* dgelu_aux = nullptr);
 
 // out[i] = Out(float(q[i]) * *scale_inv).
 template <class Out, class Q>

@@ -8,6 +8,7 @@
 #include "kernels/math/common.h"
 #include "kernels/math/numerics.h"
 #include "kernels/math/numerics_cast.h"
+#include "kernels/math/opmath.h"
 
 namespace mpt::kernels::math {
 
@@ -109,6 +110,13 @@ MPT_HD MPT_INLINE T quantize_input(T x) {
   } else {
     return x;
   }
+}
+
+// The block quantizers' DGELU prologue: dy * gelu'(pre) rounded to T, the gelu_backward kernel's bits (its map
+// computes GeluBackward in opmath and stores T): the FP8 MLP's dpre under block scaling, quantized as it is made.
+template <class T>
+MPT_HD MPT_INLINE T dgelu_input(T dy, T pre) {
+  return store<T>(GeluBackward{}(load(dy), load(pre)));
 }
 
 template <class Q, class T>

@@ -57,13 +57,23 @@ std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s, const 
     const detail::Fp8Pair q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta2,
                                                         s.need_dpre(), s.need_dw2, d[4]);
     Tensor dpre, db1;
-    if (s.need_dpre()) {  // dpre = (dy W2) * gelu'(pre), db1 = its column sums: one FP8 GEMM with the DGELU epilogue
-      db1 = s.need_db1 ? Tensor::empty({s.pre.size(1)}, hdt, dy.device()) : Tensor{};
-      dpre = gemm_tn(q.rowwise, s.w2t, hdt, {.dgelu_aux = s.pre, .aux_bias_grad = db1});
+    const auto* block = std::get_if<BlockScaling>(&s.recipe);
+    // Block scaling: cuBLASLt has no DGELU epilogue with block scales, so dh = dy W2 comes out plain and dpre is made
+    // by the pass that quantizes it both ways (db1 from there too), never written.
+    const bool dgelu_in_quantize =
+        block != nullptr && s.need_dx && s.need_dw1 && !(s.grad_meta1 && s.grad_meta1->collect_telemetry);
+    if (s.need_dpre()) db1 = s.need_db1 ? Tensor::empty({s.pre.size(1)}, hdt, dy.device()) : Tensor{};
+    if (s.need_dpre() && !dgelu_in_quantize) {  // dpre = (dy W2) * gelu'(pre), db1 = its column sums: one FP8 GEMM
+      dpre = gemm_tn(q.rowwise, s.w2t, hdt, {.dgelu_aux = s.pre, .aux_bias_grad = db1});  // with the DGELU epilogue
     }
     if (s.need_dw2) d[3] = gemm_tn(q.columnwise, s.ht, s.w2_dtype, {}, partial[3]);
+    if (dgelu_in_quantize) {
+      const detail::Fp8Pair p = detail::quantize_dgelu_for_gemm(gemm_tn(q.rowwise, s.w2t, hdt), s.pre, *block, db1);
+      d[0] = gemm_tn(p.rowwise, s.w1t, s.x_dtype);
+      d[1] = gemm_tn(p.columnwise, s.xt, s.w1_dtype, {}, partial[1]);
+    }
     if (s.need_db1) d[2] = db1.to(s.b1_dtype);
-    if (s.need_dx || s.need_dw1) {
+    if (!dgelu_in_quantize && (s.need_dx || s.need_dw1)) {
       const detail::Fp8Pair p =
           detail::quantize_for_gemm(dpre, s.recipe, Fp8Role::GradOutput, s.grad_meta1, s.need_dx, s.need_dw1);
       if (s.need_dx) d[0] = gemm_tn(p.rowwise, s.w1t, s.x_dtype);

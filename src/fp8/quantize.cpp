@@ -56,7 +56,8 @@ Fp8Pair quantize_per_tensor(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Ro
 }
 
 // Block scaling: weights 128x128 (the transposed codes share the tile scales), activations and gradients 1x128 with
-// the columnwise copy quantized again from t along the other axis (scaling-spec B3).
+// the columnwise copy quantized again from t along the other axis (scaling-spec B3); both from one read of t when
+// both are wanted (ops::quantize_blockwise_transpose).
 Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role,
                        const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
                        const Tensor& dbias, bool gelu_of_t) {
@@ -65,9 +66,14 @@ Fp8Pair quantize_block(const Tensor& t, const fp8::BlockScaling& r, Fp8Role role
   const bool telemetry = meta && meta->collect_telemetry;
   Fp8Pair p;
   ops::Quantized q;
-  if (role == Fp8Role::Weight) {
+  if (role == Fp8Role::Weight && columnwise) {  // W^T: W's codes transposed, sharing the tile scales, same launch
+    std::tie(q, p.columnwise) = quantize_blockwise_transpose(t, DType::F8E4M3, o, ScaleLayout::Block128x128);
+  } else if (role == Fp8Role::Weight) {
     q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block128x128, o);
-    if (columnwise) p.columnwise = {q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128};
+  } else if (columnwise && (rowwise || telemetry)) {  // both from one read of t, its column sums from the same pass
+    BlockQuantizeOptions ob = o;
+    ob.dbias = dbias;
+    std::tie(q, p.columnwise) = quantize_blockwise_transpose(t, DType::F8E4M3, ob);
   } else {
     if (rowwise || telemetry) q = quantize_blockwise(t, DType::F8E4M3, ScaleLayout::Block1x128, o);
     if (columnwise) {
@@ -111,6 +117,16 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, Fp8Role
                           gelu_of_t);
   }
   return quantize_per_tensor(t, recipe, role, meta, columnwise, fused_dbias, gelu_of_t);
+}
+
+Fp8Pair quantize_dgelu_for_gemm(const Tensor& dh, const Tensor& pre, const fp8::BlockScaling& recipe,
+                                const Tensor& dbias) {
+  BlockQuantizeOptions o{recipe.power_2_scale};
+  o.dbias = dbias;
+  o.dgelu_aux = pre;
+  Fp8Pair p;
+  std::tie(p.rowwise, p.columnwise) = quantize_blockwise_transpose(dh, DType::F8E4M3, o);
+  return p;
 }
 
 bool is_wide_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }

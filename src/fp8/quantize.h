@@ -37,6 +37,13 @@ Fp8Pair quantize_for_gemm(const Tensor& t, const fp8::Fp8Recipe& recipe, fp8::Fp
                           const std::shared_ptr<fp8::Fp8TensorMeta>& meta, bool rowwise, bool columnwise,
                           const Tensor& dbias = {}, bool gelu_of_t = false);
 
+// Block scaling's dpre = dh * gelu'(pre) (rounded to dh's dtype, the DGELU kernel's bits) quantized as a gradient,
+// rowwise and columnwise, from one pass that reads dh and pre (ops::BlockQuantizeOptions::dgelu_aux): the FP8 MLP's
+// dpre is never written (cuBLASLt has no DGELU epilogue with block scales). dbias (optional, [cols] f32, bf16 or
+// f16): dpre's column sums from the same pass. For a gradient meta that collects no telemetry.
+Fp8Pair quantize_dgelu_for_gemm(const Tensor& dh, const Tensor& pre, const fp8::BlockScaling& recipe,
+                                const Tensor& dbias = {});
+
 bool is_wide_dtype(DType t);  // f32, bf16 or f16: what FP8 quantization reads
 
 // An FP8 layer's input x [N, K]: a non-empty f32, bf16 or f16 tensor, or f8e4m3 codes (quantize_for_gemm) when the

@@ -319,6 +319,27 @@ std::pair<Quantized, Quantized> quantize_fp8_transpose(const Tensor& x_in, DType
   return {q, qt};
 }
 
+#if defined(MPT_WITH_CUDA)
+namespace {
+
+// The partial column sums a fused CUDA pass writes for `dbias` ([dbias_tiles(rows), cols] f32); undefined without one.
+Tensor dbias_partials(const Tensor& dbias, kernels::math::Dims2 d, Device dev) {
+  return dbias.defined() ? Tensor::empty({kernels::math::dbias_tiles(d.rows), d.cols}, DType::F32, dev) : Tensor();
+}
+
+// dbias from those partials (over the tiles in order, rounded once to dbias's dtype); nothing without a dbias.
+void finish_dbias(const Tensor& partial, kernels::math::Dims2 d, const Tensor& dbias, cudaStream_t stream,
+                  const char* op) {
+  if (!dbias.defined()) return;
+  visit_wide(dbias.dtype(), op, "dbias", [&](auto otag) {
+    using Out = decltype(otag);
+    MPT_CUDA_KERNEL(kernels::cuda::dbias_finish(partial.data<float>(), d, dbias.data<Out>(), stream));
+  });
+}
+
+}  // namespace
+#endif
+
 Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, const BlockQuantizeOptions& options) {
   const char* op = "quantize_blockwise";
   const Device dev = detail::check_same_device({&x_in}, op);
@@ -329,6 +350,7 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
             "[{}] transpose quantizes a 2-d input's transpose in 1x128 blocks, got {} with {} blocks", op,
             x_in.meta_str(), layout == ScaleLayout::Block1x128 ? "1x128" : "128x128");
   const bool fused = options.transpose;  // x^T's codes without its transposed copy, on every backend
+  MPT_CHECK(!options.dgelu_aux.defined(), "[{}] dgelu_aux is taken by quantize_blockwise_transpose only", op);
   if (options.dbias.defined()) {
     MPT_CHECK(options.transpose, "[{}] dbias is fused into the transposed (columnwise) 1x128 quantization only", op);
     check_dbias(options.dbias, x_in, dev, op);
@@ -363,19 +385,11 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
 #if defined(MPT_WITH_CUDA)
         const auto stream = static_cast<cudaStream_t>(detail::stream_of(dev));
         const kernels::math::Dims2 d = dims_of(x);
-        Tensor partial;
-        if (options.dbias.defined()) {
-          partial = Tensor::empty({kernels::math::dbias_tiles(d.rows), d.cols}, DType::F32, dev);
-        }
+        const Tensor partial = dbias_partials(options.dbias, d, dev);
         MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise_1x128_transposed(
             x.data<T>(), x.size(0), x.size(1), q.data.data<Q>(), q.scale_inv.data<float>(), scaling, stream,
             partial.defined() ? partial.data<float>() : nullptr, options.gelu));
-        if (options.dbias.defined()) {
-          visit_wide(options.dbias.dtype(), op, "dbias", [&](auto otag) {
-            using Out = decltype(otag);
-            MPT_CUDA_KERNEL(kernels::cuda::dbias_finish(partial.data<float>(), d, options.dbias.data<Out>(), stream));
-          });
-        }
+        finish_dbias(partial, d, options.dbias, stream, op);
 #else
         MPT_CUDA_KERNEL(0);
 #endif
@@ -389,6 +403,103 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
     });
   });
   return q;
+}
+
+namespace {
+
+// quantize_blockwise_transpose's 128x128 case: W's codes and W^T's, which share the tile scales.
+std::pair<Quantized, Quantized> quantize_tiles_transpose(const Tensor& x_in, DType fp8, const BlockQuantizeOptions& o,
+                                                         Device dev, const char* op) {
+  MPT_CHECK(!o.dbias.defined() && !o.gelu && !o.dgelu_aux.defined(),
+            "[{}] 128x128 blocks take no dbias, gelu or dgelu_aux", op);
+  if (dev.is_cpu()) {
+    Quantized q = quantize_blockwise(x_in, fp8, ScaleLayout::Block128x128, o);
+    Quantized qt{q.data.t().contiguous(), q.scale_inv.t().contiguous(), ScaleLayout::Block128x128};
+    return {std::move(q), std::move(qt)};
+  }
+  visit_wide(x_in.dtype(), op, "the input", [](auto) {});
+  const Tensor x = x_in.contiguous();
+  const kernels::math::BlockScaleLayout bl = block_layout(x, ScaleLayout::Block128x128);
+  Quantized q{Tensor::empty(x.shape(), fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev),
+              ScaleLayout::Block128x128};
+  Quantized qt{Tensor::empty({x.size(1), x.size(0)}, fp8, dev),
+               Tensor::empty({bl.scale_cols(), bl.scale_rows()}, DType::F32, dev), ScaleLayout::Block128x128};
+#if defined(MPT_WITH_CUDA)
+  visit_fp8(fp8, op, [&](auto qtag) {
+    using Q = decltype(qtag);
+    const kernels::math::ScaleFromAmax scaling{kernels::math::fp8_max<Q>(), 0, o.power_of_2};
+    visit_wide(x.dtype(), op, "the input", [&](auto ttag) {
+      using T = decltype(ttag);
+      MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise_128x128_both(
+          x.data<T>(), q.data.data<Q>(), q.scale_inv.data<float>(), qt.data.data<Q>(), qt.scale_inv.data<float>(), bl,
+          scaling, static_cast<cudaStream_t>(detail::stream_of(dev))));
+    });
+  });
+#else
+  MPT_CUDA_KERNEL(0);
+#endif
+  return {std::move(q), std::move(qt)};
+}
+
+}  // namespace
+
+std::pair<Quantized, Quantized> quantize_blockwise_transpose(const Tensor& x_in, DType fp8,
+                                                             const BlockQuantizeOptions& options, ScaleLayout layout) {
+  const char* op = "quantize_blockwise_transpose";
+  const Device dev = detail::check_same_device({&x_in}, op);
+  MPT_CHECK(x_in.dim() == 2 && !options.transpose, "[{}] expected a 2-d input and options without transpose (both "
+            "come back), got {}{}", op, x_in.meta_str(), options.transpose ? " with transpose" : "");
+  MPT_CHECK(layout != ScaleLayout::PerTensor, "[{}] expected a block layout, got per-tensor (use "
+            "quantize_fp8_transpose)", op);
+  if (layout == ScaleLayout::Block128x128) return quantize_tiles_transpose(x_in, fp8, options, dev, op);
+  const Tensor& aux = options.dgelu_aux;
+  if (aux.defined()) {
+    MPT_CHECK(!options.gelu && aux.device() == dev && aux.dtype() == x_in.dtype() && aux.shape() == x_in.shape(),
+              "[{}] dgelu_aux must have the input's shape, dtype and device ({}), without gelu, got {}{}", op,
+              x_in.meta_str(), aux.meta_str(), options.gelu ? " with gelu" : "");
+  }
+  BlockQuantizeOptions rowwise = options, columnwise = options;
+  rowwise.dbias = rowwise.dgelu_aux = columnwise.dgelu_aux = Tensor();
+  columnwise.transpose = true;
+  if (dev.is_cpu()) {  // the two passes (the CPU's quantizers are bound by their arithmetic, not by reading x)
+    Tensor t = x_in;
+    if (aux.defined()) {
+      t = Tensor::empty(x_in.shape(), x_in.dtype(), dev);
+      detail::gelu_backward_into(x_in.contiguous(), aux.contiguous(), t, false);
+    }
+    Quantized q = quantize_blockwise(t, fp8, ScaleLayout::Block1x128, rowwise);
+    return {std::move(q), quantize_blockwise(t, fp8, ScaleLayout::Block1x128, columnwise)};
+  }
+  visit_wide(x_in.dtype(), op, "the input", [](auto) {});
+  if (options.dbias.defined()) check_dbias(options.dbias, x_in, dev, op);
+  MPT_CHECK(!options.gelu || !options.dbias.defined(), "[{}] gelu quantizes gelu(x) without dbias", op);
+  const Tensor x = x_in.contiguous(), a = aux.defined() ? aux.contiguous() : Tensor();
+  const kernels::math::Dims2 d = dims_of(x);
+  const kernels::math::BlockScaleLayout rows = block_layout(x, ScaleLayout::Block1x128),
+                                        cols = block_layout(x.t(), ScaleLayout::Block1x128);
+  Quantized q{Tensor::empty(x.shape(), fp8, dev),
+              Tensor::empty({rows.scale_rows(), rows.scale_cols()}, DType::F32, dev), ScaleLayout::Block1x128};
+  Quantized qt{Tensor::empty({d.cols, d.rows}, fp8, dev),
+               Tensor::empty({cols.scale_rows(), cols.scale_cols()}, DType::F32, dev), ScaleLayout::Block1x128};
+#if defined(MPT_WITH_CUDA)
+  const auto stream = static_cast<cudaStream_t>(detail::stream_of(dev));
+  const Tensor partial = dbias_partials(options.dbias, d, dev);
+  visit_fp8(fp8, op, [&](auto qtag) {
+    using Q = decltype(qtag);
+    const kernels::math::ScaleFromAmax scaling{kernels::math::fp8_max<Q>(), 0, options.power_of_2};
+    visit_wide(x.dtype(), op, "the input", [&](auto ttag) {
+      using T = decltype(ttag);
+      MPT_CUDA_KERNEL(kernels::cuda::quantize_blockwise_1x128_both(
+          x.data<T>(), d.rows, d.cols, q.data.data<Q>(), q.scale_inv.data<float>(), qt.data.data<Q>(),
+          qt.scale_inv.data<float>(), scaling, stream, partial.defined() ? partial.data<float>() : nullptr,
+          options.gelu, a.defined() ? a.data<T>() : nullptr));
+    });
+  });
+  finish_dbias(partial, d, options.dbias, stream, op);
+#else
+  MPT_CUDA_KERNEL(0);
+#endif
+  return {std::move(q), std::move(qt)};
 }
 
 Tensor dequantize(const Quantized& q, DType out_dtype) {

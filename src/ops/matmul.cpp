@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "kernels/cpu/gemm.h"
 #include "mpt/ops/elementwise.h"
@@ -163,14 +165,23 @@ kcu::GemmScaleMode lt_mode(Fp8Scaling::Kind k) {
                                                : kcu::GemmScaleMode::PerTensor;
 }
 
-// Our block-scale layout -> cuBLASLt's (gemm_layout.h); per-tensor scales pass through.
-Tensor lt_scales(const Fp8Scaling& s, const Tensor& checked, int64_t rows, int64_t k, cudaStream_t stream) {
-  const kcu::GemmScaleMode mode = lt_mode(s.kind);
-  if (mode == kcu::GemmScaleMode::PerTensor) return checked;
-  const int64_t entries = checked.numel() / kcu::our_scale_count(mode, rows, k);
-  Tensor out = Tensor::empty({entries * kcu::lt_scale_count(mode, rows, k)}, DType::F32, checked.device());
-  MPT_CUDA_CHECK(kcu::block_scales_to_lt(mode, checked.data<float>(), out.data<float>(), rows, k, entries, stream));
-  return out;
+// The operands' block scales from our layout to cuBLASLt's (gemm_layout.h), both in one launch; per-tensor scales
+// pass through.
+std::pair<Tensor, Tensor> lt_scales(const Fp8Scaling& sa, const Tensor& a, int64_t m, const Fp8Scaling& sb,
+                                    const Tensor& b, int64_t n, int64_t k, cudaStream_t stream) {
+  kcu::BlockScaleConversion conv[2];
+  Tensor out[2] = {a, b};
+  const std::pair<const Fp8Scaling*, int64_t> operand[2] = {{&sa, m}, {&sb, n}};
+  for (int i = 0; i < 2; ++i) {
+    const kcu::GemmScaleMode mode = lt_mode(operand[i].first->kind);
+    if (mode == kcu::GemmScaleMode::PerTensor) continue;
+    const int64_t rows = operand[i].second, entries = out[i].numel() / kcu::our_scale_count(mode, rows, k);
+    const Tensor ours = out[i];
+    out[i] = Tensor::empty({entries * kcu::lt_scale_count(mode, rows, k)}, DType::F32, ours.device());
+    conv[i] = {mode, ours.data<float>(), out[i].data<float>(), rows, k, entries};
+  }
+  if (conv[0].lt != nullptr || conv[1].lt != nullptr) MPT_CUDA_CHECK(kcu::block_scales_to_lt(conv[0], conv[1], stream));
+  return {out[0], out[1]};
 }
 
 // GEMM dimensions that are not multiples of 8 (GPT-2's vocabulary of 50257 as the LM head's n, then as k and m in its
@@ -280,8 +291,9 @@ bool gemm_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& c, float be
   p.deterministic = deterministic();
   Tensor sa, sb;
   if (fp8_in) {
-    sa = lt_scales(opt.scale_a, checked_scale(opt.scale_a, a_in, m, k, "a", c.device()), m, k, native);
-    sb = lt_scales(opt.scale_b, checked_scale(opt.scale_b, b_in, n, k, "b", c.device()), n, k, native);
+    const Tensor ca = checked_scale(opt.scale_a, a_in, m, k, "a", c.device());
+    const Tensor cb = checked_scale(opt.scale_b, b_in, n, k, "b", c.device());
+    std::tie(sa, sb) = lt_scales(opt.scale_a, ca, m, opt.scale_b, cb, n, k, native);
     p.scale_a = {lt_mode(opt.scale_a.kind), sa.data<float>()};
     p.scale_b = {lt_mode(opt.scale_b.kind), sb.data<float>()};
     p.fp8_fast_accum = opt.fp8_fast_accum;

@@ -33,6 +33,28 @@ TEST(GemmScalesEmu, MatchesTheHostReference) {
   }
 }
 
+// A block-scaled GEMM's two operands converted in one launch: each as its own conversion would be.
+TEST(GemmScalesEmu, BothOperandsInOneLaunch) {
+  const kc::BlockScaleConversion shape[2] = {{kc::GemmScaleMode::Block1x128, nullptr, nullptr, 300, 700, 2},
+                                             {kc::GemmScaleMode::Block128x128, nullptr, nullptr, 1000, 700, 2}};
+  std::vector<float> ours[2], want[2], got[2];
+  kc::BlockScaleConversion conv[2];
+  for (int i = 0; i < 2; ++i) {
+    const kc::BlockScaleConversion& c = shape[i];
+    ours[i].resize(kc::our_scale_count(c.mode, c.rows, c.k) * c.batch);
+    for (size_t j = 0; j < ours[i].size(); ++j) ours[i][j] = 0.5f * float(j % 997) + float(i + 1);
+    want[i].assign(kc::lt_scale_count(c.mode, c.rows, c.k) * c.batch, -1.0f);
+    got[i].assign(want[i].size(), -2.0f);
+    kc::block_scales_to_lt_host(c.mode, ours[i].data(), want[i].data(), c.rows, c.k, c.batch);
+    conv[i] = {c.mode, ours[i].data(), got[i].data(), c.rows, c.k, c.batch};
+  }
+  ASSERT_EQ(kc::block_scales_to_lt(conv[0], conv[1], nullptr), cudaSuccess);
+  EXPECT_EQ(got[0], want[0]);
+  EXPECT_EQ(got[1], want[1]);
+  conv[1].ours = nullptr;
+  EXPECT_EQ(kc::block_scales_to_lt(conv[0], conv[1], nullptr), cudaErrorInvalidValue);
+}
+
 TEST(GemmScalesEmu, E4_2_TileScalesGainPadding) {
   const std::vector<float> ours{1, 2, 4, 8, 16, 32};  // [2 tiles, KB = 3] for M = 256, K = 384
   std::vector<float> lt(8, -1.0f);

@@ -270,6 +270,65 @@ TEST(GpuCast, TransposedBlockQuantizationMatchesCpu) {
   }
 }
 
+// x's 1x128 codes and x^T's from the device's one pass over each 128 x 128 tile (ops::quantize_blockwise_transpose):
+// the CPU's two passes' bits, with the bias gradient from the same pass or the GELU prologue, for shapes that end
+// mid-tile along either axis.
+TEST(GpuCast, BlockQuantizationBothWaysMatchesCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kHigh) {
+    for (const Shape& shape : {Shape{130, 257}, Shape{256, 40}, Shape{1, 129}, Shape{300, 1}, Shape{128, 384}}) {
+      const Tensor x = random_tensor(shape, dt, 21, 4.0), gx = to_gpu(x);
+      for (DType f8 : kFp8) {
+        for (int mode = 0; mode < 4; ++mode) {  // plain (pow2), with dbias, gelu, dgelu with dbias
+          const std::string n = name_of(dt) + " " + shape_str(shape) + " -> " + name_of(f8) +
+                                (mode == 0 ? " pow2" : mode == 1 ? " dbias" : mode == 2 ? " gelu" : " dgelu");
+          const bool dbias = mode == 1 || mode == 3;
+          ops::BlockQuantizeOptions oc{.power_of_2 = mode == 0};
+          if (dbias) oc.dbias = Tensor::empty({shape[1]}, DType::F32);
+          oc.gelu = mode == 2;
+          if (mode == 3) oc.dgelu_aux = random_tensor(shape, dt, 22, 3.0);
+          ops::BlockQuantizeOptions og = oc;
+          if (dbias) og.dbias = to_gpu(oc.dbias);
+          if (mode == 3) og.dgelu_aux = to_gpu(oc.dgelu_aux);
+          const auto [qc, qtc] = ops::quantize_blockwise_transpose(x, f8, oc);
+          const auto [qg, qtg] = ops::quantize_blockwise_transpose(gx, f8, og);
+          // The CPU's pair is its two quantizations' (checked here once more against the plain calls), of
+          // gelu_backward(x, aux) under dgelu.
+          ops::BlockQuantizeOptions plain = oc, transposed = oc;
+          plain.dbias = plain.dgelu_aux = transposed.dgelu_aux = Tensor(), transposed.transpose = true;
+          if (dbias) transposed.dbias = Tensor::empty({shape[1]}, DType::F32);
+          const Tensor xs = mode == 3 ? ops::gelu_backward(x, oc.dgelu_aux) : x;
+          expect_match(qc.data, ops::quantize_blockwise(xs, f8, ops::ScaleLayout::Block1x128, plain).data,
+                       kSameBitsEverywhere, "cpu rowwise codes " + n);
+          expect_match(qtc.data, ops::quantize_blockwise(xs, f8, ops::ScaleLayout::Block1x128, transposed).data,
+                       kSameBitsEverywhere, "cpu columnwise codes " + n);
+          ASSERT_EQ(qg.layout, ops::ScaleLayout::Block1x128) << n;
+          ASSERT_EQ(qtg.data.shape(), (Shape{shape[1], shape[0]})) << n;
+          expect_match(qg.data, qc.data, kSameBitsEverywhere, "rowwise codes " + n);
+          expect_match(qg.scale_inv, qc.scale_inv, kSameBitsEverywhere, "rowwise scale_inv " + n);
+          expect_match(qtg.data, qtc.data, kSameBitsEverywhere, "columnwise codes " + n);
+          expect_match(qtg.scale_inv, qtc.scale_inv, kSameBitsEverywhere, "columnwise scale_inv " + n);
+          if (dbias) {
+            expect_match(og.dbias, oc.dbias, kSameBitsEverywhere, "dbias " + n);
+            expect_match(oc.dbias, transposed.dbias, kSameBitsEverywhere, "cpu dbias " + n);
+          }
+        }
+        // 128 x 128 tiles (a weight and W^T, which share the tile scales): the CPU's codes and their transposes.
+        const std::string n = name_of(dt) + " " + shape_str(shape) + " -> " + name_of(f8) + " 128x128";
+        const ops::Quantized want = ops::quantize_blockwise(x, f8, ops::ScaleLayout::Block128x128);
+        const auto [wg, wtg] = ops::quantize_blockwise_transpose(gx, f8, {}, ops::ScaleLayout::Block128x128);
+        const auto [wc, wtc] = ops::quantize_blockwise_transpose(x, f8, {}, ops::ScaleLayout::Block128x128);
+        EXPECT_EQ(wtg.layout, ops::ScaleLayout::Block128x128) << n;
+        expect_match(wg.data, want.data, kSameBitsEverywhere, "tile codes " + n);
+        expect_match(wg.scale_inv, want.scale_inv, kSameBitsEverywhere, "tile scale_inv " + n);
+        expect_match(wtg.data, want.data.t().contiguous(), kSameBitsEverywhere, "transposed tile codes " + n);
+        expect_match(wtg.scale_inv, want.scale_inv.t().contiguous(), kSameBitsEverywhere, "transposed scales " + n);
+        expect_match(wtc.data, wtg.data, kSameBitsEverywhere, "cpu transposed tile codes " + n);
+      }
+    }
+  }
+}
+
 // Block scaling's GELU prologue (the FP8 MLP's hidden codes from its pre-activation): rowwise and transposed 1x128
 // blocks of gelu(x) on the device have the CPU's bits (gelu first, then the blocks).
 TEST(GpuCast, GeluBlockQuantizationMatchesCpu) {

@@ -465,23 +465,45 @@ TEST(GpuStepCounts, Fp8CurrentNormsAndGeluQuantizeFromTheirInputs) {
 }
 
 // FP8 block scaling's columnwise (wgrad) codes: each of the FP8 block's 4 inputs and 4 gradients per micro-batch is
-// quantized along its other axis by one kernel reading it (no transposed copy), and the three dy behind a bias give
-// that bias's gradient from the same pass. Left to a column reduction of its own: b1's gradient, since the emulated
-// cuBLASLt (like the documented tables) has no GELU epilogue with block scales and the DGELU runs as kernels. The
-// only transposing copies left are the 4 weights' codes, once per step (their 128x128 scale grids are one row or one
-// column at this width, whose transpose is a view). The MLP's hidden codes come from its pre-activation.
+// quantized along both axes by one kernel reading it (no transposed copy, no second read), and the three dy behind a
+// bias give that bias's gradient from the same pass, as does the MLP's dpre (made in that pass from dh, b1's
+// gradient with it). The 4 weights' W^T codes come from the launches that quantize W, once per step. The MLP's
+// hidden codes come from its pre-activation. The norms before the FP8 layers write BF16 as the BF16 step's do (not the FP32 they wrote until
+// 2026-12-01), and their backward reads a BF16 gradient: the norms move the BF16 step's bytes.
 TEST(GpuStepCounts, Fp8BlockColumnwiseCodesComeFromOnePass) {
   MPT_REQUIRE_GPU(8);
-  std::map<std::string, uint64_t> block = step_sites("fp8-block"), bf16 = step_sites("bf16");
+  std::vector<emu::KernelSite> block_sites, bf16_sites;
+  std::map<std::string, uint64_t> block = step_sites("fp8-block", nullptr, &block_sites),
+                                   bf16 = step_sites("bf16", nullptr, &bf16_sites);
+  for (const char* norm : {"layernorm.cu layer_norm_forward", "layernorm.cu layer_norm_backward"}) {
+    auto site = [&](const std::vector<emu::KernelSite>& sites) {
+      for (const emu::KernelSite& k : sites)
+        if (k.name == norm) return k;
+      ADD_FAILURE() << "no " << norm;
+      return emu::KernelSite{};
+    };
+    EXPECT_EQ(block[norm], bf16[norm]) << norm;
+    EXPECT_EQ(site(block_sites).bytes_read, site(bf16_sites).bytes_read) << norm;
+    EXPECT_EQ(site(block_sites).bytes_written, site(bf16_sites).bytes_written) << norm;
+  }
   constexpr uint64_t kWeights = 4, kPerMicroBatch = 8;
-  EXPECT_EQ(block["quantize_block.cu quantize_blockwise_1x128_transposed"], kAccum * kPerMicroBatch);
+  // Each input and gradient is wanted both ways (fprop or dgrad, and wgrad): one pass writes both (2026-12-01; a
+  // rowwise and a transposed pass before), and the only other block quantizations are the weights', once per step,
+  // W^T's codes from the same launch as W's.
+  EXPECT_EQ(block["quantize_block.cu quantize_blockwise_1x128_both"], kAccum * kPerMicroBatch);
+  EXPECT_EQ(block["quantize_block.cu quantize_blockwise_1x128_transposed"], 0u);
+  EXPECT_EQ(block["quantize_block.cu quantize_blockwise_128x128_both"], kWeights);  // W and W^T
+  EXPECT_EQ(block["quantize_block.cu quantize_blockwise"], 0u);
+  // Each block-scaled GEMM (3 per FP8 layer) converts both operands' scales into cuBLASLt's layout in one launch.
+  EXPECT_EQ(block["gemm_scales.cu block_scales_to_lt"], kAccum * 4 * 3);
   EXPECT_EQ(block["quantize.cu dbias_finish"], kAccum * (3 + 1));
-  EXPECT_EQ(block["quantize.cu column_partials"], bf16["quantize.cu column_partials"] + kAccum);
-  EXPECT_EQ(block["strided.cu launch_copy"], bf16["strided.cu launch_copy"] + kWeights);
-  // The MLP's DGELU runs as a kernel per micro-batch (no DGELU epilogue with block scales); its GELU does not: the
-  // two 1x128 passes over the pre-activation apply it as they read (BlockQuantizeOptions::gelu), and h is never
-  // written.
-  EXPECT_EQ(block["map.cuh launch_map"], bf16["map.cuh launch_map"] + kAccum);
+  EXPECT_EQ(block["quantize.cu column_partials"], bf16["quantize.cu column_partials"]);
+  // The weights' W^T codes and scales come from the launch that quantizes W (no transposing copies since 2026-12-01).
+  EXPECT_EQ(block["strided.cu launch_copy"], bf16["strided.cu launch_copy"]);
+  // No GELU or DGELU kernel: cuBLASLt has no GELU epilogues with block scales, so the passes quantizing h and dpre
+  // apply them as they read the pre-activation (BlockQuantizeOptions::gelu) or dh and it (::dgelu_aux, b1's gradient
+  // from that pass too, since 2026-12-01): neither h nor dpre is written.
+  EXPECT_EQ(block["map.cuh launch_map"], bf16["map.cuh launch_map"]);
 }
 
 // TransformerEngine's accumulation defaults (fp8::detail::fast_accum_fprop): the per-tensor recipes' forward GEMMs

@@ -518,6 +518,69 @@ TEST(QuantizeBlockwise, TransposeOptionEqualsQuantizingTheTransposedCopyBitForBi
                    "[quantize_blockwise] transpose quantizes a 2-d input's transpose in 1x128 blocks, got f32[2, 3, 4]");
 }
 
+// Both operands of a block-scaled GEMM pair: the rowwise and the transposed 1x128 quantizations (the device's one-pass
+// kernel is held to them by GpuCast.BlockQuantizationBothWaysMatchesCpu), the dbias from the transposed one; the
+// options it cannot take are refused by name.
+TEST(QuantizeBlockwise, TransposePairIsBothQuantizations) {
+  const Tensor x = spread_tensor({129, 300}, DType::BF16, 5);
+  ops::BlockQuantizeOptions o{.power_of_2 = true, .dbias = Tensor::empty({300})};
+  const auto [q, qt] = ops::quantize_blockwise_transpose(x, DType::F8E4M3, o);
+  const ops::Quantized want =
+      ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128, {.power_of_2 = true});
+  const ops::BlockQuantizeOptions ot{.power_of_2 = true, .transpose = true, .dbias = Tensor::empty({300})};
+  const ops::Quantized want_t = ops::quantize_blockwise(x, DType::F8E4M3, ops::ScaleLayout::Block1x128, ot);
+  EXPECT_EQ(q.data.to_vector<double>(), want.data.to_vector<double>());
+  EXPECT_EQ(q.scale_inv.to_vector<float>(), want.scale_inv.to_vector<float>());
+  EXPECT_EQ(qt.data.to_vector<double>(), want_t.data.to_vector<double>());
+  EXPECT_EQ(qt.scale_inv.to_vector<float>(), want_t.scale_inv.to_vector<float>());
+  EXPECT_EQ(o.dbias.to_vector<float>(), ot.dbias.to_vector<float>());
+  const std::vector<double> xs = x.to_vector<double>(), db = o.dbias.to_vector<double>();
+  for (size_t c = 0; c < 300; ++c) {  // the column sums in float64, within FP32 summation's rounding (129 terms)
+    double sum = 0, abs_sum = 0;
+    for (size_t r = 0; r < 129; ++r) sum += xs[r * 300 + c], abs_sum += std::abs(xs[r * 300 + c]);
+    EXPECT_NEAR(db[c], sum, 129 * 0x1p-24 * abs_sum) << "column " << c;
+  }
+  EXPECT_MPT_ERROR(ops::quantize_blockwise_transpose(Tensor::zeros({2, 3, 4}), DType::F8E4M3),
+                   "[quantize_blockwise_transpose] expected a 2-d input and options without transpose (both come "
+                   "back), got f32[2, 3, 4]");
+  EXPECT_MPT_ERROR(ops::quantize_blockwise_transpose(Tensor::zeros({2, 4}), DType::F8E4M3, {.transpose = true}),
+                   "got f32[2, 4] cpu with transpose");
+
+  // dgelu_aux: the blocks of gelu_backward(dh, pre) (checked against float64 by the GELU tests), dbias its column sums.
+  const Tensor dh = spread_tensor({129, 300}, DType::BF16, 6), pre = spread_tensor({129, 300}, DType::BF16, 7);
+  ops::BlockQuantizeOptions od{.dbias = Tensor::empty({300})};
+  od.dgelu_aux = pre;
+  const auto [qd, qdt] = ops::quantize_blockwise_transpose(dh, DType::F8E4M3, od);
+  const Tensor dpre = ops::gelu_backward(dh, pre);
+  ops::BlockQuantizeOptions odt{.transpose = true, .dbias = Tensor::empty({300})};
+  EXPECT_EQ(qd.data.to_vector<double>(),
+            ops::quantize_blockwise(dpre, DType::F8E4M3, ops::ScaleLayout::Block1x128).data.to_vector<double>());
+  EXPECT_EQ(qdt.data.to_vector<double>(),
+            ops::quantize_blockwise(dpre, DType::F8E4M3, ops::ScaleLayout::Block1x128, odt).data.to_vector<double>());
+  EXPECT_EQ(od.dbias.to_vector<float>(), odt.dbias.to_vector<float>());
+  EXPECT_NE(qd.data.to_vector<double>(),
+            ops::quantize_blockwise(dh, DType::F8E4M3, ops::ScaleLayout::Block1x128).data.to_vector<double>());
+  // 128 x 128 tiles: the codes and the transposes of the codes and of the scale grid (W^T shares W's tile scales).
+  const Tensor w = spread_tensor({300, 129}, DType::F32, 8);
+  const ops::Quantized wq = ops::quantize_blockwise(w, DType::F8E4M3, ops::ScaleLayout::Block128x128);
+  const auto [wq2, wqt] = ops::quantize_blockwise_transpose(w, DType::F8E4M3, {}, ops::ScaleLayout::Block128x128);
+  EXPECT_EQ(wq2.data.to_vector<double>(), wq.data.to_vector<double>());
+  EXPECT_EQ(wqt.data.to_vector<double>(), wq.data.t().contiguous().to_vector<double>());
+  EXPECT_EQ(wqt.scale_inv.shape(), (Shape{2, 3}));
+  EXPECT_EQ(wqt.scale_inv.to_vector<float>(), wq.scale_inv.t().contiguous().to_vector<float>());
+  EXPECT_MPT_ERROR(ops::quantize_blockwise_transpose(w, DType::F8E4M3, {.dbias = Tensor::empty({129})},
+                                                     ops::ScaleLayout::Block128x128),
+                   "[quantize_blockwise_transpose] 128x128 blocks take no dbias, gelu or dgelu_aux");
+  od.gelu = true;
+  EXPECT_MPT_ERROR(ops::quantize_blockwise_transpose(dh, DType::F8E4M3, od),
+                   "[quantize_blockwise_transpose] dgelu_aux must have the input's shape, dtype and device");
+  od.gelu = false;
+  od.dgelu_aux = pre.to(DType::F32);
+  EXPECT_MPT_ERROR(ops::quantize_blockwise_transpose(dh, DType::F8E4M3, od), "got f32[129, 300]");
+  EXPECT_MPT_ERROR(ops::quantize_blockwise(dh, DType::F8E4M3, ops::ScaleLayout::Block1x128, od),
+                   "[quantize_blockwise] dgelu_aux is taken by quantize_blockwise_transpose only");
+}
+
 // gelu: 1x128 blocks (rowwise and transposed) of gelu(x), each block's scale from gelu(x)'s amax: bit for bit the
 // blocks of ops::gelu(x) (the GELU checked against float64 by QuantizeFp8.GeluQuantizesTheGeluOfTheInput), and not
 // those of x; refused for 128x128 blocks and with a dbias.

@@ -72,6 +72,11 @@ struct BlockQuantizeOptions {
   // on CUDA in the quantizing pass itself, on the CPU gelu first: block scaling's hidden codes of the FP8 MLP from
   // its pre-activation, each block's scale from gelu(x)'s amax.
   bool gelu = false;
+  // quantize_blockwise_transpose only, optional (not with gelu): x's shape and dtype: quantize x * gelu'(dgelu_aux)
+  // rounded to x's dtype, gelu_backward(x, dgelu_aux)'s bits, instead of x (dbias its column sums): block scaling's
+  // dpre of the FP8 MLP from dh and the pre-activation, which cuBLASLt's block-scaled GEMMs cannot make in an
+  // epilogue; on CUDA in the quantizing pass, on the CPU gelu_backward first.
+  Tensor dgelu_aux{};
 };
 
 // max |x| as a 0-d f32 tensor on x's device; NaN if any element is NaN, 0 for an empty tensor.
@@ -91,6 +96,15 @@ std::pair<Quantized, Quantized> quantize_fp8_transpose(const Tensor& x, DType fp
 // Block quantization with `layout` Block1x128 or Block128x128: per block s = fp8_max / amax(block) (amax 0 or
 // non-finite: s = 1), q = fp8(x * s) saturating, scale_inv[block] = 1 / s. data has x's shape.
 Quantized quantize_blockwise(const Tensor& x, DType fp8, ScaleLayout layout, const BlockQuantizeOptions& options = {});
+
+// A 2-d x's 1x128 codes and its transpose's (an FP8-block recipe's rowwise and columnwise operands), bit for bit
+// quantize_blockwise(x, fp8, Block1x128, o) and the same with o.transpose (options.dbias, which needs no transpose
+// flag here, filled by that second one), from one read of x on CUDA (TransformerEngine's blockwise quantization
+// with both usages). options.transpose must be false. With layout Block128x128 (a weight and W^T, no dbias, gelu or
+// dgelu_aux): quantize_blockwise(x, fp8, Block128x128) and the transposes of its codes and scale grid, one launch.
+std::pair<Quantized, Quantized> quantize_blockwise_transpose(const Tensor& x, DType fp8,
+                                                             const BlockQuantizeOptions& options = {},
+                                                             ScaleLayout layout = ScaleLayout::Block1x128);
 
 // into = fmax(into, amax) for one-element f32 tensors on one device (NaN in amax changes nothing), on the device.
 void fold_amax_(const Tensor& into, const Tensor& amax);
