@@ -91,10 +91,11 @@ constexpr size_t both_tile_bytes() {
   return static_cast<size_t>(math::kBlockCols) * kBothPitch<T> * sizeof(T);
 }
 
-// x's 1x128 codes and x^T's from one read of x (and of the aux under kDgelu): one 128 x 128 tile per 256-thread
-// block (32 x 8), staged in dynamic shared memory (33 KB for 2-byte x, 66 KB for f32). Warp w then quantizes rows w, w + 8, ... along the tile's 128
-// columns (quantize_1x128_kernel's blocks: one warp amax per row) and columns w, w + 8, ... down its 128 rows
-// (quantize_1x128_transposed_kernel's), each code written coalesced; the dbias partials are the transposed kernel's.
+// x's 1x128 codes and x^T's from one read of x (and of the aux under kDgelu): one 128 x 128 tile per 256-thread block
+// (32 x 8), staged in dynamic shared memory (33 KB for 2-byte x, 66 KB for f32). Warp w then quantizes rows w, w + 8,
+// ... along the tile's 128 columns (quantize_1x128_kernel's blocks: one warp amax per row) and columns w, w + 8, ...
+// down its 128 rows (quantize_1x128_transposed_kernel's), each code written coalesced; the dbias partials are the
+// transposed kernel's.
 template <class Q, class T, Prologue kPrologue>
 __global__ void __launch_bounds__(kPackThreads) quantize_1x128_both_kernel(BothBlockParams<Q, T> p) {
   MPT_DYNAMIC_SHARED(T, tile);
@@ -211,7 +212,8 @@ __global__ void __launch_bounds__(kPackThreads) quantize_1x128_kernel(BlockParam
 // (kTranspose) the tile's codes also go to the transpose [cols, rows] (the dgrad operand W^T, which shares the tile's
 // scale: scale_inv_t is scale_inv's transpose), through shared memory so that its rows are written coalesced.
 template <class Q, class T, bool kTranspose>
-__global__ void __launch_bounds__(kPackThreads) quantize_128x128_kernel(BlockParams<Q, T> p, Q* qt, float* scale_inv_t) {
+__global__ void __launch_bounds__(kPackThreads)
+    quantize_128x128_kernel(BlockParams<Q, T> p, Q* qt, float* scale_inv_t) {
   __shared__ unsigned scratch[math::kBlockReduceScratch];
   constexpr int kCodesPitch = math::kBlockCols + 4;  // a warp writing down a column of codes meets 32 banks
   __shared__ Q codes[kTranspose ? math::kBlockCols : 1][kTranspose ? kCodesPitch : 1];

@@ -466,10 +466,10 @@ TEST(GpuStepCounts, Fp8CurrentNormsAndGeluQuantizeFromTheirInputs) {
 
 // FP8 block scaling's columnwise (wgrad) codes: each of the FP8 block's 4 inputs and 4 gradients per micro-batch is
 // quantized along both axes by one kernel reading it (no transposed copy, no second read), and the three dy behind a
-// bias give that bias's gradient from the same pass, as does the MLP's dpre (made in that pass from dh, b1's
-// gradient with it). The 4 weights' W^T codes come from the launches that quantize W, once per step. The MLP's
-// hidden codes come from its pre-activation. The norms before the FP8 layers write BF16 as the BF16 step's do (not the FP32 they wrote until
-// 2026-12-01), and their backward reads a BF16 gradient: the norms move the BF16 step's bytes.
+// bias give that bias's gradient from the same pass, as does the MLP's dpre (made in that pass from dh, b1's gradient
+// with it). The 4 weights' W^T codes come from the launches that quantize W, once per step. The MLP's hidden codes come
+// from its pre-activation. The norms before the FP8 layers write BF16 as the BF16 step's do (not the FP32 they wrote
+// until 2026-12-01), and their backward reads a BF16 gradient: the norms move the BF16 step's bytes.
 TEST(GpuStepCounts, Fp8BlockColumnwiseCodesComeFromOnePass) {
   MPT_REQUIRE_GPU(8);
   std::vector<emu::KernelSite> block_sites, bf16_sites;

@@ -183,7 +183,8 @@ Trace train(Device device, const TrainRun& run, const Resume* resume = nullptr) 
 struct Budget {
   const Trace* fp32 = nullptr;  // the CPU FP32 run, for reduced-precision budgets
   double floor = 1e-5;
-  size_t loss_steps = std::numeric_limits<size_t>::max();  // the losses compare checks; the caller checks later ones at replayed inputs
+  // The losses compare checks; the caller checks later ones at replayed inputs.
+  size_t loss_steps = std::numeric_limits<size_t>::max();
   double of(double precision_error, double parity = 2) const { return std::max(floor, parity * precision_error); }
 };
 
