@@ -181,6 +181,12 @@ kernels::math::BlockScaleLayout block_layout(const Tensor& t, ScaleLayout layout
                                                    : kernels::math::BlockScaling::Block128x128);
 }
 
+// Uninitialised codes of `shape` and f32 scales for the block grid of `grid` (2-d, the quantized shape) on dev.
+Quantized empty_blocks(const Shape& shape, const Tensor& grid, ScaleLayout layout, DType fp8, Device dev) {
+  const kernels::math::BlockScaleLayout bl = block_layout(grid, layout);
+  return {Tensor::empty(shape, fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev), layout};
+}
+
 const char* layout_name(ScaleLayout l) {
   switch (l) {
     case ScaleLayout::PerTensor: return "per-tensor";
@@ -365,8 +371,7 @@ Quantized quantize_blockwise(const Tensor& x_in, DType fp8, ScaleLayout layout, 
   }
   const Shape shape = fused ? Shape{x.size(1), x.size(0)} : x.shape();
   const kernels::math::BlockScaleLayout bl = block_layout(fused ? x.t() : x, layout);  // of the quantized shape
-  Quantized q{Tensor::empty(shape, fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev),
-              layout};
+  Quantized q = empty_blocks(shape, fused ? x.t() : x, layout, fp8, dev);
   visit_fp8(fp8, op, [&](auto qtag) {
     using Q = decltype(qtag);
     const kernels::math::ScaleFromAmax scaling{kernels::math::fp8_max<Q>(), 0, options.power_of_2};
@@ -420,10 +425,8 @@ std::pair<Quantized, Quantized> quantize_tiles_transpose(const Tensor& x_in, DTy
   visit_wide(x_in.dtype(), op, "the input", [](auto) {});
   const Tensor x = x_in.contiguous();
   const kernels::math::BlockScaleLayout bl = block_layout(x, ScaleLayout::Block128x128);
-  Quantized q{Tensor::empty(x.shape(), fp8, dev), Tensor::empty({bl.scale_rows(), bl.scale_cols()}, DType::F32, dev),
-              ScaleLayout::Block128x128};
-  Quantized qt{Tensor::empty({x.size(1), x.size(0)}, fp8, dev),
-               Tensor::empty({bl.scale_cols(), bl.scale_rows()}, DType::F32, dev), ScaleLayout::Block128x128};
+  Quantized q = empty_blocks(x.shape(), x, ScaleLayout::Block128x128, fp8, dev);
+  Quantized qt = empty_blocks({x.size(1), x.size(0)}, x.t(), ScaleLayout::Block128x128, fp8, dev);
 #if defined(MPT_WITH_CUDA)
   visit_fp8(fp8, op, [&](auto qtag) {
     using Q = decltype(qtag);
@@ -475,12 +478,8 @@ std::pair<Quantized, Quantized> quantize_blockwise_transpose(const Tensor& x_in,
   MPT_CHECK(!options.gelu || !options.dbias.defined(), "[{}] gelu quantizes gelu(x) without dbias", op);
   const Tensor x = x_in.contiguous(), a = aux.defined() ? aux.contiguous() : Tensor();
   const kernels::math::Dims2 d = dims_of(x);
-  const kernels::math::BlockScaleLayout rows = block_layout(x, ScaleLayout::Block1x128),
-                                        cols = block_layout(x.t(), ScaleLayout::Block1x128);
-  Quantized q{Tensor::empty(x.shape(), fp8, dev),
-              Tensor::empty({rows.scale_rows(), rows.scale_cols()}, DType::F32, dev), ScaleLayout::Block1x128};
-  Quantized qt{Tensor::empty({d.cols, d.rows}, fp8, dev),
-               Tensor::empty({cols.scale_rows(), cols.scale_cols()}, DType::F32, dev), ScaleLayout::Block1x128};
+  Quantized q = empty_blocks(x.shape(), x, ScaleLayout::Block1x128, fp8, dev);
+  Quantized qt = empty_blocks({d.cols, d.rows}, x.t(), ScaleLayout::Block1x128, fp8, dev);
 #if defined(MPT_WITH_CUDA)
   const auto stream = static_cast<cudaStream_t>(detail::stream_of(dev));
   const Tensor partial = dbias_partials(options.dbias, d, dev);
