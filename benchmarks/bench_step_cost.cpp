@@ -302,7 +302,9 @@ int main(int argc, char** argv) {
                      {"fp8_rule", mpt::amp::fp8_rule_report(trainer.policy().fp8_rule)}};
     for (const emu::KernelSite& k : sites) {
       j["kernels"].push_back({{"site", k.name}, {"launches", k.launches}, {"bytes_read", k.bytes_read},
-                              {"bytes_written", k.bytes_written}});
+                              {"bytes_written", k.bytes_written}, {"min_blocks", k.min_blocks},
+                              {"min_threads", k.min_threads},
+                              {"few_block_launches", k.few_block_launches}, {"few_block_bytes", k.few_block_bytes}});
     }
     for (const auto& [name, r] : profile) {
       j["profile"].push_back({{"range", name}, {"count", r.count}, {"host_s", r.host_s},
@@ -356,12 +358,21 @@ int main(int argc, char** argv) {
       }
     }
     if (!sites.empty()) {
-      std::printf("\n%-52s %8s %10s %10s\n", "launching site (one step)", "kernels", "read MB", "written MB");
+      // "few-block": launches whose grid has fewer blocks than an H100's SMs (emu::kSmsOfAnH100), SMs left idle.
+      std::printf("\n%-52s %8s %10s %10s %10s %11s %9s %12s\n", "launching site (one step)", "kernels", "read MB",
+                  "written MB", "min blocks", "min threads", "few-block", "few-block MB");
+      uint64_t few = 0, few_bytes = 0;
+      for (const emu::KernelSite& k : sites) few += k.few_block_launches, few_bytes += k.few_block_bytes;
       for (size_t i = 0; i < sites.size() && i < static_cast<size_t>(kernel_rows); ++i) {
         const emu::KernelSite& k = sites[i];
-        std::printf("%-52s %8llu %10.1f %10.1f\n", k.name.c_str(), static_cast<unsigned long long>(k.launches),
-                    k.bytes_read / 1e6, k.bytes_written / 1e6);
+        std::printf("%-52s %8llu %10.1f %10.1f %10llu %11llu %9llu %12.1f\n", k.name.c_str(),
+                    static_cast<unsigned long long>(k.launches), k.bytes_read / 1e6, k.bytes_written / 1e6,
+                    static_cast<unsigned long long>(k.min_blocks), static_cast<unsigned long long>(k.min_threads),
+                    static_cast<unsigned long long>(k.few_block_launches), k.few_block_bytes / 1e6);
       }
+      std::printf("launches with fewer blocks than an H100's %llu SMs: %llu, moving %.1f MB\n",
+                  static_cast<unsigned long long>(emu::kSmsOfAnH100), static_cast<unsigned long long>(few),
+                  few_bytes / 1e6);
     }
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
   } catch (const std::exception& e) {

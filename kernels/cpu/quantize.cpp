@@ -235,9 +235,11 @@ void column_sums_tiled(const T* x, math::Dims2 dims, Out* out) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
   for (int64_t c0 = 0; c0 < cols; c0 += kCols) {
     const int64_t w = std::min(kCols, cols - c0);
-    float total[kCols], part[kCols];
+    float total[kCols], group[kCols], part[kCols];
     std::fill(total, total + w, 0.0f);
-    for (int64_t r0 = 0; r0 < rows; r0 += math::kDbiasTileRows) {
+    std::fill(group, group + w, 0.0f);
+    const int64_t tiles = math::dbias_tiles(rows), group_size = math::partial_groups(tiles).size;
+    for (int64_t t = 0, r0 = 0; t < tiles; ++t, r0 += math::kDbiasTileRows) {
       const int64_t h = std::min<int64_t>(rows - r0, math::kDbiasTileRows);
       const T* tile = x + r0 * cols + c0;
       int64_t c = 0;
@@ -247,7 +249,10 @@ void column_sums_tiled(const T* x, math::Dims2 dims, Out* out) {
         for (int64_t r = 0; r < h; ++r) sum += scalar_cast<float>(tile[r * cols + c]);
         part[c] = sum;
       }
-      for (c = 0; c < w; ++c) total[c] += part[c];
+      for (c = 0; c < w; ++c) group[c] += part[c];
+      if ((t + 1) % group_size == 0 || t + 1 == tiles) {  // a group complete: into the total (math::partial_groups)
+        for (c = 0; c < w; ++c) total[c] += group[c], group[c] = 0.0f;
+      }
     }
     convert(total, out + c0, static_cast<size_t>(w));  // one rounding (a copy for f32)
   }

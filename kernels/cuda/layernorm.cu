@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/amax.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/partial_sums.cuh"
 #include "kernels/cuda/row_io.cuh"
 #include "kernels/math/numerics.h"
 #include "kernels/math/quantize.h"
@@ -15,7 +16,6 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int kBackwardThreads = 512;        // the backward kernel keeps more values live: 128 registers a thread
 constexpr int64_t kGradBlocks = kLayerNormGradBlocks;
-constexpr int kParamThreads = 256;           // threads per block of the dweight/dbias kernel
 constexpr int64_t kSharedPartialBytes = 48 * 1024;
 
 // Three passes over the row (with a residual, the first one writes s = x + residual and later passes read
@@ -174,19 +174,17 @@ MPT_DEVICE MPT_INLINE void store_param_grad(P* out, int64_t c, float v, bool acc
   out[c] = math::store<P>(v);
 }
 
-// One thread per column: dweight[c] (+)= sum over slices in block order, likewise dbias.
+// dweight[c] (+)= the column's slices summed in math::partial_groups' two levels (partial_sums.cuh), likewise dbias.
 template <class T, class P, class G, class X>
-__global__ void __launch_bounds__(kParamThreads)
+__global__ void __launch_bounds__(kPartialThreads)
     layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P, G, X> p, const float* partials,
                                  int64_t blocks) {
+  __shared__ float w_groups[math::kPartialGroups][kPartialCols], b_groups[math::kPartialGroups][kPartialCols];
   const int64_t n = p.cols;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= n) return;
-  float w = 0.0f, b = 0.0f;
-  for (int64_t k = 0; k < blocks; ++k) {
-    w += partials[k * 2 * n + c];
-    b += partials[k * 2 * n + n + c];
-  }
+  const float w = finish_partial_sum(partials, blocks, 2 * n, n, w_groups);
+  const float b = p.dbias != nullptr ? finish_partial_sum(partials + n, blocks, 2 * n, n, b_groups) : 0.0f;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kPartialCols + threadIdx.x;
+  if (threadIdx.y != 0 || c >= n) return;
   store_param_grad(p.dweight, c, w, p.accumulate_dweight);
   if (p.dbias != nullptr) store_param_grad(p.dbias, c, b, p.accumulate_dbias);
 }
@@ -237,6 +235,7 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
   const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && is_aligned16(p.dy) && is_aligned16(p.dx) &&
                    is_aligned16(p.dx_add) && is_aligned16(p.dx_half);
   if (p.accumulate_dx && p.dx_add != nullptr) return cudaErrorInvalidValue;
+  if (partial_sums_blocks(p.cols) > 2147483647) return cudaErrorInvalidValue;  // the dweight/dbias kernel's grid
   const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kBackwardThreads);
   const int64_t blocks = p.rows < kGradBlocks ? p.rows : kGradBlocks;
   const int64_t partial_bytes = 2 * p.cols * static_cast<int64_t>(sizeof(float));
@@ -262,8 +261,8 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
   const uint64_t param_read = partials + (p.accumulate_dweight ? cols * sizeof(P) : 0) +
                               (p.dbias != nullptr && p.accumulate_dbias ? cols * sizeof(P) : 0);
   const uint64_t param_written = cols * sizeof(P) * (p.dbias != nullptr ? 2 : 1);
-  const LaunchConfig reduce{dim3(static_cast<unsigned>((p.cols + kParamThreads - 1) / kParamThreads)),
-                            dim3(kParamThreads), 0, stream, param_read, param_written};
+  const LaunchConfig reduce{dim3(static_cast<unsigned>(partial_sums_blocks(p.cols))), partial_sums_block(), 0, stream,
+                            param_read, param_written};
   return launch(layer_norm_param_grad_kernel<T, P, G, X>, reduce, p, static_cast<const float*>(scratch), blocks);
 }
 

@@ -2,6 +2,7 @@
 #include "kernels/cuda/amax.cuh"
 #include "kernels/cuda/byte_tile.cuh"
 #include "kernels/cuda/pack.cuh"
+#include "kernels/cuda/partial_sums.cuh"
 #include "kernels/cuda/quantize.h"
 #include "kernels/math/quantize.h"
 #include "kernels/math/reduce.h"
@@ -59,16 +60,14 @@ __global__ void __launch_bounds__(kPackThreads) column_partials_kernel(const T* 
   partial[tile * cols + c] = sum;
 }
 
-// out[c] = the column's tile partials summed in tile order, one rounding (math::kDbiasTileRows).
+// out[c] = the column's tile partials summed in math::partial_groups' two levels, one rounding (math::kDbiasTileRows).
 template <class Out>
-__global__ void __launch_bounds__(kPackThreads) dbias_finish_kernel(const float* partial, int64_t tiles, int64_t cols,
-                                                                    Out* out) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += stride) {
-    float sum = 0.0f;
-    for (int64_t t = 0; t < tiles; ++t) sum += partial[t * cols + c];
-    out[c] = scalar_cast<Out>(sum);
-  }
+__global__ void __launch_bounds__(kPartialThreads)
+    dbias_finish_kernel(const float* partial, int64_t tiles, int64_t cols, Out* out) {
+  __shared__ float groups[math::kPartialGroups][kPartialCols];
+  const float sum = finish_partial_sum(partial, tiles, cols, cols, groups);
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kPartialCols + threadIdx.x;
+  if (threadIdx.y == 0 && c < cols) out[c] = scalar_cast<Out>(sum);
 }
 
 struct DelayedTable {
@@ -409,9 +408,10 @@ cudaError_t dbias_finish(const float* partial, math::Dims2 dims, Out* out, cudaS
     return cudaErrorInvalidValue;
   }
   if (dims.cols == 0) return cudaSuccess;
-  const int64_t tiles = math::dbias_tiles(dims.rows);
-  // One thread per column (consecutive threads read consecutive partials of a tile row).
-  const LaunchConfig config{dim3(grid_stride_blocks(dims.cols)), dim3(kPackThreads), 0, stream,
+  const int64_t tiles = math::dbias_tiles(dims.rows), blocks = partial_sums_blocks(dims.cols);
+  if (blocks > 2147483647) return cudaErrorInvalidValue;
+  // A thread per column and group of tiles (partial_sums.cuh).
+  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), partial_sums_block(), 0, stream,
                             static_cast<uint64_t>(tiles * dims.cols) * sizeof(float),
                             static_cast<uint64_t>(dims.cols) * sizeof(Out)};
   return launch(dbias_finish_kernel<Out>, config, partial, tiles, dims.cols, out);

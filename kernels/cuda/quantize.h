@@ -76,7 +76,8 @@ template <class T>
 cudaError_t column_partials(const T* x, math::Dims2 dims, float* partial, cudaStream_t stream);
 
 // out[c] = sum over the tiles of partial [math::dbias_tiles(dims.rows), dims.cols] (quantize_transpose's
-// dbias_partial), in tile order, rounded once to Out: the fused bias gradient, bit for bit cpu::column_sums_tiled.
+// dbias_partial), in math::partial_groups' two levels, rounded once to Out: the fused bias gradient, bit for bit
+// cpu::column_sums_tiled.
 template <class Out>
 cudaError_t dbias_finish(const float* partial, math::Dims2 dims, Out* out, cudaStream_t stream);
 

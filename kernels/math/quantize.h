@@ -140,9 +140,26 @@ struct Dims2 {
   int64_t rows = 0, cols = 0;
 };
 
+// ---- a column's partial sums in two levels: parts [parts, cols] (a reduction's per-tile or per-block partials)
+// summed in at most kPartialGroups groups of `size` consecutive parts, each group from 0 in order, then the groups'
+// sums from 0 in order. Up to kPartialGroups parts every group holds one part: the plain in-order sum. Why two levels:
+// a GPU finishing the sum one thread per column keeps only `cols` loads in flight (a few SMs busy for a 2048-wide
+// bias); the groups give it kPartialGroups times as many.
+inline constexpr int64_t kPartialGroups = 32;
+struct PartialGroups {
+  int64_t groups = 0, size = 0;  // group g: parts [g * size, min(parts, (g + 1) * size))
+};
+MPT_HD MPT_INLINE PartialGroups partial_groups(int64_t parts) {
+  if (parts <= 0) return {};
+  const int64_t most = parts < kPartialGroups ? parts : kPartialGroups;
+  const int64_t size = (parts + most - 1) / most;
+  return {(parts + size - 1) / size, size};
+}
+
 // ---- the bias gradient fused into cast + transpose (TransformerEngine's cast_transpose_dbias)
 // Column sums of x [rows, cols] in FP32, in one order on every backend: each tile of kDbiasTileRows rows summed top to
-// bottom from 0 (a partial per tile and column), then a column's partials in tile order from 0, rounded once.
+// bottom from 0 (a partial per tile and column), then a column's tile partials in partial_groups' two levels (in tile
+// order from 0 up to 32 tiles, 1024 rows), rounded once.
 inline constexpr int kDbiasTileRows = 32;
 MPT_HD MPT_INLINE int64_t dbias_tiles(int64_t rows) { return (rows + kDbiasTileRows - 1) / kDbiasTileRows; }
 

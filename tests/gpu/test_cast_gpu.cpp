@@ -118,10 +118,12 @@ TEST(GpuCast, AmaxAndPerTensorQuantizationMatchCpu) {
 // Inf/NaN and all-zero inputs: amax NaN, scale 1, NaN codes, on both backends alike.
 // The bias gradient fused into cast + transpose: the same bits as the CPU's (both sum in kernels/math's tile order),
 // for row counts that end mid-tile and every output dtype, with delayed-style given scales and current scaling.
-// {304, 72} and {128, 256} take the vectorised kernel (64 x 64 tiles; 304 rows end mid-tile, 72 columns too).
+// {304, 72} and {128, 256} take the vectorised kernel (64 x 64 tiles; 304 rows end mid-tile, 72 columns too); 1100
+// and 2049 rows have more than 32 tiles, summed in groups of tiles (math::partial_groups) on both backends.
 TEST(GpuCast, FusedDbiasMatchesCpu) {
   MPT_REQUIRE_GPU(8);
-  for (const Shape& shape : std::vector<Shape>{{1, 7}, {33, 40}, {77, 129}, {300, 64}, {304, 72}, {128, 256}}) {
+  for (const Shape& shape :
+       std::vector<Shape>{{1, 7}, {33, 40}, {77, 129}, {300, 64}, {304, 72}, {128, 256}, {1100, 72}, {2049, 40}}) {
     for (DType dt : kHigh) {
       const Tensor x = random_tensor(shape, dt, 5, 3.0), gx = to_gpu(x);
       for (DType out : kHigh) {

@@ -314,10 +314,13 @@ TEST(QuantizeFp8, GeluQuantizesTheGeluOfTheInput) {
 
 // The bias gradient fused into cast + transpose (TE's cast_transpose_dbias): dbias[c] is the column sum of the 2-d
 // view of x in the order kernels/math/quantize.h fixes (FP32, tiles of 32 rows top to bottom, then the tiles in
-// order, one rounding), checked bit for bit against that order written out here, and against the float64 sum within
-// the FP32 summation's bound (rows x 2^-24 x sum |x|) plus the output's half ulp; the codes are unchanged.
+// order up to 32 of them, beyond that in at most 32 groups of consecutive tiles and the groups in order, one
+// rounding), checked bit for bit against that order written out here, and against the float64 sum within the FP32
+// summation's bound (rows x 2^-24 x sum |x|) plus the output's half ulp; the codes are unchanged. 1100 rows: 35 tiles
+// in 18 groups of 2 (the last of 1); 2049: 65 tiles in 22 groups of 3 (the last of 2).
 TEST(QuantizeFp8Transpose, FusedDbiasIsTheColumnSumsInTileOrder) {
-  const std::vector<Shape> shapes = {{1, 1}, {31, 5}, {33, 40}, {64, 64}, {100, 257}, {2, 45, 33}, {300, 3}};
+  const std::vector<Shape> shapes = {{1, 1}, {31, 5}, {33, 40}, {64, 64}, {100, 257}, {2, 45, 33}, {300, 3},
+                                     {1100, 19}, {2049, 2}};
   for (const Shape& shape : shapes) {
     for (DType dt : kWide) {
       const Tensor x = spread_tensor(shape, dt, 7 + numel(shape));
@@ -334,12 +337,19 @@ TEST(QuantizeFp8Transpose, FusedDbiasIsTheColumnSumsInTileOrder) {
         EXPECT_EQ(codes(qt.data), codes(ops::quantize_fp8_transpose(x, DType::F8E4M3, plain).second.data)) << what;
         const std::vector<double> got = o.dbias.to_vector<double>();
         for (int64_t c = 0; c < cols; ++c) {
+          const int64_t tiles = (rows + 31) / 32;
+          const int64_t per_group = (tiles + std::min<int64_t>(tiles, 32) - 1) / std::min<int64_t>(tiles, 32);
           float total = 0.0f;
           double exact = 0, magnitude = 0;
-          for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-            float part = 0.0f;
-            for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r) part += static_cast<float>(xs[r * cols + c]);
-            total += part;
+          for (int64_t g0 = 0; g0 < tiles; g0 += per_group) {
+            float group = 0.0f;
+            for (int64_t t = g0; t < std::min(tiles, g0 + per_group); ++t) {
+              float part = 0.0f;
+              for (int64_t r = t * 32; r < std::min(rows, t * 32 + 32); ++r)
+                part += static_cast<float>(xs[r * cols + c]);
+              group += part;
+            }
+            total += group;
           }
           for (int64_t r = 0; r < rows; ++r) exact += xs[r * cols + c], magnitude += std::fabs(xs[r * cols + c]);
           const double want = Tensor::full({}, total, DType::F32).to(out).item<double>();

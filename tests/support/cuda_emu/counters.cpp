@@ -79,6 +79,10 @@ std::vector<KernelSite> kernel_sites() {
     for (const auto& [key, site] : g_sites) {
       KernelSite& m = merged[site_name(key.first, key.second)];
       m.launches += site.launches, m.bytes_read += site.bytes_read, m.bytes_written += site.bytes_written;
+      m.few_block_launches += site.few_block_launches, m.few_block_bytes += site.few_block_bytes;
+      if (site.min_blocks != 0 && (m.min_blocks == 0 || site.min_blocks < m.min_blocks)) m.min_blocks = site.min_blocks;
+      if (site.min_threads != 0 && (m.min_threads == 0 || site.min_threads < m.min_threads))
+        m.min_threads = site.min_threads;
     }
   }
   std::vector<KernelSite> out;
@@ -120,11 +124,16 @@ std::string to_string(const Counters& c) {
 namespace detail {
 void count(uint64_t Counters::*field, uint64_t n) { slot(field).fetch_add(n, std::memory_order_relaxed); }
 
-void count_site(const char* function, const char* file, uint64_t read, uint64_t written) {
+void count_site(const char* function, const char* file, uint64_t read, uint64_t written, uint64_t blocks,
+                uint64_t threads) {
   if (!g_sites_on.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(g_sites_mutex);
   KernelSite& s = g_sites[{function, file}];
   ++s.launches, s.bytes_read += read, s.bytes_written += written;
+  if (blocks == 0) return;
+  if (blocks < kSmsOfAnH100) ++s.few_block_launches, s.few_block_bytes += read + written;
+  if (s.min_blocks == 0 || blocks < s.min_blocks) s.min_blocks = blocks;
+  if (s.min_threads == 0 || blocks * threads < s.min_threads) s.min_threads = blocks * threads;
 }
 }  // namespace detail
 

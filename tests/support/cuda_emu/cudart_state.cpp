@@ -426,7 +426,7 @@ cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
         launch_status = record_only() ? check_launch(grid, block, shared_bytes) : run_kernel(grid, block, shared_bytes, body);
       },
       false);
-  if (e == cudaSuccess && launch_status == cudaSuccess) count_traffic(traffic);
+  if (e == cudaSuccess && launch_status == cudaSuccess) count_traffic(traffic, grid, block);
   return e != cudaSuccess ? e : launch_status;
 }
 

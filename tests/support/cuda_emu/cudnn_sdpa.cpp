@@ -319,7 +319,7 @@ cudnnStatus_t execute(const Handle& handle, const Desc& plan, const Desc& pack) 
     detail::count(&Counters::kernel_launches);
     detail::count(&Counters::kernel_bytes_read, read);
     detail::count(&Counters::kernel_bytes_written, written);
-    detail::count_site(s.backward ? "sdpa_backward" : "sdpa_forward", "cudnn", read, written);
+    detail::count_site(s.backward ? "sdpa_backward" : "sdpa_forward", "cudnn", read, written, 0, 0);
     g_executions.fetch_add(1);
   });
   if (err != cudaSuccess) return fail(CUDNN_STATUS_EXECUTION_FAILED_CUDART, "cudnnBackendExecute: the stream failed");

@@ -91,7 +91,7 @@ cudaError_t run_kernel(dim3 grid, dim3 block, size_t shared_bytes, KernelBody bo
 cudaError_t launch_on_stream(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::span<const KernelPointer>,
                              const char*, KernelBody body, Traffic traffic) {
   const cudaError_t e = run_kernel(grid, block, shared_bytes, body);
-  if (e == cudaSuccess) detail::count_traffic(traffic);
+  if (e == cudaSuccess) detail::count_traffic(traffic, grid, block);
   return e;
 }
 #endif
@@ -172,8 +172,9 @@ cudaError_t check_launch(dim3 grid, dim3 block, size_t shared_bytes) {
   return cudaSuccess;
 }
 
-void count_traffic(Traffic traffic) {
-  count_site(traffic.function, traffic.file, traffic.read, traffic.written);
+void count_traffic(Traffic traffic, dim3 grid, dim3 block) {
+  count_site(traffic.function, traffic.file, traffic.read, traffic.written,
+             static_cast<uint64_t>(grid.x) * grid.y * grid.z, static_cast<uint64_t>(block.x) * block.y * block.z);
   if (traffic.read == 0 && traffic.written == 0) {
     count(&Counters::kernel_launches_unsized);
     return;

@@ -70,9 +70,16 @@ std::string to_string(const Counters& c);
 // Launches, and the bytes their launchers declared, per launching site ("quantize.cu quantize_fp8_transpose": the
 // file and function that made the launch's LaunchConfig), while set_kernel_sites(true): the per-kernel breakdown of a
 // step. Off by default (a map update per launch); reset_counters() empties it. Sorted by bytes, largest first.
+// A launch whose grid has fewer blocks than an H100's or H200's 132 SMs leaves SMs idle however fast its blocks run
+// (a static proxy of a kernel that cannot reach the HBM's rate): such launches and their bytes are tallied apart, and
+// the site's smallest grid kept, in blocks and in threads (an H100 holds 132 x 2048 resident threads; a launch of a
+// few thousand threads keeps few loads in flight). Launches whose grid the runtime did not see, cuDNN's, count in none.
+inline constexpr uint64_t kSmsOfAnH100 = 132;
 struct KernelSite {
   std::string name;
   uint64_t launches = 0, bytes_read = 0, bytes_written = 0;
+  uint64_t few_block_launches = 0, few_block_bytes = 0;  // launches with fewer than kSmsOfAnH100 blocks
+  uint64_t min_blocks = 0, min_threads = 0;               // the smallest grid; 0 when none was seen
 };
 void set_kernel_sites(bool on);
 std::vector<KernelSite> kernel_sites();
@@ -80,8 +87,10 @@ std::vector<KernelSite> kernel_sites();
 namespace detail {
 // Adds n to one field (relaxed atomic): count(&Counters::h2d).
 void count(uint64_t Counters::*field, uint64_t n = 1);
-// One launch of `function` in `file` (either may be null) into the per-site tally, when it is on.
-void count_site(const char* function, const char* file, uint64_t read, uint64_t written);
+// One launch of `function` in `file` (either may be null) of `blocks` blocks of `threads` threads (0: not known) into
+// the per-site tally, when it is on.
+void count_site(const char* function, const char* file, uint64_t read, uint64_t written, uint64_t blocks,
+                uint64_t threads);
 }  // namespace detail
 
 }  // namespace mpt::cuda_emu

@@ -82,7 +82,8 @@ bool in_device_code();
 void set_last_error(cudaError_t e);  // what cudaGetLastError reports next on this thread
 // run_kernel without running: the configuration check and the launch counters only (record-only mode).
 cudaError_t check_launch(dim3 grid, dim3 block, size_t shared_bytes);
-void count_traffic(Traffic traffic);  // Counters::kernel_bytes_read/written, or kernel_launches_unsized
+// Counters::kernel_bytes_read/written, or kernel_launches_unsized; the per-site tally with the grid's size.
+void count_traffic(Traffic traffic, dim3 grid, dim3 block);
 }  // namespace detail
 
 // Number of OS threads that run blocks (at least 2, so block-level concurrency is always exercised).
