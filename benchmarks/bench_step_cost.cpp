@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
     for (const emu::KernelSite& k : sites) {
       j["kernels"].push_back({{"site", k.name}, {"launches", k.launches}, {"bytes_read", k.bytes_read},
                               {"bytes_written", k.bytes_written}, {"min_blocks", k.min_blocks},
-                              {"min_threads", k.min_threads},
+                              {"min_threads", k.min_threads}, {"few_block_max_bytes", k.few_block_max_bytes},
                               {"few_block_launches", k.few_block_launches}, {"few_block_bytes", k.few_block_bytes}});
     }
     for (const auto& [name, r] : profile) {

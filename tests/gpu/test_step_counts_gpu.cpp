@@ -16,6 +16,7 @@
 
 #include "cublasLt.h"
 #include "cuda_emu/counters.h"
+#include "cuda_emu/device_work.h"
 #include "device_test.h"
 #include "test_util.h"
 #include "mpt/mpt.h"
@@ -547,6 +548,57 @@ TEST(GpuStepCounts, BlockCacheServesEveryAllocation) {
   emu::reset_counters();
   empty_cache(Device::cuda(0));
   EXPECT_EQ(emu::counters().pool_frees, 0u) << "nothing was left in the block cache";
+}
+
+// A step at full size keeps an H100's SMs busy wherever it moves megabytes: at GPT 1.3B's layer sizes (2048 wide, 16
+// heads, 8 x 1024 tokens; 3 blocks so that h.1 runs FP8), recorded without running (emu::set_record_only), no launch
+// with fewer blocks than the 132 SMs (emu::kSmsOfAnH100) moves 1 MB. Before 2026-12-01 LayerNorm's dweight/dbias and
+// the bias gradients (FP8's fused dbias, bias_grad) were finished by 8 blocks of one thread per column, each reading
+// 2-8 MB of partials (kernels/cuda/partial_sums.cuh).
+TEST(GpuStepCounts, FullSizeLaunchesMovingMegabytesFillTheSms) {
+  MPT_REQUIRE_GPU(8);
+  emu::set_record_only(true);
+  struct RecordOnlyOff {
+    ~RecordOnlyOff() { emu::set_record_only(false); }
+  } off;
+  for (const std::string precision : {"bf16", "fp8-delayed"}) {
+    nn::GPTConfig c = config(3);
+    c.vocab_size = 1024, c.block_size = 1024, c.n_head = 16, c.n_embd = 2048;
+    nn::GPT model(c);
+    const amp::Policy policy = policy_for(precision, 3);
+    optim::AdamW opt(optim::weight_decay_groups(model.named_parameters(), 0.1), {.lr = 1e-4});
+    const Tensor ids = Tensor::zeros({8, 1024}, DType::I64, Device::cuda(0));
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss;
+      {
+        amp::Autocast autocast(policy);
+        loss = model.loss(ids, ids);
+      }
+      loss.backward();
+      optim::clip_grad_norm_(model.parameters(), 1.0);
+      opt.step();
+      if (policy.fp8_state) policy.fp8_state->update();
+    };
+    step();  // warm-up: optimizer state, FP8 metas
+    emu::reset_counters();
+    emu::set_kernel_sites(true);
+    step();
+    emu::set_kernel_sites(false);
+    std::map<std::string, emu::KernelSite> sites;
+    for (emu::KernelSite& k : emu::kernel_sites()) sites[k.name] = std::move(k);
+    for (const auto& [name, k] : sites) {
+      EXPECT_LT(k.few_block_max_bytes, uint64_t{1} << 20)
+          << precision << " " << name << ": " << k.few_block_launches << " launches under " << emu::kSmsOfAnH100
+          << " blocks (the smallest " << k.min_blocks << "), one of them moving " << k.few_block_max_bytes << " bytes";
+    }
+    ASSERT_TRUE(sites.contains("layernorm.cu layer_norm_backward")) << precision;
+    EXPECT_GE(sites["layernorm.cu layer_norm_backward"].min_blocks, emu::kSmsOfAnH100) << precision;
+    if (precision == "fp8-delayed") {
+      ASSERT_TRUE(sites.contains("quantize.cu dbias_finish"));
+      EXPECT_GE(sites["quantize.cu dbias_finish"].min_blocks, emu::kSmsOfAnH100);
+    }
+  }
 }
 
 TEST(GpuStepCounts, Fp32) { check_precision("fp32"); }

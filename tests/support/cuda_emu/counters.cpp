@@ -80,6 +80,7 @@ std::vector<KernelSite> kernel_sites() {
       KernelSite& m = merged[site_name(key.first, key.second)];
       m.launches += site.launches, m.bytes_read += site.bytes_read, m.bytes_written += site.bytes_written;
       m.few_block_launches += site.few_block_launches, m.few_block_bytes += site.few_block_bytes;
+      m.few_block_max_bytes = std::max(m.few_block_max_bytes, site.few_block_max_bytes);
       if (site.min_blocks != 0 && (m.min_blocks == 0 || site.min_blocks < m.min_blocks)) m.min_blocks = site.min_blocks;
       if (site.min_threads != 0 && (m.min_threads == 0 || site.min_threads < m.min_threads))
         m.min_threads = site.min_threads;
@@ -131,7 +132,10 @@ void count_site(const char* function, const char* file, uint64_t read, uint64_t 
   KernelSite& s = g_sites[{function, file}];
   ++s.launches, s.bytes_read += read, s.bytes_written += written;
   if (blocks == 0) return;
-  if (blocks < kSmsOfAnH100) ++s.few_block_launches, s.few_block_bytes += read + written;
+  if (blocks < kSmsOfAnH100) {
+    ++s.few_block_launches, s.few_block_bytes += read + written;
+    s.few_block_max_bytes = std::max(s.few_block_max_bytes, read + written);
+  }
   if (s.min_blocks == 0 || blocks < s.min_blocks) s.min_blocks = blocks;
   if (s.min_threads == 0 || blocks * threads < s.min_threads) s.min_threads = blocks * threads;
 }

@@ -79,6 +79,7 @@ struct KernelSite {
   std::string name;
   uint64_t launches = 0, bytes_read = 0, bytes_written = 0;
   uint64_t few_block_launches = 0, few_block_bytes = 0;  // launches with fewer than kSmsOfAnH100 blocks
+  uint64_t few_block_max_bytes = 0;                       // the most bytes one of them moved
   uint64_t min_blocks = 0, min_threads = 0;               // the smallest grid; 0 when none was seen
 };
 void set_kernel_sites(bool on);
