@@ -102,7 +102,15 @@ int source_lane(WarpOp op, int lane, int arg, int width) {
 }  // namespace
 
 StackPool::~StackPool() {
-  for (auto& sc : free_) alloc_.deallocate(sc);
+  for (auto& sc : free_) {
+#if defined(__SANITIZE_ADDRESS__)
+    // Unmapping leaves the shadow of the frames a fiber never returned from (its entry frame) poisoned, and a later
+    // mapping at that address inherits it: a worker thread's stack, whose static TLS (the emulated __shared__ arrays,
+    // static thread_local) ASan does not clear in full, then reported false stack overflows in kernels.
+    __asan_unpoison_memory_region(static_cast<char*>(sc.sp) - sc.size, sc.size);
+#endif
+    alloc_.deallocate(sc);
+  }
 }
 
 ctx::stack_context StackPool::take() {
