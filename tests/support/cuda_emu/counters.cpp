@@ -68,6 +68,11 @@ std::string site_name(const char* function, const char* file) {
   return name + short_function(function);
 }
 
+// min = v when v is known (nonzero) and smaller, or min is unset (0).
+void keep_smaller(uint64_t& min, uint64_t v) {
+  if (v != 0 && (min == 0 || v < min)) min = v;
+}
+
 }  // namespace
 
 void set_kernel_sites(bool on) { g_sites_on.store(on, std::memory_order_relaxed); }
@@ -81,9 +86,8 @@ std::vector<KernelSite> kernel_sites() {
       m.launches += site.launches, m.bytes_read += site.bytes_read, m.bytes_written += site.bytes_written;
       m.few_block_launches += site.few_block_launches, m.few_block_bytes += site.few_block_bytes;
       m.few_block_max_bytes = std::max(m.few_block_max_bytes, site.few_block_max_bytes);
-      if (site.min_blocks != 0 && (m.min_blocks == 0 || site.min_blocks < m.min_blocks)) m.min_blocks = site.min_blocks;
-      if (site.min_threads != 0 && (m.min_threads == 0 || site.min_threads < m.min_threads))
-        m.min_threads = site.min_threads;
+      keep_smaller(m.min_blocks, site.min_blocks);
+      keep_smaller(m.min_threads, site.min_threads);
     }
   }
   std::vector<KernelSite> out;
@@ -136,8 +140,8 @@ void count_site(const char* function, const char* file, uint64_t read, uint64_t 
     ++s.few_block_launches, s.few_block_bytes += read + written;
     s.few_block_max_bytes = std::max(s.few_block_max_bytes, read + written);
   }
-  if (s.min_blocks == 0 || blocks < s.min_blocks) s.min_blocks = blocks;
-  if (s.min_threads == 0 || blocks * threads < s.min_threads) s.min_threads = blocks * threads;
+  keep_smaller(s.min_blocks, blocks);
+  keep_smaller(s.min_threads, blocks * threads);
 }
 }  // namespace detail
 
