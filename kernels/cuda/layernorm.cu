@@ -1,4 +1,5 @@
-// kernels/cuda/layernorm.cu: LayerNorm forward/backward, one block per row, float math from kernels/math/layernorm.h.
+// kernels/cuda/layernorm.cu: LayerNorm forward and backward, a row per warp, float math from
+// kernels/math/layernorm.h.
 #include "kernels/cuda/layernorm.h"
 
 #include "kernels/cuda/amax.cuh"
@@ -13,158 +14,180 @@
 namespace mpt::kernels::cuda {
 namespace {
 
-constexpr int kMaxThreads = 1024;
-constexpr int kBackwardThreads = 512;        // the backward kernel keeps more values live: 128 registers a thread
+constexpr int kWarps = static_cast<int>(kLayerNormWarps);  // a row per warp, forward and backward
+constexpr int kThreads = 32 * kWarps;
 constexpr int64_t kGradBlocks = kLayerNormGradBlocks;
-constexpr int64_t kSharedPartialBytes = 48 * 1024;
+constexpr int64_t kSharedBytes = 48 * 1024;  // the backward kernel's stages and (when they fit) its partial sums
 
-// Three passes over the row (with a residual, the first one writes s = x + residual and later passes read
-// s back): sum, sum of squared deviations, output.
+// A row per warp (kWarps to a block; a warp past the last row only joins the block's amax), three passes over the
+// row (with a residual, the first one writes s = x + residual and later passes read s back): sum, sum of squared
+// deviations, output. The row's reductions are warp shuffles: no barrier, so a lane's loads of a pass are in flight
+// together.
 template <class T, class P, class Y, class X, bool kVec>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(kThreads)
     layer_norm_forward_kernel(const math::LayerNormForwardParams<T, P, Y, X> p) {
-  __shared__ float scratch[math::kBlockReduceScratch];
   using Pack = RowPack<T, kVec>;
-  const int64_t n = p.cols, offset = static_cast<int64_t>(blockIdx.x) * n;
-  const RowStride rs = row_stride<Pack::kWidth>();
+  constexpr int kWidth = Pack::kWidth;
+  constexpr int kChunk = 32 * kWidth;  // columns a warp covers per step
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const bool active = row < p.rows;  // uniform across the warp
+  const int64_t n = p.cols, offset = active ? row * n : 0, first = static_cast<int64_t>(threadIdx.x % 32) * kWidth;
+  const int64_t end = active ? n : 0;
   const X* x = p.x + offset;
   const T* s = p.residual != nullptr ? p.sum + offset : nullptr;  // the row the later passes read: s, or x
   auto load_row = [&](int64_t c) { return s != nullptr ? Pack::load(s + c) : Pack::load(x + c); };
 
   float sum = 0.0f;
   if (p.residual != nullptr) {
-    for (int64_t c = rs.first; c < n; c += rs.stride) {
+    for (int64_t c = first; c < end; c += kChunk) {
       Pack a = Pack::load(x + c);
       const Pack b = Pack::load(p.residual + offset + c);
 #pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) a.v[k] = math::load(math::store<T>(a.v[k] + b.v[k]));
+      for (int k = 0; k < kWidth; ++k) a.v[k] = math::load(math::store<T>(a.v[k] + b.v[k]));
       a.store(p.sum + offset + c);
 #pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) sum += a.v[k];
+      for (int k = 0; k < kWidth; ++k) sum += a.v[k];
     }
   } else {
-    for (int64_t c = rs.first; c < n; c += rs.stride) {
+    for (int64_t c = first; c < end; c += kChunk) {
       const Pack a = Pack::load(x + c);
 #pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) sum += a.v[k];
+      for (int k = 0; k < kWidth; ++k) sum += a.v[k];
     }
   }
-  // RMSNorm: mean 0 (p.rms is uniform across the block, so every thread skips the reduction alike).
-  const float mean = p.rms ? 0.0f : math::block_allreduce(sum, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
+  // RMSNorm: mean 0 (p.rms is uniform across the block, so every lane skips the reduction alike).
+  const float mean = p.rms ? 0.0f : math::warp_allreduce(sum, math::SumOp{}) / static_cast<float>(n);
 
   float sq = 0.0f;
-  for (int64_t c = rs.first; c < n; c += rs.stride) {
+  for (int64_t c = first; c < end; c += kChunk) {
     const Pack a = load_row(c);
 #pragma unroll
-    for (int k = 0; k < Pack::kWidth; ++k) sq += (a.v[k] - mean) * (a.v[k] - mean);
+    for (int k = 0; k < kWidth; ++k) sq += (a.v[k] - mean) * (a.v[k] - mean);
   }
-  sq = math::block_allreduce(sq, math::SumOp{}, 0.0f, scratch);
+  sq = math::warp_allreduce(sq, math::SumOp{});
   const float rstd = math::layer_norm_rstd(sq / static_cast<float>(n), static_cast<float>(p.eps));
 
   unsigned m = 0;  // an FP8 output's max |y| bits
   const bool write_y = !math::kFp8Output<Y> || p.y != nullptr;  // an FP8 y may be null: its amax-only pass
   const float y_scale = math::kFp8Output<Y> && write_y ? *p.y_scale : 1.0f;  // read once
-  for (int64_t c = rs.first; c < n; c += rs.stride) {
+  for (int64_t c = first; c < end; c += kChunk) {
     Pack a = load_row(c);
 #pragma unroll
-    for (int k = 0; k < Pack::kWidth; ++k) {
+    for (int k = 0; k < kWidth; ++k) {
       const float b = p.bias != nullptr ? static_cast<float>(math::load(p.bias[c + k])) : 0.0f;
       a.v[k] = math::layer_norm_output(a.v[k], mean, rstd, static_cast<float>(math::load(p.weight[c + k])), b);
     }
     if constexpr (math::kFp8Output<Y>) {  // quantized as it is stored (kernels/math/quantize.h's element)
 #pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) m = math::AmaxBitsMax{}(m, math::amax_bits(a.v[k], true));
+      for (int k = 0; k < kWidth; ++k) m = math::AmaxBitsMax{}(m, math::amax_bits(a.v[k], true));
       if (write_y) {  // the amax-only pass stops here
-        RowVec<Y, Pack::kWidth> q;
+        RowVec<Y, kWidth> q;
 #pragma unroll
-        for (int k = 0; k < Pack::kWidth; ++k) q.v[k] = math::quantize_value<Y>(a.v[k], y_scale, Fp8Saturation::Saturate);
-        *reinterpret_cast<RowVec<Y, Pack::kWidth>*>(p.y + offset + c) = q;
+        for (int k = 0; k < kWidth; ++k) q.v[k] = math::quantize_value<Y>(a.v[k], y_scale, Fp8Saturation::Saturate);
+        *reinterpret_cast<RowVec<Y, kWidth>*>(p.y + offset + c) = q;
       }
     } else {
       a.store(p.y + offset + c);
     }
   }
-  if (threadIdx.x == 0) {
-    p.mean[blockIdx.x] = mean;
-    p.rstd[blockIdx.x] = rstd;
+  if (active && threadIdx.x % 32 == 0) {
+    p.mean[row] = mean;
+    p.rstd[row] = rstd;
   }
   if constexpr (math::kFp8Output<Y>) {
     if (p.y_amax != nullptr) block_amax_to(m, reinterpret_cast<unsigned*>(p.y_amax));
   }
 }
 
-// Block b handles rows b, b + gridDim.x, ...: dx per row, and its threads sum dy * xhat and dy of the columns
-// they own into acc (shared memory, or the block's slice of `partials` when use_shared is false), which is
-// finally written to the block's slice (blocks, 2, cols) of `partials`.
+// A warp per row (llm.c's layout): warp w of block b takes rows (b + i * gridDim.x) * kWarps + w, i = 0, 1, ...
+// (every warp of a block walks the same number of row groups; a warp past the last row adds zeros). The row's two
+// means are warp reductions (no block barrier); then, a chunk of 32 packs at a time, the warp writes dx and stages
+// its row's dy * xhat and dy, and the block adds the staged rows of its warps in warp order into acc (shared memory,
+// or the block's slice of `partials` when use_shared is false), which ends in the block's slice (blocks, 2, cols).
 template <class T, class P, class G, class X, bool kVec>
-__global__ void __launch_bounds__(kBackwardThreads)
+__global__ void __launch_bounds__(kThreads)
     layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P, G, X> p, float* partials, bool use_shared) {
-  __shared__ float scratch[math::kBlockReduceScratch];
   MPT_DYNAMIC_SHARED(float, smem);
   using Pack = RowPack<T, kVec>;
+  constexpr int kWidth = Pack::kWidth;
+  constexpr int kChunk = 32 * kWidth;  // columns a warp covers per step
   const int64_t n = p.cols;
-  const RowStride rs = row_stride<Pack::kWidth>();
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  // Two [kWarps][2][kChunk] stages, used in turn: the warps' dy * xhat, then dy, of one chunk. A stage is written
+  // again two chunks later, after the barrier of the chunk between, so one barrier a chunk suffices.
+  constexpr int kStage = kWarps * 2 * kChunk;
   float* slice = partials + static_cast<int64_t>(blockIdx.x) * 2 * n;
-  float* acc = use_shared ? smem : slice;
-  for (int64_t c = rs.first; c < n; c += rs.stride) {
-#pragma unroll
-    for (int k = 0; k < Pack::kWidth; ++k) acc[c + k] = acc[n + c + k] = 0.0f;
-  }
-  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    const int64_t offset = row * n;
-    const float mean = p.mean[row], rstd = p.rstd[row];
+  float* acc = use_shared ? smem + 2 * kStage : slice;
+  int turn = 0;
+  for (int64_t c = threadIdx.x; c < 2 * n; c += blockDim.x) acc[c] = 0.0f;
+  for (int64_t group = blockIdx.x; group * kWarps < p.rows; group += gridDim.x) {
+    const int64_t row = group * kWarps + warp;
+    const bool active = row < p.rows;  // uniform across the warp
+    const int64_t offset = active ? row * n : 0;
+    const float mean = active ? p.mean[row] : 0.0f, rstd = active ? p.rstd[row] : 0.0f;
     float sg = 0.0f, sgx = 0.0f;
-    for (int64_t c = rs.first; c < n; c += rs.stride) {
+    for (int64_t c = static_cast<int64_t>(lane) * kWidth; active && c < n; c += kChunk) {
       const Pack x = Pack::load(p.x + offset + c), dy = Pack::load(p.dy + offset + c);
 #pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) {
-        const float xhat = (x.v[k] - mean) * rstd;
+      for (int k = 0; k < kWidth; ++k) {
         const float g = dy.v[k] * static_cast<float>(math::load(p.weight[c + k]));
         sg += g;
-        sgx += g * xhat;
-        acc[c + k] += dy.v[k] * xhat;
-        acc[n + c + k] += dy.v[k];
+        sgx += g * ((x.v[k] - mean) * rstd);
       }
     }
-    const float g_mean =
-        p.rms ? 0.0f : math::block_allreduce(sg, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
-    const float gx_mean = math::block_allreduce(sgx, math::SumOp{}, 0.0f, scratch) / static_cast<float>(n);
-    for (int64_t c = rs.first; c < n; c += rs.stride) {
-      const Pack x = Pack::load(p.x + offset + c);
-      Pack dx = Pack::load(p.dy + offset + c);
+    const float g_mean = p.rms ? 0.0f : math::warp_allreduce(sg, math::SumOp{}) / static_cast<float>(n);
+    const float gx_mean = math::warp_allreduce(sgx, math::SumOp{}) / static_cast<float>(n);
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk, turn ^= 1) {
+      const int64_t c = c0 + static_cast<int64_t>(lane) * kWidth;
+      const float* stage = smem + turn * kStage;
+      float* mine = smem + turn * kStage + warp * 2 * kChunk + lane * kWidth;
+      Pack dw{}, db{};
+      if (active && c < n) {
+        const Pack x = Pack::load(p.x + offset + c);
+        Pack dx = Pack::load(p.dy + offset + c);
 #pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) {
-        const float xhat = (x.v[k] - mean) * rstd;
-        const float g = dx.v[k] * static_cast<float>(math::load(p.weight[c + k]));
-        dx.v[k] = math::layer_norm_dx(g, xhat, rstd, g_mean, gx_mean);
-      }
-      // Added to dx: its old value, or the fused residual sum's own gradient (the pointers read from the kernel's
-      // parameters where they are used: holding one across the row loop spills the 8-wide kernels).
-      if (p.accumulate_dx || p.dx_add != nullptr) {
-        const Pack old = Pack::load((p.accumulate_dx ? p.dx : p.dx_add) + offset + c);
+        for (int k = 0; k < kWidth; ++k) {
+          const float xhat = (x.v[k] - mean) * rstd;
+          db.v[k] = dx.v[k];
+          dw.v[k] = dx.v[k] * xhat;
+          const float g = dx.v[k] * static_cast<float>(math::load(p.weight[c + k]));
+          dx.v[k] = math::layer_norm_dx(g, xhat, rstd, g_mean, gx_mean);
+        }
+        // Added to dx: its old value, or the fused residual sum's own gradient.
+        if (p.accumulate_dx || p.dx_add != nullptr) {
+          const Pack old = Pack::load((p.accumulate_dx ? p.dx : p.dx_add) + offset + c);
 #pragma unroll
-        for (int k = 0; k < Pack::kWidth; ++k) dx.v[k] = math::add_rn(dx.v[k], old.v[k]);  // never fused into dx's FMA
+          for (int k = 0; k < kWidth; ++k) dx.v[k] = math::add_rn(dx.v[k], old.v[k]);  // never fused into dx's FMA
+        }
+        dx.store(p.dx + offset + c);
+        // dx again in X (a low-precision x beside an f32 residual: the cast a separate pass would make); T is float
+        // then, so these are the bits of the float dx just stored, rounded once. X == T never asks for it.
+        if constexpr (!std::is_same_v<X, T>) {
+          static_assert(std::is_same_v<T, float>, "a second dx dtype only beside f32 rows");
+          if (p.dx_half != nullptr) dx.store(p.dx_half + offset + c);
+        }
       }
-      dx.store(p.dx + offset + c);
-    }
-    // dx again in X (a low-precision x beside an f32 residual: the cast a separate pass would make), read back from
-    // what this thread just wrote (the same columns, so no barrier), in a loop of its own: inside the loop above the
-    // conversion's registers spill the 4-wide float kernels. X == T never asks for it.
-    if constexpr (!std::is_same_v<X, T>) {
-      static_assert(std::is_same_v<T, float>, "a second dx dtype only beside f32 rows");
-      if (p.dx_half != nullptr) {
-        for (int64_t c = rs.first; c < n; c += rs.stride) Pack::load(p.dx + offset + c).store(p.dx_half + offset + c);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        mine[k] = dw.v[k];
+        mine[kChunk + k] = db.v[k];
+      }
+      __syncthreads();
+      // The chunk's 2 * kChunk sums, each over the warps in order, added to acc.
+      for (int i = static_cast<int>(threadIdx.x); i < 2 * kChunk; i += static_cast<int>(blockDim.x)) {
+        const int64_t col = c0 + i % kChunk;
+        if (col >= n) continue;
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) s += stage[w * 2 * kChunk + i];
+        float* a = acc + (i < kChunk ? 0 : n) + col;
+        *a += s;
       }
     }
   }
+  __syncthreads();  // the last chunk's sums
   if (use_shared) {
-    for (int64_t c = rs.first; c < n; c += rs.stride) {
-#pragma unroll
-      for (int k = 0; k < Pack::kWidth; ++k) {
-        slice[c + k] = acc[c + k];
-        slice[n + c + k] = acc[n + c + k];
-      }
-    }
+    for (int64_t c = threadIdx.x; c < 2 * n; c += blockDim.x) slice[c] = acc[c];
   }
 }
 
@@ -207,7 +230,6 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p
   constexpr int kWidth = Vec16<T>::kSize;
   const bool vec = p.cols % kWidth == 0 && is_aligned16(p.x) && (!has_y || is_aligned16(p.y)) &&
                    (!fused || (is_aligned16(p.residual) && is_aligned16(p.sum)));
-  const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kMaxThreads);
   // x (and residual) once, weight (and bias) once for the launch; y (and sum), mean and rstd written. The later
   // passes' re-reads of x, or of the sum this launch wrote, count nothing more.
   const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
@@ -217,7 +239,7 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p
   const uint64_t written_bytes = elems * ((has_y ? sizeof(Y) : 0) + (fused ? sizeof(T) : 0)) +
                                  2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
                                  (math::kFp8Output<Y> ? sizeof(float) : 0);  // the scale read or the amax folded
-  const LaunchConfig config{dim3(static_cast<unsigned>(p.rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
+  const LaunchConfig config{dim3(static_cast<unsigned>((p.rows + kWarps - 1) / kWarps)), dim3(kThreads), 0, stream,
                             read_bytes, written_bytes};
   return vec ? launch(layer_norm_forward_kernel<T, P, Y, X, true>, config, p)
              : launch(layer_norm_forward_kernel<T, P, Y, X, false>, config, p);
@@ -236,12 +258,13 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
                    is_aligned16(p.dx_add) && is_aligned16(p.dx_half);
   if (p.accumulate_dx && p.dx_add != nullptr) return cudaErrorInvalidValue;
   if (partial_sums_blocks(p.cols) > 2147483647) return cudaErrorInvalidValue;  // the dweight/dbias kernel's grid
-  const int threads = row_block_threads(vec ? p.cols / kWidth : p.cols, kBackwardThreads);
-  const int64_t blocks = p.rows < kGradBlocks ? p.rows : kGradBlocks;
+  const int64_t groups = (p.rows + kWarps - 1) / kWarps;  // a row per warp
+  const int64_t blocks = groups < kGradBlocks ? groups : kGradBlocks;
   const int64_t partial_bytes = 2 * p.cols * static_cast<int64_t>(sizeof(float));
-  const bool use_shared = partial_bytes <= kSharedPartialBytes;
-  // dy, x (and dx when accumulating), weight, mean and rstd in; dx and the (blocks, 2, cols) partials out. Without
-  // shared memory the partials are accumulated in place, so they are read too.
+  const int64_t stage_bytes = 2 * kWarps * 2 * 32 * (vec ? kWidth : 1) * static_cast<int64_t>(sizeof(float));
+  const bool use_shared = stage_bytes + partial_bytes <= kSharedBytes;
+  // dy, x (and dx when accumulating), weight, mean and rstd in; dx (and dx_half) and the (blocks, 2, cols) partials
+  // out. Without shared memory the partials are accumulated in place, so they are read too.
   const uint64_t elems = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.cols);
   const uint64_t cols = static_cast<uint64_t>(p.cols);
   const uint64_t partials = static_cast<uint64_t>(blocks) * static_cast<uint64_t>(partial_bytes);
@@ -249,10 +272,8 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
   const uint64_t read_bytes = elems * (sizeof(G) + sizeof(T) * (adds ? 2 : 1)) + cols * sizeof(P) +
                               2 * static_cast<uint64_t>(p.rows) * sizeof(math::opmath_t<T>) +
                               (use_shared ? 0 : partials);
-  // dx_half: dx read back (from cache: the thread wrote it just before; counted) and written in X.
-  const uint64_t half_read = p.dx_half != nullptr ? elems * sizeof(T) : 0;
-  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
-                            use_shared ? static_cast<size_t>(partial_bytes) : 0, stream, read_bytes + half_read,
+  const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(kThreads)),
+                            static_cast<size_t>(stage_bytes + (use_shared ? partial_bytes : 0)), stream, read_bytes,
                             elems * (sizeof(T) + (p.dx_half != nullptr ? sizeof(X) : 0)) + partials};
   const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, G, X, true>, config, p, scratch, use_shared)
                             : launch(layer_norm_backward_kernel<T, P, G, X, false>, config, p, scratch, use_shared);

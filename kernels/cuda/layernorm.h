@@ -9,8 +9,8 @@
 
 namespace mpt::kernels::cuda {
 
-// Device-pointer version of kernels/cpu/layernorm.h: one block per row, float statistics (two passes:
-// mean, then mean of squared deviations, each a block reduction), 16-byte vector loads when every row
+// Device-pointer version of kernels/cpu/layernorm.h: one warp per row (blocks of kLayerNormWarps), float statistics
+// (two passes: mean, then mean of squared deviations, each a warp reduction), 16-byte vector loads when every row
 // array is aligned and cols is a whole number of vectors. Asynchronous on `stream`; cudaErrorInvalidValue
 // for rows < 0, cols < 1, rows > 2^31 - 1 or a missing pointer. T: float, mpt::f16, mpt::bf16 with P = T,
 // and f16/bf16 with P = float; the output Y is T, or f16/bf16 beside float T and P (the norm written in the dtype of
@@ -21,22 +21,26 @@ namespace mpt::kernels::cuda {
 template <class T, class P, class Y, class X>
 cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p, cudaStream_t stream);
 
-// Blocks of the backward kernel: the partial-sum slices.
+// The kernels' blocks: kLayerNormWarps warps, a row each; the backward kernel's at most kLayerNormGradBlocks of them
+// (the partial-sum slices).
+inline constexpr int64_t kLayerNormWarps = 8;
 inline constexpr int64_t kLayerNormGradBlocks = 512;
 
 // The float scratch layer_norm_backward needs: (blocks, 2, cols) partial sums of dweight and dbias. Inline: the
 // emulation tests link this file's kernels compiled as host C++ beside the library's CUDA ones, and a non-template
 // function defined in both would be defined twice.
 constexpr int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols) {
-  return (rows < kLayerNormGradBlocks ? rows : kLayerNormGradBlocks) * 2 * cols;
+  const int64_t groups = (rows + kLayerNormWarps - 1) / kLayerNormWarps;
+  return (groups < kLayerNormGradBlocks ? groups : kLayerNormGradBlocks) * 2 * cols;
 }
 
-// Backward in two kernels: min(rows, 512) blocks each take every 512th row, write dx, and sum their rows'
-// dy * xhat and dy into their own slice of `scratch` (through shared memory when 2 * cols floats fit in
-// 48 KiB); a second kernel adds the slices per column in block order. No atomics: the result is the same
-// on every run. `scratch` holds layer_norm_backward_scratch_floats(rows, cols) floats. dy's type G pairs with T as the
-// forward's Y does; dx_add and dx_half (X) as math::LayerNormBackwardParams says (cudaErrorInvalidValue for dx_add
-// with accumulate_dx).
+// Backward in two kernels. The first takes a row per warp (llm.c's layout): the row's two means are warp reductions,
+// then the warp writes dx and the block adds its warps' dy * xhat and dy, in warp order, into its own slice of
+// `scratch` (through shared memory when 2 * cols floats fit beside the warps' staging in 48 KiB); up to 512 blocks
+// of 8 warps, each taking every 512th group of 8 rows. The second adds the slices per column in
+// math::partial_groups' order. No atomics: the result is the same on every run. `scratch` holds
+// layer_norm_backward_scratch_floats(rows, cols) floats. dy's type G pairs with T as the forward's Y does; dx_add and
+// dx_half (X) as math::LayerNormBackwardParams says (cudaErrorInvalidValue for dx_add with accumulate_dx).
 template <class T, class P, class G, class X>
 cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p, float* scratch,
                                 cudaStream_t stream);

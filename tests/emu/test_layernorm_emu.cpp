@@ -144,12 +144,18 @@ TEST(LayerNormEmu, MatchesCpu) {
   check_layer_norm<f16, f16>(2, 24, 1, false);
 }
 
-// More rows than the backward's 512 blocks (blocks loop over rows), and rows too wide for the shared-memory
-// partial sums (2 * 6200 floats > 48 KiB: the block's slice of the scratch buffer is used instead).
+// More rows than the backward's 512 blocks of 8 warps (a warp per row; blocks loop over groups of 8 rows, the last
+// group partly empty), and rows too wide for the shared-memory partial sums (2 * 6200 floats beside the warps' two
+// stages > 48 KiB: the block's slice of the scratch buffer is used instead).
 TEST(LayerNormEmu, ManyRowsAndWideRows) {
   check_layer_norm<bf16, float>(530, 16, 0, false);
+  check_layer_norm<bf16, float>(4100, 16, 0, true);
+  check_layer_norm<float, float>(4099, 24, 1, false);  // misaligned: one element a lane
   check_layer_norm<float, float>(2, 6200, 0, true);
   check_layer_norm<float, float>(2, 6201, 0, false);
+  // The widest f32 rows whose partials fit beside the two 16 KiB stages (4096 columns), and the next whole vector.
+  check_layer_norm<float, float>(19, 4096, 0, true);
+  check_layer_norm<float, float>(19, 4100, 0, false);
 }
 
 TEST(LayerNormEmu, RejectsInvalidArguments) {

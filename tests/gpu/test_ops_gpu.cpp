@@ -28,9 +28,10 @@ const DType kFloat16s[] = {DType::F32, DType::F16, DType::BF16};
 
 // Not order-identical, even under emulation: reductions along a row. The CPU kernels sum a row with `omp simd`
 // lanes (kernels/cpu/layernorm.cpp:35-40, kernels/cpu/softmax.cpp) and LayerNorm's dweight/dbias over a fixed number
-// of row chunks (kernels/cpu/layernorm.cpp:14, 125); the CUDA kernels sum strided per thread and then through a block
-// tree (kernels/cuda/layernorm.cu) and dweight/dbias over 512 block slices in groups (partial_sums.cuh); the
-// cross-entropy's Mean/Sum over rows likewise. tests/emu/test_layernorm_emu.cpp documents the same (tolerances there).
+// of row chunks (kernels/cpu/layernorm.cpp:14, 125); the CUDA kernels sum strided per lane and then through a warp
+// tree (kernels/cuda/layernorm.cu: a row per warp) and dweight/dbias over 512 block slices in groups
+// (partial_sums.cuh); the cross-entropy's Mean/Sum over rows likewise. tests/emu/test_layernorm_emu.cpp documents the
+// same (tolerances there).
 // The statistics then agree to a few float roundings and each output, rounded once to its dtype, may land one ulp
 // (2 u <= 2 rtol of tolerance(dtype)) away: slack 2 for outputs, 4 for gradients (one more reduction: dx's row means,
 // dweight's sum over rows).
