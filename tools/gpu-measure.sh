@@ -7,11 +7,12 @@
 #   STEPS    comma-separated subset, in this order (default all): tests, gpt2 (llm.c and mptrain at batch 8 and 32,
 #            eager and CUDA graph, FP32 and BF16 residual streams), kernels (--kernel-times of GPT-2 bf16 and 1.3B fp8-delayed), fp8 (bench_fp8 and
 #            the 124M / 350M / 1.3B shapes in every recipe), baseline (the packed baseline's bench_train and
-#            bench_fp8 beside the new ones), llama (Llama and GPT at vocabulary 32000), torch (compare_pytorch.py
-#            with torch.compile)
+#            bench_fp8 beside the new ones), converge (issue 32's loss target: train_gpt at GPT-2 124M's shape on
+#            tinyshakespeare, BF16 against each FP8 recipe with every layer FP8, final validation losses compared),
+#            llama (Llama and GPT at vocabulary 32000), torch (compare_pytorch.py with torch.compile)
 # Output: $OUT/log.txt (everything printed) and $OUT/results.tgz (every JSON); without $OUT, ./gpu-measure-out.
 set -u
-pack=${1:-.gpu} budget=${2:-400} steps=${3:-tests,gpt2,kernels,fp8,baseline,llama,torch}
+pack=${1:-.gpu} budget=${2:-400} steps=${3:-tests,gpt2,kernels,fp8,baseline,converge,llama,torch}
 out=${OUT:-$PWD/gpu-measure-out}
 mkdir -p "$out"
 t0=$SECONDS
@@ -103,6 +104,30 @@ if wanted baseline && [ -x "$old" ]; then
     step "baseline-124m-$p" 40 "$old" $gpt2 --batch 8 --precision $p --warmup 3 --steps 10 \
       --json "$res/baseline-124m-$p.json"
   done
+fi
+if wanted converge; then
+  # Issue 32: FP8's final validation loss within 0.5% of BF16's, same seed, data and schedule (a char-level GPT-2
+  # 124M shape, 300 steps of 8 x 1024 tokens; every layer FP8 but the first and last blocks and the head: at this
+  # width the per-shape rule would run them all in BF16).
+  conv="--preset gpt2 --tokenizer char --steps 300 --lr 6e-4 --min-lr 6e-5 --seed 1337"
+  conv="$conv --eval-every 0 --eval-batches 20 --log-every 50"
+  for p in bf16 fp8-delayed fp8-current fp8-block; do
+    fl=""; [ "$p" != bf16 ] && fl="--fp8-layers all"
+    step "converge-$p" 60 "$bin/train_gpt" $conv --precision $p $fl --log-json "$res/converge-$p.jsonl"
+  done
+  python3 - "$res" <<'PY' || true
+import json, pathlib, sys
+final = {}
+for f in sorted(pathlib.Path(sys.argv[1]).glob("converge-*.jsonl")):
+    for line in f.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("final"):
+            final[r["precision"]] = r
+base = final.get("bf16")
+for p, r in final.items():
+    rel = f", {100 * (r['val_loss'] / base['val_loss'] - 1):+.3f}% vs bf16" if base else ""
+    print(f"converge {p}: final val loss {r['val_loss']:.4f}{rel}, {r['tokens_per_s']:.0f} tok/s, {r['steps']} steps")
+PY
 fi
 if wanted llama; then
   v32="--device cuda --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 32000 --batch 8 --precision bf16"

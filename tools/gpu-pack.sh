@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu-pack.sh: packs what a lent GPU machine needs to measure mptrain with tools/gpu-measure.sh, built here.
 # Usage: bash tools/gpu-pack.sh BUILD_DIR [OUT] [--baseline BUILD_DIR2]
-#   BUILD_DIR  a CUDA build (the `main` or `release` preset) with bench_train, bench_fp8 and test_gpu built
+#   BUILD_DIR  a CUDA build (the `main` or `release` preset) with bench_train, bench_fp8, test_gpu and train_gpt built
 #   OUT        the folder to fill (default .gpu; it must be ignored by git: .git/info/exclude gets "/OUT/")
 #   --baseline another CUDA build (an earlier commit's) whose bench_train and bench_fp8 run beside the new ones, so
 #              that a change is measured against its baseline in the same lease
@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-bins=(benchmarks/bench_train benchmarks/bench_fp8 tests/test_gpu)
+bins=(benchmarks/bench_train benchmarks/bench_fp8 tests/test_gpu examples/train_gpt)
 for b in "${bins[@]}"; do
   [ -x "$build/$b" ] || { echo "gpu-pack: $build/$b is missing (cmake --build $build --target $(basename "$b"))" >&2; exit 1; }
 done
