@@ -99,6 +99,9 @@ fi
 if wanted baseline && [ -x "$old" ]; then
   step baseline-bench-fp8 40 "$bin/bench_fp8_old" --device cuda --tokens 8192 --in 2048 --out 8192 --reps 10 \
     --json "$res/baseline-bench_fp8.json"
+  # The baseline's kernel times beside kernels-gpt2-bf16's: a kernel that changed, timed old against new.
+  step baseline-kernels-gpt2-bf16 60 "$old" $gpt2 --batch 8 --precision bf16 --warmup 3 --steps 3 --kernel-times 50 \
+    --json "$res/baseline-kernels-gpt2-bf16.json"
   for p in bf16 fp8-delayed; do
     step "baseline-1.3b-$p" 60 "$old" $m13 --precision $p --warmup 2 --steps 5 --json "$res/baseline-1.3b-$p.json"
     step "baseline-124m-$p" 40 "$old" $gpt2 --batch 8 --precision $p --warmup 3 --steps 10 \
