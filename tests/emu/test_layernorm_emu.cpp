@@ -51,11 +51,12 @@ bool same_bits(const T* a, const T* b, int64_t n) {
 }
 
 // Forward (plain and fused with a residual add) and backward, emulated CUDA vs CPU. `misalign` shifts
-// every row array by one element to force the scalar path.
+// every row array by one element to force the scalar path; `rms` makes it RMSNorm (mean 0, no mean(g) term).
 template <class T, class P>
-void check_layer_norm(int64_t rows, int64_t cols, int64_t misalign, bool accumulate) {
+void check_layer_norm(int64_t rows, int64_t cols, int64_t misalign, bool accumulate, bool rms = false) {
   SCOPED_TRACE(testing::Message() << "rows " << rows << " cols " << cols << " misalign " << misalign << " sizeof(T) "
-                                  << sizeof(T) << " sizeof(P) " << sizeof(P) << " accumulate " << accumulate);
+                                  << sizeof(T) << " sizeof(P) " << sizeof(P) << " accumulate " << accumulate
+                                  << " rms " << rms);
   const int64_t n = rows * cols, m = misalign;
   const auto x_all = random_values<T>(n + m, 1 + n, 2.0), r_all = random_values<T>(n + m, 2 + n, 2.0);
   const auto dy_all = random_values<T>(n + m, 3 + n), w = random_values<P>(cols, 4 + cols),
@@ -71,6 +72,7 @@ void check_layer_norm(int64_t rows, int64_t cols, int64_t misalign, bool accumul
     p.bias = b.data();
     p.rows = rows;
     p.cols = cols;
+    p.rms = rms;
     p.sum = s_cpu.data();
     p.y = y_cpu.data();
     p.mean = mean_cpu.data();
@@ -101,6 +103,7 @@ void check_layer_norm(int64_t rows, int64_t cols, int64_t misalign, bool accumul
   f.rstd = rstd.data();
   f.rows = rows;
   f.cols = cols;
+  f.rms = rms;
   mpt::kernels::cpu::layer_norm_forward(f);
   const auto dx0 = random_values<T>(n + m, 6 + n), dw0 = random_values<P>(cols, 7), db0 = random_values<P>(cols, 8);
   std::vector<T> dx_cpu(dx0.begin() + m, dx0.end()), dx_emu = dx0;
@@ -113,6 +116,7 @@ void check_layer_norm(int64_t rows, int64_t cols, int64_t misalign, bool accumul
   p.rstd = rstd.data();
   p.rows = rows;
   p.cols = cols;
+  p.rms = rms;
   p.accumulate_dx = p.accumulate_dweight = p.accumulate_dbias = accumulate;
   p.dx = dx_cpu.data();
   p.dweight = dw_cpu.data();
@@ -156,6 +160,9 @@ TEST(LayerNormEmu, ManyRowsAndWideRows) {
   // The widest f32 rows whose partials fit beside the two 16 KiB stages (4096 columns), and the next whole vector.
   check_layer_norm<float, float>(19, 4096, 0, true);
   check_layer_norm<float, float>(19, 4100, 0, false);
+  // RMSNorm through the same kernels (a warp's mean and mean(g) terms skipped alike), over many groups of rows.
+  check_layer_norm<bf16, float>(4100, 64, 0, true, true);
+  check_layer_norm<float, float>(37, 200, 1, false, true);
 }
 
 TEST(LayerNormEmu, RejectsInvalidArguments) {
