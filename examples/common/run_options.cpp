@@ -72,19 +72,26 @@ void restore_options(Options& o, const nlohmann::json& run_config, const std::st
   }
 }
 
-// Model and batch shapes by name; each sets only what the command line (or --config) does not.
+// Model and batch shapes by name, with the peak and final learning rates of their references (the defaults, 2e-3
+// and 2e-4, suit the small models); each sets only what the command line (or --config) does not.
 struct Preset {
   const char* model;
   int64_t layers, heads, kv_heads, embd, seq, batch;
+  double lr, min_lr;
 };
 
 const std::map<std::string, Preset>& presets() {
   static const std::map<std::string, Preset> p{
-      {"tiny", {"gpt", 2, 2, 0, 64, 64, 8}},                 // seconds on a CPU: smoke tests and first looks
-      {"small", {"gpt", 6, 6, 0, 384, 256, 16}},             // nanoGPT's shakespeare-char model
-      {"gpt2", {"gpt", 12, 12, 0, 768, 1024, 8}},            // GPT-2 124M's shape (with a GPT-2 tokenizer: --tokens)
-      {"llama-tiny", {"llama", 2, 4, 2, 64, 64, 8}},         // nn::llama_preset("llama-tiny")
-      {"llama-100m", {"llama", 12, 12, 4, 768, 1024, 8}}};  // about 100M parameters with a 32k vocabulary
+      // seconds on a CPU: smoke tests and first looks
+      {"tiny", {"gpt", 2, 2, 0, 64, 64, 8, 2e-3, 2e-4}},
+      // nanoGPT's shakespeare-char model and its learning rates
+      {"small", {"gpt", 6, 6, 0, 384, 256, 16, 1e-3, 1e-4}},
+      // GPT-2 124M's shape (with a GPT-2 tokenizer: --tokens) and the learning rates nanoGPT and llm.c train it with
+      {"gpt2", {"gpt", 12, 12, 0, 768, 1024, 8, 6e-4, 6e-5}},
+      // nn::llama_preset("llama-tiny")
+      {"llama-tiny", {"llama", 2, 4, 2, 64, 64, 8, 2e-3, 2e-4}},
+      // about 100M parameters with a 32k vocabulary: GPT-2 124M's learning rates
+      {"llama-100m", {"llama", 12, 12, 4, 768, 1024, 8, 6e-4, 6e-5}}};
   return p;
 }
 
@@ -105,6 +112,8 @@ std::set<std::string> apply_preset(Options& o, const std::string& name, Given&& 
   put("--embd", o.embd, p.embd);
   put("--seq", o.seq, p.seq);
   put("--batch", o.batch, p.batch);
+  if (!given("--lr")) o.lr = p.lr, set.insert("--lr");
+  if (!given("--min-lr")) o.min_lr = p.min_lr, set.insert("--min-lr");
   return set;
 }
 
@@ -266,9 +275,10 @@ std::variant<Options, int> parse_options(int argc, char** argv, Options o) {
   app.add_option("--freeze", o.freeze, "freeze the embeddings (and the tied LM head) and the first N blocks")
       ->check(CLI::NonNegativeNumber);
   std::string preset;
-  app.add_option("--preset", preset, "model and batch shape: tiny (2x64, T 64), small (6x384, T 256: nanoGPT's "
-                 "shakespeare-char), gpt2 (12x768, T 1024), llama-tiny (2x64, 4 heads / 2 kv, T 64) or llama-100m "
-                 "(12x768, 12 heads / 4 kv, T 1024); explicit flags win")
+  app.add_option("--preset", preset, "model and batch shape, with their learning rates: tiny (2x64, T 64), small "
+                 "(6x384, T 256: nanoGPT's shakespeare-char, lr 1e-3), gpt2 (12x768, T 1024, lr 6e-4), llama-tiny "
+                 "(2x64, 4 heads / 2 kv, T 64) or llama-100m (12x768, 12 heads / 4 kv, T 1024, lr 6e-4); explicit "
+                 "flags win")
       ->check(CLI::IsMember({"tiny", "small", "gpt2", "llama-tiny", "llama-100m"}));
   app.set_config("--config", "", "a TOML file whose keys are the long flags (layers = 6, precision = \"bf16\"); "
                  "command-line flags win; an unknown key is an error");
