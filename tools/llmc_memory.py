@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # tools/llmc_memory.py: the device memory llm.c's train_gpt2cu allocates for a GPT-2 shape, from its own formulas.
 """llm.c allocates every buffer once, with sizes its source computes from the shape (train_gpt2.cu at karpathy/llm.c
-f1e2ace: fill_in_parameter_sizes, fill_in_activation_sizes, gpt_build_from_checkpoint / gpt2_allocate_state, and
+f1e2ace: fill_in_parameter_sizes, fill_in_activation_sizes, gpt2_allocate_weights / gpt2_allocate_state, and
 llmc/cublas_common.h's cuBLASLt workspace). This script repeats those formulas, so that issue 31's memory target
 ("GPU memory peak at most llm.c's at the same batch") can be compared without a GPU against mptrain's allocator peak,
 which the emulated device reproduces (bench_step_cost). Not counted, as llm.c's own "allocating" lines do not count
