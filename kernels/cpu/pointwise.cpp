@@ -46,6 +46,34 @@ void binary_backward(BinaryKind kind, bool wrt_b, const T* dy, const T* a, const
 }
 
 template <class T>
+void swiglu_packed(const T* gu, T* y, int64_t rows, int64_t f) {
+  const math::Binary<BinaryKind::SiluMul> fn{};
+#pragma omp parallel for schedule(static) if (rows * f > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* g = gu + r * 2 * f;
+    T* out = y + r * f;
+    for (int64_t j = 0; j < f; ++j) out[j] = math::store<T>(fn(math::load(g[j]), math::load(g[f + j])));
+  }
+}
+
+template <class T>
+void swiglu_packed_backward(const T* dy, const T* gu, T* dgu, int64_t rows, int64_t f) {
+  const math::BinaryBackward<BinaryKind::SiluMul, false> wrt_gate{};
+  const math::BinaryBackward<BinaryKind::SiluMul, true> wrt_up{};
+#pragma omp parallel for schedule(static) if (rows * f > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* g = gu + r * 2 * f;
+    const T* d = dy + r * f;
+    T* out = dgu + r * 2 * f;
+    for (int64_t j = 0; j < f; ++j) {
+      const auto dv = math::load(d[j]), a = math::load(g[j]), b = math::load(g[f + j]);
+      out[j] = math::store<T>(wrt_gate(dv, a, b));
+      out[f + j] = math::store<T>(wrt_up(dv, a, b));
+    }
+  }
+}
+
+template <class T>
 void compare(CompareKind kind, const T* a, const T* b, uint8_t* out, const BinaryShape& shape) {
   if (shape.n <= 0) return;
   math::visit_compare_kind(kind, [&](auto k) {
@@ -85,6 +113,8 @@ void arg_reduce(bool is_max, const T* x, T* values, int64_t* indices, const Redu
   template void unary_backward<T>(UnaryKind, const UnaryParams&, const T*, const T*, T*, int64_t, bool);           \
   template void binary<T>(BinaryKind, const T*, const T*, T*, const BinaryShape&);                                 \
   template void binary_backward<T>(BinaryKind, bool, const T*, const T*, const T*, T*, int64_t, bool);             \
+  template void swiglu_packed<T>(const T*, T*, int64_t, int64_t);                                                 \
+  template void swiglu_packed_backward<T>(const T*, const T*, T*, int64_t, int64_t);                               \
   template void compare<T>(CompareKind, const T*, const T*, uint8_t*, const BinaryShape&);                         \
   template void where<T>(const uint8_t*, const T*, const T*, T*, int64_t);                                         \
   template void arg_reduce<T>(bool, const T*, T*, int64_t*, const ReduceShape&);

@@ -36,6 +36,13 @@ template <class T>
 void binary_backward(BinaryKind kind, bool wrt_b, const T* dy, const T* a, const T* b, T* out, int64_t n,
                      bool accumulate);
 
+// SwiGLU over packed rows: gu [rows, 2f] holds gate then up in each row; y [rows, f] = silu(gate) * up. Backward:
+// dgu [rows, 2f] = (dy up silu'(gate) | dy silu(gate)). The bits of binary(SiluMul) / binary_backward on split tensors.
+template <class T>
+void swiglu_packed(const T* gu, T* y, int64_t rows, int64_t f);
+template <class T>
+void swiglu_packed_backward(const T* dy, const T* gu, T* dgu, int64_t rows, int64_t f);
+
 // out = (a cmp b[i % b_period]) ? 1 : 0.
 template <class T>
 void compare(CompareKind kind, const T* a, const T* b, uint8_t* out, const BinaryShape& shape);

@@ -34,6 +34,13 @@ cudaError_t binary_backward(BinaryKind kind, bool wrt_b, const T* dy, const T* a
 template <class T>
 cudaError_t binary_backward_both(BinaryKind kind, const T* dy, const T* a, const T* b, T* da, T* db, int64_t n,
                                  cudaStream_t stream);
+// SwiGLU over packed rows (a gate | up projection's one output): gu [rows, 2f] holds gate then up in each row;
+// y [rows, f] = silu(gate) * up, and backward dgu [rows, 2f] = (dy up silu'(gate) | dy silu(gate)) from one read of dy
+// and gu: the bits of binary(SiluMul) and binary_backward on separate gate and up tensors.
+template <class T>
+cudaError_t swiglu_packed(const T* gu, T* y, int64_t rows, int64_t f, cudaStream_t stream);
+template <class T>
+cudaError_t swiglu_packed_backward(const T* dy, const T* gu, T* dgu, int64_t rows, int64_t f, cudaStream_t stream);
 template <class T>
 cudaError_t compare(CompareKind kind, const T* a, const T* b, uint8_t* out, const BinaryShape& shape,
                     cudaStream_t stream);

@@ -1,6 +1,7 @@
 // src/amp/master_weights.cpp: the cache of low-precision compute copies and the FP32 gradient hand-off.
 #include "mpt/amp/master_weights.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <map>
@@ -8,6 +9,7 @@
 #include <tuple>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
@@ -35,10 +37,19 @@ struct Fp8Entry {
   std::shared_ptr<autograd::AutogradMeta> owner;
 };
 
+// Several masters' copies packed as the rows of one tensor (packed_compute_copy); each master's entry in `entries`
+// is a view of its rows while the packing is current.
+struct PackedEntry {
+  Tensor packed;
+  std::vector<std::shared_ptr<autograd::AutogradMeta>> owners;
+};
+using PackedKey = std::pair<std::vector<const autograd::AutogradMeta*>, DType>;
+
 struct Cache {
   std::mutex mutex;
   std::map<std::tuple<const autograd::AutogradMeta*, DType, int64_t>, Entry> entries;  // (master, dtype, padded rows)
   std::map<std::pair<const autograd::AutogradMeta*, size_t>, Fp8Entry> fp8_entries;
+  std::map<PackedKey, PackedEntry> packed;
   CastCacheStats stats;
 };
 
@@ -161,6 +172,81 @@ Tensor compute_copy(const Tensor& master, DType dtype, int64_t padded_rows) {
   return e.copy;
 }
 
+namespace {
+
+void check_packable(const std::vector<Tensor>& masters, const char* op) {
+  MPT_CHECK(!masters.empty() && masters[0].defined() && masters[0].dim() == 2,
+            "[{}] expected one or more 2-d weights [M_i, K], got {}", op,
+            masters.empty() ? std::string("none") : masters[0].defined() ? masters[0].meta_str() : "undefined");
+  for (const Tensor& m : masters) {
+    MPT_CHECK(m.defined() && m.dim() == 2 && m.size(1) == masters[0].size(1) && m.dtype() == masters[0].dtype() &&
+                  m.device() == masters[0].device(),
+              "[{}] every weight must be [M_i, {}] of {} on {}, got {}", op, masters[0].size(1), masters[0].dtype(),
+              masters[0].device(), m.defined() ? m.meta_str() : "undefined");
+  }
+}
+
+// The masters converted to `dtype` into the rows of one new tensor, in order (no gradient).
+Tensor pack_rows(const std::vector<Tensor>& masters, DType dtype, std::vector<Tensor>* views = nullptr) {
+  int64_t rows = 0;
+  for (const Tensor& m : masters) rows += m.size(0);
+  Tensor packed = Tensor::empty({rows, masters[0].size(1)}, dtype, masters[0].device());
+  int64_t at = 0;
+  for (const Tensor& m : masters) {
+    Tensor view = packed.slice(0, at, at + m.size(0));
+    view.copy_(m.detach());
+    if (views != nullptr) views->push_back(view);
+    at += m.size(0);
+  }
+  return packed;
+}
+
+// Whether every master's cached copy is still the view of its rows in `packed` (none was dropped or remade since).
+bool packing_current(Cache& c, const Tensor& packed, const std::vector<Tensor>& masters, DType dtype) {
+  int64_t at = 0;
+  for (const Tensor& m : masters) {
+    const auto it = c.entries.find({m.autograd_meta().get(), dtype, 0});
+    const void* rows = static_cast<const char*>(packed.data_ptr()) + at * packed.size(1) * packed.element_size();
+    if (it == c.entries.end() || !it->second.copy.defined() || it->second.data != m.data_ptr() ||
+        it->second.requires_grad || !it->second.copy.shares_storage(packed) || it->second.copy.data_ptr() != rows)
+      return false;
+    at += m.size(0);
+  }
+  return true;
+}
+
+}  // namespace
+
+Tensor packed_compute_copy(const std::vector<Tensor>& masters, DType dtype) {
+  const char* op = "packed_compute_copy";
+  check_packable(masters, op);
+  MPT_CHECK(!autograd::is_grad_enabled(), "[{}] the packed copy is made with grad mode off (the GEMM's weight "
+            "gradients go to the masters)", op);
+  const bool cacheable = (dtype == DType::BF16 || dtype == DType::F16) &&
+                         std::all_of(masters.begin(), masters.end(), [](const Tensor& m) {
+                           return m.dtype() == DType::F32 && m.is_leaf() && m.autograd_meta() != nullptr;
+                         });
+  if (!cacheable) return pack_rows(masters, dtype);
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  PackedKey key{{}, dtype};
+  for (const Tensor& m : masters) key.first.push_back(m.autograd_meta().get());
+  if (const auto it = c.packed.find(key);
+      it != c.packed.end() && packing_current(c, it->second.packed, masters, dtype)) {
+    c.stats.hits += static_cast<int64_t>(masters.size());
+    return it->second.packed;
+  }
+  std::vector<Tensor> views;
+  PackedEntry e{pack_rows(masters, dtype, &views), {}};
+  for (size_t i = 0; i < masters.size(); ++i) {
+    const Tensor& m = masters[i];
+    c.entries[{m.autograd_meta().get(), dtype, 0}] = Entry{views[i], m.data_ptr(), false, m.autograd_meta()};
+    e.owners.push_back(m.autograd_meta());
+  }
+  c.stats.casts += static_cast<int64_t>(masters.size());
+  return c.packed.insert_or_assign(std::move(key), std::move(e)).first->second.packed;
+}
+
 void invalidate_compute_copies(const Tensor& master) { invalidate_compute_copies(master, Tensor()); }
 
 Tensor refreshable_compute_copy(const Tensor& master) {
@@ -196,6 +282,15 @@ void invalidate_compute_copies(const Tensor& master, const Tensor& keep) {
   }
   for (auto it = c.fp8_entries.lower_bound({id, size_t{0}}); it != c.fp8_entries.end() && it->first.first == id;)
     it = c.fp8_entries.erase(it);
+  for (auto it = c.packed.begin(); it != c.packed.end();) {
+    const auto& ids = it->first.first;
+    const bool holds = std::find(ids.begin(), ids.end(), id) != ids.end();
+    if (holds && !(keep.defined() && it->second.packed.shares_storage(keep))) {
+      it = c.packed.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void invalidate_compute_copies() {
@@ -203,6 +298,7 @@ void invalidate_compute_copies() {
   std::lock_guard lock(c.mutex);
   c.entries.clear();
   c.fp8_entries.clear();
+  c.packed.clear();
 }
 
 CastCacheStats cast_cache_stats() {

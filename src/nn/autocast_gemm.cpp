@@ -169,6 +169,45 @@ std::optional<ops::NormOutput> autocast_shared_fp8_input(DType x, const std::vec
   return first;
 }
 
+Tensor autocast_packed_linear(const Tensor& x, const std::vector<InputReader>& readers, bool f32_grad) {
+  if (readers.empty() || !x.defined() || x.dim() != 2 || is_fp8(x.dtype())) return {};
+  std::vector<Tensor> weights;
+  for (const InputReader& r : readers) {
+    const Tensor& w = *r.weight;
+    if (w.dim() != 2 || w.size(1) != x.size(1) || w.dtype() != readers[0].weight->dtype() || w.device() != x.device())
+      return {};
+    weights.push_back(w);
+  }
+  const DType w_dtype = weights[0].dtype();
+  const amp::Policy* policy = amp::current_policy();
+  DType dt = w_dtype;
+  if (policy != nullptr) {
+    const auto at = [&](const InputReader& r) {
+      return policy->at(r.path, r.weight->size(1), r.weight->size(0), r.weight->device());
+    };
+    const amp::Precision p = at(readers[0]);
+    for (const InputReader& r : readers)
+      if (at(r) != p || qat_scheme(policy, r.path) != nullptr) return {};
+    if (p == amp::Precision::FP8) return {};
+    dt = p == amp::Precision::FP32 ? w_dtype : amp::output_dtype(p);
+  } else if (x.dtype() != w_dtype) {
+    return {};
+  }
+  const Tensor xc = x.dtype() == dt ? x : x.to(dt);
+  const bool half = dt == DType::BF16 || dt == DType::F16;
+  const ops::PackedLinearOptions opt{.grad_x_dtype = f32_grad && half ? std::optional(DType::F32) : std::nullopt};
+  if (w_dtype == DType::F32 && half) {
+    Tensor packed;
+    {
+      autograd::NoGradGuard no_grad;
+      packed = amp::packed_compute_copy(weights, dt);
+    }
+    return ops::packed_linear(xc, weights, {.compute_weight = std::move(packed), .grad_x_dtype = opt.grad_x_dtype});
+  }
+  if (w_dtype != dt) return {};  // masters in another dtype: each layer casts its own
+  return ops::packed_linear(xc, weights, opt);
+}
+
 Tensor autocast_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, std::string_view path1, const Tensor& w2,
                     const Tensor& b2, std::string_view path2) {
   const amp::Policy* policy = amp::current_policy();

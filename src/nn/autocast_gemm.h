@@ -46,6 +46,15 @@ struct InputReader {
 // its plain format (block scaling's BF16), which each reader quantizes itself. Undefined when not all run FP8.
 std::optional<ops::NormOutput> autocast_shared_fp8_input(DType x, const std::vector<InputReader>& readers);
 
+// The bias-free projections `readers` of one x [N, K] (Llama's gate and up, or q, k and v) as one GEMM,
+// ops::packed_linear: y [N, sum M_i], each layer's output in its columns, when every layer runs in one precision other
+// than FP8, without QAT: under BF16/FP16 Autocast from the packed compute copy of their FP32 masters
+// (amp::packed_compute_copy, made once per optimizer step, whose rows are each master's compute copy), with no policy
+// when x has the weights' dtype. f32_grad: x is a norm's f16/bf16 cast of the f32 stream, and its gradient comes back
+// in f32 from the one input-gradient GEMM (what ops::fan_out made of the layers' separate ones). Undefined otherwise
+// (FP8, QAT, mixed precisions or dtypes): the caller runs the layers one by one.
+Tensor autocast_packed_linear(const Tensor& x, const std::vector<InputReader>& readers, bool f32_grad);
+
 // The MLP x [N, C] -> gelu(x W1^T + b1) W2^T + b2 as one fused op (the GELU in the GEMMs' epilogues) when both layers
 // run in one GEMM precision: ops::mlp with no policy (x in the weights' dtype) and under FP32, BF16 or FP16 Autocast
 // (with the cached compute copies of FP32 masters); fp8::fp8_mlp under FP8 (each layer's metas registered under its

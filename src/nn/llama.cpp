@@ -39,6 +39,26 @@ LlamaConfig llama_preset(const std::string& name) {
   return c;
 }
 
+namespace {
+
+// The bias-free projections `layers` of x [..., C] as one GEMM (detail::autocast_packed_linear): [..., sum of their
+// widths], each layer's output in its columns. Undefined when a layer holds quantized weights, a learned weight scale
+// or a bias, or the policy runs them apart (FP8, QAT, mixed precisions): the caller runs them one by one.
+Tensor packed_projection(const Tensor& x, std::initializer_list<const Linear*> layers, bool f32_grad) {
+  std::vector<detail::InputReader> readers;
+  for (const Linear* l : layers) {
+    if (l->quantized() != nullptr || l->weight_log_scale().defined() || l->bias().defined()) return {};
+    readers.push_back({&l->weight(), l->path()});
+  }
+  const Tensor y = detail::autocast_packed_linear(x.reshape({-1, x.size(-1)}), readers, f32_grad);
+  if (!y.defined()) return y;
+  Shape shape = x.shape();
+  shape.back() = y.size(1);
+  return y.reshape(shape);
+}
+
+}  // namespace
+
 LlamaAttention::LlamaAttention(const LlamaConfig& c, Generator& gen)
     : Module("LlamaAttention"), n_head_(c.n_head), n_kv_head_(c.n_kv_head), head_dim_(c.head_dim()) {
   q_ = register_module("q_proj", std::make_shared<Linear>(c.n_embd, c.n_head * head_dim_, false, c.where, gen));
@@ -114,6 +134,10 @@ ops::NormOutput LlamaMLP::input_format(DType x) const { return shared_input_form
 
 Tensor LlamaMLP::forward(const Tensor& x, bool f32_grad) const {
   const profile::Range range(path().empty() ? type_name() : path());
+  // gate and up as one GEMM whose output's rows hold gate then up, gated in one pass: one input-gradient GEMM and
+  // one tensor of their gradients instead of two and a sum.
+  if (const Tensor gu = packed_projection(x, {gate_.get(), up_.get()}, f32_grad); gu.defined())
+    return down_->forward(ops::swiglu_packed(gu));
   const std::vector<Tensor> in = f32_grad ? ops::fan_out(x, 2) : std::vector<Tensor>{x, x};
   return down_->forward(ops::swiglu(gate_->forward(in[0]), up_->forward(in[1])));
 }

@@ -283,5 +283,55 @@ TEST(Autocast, GptUnderEachFp8Recipe) {
   }
 }
 
+// The packed copy of several masters (Llama's gate and up, or q, k, v as one GEMM's weight): each master's rows have
+// the bits of its cast and are its cached compute copy, reused until a master changes; AdamW rewriting those copies in
+// place keeps the packing current (no cast after the first), and dropping one master's copies remakes it.
+TEST(MasterWeights, PackedCopyRowsAreEachMastersCastAndStayCurrentThroughAdamW) {
+  std::vector<Tensor> masters = {testing::random_tensor({4, 8}, DType::F32, 1),
+                                 testing::random_tensor({2, 8}, DType::F32, 2),
+                                 testing::random_tensor({3, 8}, DType::F32, 3)};
+  for (Tensor& m : masters) m.requires_grad_();
+  amp::invalidate_compute_copies();
+  amp::reset_cast_cache_stats();
+  const auto f32 = [](const Tensor& t) { return t.to(DType::F32).to_vector<float>(); };  // bf16 -> f32 is exact
+  const auto check_rows = [&](const Tensor& packed, const std::string& when) {
+    ASSERT_EQ(packed.shape(), (Shape{9, 8})) << when;
+    int64_t at = 0;
+    for (const Tensor& m : masters) {
+      EXPECT_TRUE(same_bits(f32(packed.slice(0, at, at + m.size(0))), f32(m.detach().to(DType::BF16)))) << when;
+      const Tensor copy = amp::compute_copy(m, DType::BF16);
+      EXPECT_TRUE(copy.shares_storage(packed)) << when;
+      EXPECT_EQ(copy.data_ptr(), packed.slice(0, at, at + m.size(0)).data_ptr()) << when;
+      at += m.size(0);
+    }
+  };
+  autograd::NoGradGuard no_grad;
+  const Tensor packed = amp::packed_compute_copy(masters, DType::BF16);
+  check_rows(packed, "made");
+  EXPECT_EQ(amp::packed_compute_copy(masters, DType::BF16).data_ptr(), packed.data_ptr());
+  EXPECT_EQ(amp::cast_cache_stats().casts, 3);
+  optim::AdamW opt(masters, {.lr = 1e-2});
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < masters.size(); ++i)
+      masters[i].set_grad(testing::random_tensor(masters[i].shape(), DType::F32, 10 + 3 * step + i));
+    opt.step();
+    EXPECT_EQ(amp::packed_compute_copy(masters, DType::BF16).data_ptr(), packed.data_ptr()) << "step " << step;
+    check_rows(packed, "after step " + std::to_string(step));
+  }
+  EXPECT_EQ(amp::cast_cache_stats().casts, 3);  // AdamW rewrote the rows: nothing cast again
+  amp::invalidate_compute_copies(masters[1]);
+  const Tensor again = amp::packed_compute_copy(masters, DType::BF16);
+  EXPECT_NE(again.data_ptr(), packed.data_ptr());
+  check_rows(again, "remade");
+  EXPECT_EQ(amp::cast_cache_stats().casts, 6);
+  {
+    autograd::EnableGradGuard grad_on;
+    EXPECT_MPT_ERROR(amp::packed_compute_copy(masters, DType::BF16), "made with grad mode off");
+  }
+  EXPECT_MPT_ERROR(amp::packed_compute_copy({masters[0], testing::random_tensor({2, 7}, DType::F32, 9)}, DType::BF16),
+                   "every weight must be [M_i, 8]");
+  amp::invalidate_compute_copies();
+}
+
 }  // namespace
 }  // namespace mpt

@@ -285,6 +285,19 @@ TEST_F(EmuCounters, CallsRefusedByAStickyErrorCountNothing) {
 
 class EmuCountersLt : public mpt::lt_test::LtDouble {};
 
+// A column block of a wider matrix (ld 4 for 2 rows: every other pair of floats unread) is counted by its 6 elements,
+// not by the 10 floats it spans: a GEMM over one projection's columns of a packed output reads those columns only.
+TEST_F(EmuCountersLt, AStridedOperandCountsItsElementsNotItsSpan) {
+  using namespace mpt::lt_test;
+  Dev<float> A(std::vector<float>{1, 4, -1, -1, 2, 5, -1, -1, 3, 6, -1, -1}), B(kB), D(4);
+  Gemm g(handle, Mat{CUDA_R_32F, 2, 3, 4}, Mat{CUDA_R_32F, 3, 2, 3}, Mat{CUDA_R_32F, 2, 2, 2},
+         Mat{CUDA_R_32F, 2, 2, 2});
+  reset_counters();
+  ASSERT_EQ(g.run(1.0f, A.p, B.p, 0.0f, nullptr, D.p), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(counted(), "matmuls=1 matmul_flops=24 matmul_bytes=64");  // A 6 + B 6 + D 4 floats
+  EXPECT_EQ(D.get(), (std::vector<float>{4, 10, 5, 11}));  // kA's GEMM (MatmulsThatRanAreCounted, alpha 1)
+}
+
 TEST_F(EmuCountersLt, MatmulsThatRanAreCounted) {
   using namespace mpt::lt_test;
   Dev<float> A(kA), B(kB), D(4);

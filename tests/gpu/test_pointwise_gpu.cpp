@@ -161,6 +161,30 @@ TEST(GpuLlamaOps, RmsNormAndRopeMatchCpu) {
 namespace mpt {
 namespace {
 
+// Llama's packed projections: ops::swiglu_packed bit for bit (the functors of swiglu, in one pass over gate | up, the
+// vector path at F 64 and the scalar one at F 13), and ops::packed_linear's one GEMM with its per-weight gradient GEMMs
+// on strided columns of dy, as close as the backends' GEMMs are (their blockings differ).
+TEST(GpuLlamaOps, PackedProjectionAndSwigluMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : kFloat16s) {
+    for (int64_t f : {13, 64}) {
+      expect_same(tag("swiglu_packed", dt), [](const std::vector<Tensor>& in) { return ops::swiglu_packed(in[0]); },
+                  {random_tensor({3, 5, 2 * f}, dt, 20 + f, 3.0)}, Match::exact(dt));
+    }
+    expect_same(tag("packed_linear", dt),
+                [](const std::vector<Tensor>& in) { return ops::packed_linear(in[0], {in[1], in[2], in[3]}); },
+                {random_tensor({9, 48}, dt, 30), random_tensor({16, 48}, dt, 31), random_tensor({8, 48}, dt, 32),
+                 random_tensor({8, 48}, dt, 33)},
+                Match::close(dt, 4));
+  }
+}
+
+}  // namespace
+}  // namespace mpt
+
+namespace mpt {
+namespace {
+
 nn::LlamaConfig gpu_llama(Device device) {
   nn::LlamaConfig c = nn::llama_preset("llama-tiny");
   c.vocab_size = 48;

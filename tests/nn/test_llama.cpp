@@ -8,6 +8,7 @@
 
 #include "mpt/data/batching.h"
 #include "mpt/mpt.h"
+#include "op_test.h"
 #include "test_util.h"
 
 namespace mpt {
@@ -214,6 +215,59 @@ TEST(HfLlamaConfig, RoundTripsAndRefusesWhatLlamaCannotBe) {
   EXPECT_MPT_ERROR(nn::parse_hf_llama_config(edited("\"head_dim\": 16", "\"head_dim\": 32"), "cfg.json"),
                    "key \"head_dim\" is 32");
   EXPECT_MPT_ERROR(nn::parse_hf_llama_config("[1]", "cfg.json"), "expected a JSON object");
+}
+
+}  // namespace
+}  // namespace mpt
+
+namespace mpt {
+namespace {
+
+// Under BF16 Autocast the MLP's gate and up run as one GEMM over their packed BF16 copies (each master's cached copy is
+// a view of its rows): the same output as the two projections and swiglu run apart, within BF16's rounding, and the
+// gradient of a norm's BF16 output of the FP32 stream in FP32 (the one input-gradient GEMM's, unrounded).
+TEST(Llama, GateAndUpRunAsOneGemmUnderBf16Autocast) {
+  nn::LlamaConfig c = nn::llama_preset("llama-tiny");
+  c.vocab_size = 32;
+  nn::Llama model(c);
+  const nn::LlamaMLP& mlp = model.block(0).mlp();
+  // x: the norm's BF16 cast of the FP32 stream (a recorded cast of an FP32 leaf here).
+  const Tensor leaf = testing::random_tensor({2, 5, c.n_embd}, DType::BF16, 3).to(DType::F32).requires_grad_();
+  const Tensor x = leaf.to(DType::BF16);
+  const Tensor dy = testing::random_tensor({2, 5, c.n_embd}, DType::BF16, 4);
+  amp::invalidate_compute_copies();
+  Tensor y;
+  {
+    amp::Autocast autocast(amp::Policy::bf16());
+    y = mlp.forward(x, /*f32_grad=*/true);
+  }
+  y.backward(dy);
+  ASSERT_EQ(leaf.grad().dtype(), DType::F32);
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor g = amp::compute_copy(mlp.gate_proj().weight(), DType::BF16);
+    const Tensor u = amp::compute_copy(mlp.up_proj().weight(), DType::BF16);
+    EXPECT_TRUE(g.shares_storage(u));
+    EXPECT_EQ(static_cast<const char*>(u.data_ptr()) - static_cast<const char*>(g.data_ptr()),
+              static_cast<std::ptrdiff_t>(g.numel() * 2));
+  }
+  // Apart: each projection on its own BF16 copy, swiglu, down_proj; x's gradient the sum of two BF16 ones.
+  const Tensor xa = x.detach().requires_grad_();
+  const auto proj = [&](const nn::Linear& l, const Tensor& in) {
+    const Tensor w = l.weight().detach().to(DType::BF16);
+    return ops::linear(in.reshape({-1, in.size(-1)}), w).reshape({2, 5, w.size(0)});
+  };
+  const Tensor ya = proj(mlp.down_proj(), ops::swiglu(proj(mlp.gate_proj(), xa), proj(mlp.up_proj(), xa)));
+  ya.backward(dy);
+  // Both round the same FP32 products to BF16 at most a few times (relative 2^-8 each) on values of this scale.
+  const auto scale = [](const Tensor& t) {
+    double m = 0;
+    for (double v : t.to_vector<double>()) m = std::max(m, std::fabs(v));
+    return m;
+  };
+  EXPECT_LE(max_abs_diff(y, ya), 4 * std::ldexp(scale(ya), -8));
+  EXPECT_LE(max_abs_diff(leaf.grad(), xa.grad()), 4 * std::ldexp(scale(xa.grad()), -8));
+  amp::invalidate_compute_copies();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "mpt/fp8/scaling.h"
 #include "mpt/core/tensor.h"
@@ -26,6 +27,14 @@ Tensor compute_copy(const Tensor& master, DType dtype);
 // of 50257 classes, ops::LinearOptions::out_padded), made once per optimizer step instead of padded per call. Made
 // without gradient (the GEMM's weight gradient goes to the master): grad mode must be off.
 Tensor compute_copy(const Tensor& master, DType dtype, int64_t padded_rows);
+
+// The FP16/BF16 copies of several F32 master weights [M_i, K] packed as the rows of one [sum M_i, K] tensor, in order,
+// for a GEMM that reads them as one weight (ops::packed_linear: Llama's gate and up, or q, k and v, in one GEMM).
+// Cached like compute_copy, and each master's compute copy is then the view of its rows (the bits of its cast), so an
+// optimizer step that rewrites those copies in place (refreshable_compute_copy) keeps the packing current; it is
+// remade when any master's copy was dropped or remade since. Grad mode must be off (the GEMM's weight gradients go to
+// the masters). Other dtypes, and masters that are not F32 leaves: packed afresh, uncached.
+Tensor packed_compute_copy(const std::vector<Tensor>& masters, DType dtype);
 
 // The FP8 copy of the master weight `master` (M, K) under `recipe` (fp8::quantize_fp8_weight: E4M3 codes of W and,
 // when `transpose`, of W^T), for fp8::fp8_linear's fp8::Fp8LinearConfig::weight_fp8. Cached beside the compute copies,

@@ -64,7 +64,9 @@ class LlamaAttention : public Module {
   std::shared_ptr<Linear> q_, k_, v_, o_;
 };
 
-// down_proj(silu(gate_proj(x)) * up_proj(x)), the gate fused (ops::swiglu). No biases.
+// down_proj(silu(gate_proj(x)) * up_proj(x)), the gate fused (ops::swiglu). No biases. gate_proj and up_proj run as
+// one GEMM over their packed weights (ops::packed_linear, gated by ops::swiglu_packed) whenever the policy runs both in
+// one precision other than FP8 without QAT; FP8 layers run one by one.
 class LlamaMLP : public Module {
  public:
   LlamaMLP(const LlamaConfig& config, Generator& gen);
@@ -72,6 +74,9 @@ class LlamaMLP : public Module {
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // gate_proj's and up_proj's common input format (cast or FP8 codes), as LlamaAttention::input_format.
   ops::NormOutput input_format(DType x) const;
+  Linear& gate_proj() const { return *gate_; }
+  Linear& up_proj() const { return *up_; }
+  Linear& down_proj() const { return *down_; }
 
  private:
   std::shared_ptr<Linear> gate_, up_, down_;
@@ -90,6 +95,7 @@ class LlamaBlock : public Module {
   Tensor forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache, int64_t pos,
                         int64_t capacity) const;
   LlamaAttention& self_attn() const { return *attn_; }
+  LlamaMLP& mlp() const { return *mlp_; }
 
  private:
   std::shared_ptr<RMSNorm> input_norm_, post_norm_;

@@ -1,6 +1,9 @@
 // mpt/ops/linear.h: y = x W^T + b as one GEMM with the bias in its epilogue, and its backward (a Linear layer's op).
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "mpt/core/tensor.h"
 
 namespace mpt::ops {
@@ -36,5 +39,22 @@ Tensor padded_rows(const Tensor& w, int64_t rows, DType dtype);
 // dy (from dW's GEMM when both are wanted: cuBLASLt's BGRADA on CUDA; in FP32 otherwise; bias's dtype), each computed
 // only when that input requires grad (frozen weights cost no weight-gradient GEMM).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const LinearOptions& opt = {});
+
+struct PackedLinearOptions {
+  // The weights' rows packed [sum M_i, K] in x's dtype (amp::packed_compute_copy of FP32 masters under Autocast,
+  // made once per optimizer step); undefined: the weights packed here, a copy per call. Not differentiated.
+  Tensor compute_weight{};
+  // dx's dtype: x's (default), or f32 for an f16/bf16 x (a norm's cast of the f32 residual stream, whose backward
+  // reads an f32 gradient): the input-gradient GEMM then writes it unrounded.
+  std::optional<DType> grad_x_dtype{};
+};
+
+// Several bias-free projections of one input as one GEMM. x: [N, K]; weights: 1 to 8 tensors [M_i, K], all of x's
+// dtype, or all f32 masters of an f16/bf16 x. Returns y [N, sum M_i] = x [W_0; W_1; ...]^T: the columns of y are each
+// weight's output in turn, the products ops::linear(x, W_i) makes, accumulated in FP32 and rounded once. Backward:
+// dx = dy W_packed in one GEMM (instead of one per weight and a sum of their results), and dW_i = dy[:, cols_i]^T x,
+// a GEMM per weight reading its columns of dy in place, in the weight's dtype, added into the gradient the engine
+// offers (a later micro-batch, as ops::linear); each computed only when wanted.
+Tensor packed_linear(const Tensor& x, const std::vector<Tensor>& weights, const PackedLinearOptions& opt = {});
 
 }  // namespace mpt::ops

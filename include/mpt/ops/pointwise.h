@@ -42,6 +42,10 @@ Tensor pow(const Tensor& a, const Tensor& b);
 // SwiGLU's gated product silu(gate) * up in one pass (Llama's MLP: down(silu(gate(x)) * up(x))), its two gradients
 // in one fused backward; no intermediate silu(gate) tensor is stored.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
+// The same on one packed tensor gu [..., 2F] whose last dimension holds gate then up (the output of one GEMM over
+// the gate and up weights' rows, ops::packed_linear): y [..., F], bit for bit swiglu(gate, up); backward writes
+// d(gu) [..., 2F] in one pass, so the two projections' gradients reach their GEMM as one tensor.
+Tensor swiglu_packed(const Tensor& gu);
 
 // ---- comparisons: u8 masks (1 true, 0 false) of the broadcast shape; not differentiable. NaN compares unequal.
 Tensor eq(const Tensor& a, const Tensor& b);

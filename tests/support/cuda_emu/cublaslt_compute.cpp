@@ -78,6 +78,13 @@ uint64_t layout_bytes(const LayoutState& l, int64_t batch) {
   return static_cast<uint64_t>(last + 1) * static_cast<uint64_t>(dtype_size(l.type));
 }
 
+uint64_t layout_traffic_bytes(const LayoutState& l, int64_t batch) {
+  const uint64_t elements = static_cast<uint64_t>(l.rows) * static_cast<uint64_t>(l.cols) *
+                            static_cast<uint64_t>(std::max<int64_t>(batch, 1)) *
+                            static_cast<uint64_t>(dtype_size(l.type));
+  return std::min(layout_bytes(l, batch), elements);
+}
+
 uint64_t scale_bytes(int32_t mode, int64_t outer, int64_t k) {
   const int64_t blocks = (k + 127) / 128, l4 = (blocks + 3) / 4 * 4;
   switch (mode) {

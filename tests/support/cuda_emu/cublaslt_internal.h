@@ -133,6 +133,9 @@ bool is_fp8_type(cudaDataType_t t);
 int64_t element_offset(const LayoutState& l, int64_t r, int64_t c, int64_t b);
 // Bytes a layout spans over `batch` instances, counted from its base pointer (0 for an empty matrix).
 uint64_t layout_bytes(const LayoutState& l, int64_t batch);
+// The bytes a GEMM moves for the matrix: its elements (a column block of a wider matrix, ld > rows, is read without
+// the columns beside it), or its span when that is smaller (a batch broadcast with stride 0 is read once).
+uint64_t layout_traffic_bytes(const LayoutState& l, int64_t batch);
 uint64_t scale_bytes(int32_t mode, int64_t outer, int64_t k);  // one operand's scale array (0: no scale)
 uint64_t bias_bytes(const Problem& p);
 uint64_t aux_bytes(const Problem& p);

@@ -179,7 +179,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                          static_cast<uint64_t>(std::max<int64_t>(p.batch, 1));
   // A, B, D (and C when read), plus what the epilogue reads or writes: the bias (or its gradient) and the aux matrix
   // (GELU_AUX writes the m x n pre-activation, DGELU reads it).
-  const uint64_t traffic = a_bytes + b_bytes + d_bytes + (reads_c ? c_bytes : 0) + (uses_bias ? bias_bytes(p) : 0) +
+  const uint64_t traffic = layout_traffic_bytes(p.a, p.batch) + layout_traffic_bytes(p.b, p.batch) +
+                           layout_traffic_bytes(p.d, p.batch) + (reads_c ? layout_traffic_bytes(p.c, p.batch) : 0) +
+                           (uses_bias ? bias_bytes(p) : 0) +
                            ((e & 128u) != 0 ? aux_bytes(p) : 0);
   const bool fast_accum = d.fast_accum != 0;
   const cudaError_t err = run_on_stream(stream, kApi, acc, [p, args, workspace, need_ws, flops, traffic, fast_accum] {
