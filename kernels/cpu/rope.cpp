@@ -38,8 +38,8 @@ void rope(const T* x, T* y, const F* cos, const F* sin, const RopeShape& s) {
     const int64_t t = (r / s.heads) % s.seq;
     const F* c = cos + (t + s.position0) * s.table_ld;
     const F* sn = sin + (t + s.position0) * s.table_ld;
-    const T* xr = x + r * s.head_dim;
-    T* yr = y + r * s.head_dim;
+    const T* xr = x + math::rope_row_offset(s, r, s.x_ld);
+    T* yr = y + math::rope_row_offset(s, r, s.y_ld);
     if (isa == MapIsa::Avx512) {
       rope_row_avx512(xr, yr, c, sn, sign, half);
     } else if (isa == MapIsa::Avx2Fma) {

@@ -14,14 +14,22 @@ namespace mpt::kernels::math {
 //   y_{i + D/2} = x_{i+D/2} cos + x_i sin
 // The backward is the inverse rotation (sin negated). Products feed explicit fma_op: the same bits on CPU and CUDA.
 struct RopeShape {
-  int64_t rows;       // B * T * H rows of D elements (x is (B, T, H, D) contiguous)
+  int64_t rows;       // B * T * H rows of D elements: token r / H, head r % H
   int64_t seq;        // T
   int64_t heads;      // H
   int64_t head_dim;   // D (even)
   int64_t table_ld;   // D / 2: the row stride of the cos / sin tables
   int64_t position0;  // the first position's row in the tables (a generation offset)
   bool inverse;       // rotate by -angle (the backward)
+  // Elements from one token's heads to the next's in x and in y: 0 for H * D (contiguous (B, T, H, D)); more for the
+  // heads of a wider packed row (Llama's q | k | v projection output, ops::rope_qkv).
+  int64_t x_ld = 0, y_ld = 0;
 };
+
+// Where row r (token r / H, head r % H) of a RopeShape's x (ld = s.x_ld) or y starts.
+MPT_HD MPT_INLINE int64_t rope_row_offset(const RopeShape& s, int64_t r, int64_t ld) {
+  return (r / s.heads) * (ld > 0 ? ld : s.heads * s.head_dim) + (r % s.heads) * s.head_dim;
+}
 
 template <class F>
 MPT_HD MPT_INLINE void rope_pair(F x1, F x2, F c, F s, F& y1, F& y2) {

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/rope.h"
 #include "kernels/math/opmath.h"
+#include "mpt/autograd/grad_mode.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/rope.h"
@@ -36,10 +37,14 @@ RopeTable rope_table(int64_t positions, int64_t head_dim, double theta, Device d
 
 namespace {
 
+// x, y (B, T, H, D) of one shape: contiguous, or the heads of a wider packed row (each token's H heads adjacent, a
+// token stride of at least H * D: stride(1), the kernels' x_ld / y_ld).
 void rope_into(const Tensor& x, const Tensor& y, const RopeTable& table, int64_t position0, bool inverse) {
   const Device dev = x.device();
-  const kernels::math::RopeShape shape{x.size(0) * x.size(1) * x.size(2), x.size(1), x.size(2), x.size(3),
-                                       x.size(3) / 2, position0, inverse};
+  kernels::math::RopeShape shape{x.size(0) * x.size(1) * x.size(2), x.size(1), x.size(2), x.size(3),
+                                 x.size(3) / 2, position0, inverse};
+  shape.x_ld = x.stride(1);
+  shape.y_ld = y.stride(1);
   visit_float(x.dtype(), "rope", [&](auto tag) {
     using T = decltype(tag);
     using F = kernels::math::opmath_t<T>;
@@ -85,6 +90,65 @@ Tensor rope(const Tensor& x_in, const RopeTable& table, int64_t position0) {
     return std::vector<Tensor>{dx};
   });
   return y;
+}
+
+namespace {
+
+// qkv's heads [from, from + n) as a (B, T, n, D) view (the token stride qkv's).
+Tensor heads(const Tensor& qkv, int64_t from, int64_t n) { return qkv.slice(2, from, from + n); }
+
+}  // namespace
+
+QkvRotated rope_qkv(const Tensor& qkv_in, const RopeTable& table, int64_t n_head, int64_t n_kv_head,
+                    int64_t position0) {
+  const char* op = "rope_qkv";
+  MPT_CHECK(qkv_in.defined() && qkv_in.dim() == 4 && n_head >= 1 && n_kv_head >= 1 &&
+                qkv_in.size(2) == n_head + 2 * n_kv_head && qkv_in.size(3) % 2 == 0 && qkv_in.size(3) >= 2,
+            "[{}] expected qkv (B, T, n_head + 2 n_kv_head, D) with an even D for n_head {} and n_kv_head {}, got {}",
+            op, n_head, n_kv_head, qkv_in.defined() ? qkv_in.meta_str() : "undefined");
+  const detail::GradRecorder grad({&qkv_in});
+  detail::check_same_device({&qkv_in, &table.cos, &table.sin}, op);
+  detail::check_f64_on_cpu(qkv_in, op);
+  const int64_t half = qkv_in.size(3) / 2, T = qkv_in.size(1);
+  const DType want = qkv_in.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  MPT_CHECK(table.cos.defined() && table.cos.dim() == 2 && table.cos.size(1) == half && table.cos.dtype() == want &&
+                table.sin.shape() == table.cos.shape() && table.sin.dtype() == want,
+            "[{}] the table must be {} for head dimension {}, got {}", op, want, 2 * half,
+            table.cos.defined() ? table.cos.meta_str() : "undefined");
+  MPT_CHECK(position0 >= 0 && position0 + T <= table.positions(),
+            "[{}] positions [{}, {}) of {} are outside the table's {} positions", op, position0, position0 + T,
+            qkv_in.meta_str(), table.positions());
+  const Tensor qkv = qkv_in.contiguous();
+  const RopeTable t{table.cos.contiguous(), table.sin.contiguous()};
+  const int64_t B = qkv.size(0), D = qkv.size(3), H = n_head, Hkv = n_kv_head;
+  QkvRotated r{Tensor::empty({B, T, H, D}, qkv.dtype(), qkv.device()),
+               Tensor::empty({B, T, Hkv, D}, qkv.dtype(), qkv.device()),
+               Tensor::empty({B, T, Hkv, D}, qkv.dtype(), qkv.device())};
+  rope_into(heads(qkv, 0, H), r.q, t, position0, false);
+  rope_into(heads(qkv, H, Hkv), r.k, t, position0, false);
+  {
+    autograd::NoGradGuard no_grad;
+    r.v.copy_(heads(qkv, H + Hkv, Hkv));
+  }
+  grad.record("RopeQkvBackward", {&r.q, &r.k, &r.v},
+              [t, position0, shape = qkv.shape(), dtype = qkv.dtype(), H, Hkv](const std::vector<Tensor>& g) {
+                const Device dev = t.cos.device();
+                Tensor dqkv = Tensor::empty(shape, dtype, dev);
+                autograd::NoGradGuard no_grad;
+                const int64_t from[3] = {0, H, H + Hkv}, count[3] = {H, Hkv, Hkv};
+                for (int i = 0; i < 3; ++i) {
+                  const Tensor region = heads(dqkv, from[i], count[i]);
+                  if (!g[i].defined()) {
+                    Tensor(region).zero_();
+                  } else if (i < 2) {
+                    rope_into(g[i].to(dtype).contiguous(), region, t, position0, true);
+                  } else {
+                    Tensor(region).copy_(g[i]);
+                  }
+                }
+                return std::vector<Tensor>{dqkv};
+              });
+  return r;
 }
 
 }  // namespace mpt::ops

@@ -161,9 +161,10 @@ TEST(GpuLlamaOps, RmsNormAndRopeMatchCpu) {
 namespace mpt {
 namespace {
 
-// Llama's packed projections: ops::swiglu_packed bit for bit (the functors of swiglu, in one pass over gate | up, the
-// vector path at F 64 and the scalar one at F 13), and ops::packed_linear's one GEMM with its per-weight gradient GEMMs
-// on strided columns of dy, as close as the backends' GEMMs are (their blockings differ).
+// Llama's packed projections: ops::rope_qkv and ops::swiglu_packed bit for bit (rope's and swiglu's functors; swiglu
+// in one pass over gate | up, the vector path at F 64 and the scalar one at F 13), and ops::packed_linear's one GEMM
+// with its per-weight gradient GEMMs on strided columns of dy, as close as the backends' GEMMs are (their blockings
+// differ).
 TEST(GpuLlamaOps, PackedProjectionAndSwigluMatchCpu) {
   MPT_REQUIRE_GPU(8);
   for (DType dt : kFloat16s) {
@@ -171,6 +172,14 @@ TEST(GpuLlamaOps, PackedProjectionAndSwigluMatchCpu) {
       expect_same(tag("swiglu_packed", dt), [](const std::vector<Tensor>& in) { return ops::swiglu_packed(in[0]); },
                   {random_tensor({3, 5, 2 * f}, dt, 20 + f, 3.0)}, Match::exact(dt));
     }
+    const ops::RopeTable cpu_table = ops::rope_table(12, 16), gpu_table{to_gpu(cpu_table.cos), to_gpu(cpu_table.sin)};
+    expect_same(tag("rope_qkv", dt),
+                [&](const std::vector<Tensor>& in) {
+                  const ops::QkvRotated r = ops::rope_qkv(in[0], in[0].device().is_cpu() ? cpu_table : gpu_table, 4,
+                                                          2, 3);
+                  return ops::cat({r.q, r.k, r.v}, 2);
+                },
+                {random_tensor({2, 6, 8, 16}, dt, 34)}, Match::exact(dt));
     expect_same(tag("packed_linear", dt),
                 [](const std::vector<Tensor>& in) { return ops::packed_linear(in[0], {in[1], in[2], in[3]}); },
                 {random_tensor({9, 48}, dt, 30), random_tensor({16, 48}, dt, 31), random_tensor({8, 48}, dt, 32),

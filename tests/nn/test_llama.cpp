@@ -270,5 +270,38 @@ TEST(Llama, GateAndUpRunAsOneGemmUnderBf16Autocast) {
   amp::invalidate_compute_copies();
 }
 
+// A Llama's q, k and v likewise run as one GEMM under BF16 Autocast (their copies are rows of one packed weight), and
+// its loss and gradients stay within BF16's reach of the FP32 model's.
+TEST(Llama, QkvRunAsOneGemmUnderBf16Autocast) {
+  nn::LlamaConfig c = nn::llama_preset("llama-tiny");
+  c.vocab_size = 32;
+  nn::Llama model(c);
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 5, 9, 2, 7, 3, 3, 8, 11, 30, 2, 0}, {2, 6});
+  model.loss(ids, ids).backward();
+  std::vector<Tensor> f32_grads;
+  for (const Tensor& p : model.parameters()) f32_grads.push_back(p.grad().clone());
+  model.zero_grad();
+  amp::invalidate_compute_copies();
+  {
+    amp::Autocast autocast(amp::Policy::bf16());
+    model.loss(ids, ids).backward();
+  }
+  {
+    autograd::NoGradGuard no_grad;
+    const nn::LlamaAttention& a = model.block(1).self_attn();
+    const Tensor q = amp::compute_copy(a.q_proj().weight(), DType::BF16);
+    EXPECT_TRUE(q.shares_storage(amp::compute_copy(a.k_proj().weight(), DType::BF16)));
+    EXPECT_TRUE(q.shares_storage(amp::compute_copy(a.v_proj().weight(), DType::BF16)));
+  }
+  const auto params = model.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    double scale = 0;
+    for (double v : f32_grads[i].to_vector<double>()) scale = std::max(scale, std::fabs(v));
+    // BF16 operands and activations: a few relative 2^-8 roundings compounded through the blocks.
+    EXPECT_LE(max_abs_diff(params[i].tensor.grad(), f32_grads[i]), 0.1 * scale) << params[i].name;
+  }
+  amp::invalidate_compute_copies();
+}
+
 }  // namespace
 }  // namespace mpt

@@ -174,3 +174,47 @@ TEST(GroupedQueryAttention, EqualsMultiHeadAttentionWithRepeatedKvHeads) {
                                      }),
                                      "H_kv dividing q's heads"));
 }
+
+// rope_qkv on a packed (B, T, H + 2 H_kv, D) projection output: q and k with the bits of rope on their heads (copied
+// out), v copied; backward one d(qkv) whose heads are rope's gradients of dq and dk and dv itself, and zeros for an
+// output that got no gradient.
+TEST(RopeQkv, BitsOfRopeOnEachProjectionAndOneGradient) {
+  mpt::testing::PoisonAllocations poison;
+  using mpt::testing::same_bits;
+  const int64_t H = 4, Hkv = 2, D = 8;
+  for (DType dt : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+    const ops::RopeTable table = ops::rope_table(12, D, 500.0, Device::cpu(),
+                                                 dt == DType::F64 ? DType::F64 : DType::F32);
+    const Tensor qkv = random_tensor({2, 5, H + 2 * Hkv, D}, dt, 7).requires_grad_();
+    const ops::QkvRotated r = ops::rope_qkv(qkv, table, H, Hkv, 3);
+    const auto part = [&](int64_t from, int64_t n) {
+      return qkv.detach().slice(2, from, from + n).contiguous().requires_grad_();
+    };
+    const Tensor q = part(0, H), k = part(H, Hkv), v = part(H + Hkv, Hkv);
+    const Tensor qr = ops::rope(q, table, 3), kr = ops::rope(k, table, 3);
+    EXPECT_TRUE(same_bits(r.q, qr)) << dtype_name(dt);
+    EXPECT_TRUE(same_bits(r.k, kr)) << dtype_name(dt);
+    EXPECT_TRUE(same_bits(r.v, v.detach())) << dtype_name(dt);
+    const Tensor dq = random_tensor(r.q.shape(), dt, 8), dk = random_tensor(r.k.shape(), dt, 9);
+    const Tensor dv = random_tensor(r.v.shape(), dt, 10);
+    autograd::backward({r.q, r.k, r.v}, {dq, dk, dv});
+    autograd::backward({qr, kr}, {dq, dk});
+    const Tensor g = qkv.grad();
+    ASSERT_EQ(g.shape(), qkv.shape());
+    EXPECT_TRUE(same_bits(g.slice(2, 0, H).contiguous(), q.grad())) << dtype_name(dt);
+    EXPECT_TRUE(same_bits(g.slice(2, H, H + Hkv).contiguous(), k.grad())) << dtype_name(dt);
+    EXPECT_TRUE(same_bits(g.slice(2, H + Hkv, H + 2 * Hkv).contiguous(), dv)) << dtype_name(dt);
+    // v unused: its heads of d(qkv) are zeros.
+    qkv.set_grad(Tensor{});
+    const ops::QkvRotated r2 = ops::rope_qkv(qkv, table, H, Hkv, 3);
+    autograd::backward({r2.q, r2.k}, {dq, dk});
+    EXPECT_EQ(qkv.grad().slice(2, H + Hkv, H + 2 * Hkv).contiguous().to_vector<double>(),
+              std::vector<double>(static_cast<size_t>(2 * 5 * Hkv * D), 0.0));
+    EXPECT_TRUE(same_bits(qkv.grad().slice(2, 0, H).contiguous(), q.grad())) << dtype_name(dt);
+  }
+  const ops::RopeTable table = ops::rope_table(12, D);
+  EXPECT_MPT_ERROR(ops::rope_qkv(random_tensor({2, 5, 7, D}, DType::F32, 1), table, H, Hkv),
+                   "expected qkv (B, T, n_head + 2 n_kv_head, D)");
+  EXPECT_MPT_ERROR(ops::rope_qkv(random_tensor({2, 13, 8, D}, DType::F32, 1), table, H, Hkv, 0),
+                   "are outside the table's 12 positions");
+}

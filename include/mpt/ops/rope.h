@@ -24,4 +24,15 @@ RopeTable rope_table(int64_t positions, int64_t head_dim, double theta = 10000.0
 // inverse rotation. position0 + T must not exceed the table's positions.
 Tensor rope(const Tensor& x, const RopeTable& table, int64_t position0 = 0);
 
+// Llama's packed projection output qkv (B, T, n_head + 2 n_kv_head, D): q's heads then k's then v's in each token row
+// (ops::packed_linear over q_proj, k_proj, v_proj). Returns q (B, T, n_head, D) and k (B, T, n_kv_head, D) rotated as
+// rope() rotates them (the same bits), and v (B, T, n_kv_head, D) copied: the token-major operands causal_attention
+// reads in place. Backward writes d(qkv) as one tensor (dq and dk rotated back into their heads, dv copied into its),
+// so the packed projection receives one gradient.
+struct QkvRotated {
+  Tensor q, k, v;
+};
+QkvRotated rope_qkv(const Tensor& qkv, const RopeTable& table, int64_t n_head, int64_t n_kv_head,
+                    int64_t position0 = 0);
+
 }  // namespace mpt::ops
