@@ -1,6 +1,7 @@
 // benchmarks/bench_step_cost.cpp: both halves of a GPU training step measured without a GPU: the host's time to issue a full-size GPT-2 step on the emulated device in record-only mode, and the device work it issued (launches, kernel bytes, GEMM FLOPs, copies, allocations), eager and CUDA-graph replayed.
 // Built only by the emulation build (preset emu): the device is tests/support/cuda_emu's, told to record work
 // without doing it (cuda_emu/device_work.h), so a 124M-parameter step costs the host what issuing it costs.
+#include <mpt/core/memory_peak.h>
 #include <mpt/mpt.h>
 
 #include <CLI/CLI.hpp>
@@ -247,6 +248,7 @@ int main(int argc, char** argv) {
     // The library's own allocator on the emulated device: what a GPU run of the same step holds at its peak (with
     // --attention gemm, the fallback's B x H x T x T probabilities too, which cuDNN never holds).
     const mpt::MemoryStats memory = mpt::memory_stats(device);
+    const int64_t reserved_peak = mpt::reserved_peak_bytes(device);
     Cost graph;
     std::string graph_note;
     if (cuda_graph) {  // the Trainer's own graph step (TrainerOptions::cuda_graph): warm-ups, capture, replays
@@ -345,7 +347,8 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(c.memsets), static_cast<unsigned long long>(c.d2d), c.d2d_bytes / 1e9,
                 static_cast<unsigned long long>(c.h2d), static_cast<unsigned long long>(c.d2h),
                 static_cast<unsigned long long>(c.syncs), static_cast<unsigned long long>(c.pool_allocs));
-    std::printf("allocator peak over the timed steps: %.1f MiB\n", memory.peak_bytes / 1048576.0);
+    std::printf("allocator peak over the timed steps: %.1f MiB (reserve's high-water mark %.1f MiB)\n",
+                memory.peak_bytes / 1048576.0, reserved_peak / 1048576.0);
     if (!profile.empty()) {
       std::printf("\n%-34s %5s %9s %8s %10s %10s %7s %9s %10s\n", "range (one step, exclusive)", "count", "host ms",
                   "kernels", "kernel MB", "GEMM MB", "GEMMs", "GFLOP", "d2d MB");

@@ -1,4 +1,5 @@
 // benchmarks/bench_train.cpp: full GPT-2 training steps (forward, backward, AdamW) in one precision on the CPU or a GPU: step time and its phases, tokens/s, peak memory; compare_pytorch.py runs PyTorch's twin beside it.
+#include <mpt/core/memory_peak.h>
 #include <mpt/mpt.h>
 
 #include <unistd.h>
@@ -361,7 +362,8 @@ int main(int argc, char** argv) {
                      {"rss_peak_bytes", rss_peak()},
                      {"rss_growth_bytes", rss_peak() - rss_before},
                      {"allocator_peak_bytes", mem.peak_bytes},
-                     {"allocator_reserved_bytes", mem.reserved_bytes}};
+                     {"allocator_reserved_bytes", mem.reserved_bytes},
+                     {"allocator_reserved_peak_bytes", mpt::reserved_peak_bytes(device)}};
     if (profile_rows > 0) j["profile"] = profile;
     if (kernel_rows > 0) j["kernel_times"] = kernel_times;
     if (!trace_off.empty()) j["kernel_times_off"] = trace_off;
@@ -369,14 +371,15 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%s, T=%lld, batch %lld, %.2f MFLOP/token, %s (moments %s) on %s: %.0f tok/s (step %.1f ms: forward "
-                  "%.1f, backward %.1f, optimizer %.1f); peak RSS %.0f MiB, allocator peak %.0f MiB\n",
+                  "%.1f, backward %.1f, optimizer %.1f); peak RSS %.0f MiB, allocator peak %.0f MiB (reserved "
+                  "%.0f MiB)\n",
                   model.describe().c_str(), static_cast<long long>(config.block_size), static_cast<long long>(batch),
                   model.flops_per_token(config.block_size) / 1e6,
                   (residual.label(precision) + (qat.empty() ? "" : " + QAT " + qat)).c_str(), moments.c_str(),
                   device.str().c_str(),
                   tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,
-                  mem.peak_bytes / 1048576.0);
+                  mem.peak_bytes / 1048576.0, mpt::reserved_peak_bytes(device) / 1048576.0);
       if (free_s > 0)
         std::printf("free-running (no synchronization between steps): %.1f ms per step, the host done queueing after "
                     "%.1f ms; one step queued on an idle device: %.2f ms of host time\n", free_s * 1e3, host_s * 1e3,

@@ -8,6 +8,7 @@
 #include "mpt/core/error.h"
 #include "mpt/core/generator.h"
 #include "mpt/core/memory.h"
+#include "mpt/core/memory_peak.h"
 #include "mpt/core/peak.h"
 #include "mpt/core/profile.h"
 #include "mpt/core/readback.h"

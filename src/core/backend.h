@@ -21,6 +21,8 @@ void* allocate(size_t nbytes, int device, void* stream);
 // Returns memory to the pool, ordered on `stream`. Throws mpt::Error on a CUDA error.
 void free(void* ptr, size_t nbytes, int device, void* stream);
 MemoryStats memory_stats(int device);
+// The pool's reserved high-water mark (cudaMemPoolAttrReservedMemHigh), reset by reset_peak_memory_stats.
+int64_t reserved_peak_bytes(int device);
 // The host-side cache of freed legacy-stream blocks (allocator.cpp): on by default, off under emulation (where fresh
 // blocks let the cudart double catch reads of memory nothing wrote); MPT_CUDA_CACHING=0/1 overrides. Turning it off
 // returns the cached blocks to the pool.

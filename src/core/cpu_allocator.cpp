@@ -100,6 +100,7 @@ void* CpuAllocator::allocate(size_t nbytes) {
   std::lock_guard lock(mutex_);
   stats_.current_bytes += n;
   stats_.reserved_bytes += static_cast<int64_t>(cls);
+  reserved_peak_ = std::max(reserved_peak_, stats_.reserved_bytes);
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
   ++stats_.allocations;
   return p;
@@ -139,9 +140,15 @@ MemoryStats CpuAllocator::stats() const {
   return stats_;
 }
 
+int64_t CpuAllocator::reserved_peak() const {
+  std::lock_guard lock(mutex_);
+  return reserved_peak_;
+}
+
 void CpuAllocator::reset_peak() noexcept {
   std::lock_guard lock(mutex_);
   stats_.peak_bytes = stats_.current_bytes;
+  reserved_peak_ = stats_.reserved_bytes;
 }
 
 }  // namespace mpt

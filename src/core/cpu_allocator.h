@@ -33,6 +33,8 @@ class CpuAllocator {
   void free(void* ptr, size_t nbytes) noexcept;
   void empty_cache() noexcept;
   MemoryStats stats() const;
+  // The most stats().reserved_bytes has been since start or reset_peak().
+  int64_t reserved_peak() const;
   void reset_peak() noexcept;
   size_t cache_limit() const { return cache_limit_; }
 
@@ -41,6 +43,7 @@ class CpuAllocator {
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks (LIFO)
   size_t cache_limit_;
   MemoryStats stats_;
+  int64_t reserved_peak_ = 0;
 };
 
 }  // namespace mpt

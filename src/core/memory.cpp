@@ -1,5 +1,6 @@
 // src/core/memory.cpp: Storage allocation routed to the device's allocator, byte copies, memory statistics.
 #include "mpt/core/memory.h"
+#include "mpt/core/memory_peak.h"
 
 #include <algorithm>
 #include <atomic>
@@ -135,6 +136,12 @@ int64_t available_memory(Device device) {
   check_device_available(device);
   const size_t total = cuda_status().devices.at(static_cast<size_t>(device.index())).total_memory;
   return std::max<int64_t>(static_cast<int64_t>(total) - memory_stats(device).current_bytes, 0);
+}
+
+int64_t reserved_peak_bytes(Device device) {
+  if (device.is_cpu()) return CpuAllocator::instance().reserved_peak();
+  check_device_available(device);
+  return cuda_backend::reserved_peak_bytes(device.index());
 }
 
 void reset_peak_memory_stats(Device device) {

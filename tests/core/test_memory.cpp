@@ -14,6 +14,7 @@
 #include "mpt/core/device.h"
 #include "mpt/core/error.h"
 #include "mpt/core/memory.h"
+#include "mpt/core/memory_peak.h"
 #include "mpt/core/tensor.h"
 
 using mpt::CpuAllocator;
@@ -130,6 +131,42 @@ TEST(CpuAllocator, CurrentPeakReservedArithmetic) {
   EXPECT_EQ(s.peak_bytes, 470);
   EXPECT_EQ(s.cached_bytes, 64 + 128 + 320);
   EXPECT_EQ(s.reserved_bytes, s.cached_bytes);
+}
+
+// The reserve's high-water mark: the most held (live blocks rounded up plus cached ones), not falling when blocks
+// are cached or released, and started again at the current reserve by reset_peak.
+TEST(CpuAllocator, ReservedPeakIsTheMostHeldSinceAReset) {
+  CpuAllocator a(size_t{1} << 20);
+  void* p100 = a.allocate(100);
+  void* p300 = a.allocate(300);
+  EXPECT_EQ(a.reserved_peak(), 128 + 320);
+  a.free(p300, 300);  // cached: still reserved
+  void* p120 = a.allocate(120);  // a 128-byte block beside the cached 320-byte one
+  EXPECT_EQ(a.stats().reserved_bytes, 128 + 320 + 128);
+  EXPECT_EQ(a.reserved_peak(), 128 + 320 + 128);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes, 256);
+  EXPECT_EQ(a.reserved_peak(), 576);
+  a.reset_peak();
+  EXPECT_EQ(a.reserved_peak(), 256);
+  a.free(p100, 100);
+  a.free(p120, 120);
+  EXPECT_EQ(a.reserved_peak(), 256);
+  a.empty_cache();
+}
+
+// The process allocator's, through the public call.
+TEST(CpuAllocator, ReservedPeakBytesFollowsTheProcessPool) {
+  mpt::reset_peak_memory_stats(Device::cpu());
+  const int64_t before = mpt::reserved_peak_bytes(Device::cpu());
+  EXPECT_EQ(before, mpt::memory_stats(Device::cpu()).reserved_bytes);
+  {
+    // A size class nothing cached: the reserve grows by it.
+    const mpt::Tensor big = mpt::Tensor::empty({(1 << 22) + 3}, mpt::DType::F32, Device::cpu());
+    EXPECT_GE(mpt::reserved_peak_bytes(Device::cpu()), before + 4 * (1 << 22));
+    EXPECT_GE(mpt::reserved_peak_bytes(Device::cpu()), mpt::memory_stats(Device::cpu()).reserved_bytes);
+  }
+  EXPECT_GE(mpt::reserved_peak_bytes(Device::cpu()), mpt::memory_stats(Device::cpu()).reserved_bytes);
 }
 
 TEST(CpuAllocator, EmptyCacheReleasesEverythingCached) {

@@ -210,6 +210,41 @@ TEST_F(CudartDouble, PoolsCountReuseAndRunOutOfMemory) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
 }
 
+// The pool's high-water marks (cudaMemPoolAttrReservedMemHigh / UsedMemHigh, torch's max_memory_reserved source):
+// the most it held since creation or a reset, resettable only with 0, which starts them again at the current amounts.
+TEST_F(CudartDouble, PoolHighWaterMarksFollowTheMostHeldAndResetWithZero) {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t pool = nullptr;
+  ASSERT_EQ(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+  const auto get = [&](cudaMemPoolAttr attr) {
+    uint64_t v = 0;
+    EXPECT_EQ(cudaMemPoolGetAttribute(pool, attr, &v), cudaSuccess);
+    return v;
+  };
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&a, 3 << 20, pool, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMallocFromPoolAsync(&b, 1 << 20, pool, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(a, nullptr), cudaSuccess);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemHigh), 4u << 20);  // 3 MiB cached + 1 MiB used now, 4 MiB at most
+  EXPECT_EQ(get(cudaMemPoolAttrUsedMemHigh), 4u << 20);
+  ASSERT_EQ(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemCurrent), 1u << 20);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemHigh), 4u << 20);  // a high-water mark does not fall with the memory
+  uint64_t zero = 0, one = 1;
+  EXPECT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &one), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero), cudaSuccess);
+  ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), cudaSuccess);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemHigh), 1u << 20);
+  EXPECT_EQ(get(cudaMemPoolAttrUsedMemHigh), 1u << 20);
+  ASSERT_EQ(cudaFreeAsync(b, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+}
+
 // Misuse a GPU punishes: each is refused with a message saying what happened.
 template <class F>
 std::string misuse(F f) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "device_test.h"
+#include "mpt/core/memory_peak.h"
 #include "mpt/mpt.h"
 #include "op_test.h"
 
@@ -281,10 +282,16 @@ TEST(GpuMemory, StatisticsFollowAllocationsAndFrees) {
     Tensor c = Tensor::empty({n}, DType::F32, gpu());
     EXPECT_EQ(memory_stats(gpu()).reused, after.reused + 1);
   }
+  // The reserve's high-water mark (cudaMemPoolAttrReservedMemHigh) covers the most held since the reset, and a reset
+  // starts it again at the current reserve.
+  EXPECT_GE(reserved_peak_bytes(gpu()), memory_stats(gpu()).reserved_bytes);
+  EXPECT_GE(reserved_peak_bytes(gpu()), before.current_bytes + 5 * n);
   empty_cache(gpu());
   const MemoryStats trimmed = memory_stats(gpu());
   EXPECT_EQ(trimmed.current_bytes, before.current_bytes);
   EXPECT_LE(trimmed.reserved_bytes, after.reserved_bytes);
+  reset_peak_memory_stats(gpu());
+  EXPECT_EQ(reserved_peak_bytes(gpu()), trimmed.reserved_bytes);
   // The CPU's statistics are separate.
   const MemoryStats cpu_before = memory_stats(Device::cpu());
   { Tensor g = Tensor::empty({n}, DType::F32, gpu()); }

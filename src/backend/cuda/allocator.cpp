@@ -251,9 +251,15 @@ MemoryStats memory_stats(int device) {
   return s;
 }
 
+int64_t reserved_peak_bytes(int device) {
+  return static_cast<int64_t>(pool_attribute(pool_for(device).pool, cudaMemPoolAttrReservedMemHigh));
+}
+
 void reset_peak_memory_stats(int device) {
   Pool& p = pool_for(device);
   p.peak = p.current.load();
+  uint64_t zero = 0;  // the only value the high-water mark takes: back to the current reserve
+  MPT_CUDA_CHECK(cudaMemPoolSetAttribute(p.pool, cudaMemPoolAttrReservedMemHigh, &zero));
 }
 
 void* host_alloc_pinned(size_t nbytes) {

@@ -20,6 +20,7 @@ CudaStatus probe() {
 void* allocate(size_t, int, void*) { not_built(); }
 void free(void*, size_t, int, void*) { not_built(); }
 MemoryStats memory_stats(int) { not_built(); }
+int64_t reserved_peak_bytes(int) { not_built(); }
 bool caching_enabled() { return false; }
 void set_caching(bool) {}
 void reset_peak_memory_stats(int) { not_built(); }

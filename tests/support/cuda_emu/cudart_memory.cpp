@@ -26,6 +26,7 @@ struct Pool {
   int device = 0;
   uint64_t release_threshold = 0;  // cudart's default: give memory back at the next synchronisation
   size_t used = 0, cached = 0;
+  size_t reserved_high = 0, used_high = 0;  // high-water marks of used + cached and of used, since creation or a reset
 };
 
 cudaError_t allocate(void** ptr, size_t bytes, int device, const char* how, StreamState* st, Pool* pool) {
@@ -52,6 +53,8 @@ cudaError_t allocate(void** ptr, size_t bytes, int device, const char* how, Stre
       dev.used += bytes;
     }
     pool->used += bytes;
+    pool->reserved_high = std::max(pool->reserved_high, pool->used + pool->cached);
+    pool->used_high = std::max(pool->used_high, pool->used);
   } else {
     dev.used += bytes;
   }
@@ -263,8 +266,22 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
   std::lock_guard lock(s.mutex);
   Pool* p = resolve_pool(pool);
   if (!known_pool(p)) return fail(cudaErrorInvalidResourceHandle);
-  if (value == nullptr || attr != cudaMemPoolAttrReleaseThreshold) return fail(cudaErrorInvalidValue);
-  std::memcpy(&p->release_threshold, value, sizeof(uint64_t));
+  if (value == nullptr) return fail(cudaErrorInvalidValue);
+  uint64_t v = 0;
+  std::memcpy(&v, value, sizeof v);
+  switch (attr) {
+    case cudaMemPoolAttrReleaseThreshold: p->release_threshold = v; break;
+    // The high-water marks can only be reset, with the value 0 (to the current amount, as cudart's do).
+    case cudaMemPoolAttrReservedMemHigh:
+      if (v != 0) return fail(cudaErrorInvalidValue);
+      p->reserved_high = p->used + p->cached;
+      break;
+    case cudaMemPoolAttrUsedMemHigh:
+      if (v != 0) return fail(cudaErrorInvalidValue);
+      p->used_high = p->used;
+      break;
+    default: return fail(cudaErrorInvalidValue);
+  }
   return sticky_or(s, cudaSuccess);
 }
 
@@ -279,6 +296,8 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
     case cudaMemPoolAttrReleaseThreshold: v = p->release_threshold; break;
     case cudaMemPoolAttrReservedMemCurrent: v = p->used + p->cached; break;
     case cudaMemPoolAttrUsedMemCurrent: v = p->used; break;
+    case cudaMemPoolAttrReservedMemHigh: v = p->reserved_high; break;
+    case cudaMemPoolAttrUsedMemHigh: v = p->used_high; break;
     default: return fail(cudaErrorInvalidValue);
   }
   std::memcpy(value, &v, sizeof v);
