@@ -14,6 +14,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_guard.h"
 #include "kernels/cuda/quantize.h"
+#include "kernels/cuda/random.h"
 #include "kernels/cuda/strided.h"
 #include "kernels/math/strided.h"
 #endif
@@ -283,18 +284,30 @@ void draw_random(Tensor& t, Draw kind, double a, double b, Generator& gen, const
   const int64_t n = t.numel();
   const uint64_t offset = gen.reserve(n);
   if (n == 0) return;
-  // Draw contiguous values on the CPU in a dtype the kernel produces natively, then place them.
-  const bool direct = t.device().is_cpu() && t.is_contiguous() && is_random_native(t.dtype());
-  Tensor out = direct ? t : Tensor::empty(t.shape(), is_random_native(t.dtype()) ? t.dtype() : DType::F32);
+  // Draw contiguous values on the tensor's device (the same Philox words and math on both: kernels/math/random.h) in
+  // a dtype the kernel produces natively, then place them; CUDA fills never touch the host.
+  const bool direct = t.is_contiguous() && is_random_native(t.dtype());
+  Tensor out =
+      direct ? t : Tensor::empty(t.shape(), is_random_native(t.dtype()) ? t.dtype() : DType::F32, t.device());
+  const auto lo = static_cast<float>(a), hi = static_cast<float>(b);
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, f16> ||
                   std::is_same_v<T, bf16>) {
       T* p = static_cast<T*>(out.data_ptr());
+#if defined(MPT_WITH_CUDA)
+      if (out.device().is_cuda()) {
+        cuda_backend::DeviceGuard guard(out.device().index());
+        const cudaStream_t stream = current_stream(out.device());
+        MPT_CUDA_CHECK(kind == Draw::Uniform ? kernels::cuda::fill_uniform<T>(p, n, gen.seed(), offset, lo, hi, stream)
+                                             : kernels::cuda::fill_normal<T>(p, n, gen.seed(), offset, lo, hi, stream));
+        return;
+      }
+#endif
       if (kind == Draw::Uniform) {
-        kernels::cpu::fill_uniform<T>(p, n, gen.seed(), offset, static_cast<float>(a), static_cast<float>(b));
+        kernels::cpu::fill_uniform<T>(p, n, gen.seed(), offset, lo, hi);
       } else {
-        kernels::cpu::fill_normal<T>(p, n, gen.seed(), offset, static_cast<float>(a), static_cast<float>(b));
+        kernels::cpu::fill_normal<T>(p, n, gen.seed(), offset, lo, hi);
       }
     }
   });

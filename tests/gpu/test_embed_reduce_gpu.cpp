@@ -10,6 +10,9 @@
 #include "device_test.h"
 #include "mpt/mpt.h"
 #include "op_test.h"
+#if defined(MPT_CUDA_EMULATION)
+#include "cuda_emu/counters.h"
+#endif
 
 namespace mpt {
 namespace {
@@ -237,7 +240,16 @@ TEST(GpuRandom, UniformAndNormalFillsMatchCpu) {
     EXPECT_TRUE(ug.device().is_cuda());
     expect_match(ug, uc, Match::exact(testing::Tolerance{0, 0}), tag("uniform", dt));
     const Tensor nc = Tensor::normal({3, 101}, 1, 0.5, dt, Device::cpu(), gc);
+#if defined(MPT_CUDA_EMULATION)
+    cuda_emu::reset_counters();
+#endif
     const Tensor ng = Tensor::normal({3, 101}, 1, 0.5, dt, Device::cuda(0), gg);
+#if defined(MPT_CUDA_EMULATION)
+    // Drawn by a kernel on the device (FP8: in f32, then converted there): nothing crosses to or from the host.
+    const cuda_emu::Counters c = cuda_emu::counters();
+    EXPECT_EQ(c.h2d + c.d2h + c.syncs, 0u) << cuda_emu::to_string(c);
+    EXPECT_EQ(c.kernel_launches, dt == DType::F8E4M3 || dt == DType::F8E5M2 ? 2u : 1u) << cuda_emu::to_string(c);
+#endif
     expect_match(ng, nc, Match::exact(testing::Tolerance{0, 0}), tag("normal", dt));
     EXPECT_EQ(gg.offset(), gc.offset());
     // In place into a strided CUDA view.
