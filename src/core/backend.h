@@ -23,9 +23,9 @@ void free(void* ptr, size_t nbytes, int device, void* stream);
 MemoryStats memory_stats(int device);
 // The pool's reserved high-water mark (cudaMemPoolAttrReservedMemHigh), reset by reset_peak_memory_stats.
 int64_t reserved_peak_bytes(int device);
-// The host-side cache of freed legacy-stream blocks (allocator.cpp): on by default, off under emulation (where fresh
-// blocks let the cudart double catch reads of memory nothing wrote); MPT_CUDA_CACHING=0/1 overrides. Turning it off
-// returns the cached blocks to the pool.
+// The host-side block cache of legacy-stream tensors (allocator.cpp, detail::BlockCache): on by default, off under
+// emulation (where fresh blocks let the cudart double catch reads of memory nothing wrote); MPT_CUDA_CACHING=0/1
+// overrides. Turning it off returns its wholly free segments to the pool (the others as their last blocks are freed).
 bool caching_enabled();
 void set_caching(bool on);
 void reset_peak_memory_stats(int device);

@@ -31,6 +31,17 @@ inline float* device_floats(const std::vector<float>& host) {
   return static_cast<float*>(p);
 }
 
+// A stream-ordered pool of device 0's memory, as mptrain's allocator makes one (nullptr if the double refused).
+inline cudaMemPool_t device_pool() {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t pool = nullptr;
+  EXPECT_EQ(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+  return pool;
+}
+
 inline std::vector<float> to_host(const float* d, size_t n) {
   std::vector<float> h(n);
   EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);

@@ -39,6 +39,7 @@ namespace {
 // A kernel in the emulated runtime: y[i] = x[i] + 1, launched on `s`.
 using mpt::cuda_emu::testing::add_one;
 using mpt::cuda_emu::testing::device_floats;
+using mpt::cuda_emu::testing::device_pool;
 using mpt::cuda_emu::testing::launch_add_one;
 using mpt::cuda_emu::testing::to_host;
 
@@ -183,12 +184,8 @@ TEST_F(CudartDouble, EventsHandlesAndStickyErrors) {
 }
 
 TEST_F(CudartDouble, PoolsCountReuseAndRunOutOfMemory) {
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t pool = nullptr;
-  ASSERT_EQ(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+  cudaMemPool_t pool = device_pool();
+  ASSERT_NE(pool, nullptr);
   void* p = nullptr;
   ASSERT_EQ(cudaMallocFromPoolAsync(&p, 1 << 20, pool, nullptr), cudaSuccess);
   uint64_t reserved = 0, used = 0;
@@ -213,12 +210,8 @@ TEST_F(CudartDouble, PoolsCountReuseAndRunOutOfMemory) {
 // The pool's high-water marks (cudaMemPoolAttrReservedMemHigh / UsedMemHigh, torch's max_memory_reserved source):
 // the most it held since creation or a reset, resettable only with 0, which starts them again at the current amounts.
 TEST_F(CudartDouble, PoolHighWaterMarksFollowTheMostHeldAndResetWithZero) {
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t pool = nullptr;
-  ASSERT_EQ(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+  cudaMemPool_t pool = device_pool();
+  ASSERT_NE(pool, nullptr);
   const auto get = [&](cudaMemPoolAttr attr) {
     uint64_t v = 0;
     EXPECT_EQ(cudaMemPoolGetAttribute(pool, attr, &v), cudaSuccess);

@@ -9,12 +9,14 @@
 
 #include "cublaslt_test_util.h"
 #include "cuda_emu/counters.h"
+#include "cudart_test_util.h"
 #include "nccl_test_util.h"
 
 namespace {
 
 using mpt::cuda_emu::counters;
 using mpt::cuda_emu::reset_counters;
+using mpt::cuda_emu::testing::device_pool;
 
 // Everything counted since the last reset_counters(), as "field=value ..." (nonzero fields only).
 std::string counted() { return mpt::cuda_emu::to_string(counters()); }
@@ -200,12 +202,8 @@ uint64_t reserved(cudaMemPool_t pool) {
 // A pool that keeps what is freed (mptrain's allocator sets the threshold so): an allocation grows the pool exactly
 // when cudaMemPoolAttrReservedMemCurrent grows.
 TEST_F(EmuCounters, PoolAllocationsGrowThePoolOnlyWhenItsFreeMemoryCannotServeThem) {
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t pool = nullptr;
-  ASSERT_EQ(cudaMemPoolCreate(&pool, &props), cudaSuccess);
+  cudaMemPool_t pool = device_pool();
+  ASSERT_NE(pool, nullptr);
   uint64_t keep_all = std::numeric_limits<uint64_t>::max();
   ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all), cudaSuccess);
   reset_counters();

@@ -63,12 +63,13 @@ void reset_peak_memory_stats(Device device);
 // set, plus what mptrain's own pool caches. CUDA: the device's total memory minus mptrain's live allocations (other
 // processes' use is not seen). Approximate by nature: a bound to refuse the impossible, not a promise.
 int64_t available_memory(Device device);
-// Returns cached blocks to the system (CPU: free(); CUDA: the block cache's to the pool, then synchronizes the device
-// and trims the pool).
+// Returns cached blocks to the system (CPU: free(); CUDA: the block cache's wholly free segments to the pool, then
+// synchronizes the device and trims the pool).
 void empty_cache(Device device);
 
-// CUDA: freed blocks of a device's default stream are kept and handed to the next allocation of their size there,
-// without a driver call (a training step's sizes repeat: after warm-up it makes no cudaMallocFromPoolAsync at all).
+// CUDA: a device's default-stream tensors are blocks of a host-side cache carved from large pool segments (best fit,
+// split and merged: memory freed as one size serves another), handed out without a driver call (a training step's
+// sizes repeat: after warm-up it makes no cudaMallocFromPoolAsync at all).
 // On by default; off under the emulation build (fresh blocks let its cudart double catch reads of memory nothing
 // wrote); MPT_CUDA_CACHING=0/1 overrides. Turning it off returns the cached blocks to the pool. No-op without CUDA.
 void set_cuda_memory_caching(bool on);

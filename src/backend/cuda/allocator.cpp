@@ -1,7 +1,8 @@
 // src/backend/cuda/allocator.cpp: stream-ordered CUDA memory from one cudaMallocAsync pool per device, with a
-// host-side cache of freed legacy-stream blocks in front of it. The pool keeps freed memory (release threshold);
-// the cache keeps the blocks themselves, so a training step's allocations (the same sizes every step) make no
-// driver call at all; the library counts current and peak bytes itself.
+// host-side cache of legacy-stream blocks in front of it. The pool keeps freed memory (release threshold); the cache
+// (detail::BlockCache) carves blocks from segments of the pool, splits and merges them, so a training step's
+// allocations make no driver call at all after warm-up and memory freed as one size serves another; the library
+// counts current and peak bytes itself.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_guard.h"
 #include "core/backend.h"
+#include "core/block_cache.h"
 
 namespace mpt::cuda_backend {
 namespace {
@@ -29,19 +31,18 @@ struct Pool {
   std::atomic<int64_t> peak{0};
   std::atomic<int64_t> allocations{0};
   std::atomic<int64_t> reused{0};
-  // Freed blocks of the device's legacy stream (every op's stream), by rounded size. Reusing one on that stream is
-  // safe without an event: the new owner's work is queued after the old owner's. Blocks of other streams go back to
-  // the pool (cudaFreeAsync) at once: their stream may be destroyed while a block waits here.
+  // Blocks of the device's legacy stream (every op's stream), carved from pool segments allocated and freed on that
+  // stream. Reusing one there is safe without an event: the new owner's work is queued after the old owner's. Blocks
+  // of other streams go back to the pool (cudaFreeAsync) at once: their stream may be destroyed while a block waits.
   std::mutex cache_mutex;
-  std::unordered_map<size_t, std::vector<void*>> cache;
-  std::atomic<int64_t> cached{0};
+  std::unique_ptr<detail::BlockCache> blocks;  // under cache_mutex
   // Private pools (CUDA graphs): per stream, its freed blocks by rounded size, reused on that stream only. Under
   // cache_mutex.
   std::unordered_map<void*, std::unordered_map<size_t, std::vector<void*>>> private_pools;
   std::atomic<int> private_count{0};  // private_pools.size(): without any, allocations skip the lock
 };
 
-// Sizes rounded so that a step's near-equal requests share blocks: 512 bytes below 1 MiB, 1 MiB above.
+// Sizes rounded so that a graph's near-equal requests share private-pool blocks: 512 bytes below 1 MiB, 1 MiB above.
 size_t rounded(size_t n) {
   const size_t unit = n < (size_t{1} << 20) ? 512 : (size_t{1} << 20);
   return (n + unit - 1) / unit * unit;
@@ -80,6 +81,24 @@ Pool& pool_for(int device) {
     MPT_CUDA_CHECK(cudaMemPoolCreate(&p->pool, &props));
     uint64_t threshold = release_threshold();
     MPT_CUDA_CHECK(cudaMemPoolSetAttribute(p->pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    cudaMemPool_t pool = p->pool;
+    p->blocks = std::make_unique<detail::BlockCache>(
+        [pool, device](size_t bytes) -> void* {  // a segment; nullptr when the device has no memory for it
+          DeviceGuard guard(device);
+          void* ptr = nullptr;
+          const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, pool, cudaStreamLegacy);
+          if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            return nullptr;
+          }
+          MPT_CUDA_CHECK(e);
+          return ptr;
+        },
+        [device](void* base, size_t) {
+          DeviceGuard guard(device);
+          const cudaError_t e = cudaFreeAsync(base, cudaStreamLegacy);
+          if (e != cudaErrorCudartUnloading) MPT_CUDA_CHECK(e);  // at process exit the runtime released everything
+        });
     slot = std::move(p);
   }
   return *slot;
@@ -101,14 +120,10 @@ void count_allocation(Pool& p, size_t nbytes) {
   }
 }
 
-// Gives every cached block back to the pool (on the legacy stream, where they were freed).
+// Gives the cache's wholly free segments back to the pool (on the legacy stream, where they were allocated).
 void release_cache(Pool& p) {
   std::lock_guard lock(p.cache_mutex);
-  for (auto& [size, blocks] : p.cache) {
-    for (void* b : blocks) MPT_CUDA_CHECK(cudaFreeAsync(b, cudaStreamLegacy));
-    p.cached -= static_cast<int64_t>(size * blocks.size());
-  }
-  p.cache.clear();
+  p.blocks->release_idle();
 }
 
 }  // namespace
@@ -155,17 +170,23 @@ void* allocate(size_t nbytes, int device, void* stream) {
                 "(a capture cannot ask the driver for memory)", nbytes, device);
     }
   }
-  if (cacheable(stream)) {  // a block of this size freed on this stream: no driver call
+  if (cacheable(stream)) {  // a free block that holds it: no driver call; else a new segment of the pool
     std::lock_guard lock(p.cache_mutex);
-    auto it = p.cache.find(size);
-    if (it != p.cache.end() && !it->second.empty()) {
-      void* ptr = it->second.back();
-      it->second.pop_back();
-      p.cached -= static_cast<int64_t>(size);
-      ++p.reused;
-      count_allocation(p, nbytes);
-      return ptr;
+    const uint64_t acquires = p.blocks->segment_acquires();
+    void* ptr = p.blocks->allocate(nbytes);  // on a refusal its idle segments went back and it tried again
+    if (ptr == nullptr) {  // memory freed on other streams may still be pending: wait for it, trim, try once more
+      DeviceGuard guard(device);
+      MPT_CUDA_CHECK(cudaDeviceSynchronize());
+      MPT_CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
+      ptr = p.blocks->allocate(nbytes);
     }
+    if (ptr == nullptr) {
+      MPT_THROW("[memory] out of memory on cuda:{}: allocating {} bytes failed ({} bytes in use by mptrain, {} held "
+                "by its block cache)", device, nbytes, p.current.load(), p.blocks->reserved());
+    }
+    if (p.blocks->segment_acquires() == acquires) ++p.reused;
+    count_allocation(p, nbytes);
+    return ptr;
   }
   DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream);
@@ -201,12 +222,13 @@ void free(void* ptr, size_t nbytes, int device, void* stream) {
       return;
     }
   }
-  if (cacheable(stream)) {
-    const size_t size = rounded(nbytes);
+  if (stream == static_cast<void*>(cudaStreamLegacy)) {
     std::lock_guard lock(p.cache_mutex);
-    p.cache[size].push_back(ptr);
-    p.cached += static_cast<int64_t>(size);
-    return;
+    if (p.blocks->owns(ptr)) {  // back to the cache, merged with its free neighbours (with caching off since: and
+      p.blocks->free(ptr);      // its segment back to the pool once wholly free)
+      if (!caching_enabled()) p.blocks->release_idle();
+      return;
+    }
   }
   DeviceGuard guard(device);
   const cudaError_t e = cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream));
@@ -244,8 +266,13 @@ MemoryStats memory_stats(int device) {
   s.current_bytes = p.current.load();
   s.peak_bytes = p.peak.load();
   s.reserved_bytes = static_cast<int64_t>(pool_attribute(p.pool, cudaMemPoolAttrReservedMemCurrent));
+  int64_t idle = 0;
+  {
+    std::lock_guard lock(p.cache_mutex);
+    idle = static_cast<int64_t>(p.blocks->idle());
+  }
   s.cached_bytes = s.reserved_bytes - static_cast<int64_t>(pool_attribute(p.pool, cudaMemPoolAttrUsedMemCurrent)) +
-                   p.cached.load();
+                   idle;
   s.allocations = p.allocations.load();
   s.reused = p.reused.load();
   return s;
