@@ -139,13 +139,28 @@ void Optimizer::step(const ops::GradScaling& scaling) {
     std::vector<Ready> ready;
     for (size_t i : ready_index[g]) {
       const Tensor& p = group.params[i];
-      std::optional<ParamState>& st = states_[g][i];
-      if (!st) st = ParamState{Tensor::zeros({}, DType::I64, p.device()), init_state(p, group)};
-      ready.push_back({p, p.grad(), &*st, amp::refreshable_compute_copy(p)});
+      ready.push_back({p, p.grad(), &ensure_state(g, i), amp::refreshable_compute_copy(p)});
     }
     step_group(group, ready, scaling);
     // A compute copy the step rewrote stays; every other copy of an updated parameter is stale now.
     for (Ready& r : ready) amp::invalidate_compute_copies(r.param, r.copy_written ? r.copy : Tensor());
+  }
+}
+
+ParamState& Optimizer::ensure_state(size_t g, size_t i) {
+  std::optional<ParamState>& st = states_[g][i];
+  const Tensor& p = groups_[g].params[i];
+  if (!st) st = ParamState{Tensor::zeros({}, DType::I64, p.device()), init_state(p, groups_[g])};
+  return *st;
+}
+
+void Optimizer::materialize_state() {
+  autograd::NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    check_group_shape(g);
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      if (groups_[g].params[i].requires_grad()) ensure_state(g, i);
+    }
   }
 }
 

@@ -88,6 +88,7 @@ StepMetrics Trainer::device_step(const std::function<MicroBatchLoss(int64_t)>& m
   StepMetrics m;
   fp8::Fp8ScalingState* fp8 = fp8_state();
   if (telemetry) fp8->set_collect_telemetry(true);
+  if (steps_done_ == 0) optimizer_->materialize_state();  // long-lived memory before the first activations
   optimizer_->zero_grad();
   model_.zero_grad();  // with ZeRO-1 the optimizer holds only this rank's parameters
   const int64_t k = options_.grad_accum;

@@ -129,6 +129,49 @@ TEST(AdamW, FrozenParametersGetNoState) {
   for (const auto& [key, t] : opt.state_dict()) EXPECT_EQ(key.find("group0.param1"), std::string::npos) << key;
 }
 
+// materialize_state creates what a first step would (zero moments, count 0; 8-bit: codes and absmaxes), none for a
+// frozen parameter, and changes no bit of the run: the same parameters and state as an optimizer that made its state
+// lazily, and a parameter that never gets a gradient keeps its zero state.
+TEST(AdamW, MaterializedStateIsTheFirstStepsAndChangesNoBit) {
+  for (ops::MomentStorage storage : {ops::MomentStorage::F32, ops::MomentStorage::Int8}) {
+    Tensor a = leaf(values(300, 1), {300}), b = leaf(values(7, 2), {7}), unused = leaf(values(5, 3), {5});
+    Tensor frozen = Tensor::from_vector(values(4, 4), {4}).to(DType::F32);
+    Tensor a_lazy = leaf(values(300, 1), {300}), b_lazy = leaf(values(7, 2), {7});
+    optim::AdamW opt({a, b, unused, frozen}, {.lr = 0.05, .moments = storage});
+    optim::AdamW lazy({a_lazy, b_lazy}, {.lr = 0.05, .moments = storage});
+    opt.materialize_state();
+    for (size_t i : {0, 1, 2}) {
+      ASSERT_NE(opt.state(0, i), nullptr) << i;
+      EXPECT_EQ(opt.state(0, i)->steps(), 0);
+      for (const auto& [name, t] : opt.state(0, i)->tensors) {
+        for (double v : t.to_vector<double>()) ASSERT_EQ(v, 0.0) << name;
+      }
+    }
+    EXPECT_EQ(opt.state(0, 3), nullptr) << "frozen: never any state";
+    const optim::ParamState* before = opt.state(0, 0);
+    opt.materialize_state();
+    EXPECT_EQ(opt.state(0, 0), before) << "existing state is kept";
+    for (int s = 0; s < 3; ++s) {
+      set_grad(a, values(300, 10 + s), DType::F32);
+      set_grad(b, values(7, 20 + s), DType::F32);
+      set_grad(a_lazy, values(300, 10 + s), DType::F32);
+      set_grad(b_lazy, values(7, 20 + s), DType::F32);
+      opt.step();
+      lazy.step();
+    }
+    EXPECT_TRUE(same_bits(a, a_lazy));
+    EXPECT_TRUE(same_bits(b, b_lazy));
+    for (size_t i : {0, 1}) {
+      EXPECT_EQ(opt.state(0, i)->steps(), 3);
+      for (const auto& [name, t] : lazy.state(0, i)->tensors) {
+        EXPECT_TRUE(same_bits(opt.state(0, i)->tensors.at(name), t)) << name;
+      }
+    }
+    EXPECT_EQ(opt.state(0, 2)->steps(), 0) << "never stepped";
+    EXPECT_TRUE(opt.state_dict().count("group0.param2.exp_avg")) << "its zero state is saved";
+  }
+}
+
 // Low-precision moments: the same run as the f32 reference, within a documented looser tolerance, and clearly
 // not the f32 result (the rounding of the moments is visible). Tolerances are absolute, in units of lr per step:
 // bf16 moments carry 2^-9 relative rounding (measured: worst 0.28% of lr per step here; allowed 0.5%); the 8-bit

@@ -1,5 +1,6 @@
-// tests/train/test_trainer.cpp: the Trainer's step equals the hand-ordered step it replaces, bit for bit; FP16 gets a
-// loss scaler that skips an overflowing step; FP8 delayed scaling updates its scales every step; resume is bit-exact.
+// tests/train/test_trainer.cpp: the Trainer's step equals the hand-ordered step it replaces, bit for bit (its optimizer
+// state made before the first forward); FP16 gets a loss scaler that skips an overflowing step; FP8 delayed scaling
+// updates its scales every step; resume is bit-exact.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -72,6 +73,10 @@ TEST(Trainer, StepEqualsTheHandOrderedStepBitForBit) {
       const double hand_norm = optim::clip_grad_norm_(params, 0.5).item<double>();
       opt.step();
       const train::StepMetrics metrics = trainer.step([&](int64_t m) {
+        if (step == 0) {  // the optimizer's state is made before the first forward (Optimizer::materialize_state)
+          const optim::ParamState* st = trainer.optimizer().state(0, 0);
+          EXPECT_TRUE(st != nullptr && st->steps() == 0) << "micro-batch " << m;
+        }
         const auto [x, y] = batch(step, m);
         return by_trainer.loss(x, y);
       });
