@@ -1,8 +1,7 @@
-// src/core/cpu_allocator.cpp: size-class pooling over aligned_alloc, with statistics and ASan poisoning.
+// src/core/cpu_allocator.cpp: a BlockCache over aligned_alloc segments, with statistics and ASan poisoning.
 #include "core/cpu_allocator.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdlib>
 #include <string>
 
@@ -18,7 +17,7 @@
 
 #if defined(MPT_ASAN)
 #include <sanitizer/asan_interface.h>
-// A cached block is poisoned so that a use after free through a stale pointer is still reported,
+// Memory no live block holds is poisoned so that a use after free through a stale pointer is still reported,
 // although the memory never went back to malloc; the slack after the requested size is poisoned too.
 #define MPT_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define MPT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
@@ -43,19 +42,18 @@ size_t cache_limit_from_env() {
   return static_cast<size_t>(mb) << 20;
 }
 
-void release_block(void* p, size_t cls) {
-  MPT_UNPOISON(p, cls);
+void* acquire_segment(size_t bytes) {
+  void* p = std::aligned_alloc(CpuAllocator::kAlignment, bytes);
+  if (p != nullptr) MPT_POISON(p, bytes);  // every byte no block hands out stays poisoned
+  return p;
+}
+
+void release_segment(void* p, size_t bytes) {
+  MPT_UNPOISON(p, bytes);
   std::free(p);
 }
 
 }  // namespace
-
-size_t CpuAllocator::size_class(size_t nbytes) {
-  if (nbytes <= 256) return nbytes == 0 ? 0 : (nbytes + 63) & ~size_t{63};
-  const int k = std::bit_width(nbytes - 1) - 1;  // nbytes in (2^k, 2^(k+1)]
-  const size_t step = size_t{1} << (k - 2);
-  return (nbytes + step - 1) & ~(step - 1);
-}
 
 CpuAllocator& CpuAllocator::instance() {
   // Never destroyed: a Storage released during static destruction still finds its allocator.
@@ -63,81 +61,55 @@ CpuAllocator& CpuAllocator::instance() {
   return *allocator;
 }
 
-CpuAllocator::CpuAllocator(size_t cache_limit_bytes) : cache_limit_(cache_limit_bytes) {}
+CpuAllocator::CpuAllocator(size_t cache_limit_bytes)
+    : cache_(acquire_segment, release_segment), cache_limit_(cache_limit_bytes) {}
 
-CpuAllocator::~CpuAllocator() { empty_cache(); }
+CpuAllocator::~CpuAllocator() = default;  // the cache gives every segment back
+
+void CpuAllocator::note_reserve() {
+  reserved_peak_ = std::max(reserved_peak_, static_cast<int64_t>(cache_.reserved()));
+}
 
 void* CpuAllocator::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   MPT_CHECK(nbytes <= kMaxRequest, "[memory] cannot allocate {} bytes on the CPU", nbytes);
-  const size_t cls = size_class(nbytes);
-  const auto n = static_cast<int64_t>(nbytes);
-  {
-    std::lock_guard lock(mutex_);
-    auto it = free_blocks_.find(cls);
-    if (it != free_blocks_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      stats_.cached_bytes -= static_cast<int64_t>(cls);
-      stats_.current_bytes += n;
-      stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
-      ++stats_.allocations;
-      ++stats_.reused;
-      MPT_UNPOISON(p, nbytes);
-      return p;
-    }
-  }
-  void* p = std::aligned_alloc(kAlignment, cls);
-  if (p == nullptr) {
-    empty_cache();
-    p = std::aligned_alloc(kAlignment, cls);
-  }
-  if (p == nullptr) {
-    MemoryStats s = stats();
-    MPT_THROW("[memory] out of CPU memory: allocating {} bytes failed ({} bytes in use)", nbytes, s.current_bytes);
-  }
-  MPT_POISON(static_cast<char*>(p) + nbytes, cls - nbytes);
   std::lock_guard lock(mutex_);
-  stats_.current_bytes += n;
-  stats_.reserved_bytes += static_cast<int64_t>(cls);
-  reserved_peak_ = std::max(reserved_peak_, stats_.reserved_bytes);
+  const uint64_t acquires = cache_.segment_acquires();
+  void* p = cache_.allocate(nbytes);  // on a refusal the idle segments went back and it tried again
+  if (p == nullptr) {
+    MPT_THROW("[memory] out of CPU memory: allocating {} bytes failed ({} bytes in use, {} held by the pool)", nbytes,
+              stats_.current_bytes, cache_.reserved());
+  }
+  MPT_UNPOISON(p, nbytes);  // the slack after the request stays poisoned
+  stats_.current_bytes += static_cast<int64_t>(nbytes);
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
   ++stats_.allocations;
+  if (cache_.segment_acquires() == acquires) ++stats_.reused;
+  note_reserve();
   return p;
 }
 
 void CpuAllocator::free(void* ptr, size_t nbytes) noexcept {
   if (ptr == nullptr) return;
-  const size_t cls = size_class(nbytes);
-  {
-    std::lock_guard lock(mutex_);
-    stats_.current_bytes -= static_cast<int64_t>(nbytes);
-    if (static_cast<size_t>(stats_.cached_bytes) + cls <= cache_limit_) {
-      MPT_POISON(ptr, cls);
-      free_blocks_[cls].push_back(ptr);
-      stats_.cached_bytes += static_cast<int64_t>(cls);
-      return;
-    }
-    stats_.reserved_bytes -= static_cast<int64_t>(cls);
-  }
-  release_block(ptr, cls);
+  std::lock_guard lock(mutex_);
+  if (!cache_.owns(ptr)) return;  // not a block of this pool: cannot happen through Storage, and must not throw here
+  stats_.current_bytes -= static_cast<int64_t>(nbytes);
+  MPT_POISON(ptr, cache_.block_size(ptr));  // a use after free is still reported, though malloc never sees it
+  cache_.free(ptr);
+  if (cache_.idle() > cache_limit_) cache_.release_idle();
 }
 
 void CpuAllocator::empty_cache() noexcept {
-  std::unordered_map<size_t, std::vector<void*>> blocks;
-  {
-    std::lock_guard lock(mutex_);
-    blocks.swap(free_blocks_);
-    stats_.reserved_bytes -= stats_.cached_bytes;
-    stats_.cached_bytes = 0;
-  }
-  for (auto& [cls, list] : blocks)
-    for (void* p : list) release_block(p, cls);
+  std::lock_guard lock(mutex_);
+  cache_.release_idle();
 }
 
 MemoryStats CpuAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  MemoryStats s = stats_;
+  s.reserved_bytes = static_cast<int64_t>(cache_.reserved());
+  s.cached_bytes = static_cast<int64_t>(cache_.idle());
+  return s;
 }
 
 int64_t CpuAllocator::reserved_peak() const {
@@ -148,7 +120,7 @@ int64_t CpuAllocator::reserved_peak() const {
 void CpuAllocator::reset_peak() noexcept {
   std::lock_guard lock(mutex_);
   stats_.peak_bytes = stats_.current_bytes;
-  reserved_peak_ = stats_.reserved_bytes;
+  reserved_peak_ = static_cast<int64_t>(cache_.reserved());
 }
 
 }  // namespace mpt

@@ -3,20 +3,18 @@
 
 #include <cstddef>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
+#include "block_cache.h"  // beside this header: tests include it by path
 #include "mpt/core/memory.h"
 
 namespace mpt {
 
+// Blocks of a detail::BlockCache (best fit, split and merged) carved from aligned_alloc segments: memory freed as one
+// size serves requests of another, so the pool holds little above the live peak, and a step's memory stays mapped
+// (no page faults from handing large blocks back and forth). Thread-safe.
 class CpuAllocator {
  public:
-  static constexpr size_t kAlignment = 64;
-
-  // Blocks are rounded up to a size class: 64-byte steps up to 256 bytes, then four classes per
-  // power of two (n in (2^k, 2^(k+1)] rounds up to a multiple of 2^(k-2)), so at most 25% is wasted.
-  static size_t size_class(size_t nbytes);
+  static constexpr size_t kAlignment = 64;  // segments are; blocks start at multiples of 512 bytes inside them
 
   // The process-wide allocator. The cache limit comes from MPT_CPU_CACHE_LIMIT_MB (default 2048).
   static CpuAllocator& instance();
@@ -28,9 +26,10 @@ class CpuAllocator {
 
   // nbytes == 0 returns nullptr. Throws mpt::Error when the system has no memory left.
   void* allocate(size_t nbytes);
-  // `nbytes` is the size passed to allocate. A block that would push the cache over its limit goes
-  // back to the system at once.
+  // `nbytes` is the size passed to allocate. When the free bytes held exceed the cache limit, the wholly free
+  // segments go back to the system.
   void free(void* ptr, size_t nbytes) noexcept;
+  // Every wholly free segment back to the system.
   void empty_cache() noexcept;
   MemoryStats stats() const;
   // The most stats().reserved_bytes has been since start or reset_peak().
@@ -39,10 +38,12 @@ class CpuAllocator {
   size_t cache_limit() const { return cache_limit_; }
 
  private:
+  void note_reserve();  // under mutex_
+
   mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks (LIFO)
+  detail::BlockCache cache_;
   size_t cache_limit_;
-  MemoryStats stats_;
+  MemoryStats stats_;  // current, peak, allocations, reused; reserved and cached are the cache's
   int64_t reserved_peak_ = 0;
 };
 

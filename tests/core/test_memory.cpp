@@ -28,30 +28,6 @@ using mpt::testing::error_message;
 
 bool aligned64(const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; }
 
-TEST(CpuAllocator, SizeClasses) {
-  EXPECT_EQ(CpuAllocator::size_class(0), 0u);
-  EXPECT_EQ(CpuAllocator::size_class(1), 64u);
-  EXPECT_EQ(CpuAllocator::size_class(64), 64u);
-  EXPECT_EQ(CpuAllocator::size_class(65), 128u);
-  EXPECT_EQ(CpuAllocator::size_class(256), 256u);
-  EXPECT_EQ(CpuAllocator::size_class(257), 320u);
-  EXPECT_EQ(CpuAllocator::size_class(512), 512u);
-  EXPECT_EQ(CpuAllocator::size_class(513), 640u);
-  EXPECT_EQ(CpuAllocator::size_class(1000), 1024u);
-  EXPECT_EQ(CpuAllocator::size_class(size_t{1} << 20), size_t{1} << 20);
-  EXPECT_EQ(CpuAllocator::size_class((size_t{1} << 20) + 1), (size_t{5} << 20) / 4);
-  size_t previous = 0;
-  for (size_t n = 1; n < (size_t{1} << 22); n = n * 9 / 8 + 1) {
-    const size_t c = CpuAllocator::size_class(n);
-    EXPECT_GE(c, n);
-    EXPECT_EQ(c % 64, 0u) << n;
-    EXPECT_LE(c, n + std::max<size_t>(63, n / 4)) << n;  // at most 25% (or one 64-byte step) of slack
-    EXPECT_GE(c, previous) << n;
-    EXPECT_EQ(CpuAllocator::size_class(c), c) << n;  // a class is its own class
-    previous = c;
-  }
-}
-
 TEST(CpuAllocator, StorageIs64ByteAlignedForManySizes) {
   std::vector<std::shared_ptr<Storage>> live;
   for (size_t n = 0; n <= 4100; n += (n < 130 ? 1 : 61)) {
@@ -76,83 +52,87 @@ TEST(CpuAllocator, StorageIs64ByteAlignedForManySizes) {
 
 TEST(CpuAllocator, FreedBlockIsReusedThroughStorage) {
   auto first = Storage::allocate(1000, Device::cpu());
-  void* p = first->data();
   const mpt::MemoryStats before = mpt::memory_stats(Device::cpu());
   first.reset();
   const mpt::MemoryStats freed = mpt::memory_stats(Device::cpu());
   EXPECT_EQ(freed.current_bytes, before.current_bytes - 1000);
-  EXPECT_EQ(freed.cached_bytes, before.cached_bytes + 1024);
+  EXPECT_EQ(freed.cached_bytes, before.cached_bytes + 1024) << "rounded to 512 bytes";
   auto second = Storage::allocate(1000, Device::cpu());
   const mpt::MemoryStats after = mpt::memory_stats(Device::cpu());
-  EXPECT_EQ(second->data(), p);
   EXPECT_EQ(after.reused, before.reused + 1);
   EXPECT_EQ(after.allocations, before.allocations + 1);
   EXPECT_EQ(after.current_bytes, before.current_bytes);
-  EXPECT_EQ(after.cached_bytes, before.cached_bytes);
+  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes) << "no new segment";
 }
 
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// The statistics over detail::BlockCache: requests up to 1 MiB share a 2 MiB segment (reserved), the bytes no live
+// block holds are cached, a freed block merges back and serves the next request, whatever its size.
 TEST(CpuAllocator, CurrentPeakReservedArithmetic) {
-  CpuAllocator a(size_t{1} << 20);
+  CpuAllocator a(size_t{1} << 30);
   void* p100 = a.allocate(100);
   mpt::MemoryStats s = a.stats();
   EXPECT_EQ(s.current_bytes, 100);
   EXPECT_EQ(s.peak_bytes, 100);
-  EXPECT_EQ(s.reserved_bytes, 128);
+  EXPECT_EQ(s.reserved_bytes, 2 * kMiB);
+  EXPECT_EQ(s.cached_bytes, 2 * kMiB - 512);
+  EXPECT_EQ(s.reused, 0) << "a new segment";
   void* p300 = a.allocate(300);
+  EXPECT_EQ(static_cast<char*>(p300), static_cast<char*>(p100) + 512) << "split off the same segment";
   s = a.stats();
   EXPECT_EQ(s.current_bytes, 400);
   EXPECT_EQ(s.peak_bytes, 400);
-  EXPECT_EQ(s.reserved_bytes, 128 + 320);
+  EXPECT_EQ(s.reserved_bytes, 2 * kMiB);
+  EXPECT_EQ(s.cached_bytes, 2 * kMiB - 1024);
+  EXPECT_EQ(s.reused, 1);
   a.free(p100, 100);
   s = a.stats();
   EXPECT_EQ(s.current_bytes, 300);
   EXPECT_EQ(s.peak_bytes, 400);
-  EXPECT_EQ(s.cached_bytes, 128);
-  EXPECT_EQ(s.reserved_bytes, 128 + 320);
+  EXPECT_EQ(s.cached_bytes, 2 * kMiB - 512);
   a.reset_peak();
   EXPECT_EQ(a.stats().peak_bytes, 300);
-  void* p50 = a.allocate(50);  // class 64: nothing cached there, a new block
+  void* p50 = a.allocate(50);  // the best fit: the 512-byte block p100 left
+  EXPECT_EQ(p50, p100);
+  void* big = a.allocate(3 * kMiB);  // a large request: a 20 MiB segment of the large pool
   s = a.stats();
-  EXPECT_EQ(s.current_bytes, 350);
-  EXPECT_EQ(s.peak_bytes, 350);
-  EXPECT_EQ(s.reused, 0);
-  void* p120 = a.allocate(120);  // the 128-byte class: the block freed above
-  EXPECT_EQ(p120, p100);
-  s = a.stats();
-  EXPECT_EQ(s.reused, 1);
+  EXPECT_EQ(s.current_bytes, 350 + 3 * kMiB);
+  EXPECT_EQ(s.peak_bytes, 350 + 3 * kMiB);
+  EXPECT_EQ(s.reserved_bytes, 22 * kMiB);
   EXPECT_EQ(s.allocations, 4);
-  EXPECT_EQ(s.cached_bytes, 0);
-  EXPECT_EQ(s.current_bytes, 470);
+  EXPECT_EQ(s.reused, 2);
   a.free(p50, 50);
-  a.free(p120, 120);
   a.free(p300, 300);
+  a.free(big, 3 * kMiB);
   s = a.stats();
   EXPECT_EQ(s.current_bytes, 0);
-  EXPECT_EQ(s.peak_bytes, 470);
-  EXPECT_EQ(s.cached_bytes, 64 + 128 + 320);
+  EXPECT_EQ(s.peak_bytes, 350 + 3 * kMiB);
+  EXPECT_EQ(s.cached_bytes, 22 * kMiB);
   EXPECT_EQ(s.reserved_bytes, s.cached_bytes);
 }
 
-// The reserve's high-water mark: the most held (live blocks rounded up plus cached ones), not falling when blocks
-// are cached or released, and started again at the current reserve by reset_peak.
+// The reserve's high-water mark: the most held (segments), not falling when segments go back, and started again at
+// the current reserve by reset_peak.
 TEST(CpuAllocator, ReservedPeakIsTheMostHeldSinceAReset) {
-  CpuAllocator a(size_t{1} << 20);
-  void* p100 = a.allocate(100);
-  void* p300 = a.allocate(300);
-  EXPECT_EQ(a.reserved_peak(), 128 + 320);
-  a.free(p300, 300);  // cached: still reserved
-  void* p120 = a.allocate(120);  // a 128-byte block beside the cached 320-byte one
-  EXPECT_EQ(a.stats().reserved_bytes, 128 + 320 + 128);
-  EXPECT_EQ(a.reserved_peak(), 128 + 320 + 128);
-  a.empty_cache();
-  EXPECT_EQ(a.stats().reserved_bytes, 256);
-  EXPECT_EQ(a.reserved_peak(), 576);
+  CpuAllocator a(size_t{1} << 30);
+  void* small = a.allocate(100);
+  void* large = a.allocate(12 * kMiB);  // a segment of its own
+  EXPECT_EQ(a.reserved_peak(), 14 * kMiB);
+  a.free(large, 12 * kMiB);  // cached: still reserved
+  EXPECT_EQ(a.stats().reserved_bytes, 14 * kMiB);
+  void* other = a.allocate(11 * kMiB);  // fits the freed 12 MiB block: no new segment
+  EXPECT_EQ(a.stats().reserved_bytes, 14 * kMiB);
+  a.free(other, 11 * kMiB);
+  a.empty_cache();  // the wholly free 12 MiB segment goes back; the small one holds `small`
+  EXPECT_EQ(a.stats().reserved_bytes, 2 * kMiB);
+  EXPECT_EQ(a.reserved_peak(), 14 * kMiB);
   a.reset_peak();
-  EXPECT_EQ(a.reserved_peak(), 256);
-  a.free(p100, 100);
-  a.free(p120, 120);
-  EXPECT_EQ(a.reserved_peak(), 256);
+  EXPECT_EQ(a.reserved_peak(), 2 * kMiB);
+  a.free(small, 100);
+  EXPECT_EQ(a.reserved_peak(), 2 * kMiB);
   a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes, 0);
 }
 
 // The process allocator's, through the public call.
@@ -161,52 +141,60 @@ TEST(CpuAllocator, ReservedPeakBytesFollowsTheProcessPool) {
   const int64_t before = mpt::reserved_peak_bytes(Device::cpu());
   EXPECT_EQ(before, mpt::memory_stats(Device::cpu()).reserved_bytes);
   {
-    // A size class nothing cached: the reserve grows by it.
-    const mpt::Tensor big = mpt::Tensor::empty({(1 << 22) + 3}, mpt::DType::F32, Device::cpu());
-    EXPECT_GE(mpt::reserved_peak_bytes(Device::cpu()), before + 4 * (1 << 22));
+    // Larger than everything cached: the reserve grows by a segment of at least its size.
+    const int64_t n = (mpt::memory_stats(Device::cpu()).cached_bytes / kMiB + 64) * kMiB;
+    const mpt::Tensor big = mpt::Tensor::empty({n / 4}, mpt::DType::F32, Device::cpu());
+    EXPECT_GE(mpt::reserved_peak_bytes(Device::cpu()), before + n);
     EXPECT_GE(mpt::reserved_peak_bytes(Device::cpu()), mpt::memory_stats(Device::cpu()).reserved_bytes);
   }
   EXPECT_GE(mpt::reserved_peak_bytes(Device::cpu()), mpt::memory_stats(Device::cpu()).reserved_bytes);
 }
 
-TEST(CpuAllocator, EmptyCacheReleasesEverythingCached) {
-  CpuAllocator a(size_t{1} << 20);
+TEST(CpuAllocator, EmptyCacheReleasesEveryWhollyFreeSegment) {
+  CpuAllocator a(size_t{1} << 30);
   void* keep = a.allocate(4096);
-  for (size_t n : {10, 1000, 5000}) a.free(a.allocate(n), n);
+  for (size_t n : {size_t{10}, size_t{5} << 20, size_t{30} << 20}) a.free(a.allocate(n), n);
   mpt::MemoryStats s = a.stats();
-  EXPECT_EQ(s.cached_bytes, 64 + 1024 + 5120);
+  EXPECT_EQ(s.reserved_bytes, 2 * kMiB + 20 * kMiB + 30 * kMiB);
   a.empty_cache();
   s = a.stats();
-  EXPECT_EQ(s.cached_bytes, 0);
-  EXPECT_EQ(s.reserved_bytes, 4096);
+  EXPECT_EQ(s.reserved_bytes, 2 * kMiB) << "the small segment holds `keep`";
+  EXPECT_EQ(s.cached_bytes, 2 * kMiB - 4096);
   EXPECT_EQ(s.current_bytes, 4096);
-  a.free(a.allocate(1000), 1000);
-  EXPECT_EQ(a.stats().reused, 0);  // nothing left to reuse
+  a.free(a.allocate(6 * kMiB), 6 * kMiB);
+  EXPECT_EQ(a.stats().reused, 1) << "only the 10-byte request reused memory (the kept segment's)";
   a.free(keep, 4096);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes, 0);
 }
 
 TEST(CpuAllocator, CacheLimitBoundsThePool) {
-  CpuAllocator a(1024);
-  a.free(a.allocate(2000), 2000);  // a 2048-byte block does not fit a 1024-byte cache
+  CpuAllocator a(size_t{3} << 20);
+  void* x = a.allocate(600);
+  a.free(x, 600);  // 2 MiB free: within the 3 MiB limit, kept
   mpt::MemoryStats s = a.stats();
+  EXPECT_EQ(s.cached_bytes, 2 * kMiB);
+  EXPECT_EQ(s.reserved_bytes, 2 * kMiB);
+  void* y = a.allocate(12 * kMiB);
+  a.free(y, 12 * kMiB);  // 14 MiB free: over the limit, every wholly free segment goes back
+  s = a.stats();
   EXPECT_EQ(s.cached_bytes, 0);
   EXPECT_EQ(s.reserved_bytes, 0);
-  void* x = a.allocate(600);  // 640
-  void* y = a.allocate(600);
-  a.free(x, 600);
-  a.free(y, 600);  // 640 + 640 > 1024: goes back to the system
-  s = a.stats();
-  EXPECT_EQ(s.cached_bytes, 640);
-  EXPECT_EQ(s.reserved_bytes, 640);
 }
 
-TEST(CpuAllocator, DifferentSizeClassIsNotReused) {
-  CpuAllocator a(size_t{1} << 20);
-  a.free(a.allocate(1000), 1000);
-  void* p = a.allocate(2000);
-  EXPECT_EQ(a.stats().reused, 0);
-  EXPECT_EQ(a.stats().cached_bytes, 1024);
-  a.free(p, 2000);
+// What the pool is for: memory freed as one size serves requests of another (a step's activations, freed in
+// backward, become its gradients), where a pool of exact size classes would ask the system for more.
+TEST(CpuAllocator, MemoryFreedAsOneSizeServesAnother) {
+  CpuAllocator a(size_t{1} << 30);
+  void* p = a.allocate(16 * kMiB);
+  a.free(p, 16 * kMiB);
+  void* q = a.allocate(5 * kMiB);
+  void* r = a.allocate(7 * kMiB);
+  EXPECT_EQ(a.stats().reused, 2);
+  EXPECT_EQ(a.stats().reserved_bytes, 16 * kMiB);
+  EXPECT_EQ(q, p);
+  a.free(q, 5 * kMiB);
+  a.free(r, 7 * kMiB);
 }
 
 TEST(CpuAllocator, ThreadedStress) {
@@ -251,9 +239,10 @@ TEST(CpuAllocator, ThreadedStress) {
 // Pooled memory never goes back to malloc, so ASan alone would miss a use after free: the pool poisons it.
 TEST(CpuAllocatorDeathTest, CachedBlocksAndSlackArePoisonedUnderAsan) {
   CpuAllocator a(size_t{1} << 20);
-  auto* p = static_cast<volatile char*>(a.allocate(100));  // class 128
+  auto* p = static_cast<volatile char*>(a.allocate(100));  // a 512-byte block
   p[99] = 1;
   EXPECT_DEATH(p[110] = 1, "use-after-poison");  // past the request, inside the block
+  EXPECT_DEATH(p[600] = 1, "use-after-poison");  // inside the segment, in no block
   a.free(const_cast<char*>(p), 100);
   EXPECT_DEATH(p[0] = 1, "use-after-poison");
   auto* q = static_cast<volatile char*>(a.allocate(120));
