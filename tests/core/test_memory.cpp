@@ -238,7 +238,7 @@ TEST(CpuAllocator, ThreadedStress) {
 #if defined(__SANITIZE_ADDRESS__)
 // Pooled memory never goes back to malloc, so ASan alone would miss a use after free: the pool poisons it.
 TEST(CpuAllocatorDeathTest, CachedBlocksAndSlackArePoisonedUnderAsan) {
-  CpuAllocator a(size_t{1} << 20);
+  CpuAllocator a(size_t{1} << 30);  // a limit the 2 MiB segment stays under when its block is freed
   auto* p = static_cast<volatile char*>(a.allocate(100));  // a 512-byte block
   p[99] = 1;
   EXPECT_DEATH(p[110] = 1, "use-after-poison");  // past the request, inside the block
