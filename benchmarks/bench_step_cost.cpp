@@ -251,6 +251,7 @@ int main(int argc, char** argv) {
     const int64_t reserved_peak = mpt::reserved_peak_bytes(device);
     Cost graph;
     std::string graph_note;
+    int64_t graph_reserved_peak = 0;  // the reserve's high-water mark over the eager steps, the capture and replays
     if (cuda_graph) {  // the Trainer's own graph step (TrainerOptions::cuda_graph): warm-ups, capture, replays
       trainer.set_cuda_graph(true);
       const std::vector<mpt::train::Batch> inputs{{x, y}};
@@ -261,6 +262,7 @@ int main(int argc, char** argv) {
       for (int s = 0; s < 4; ++s) graph_step();
       graph_note = trainer.graph_status().off;
       if (graph_note.empty()) graph = measure(graph_step);
+      graph_reserved_peak = mpt::reserved_peak_bytes(device);
       trainer.set_cuda_graph(false);
     }
 
@@ -317,6 +319,7 @@ int main(int argc, char** argv) {
     }
     if (cuda_graph) {
       j["graph"] = graph_note.empty() ? to_json(graph) : nlohmann::json{{"refused", graph_note}};
+      j["graph_reserved_peak_bytes"] = graph_reserved_peak;
     }
     if (json_path == "-") {
       std::printf("%s\n", j.dump().c_str());
@@ -334,6 +337,8 @@ int main(int argc, char** argv) {
       std::printf("host per step (the Trainer's graph replay: the emulator, the input and metric copies): %.2f ms; "
                   "mptrain's own host cost of an eager step: about %.2f ms\n",
                   graph.host_s * 1e3, (eager.host_s - graph.host_s) * 1e3);
+      std::printf("reserve's high-water mark with the graph (its warm-ups, capture and replays after the eager steps): "
+                  "%.1f MiB\n", graph_reserved_peak / 1048576.0);
     } else if (cuda_graph) {
       std::printf("CUDA graph: refused: %s\n", graph_note.c_str());
     }

@@ -40,6 +40,9 @@ CudaGraph::CudaGraph(Device device)
               cuda_backend::host_free_pinned),
       scalars_(Tensor::empty({kMaxReplayScalars}, DType::F64, device)) {
   for (int i = 0; i < kReplaySlots; ++i) slot_copied_.emplace_back(device_);
+  // The private pool's blocks come from the device's pool: hand it the block cache's idle segments first (the eager
+  // steps before this graph left a whole step's activations there), or the graph's memory adds to theirs.
+  cuda_backend::empty_cache(device_.index());
   cuda_backend::private_pool_begin(device_.index(), stream_.native());
   pool_ = true;
 }
