@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
     int64_t graph_reserved_peak = 0;  // the reserve's high-water mark over the eager steps, the capture and replays
     if (cuda_graph) {  // the Trainer's own graph step (TrainerOptions::cuda_graph): warm-ups, capture, replays
       trainer.set_cuda_graph(true);
-      const std::vector<mpt::train::Batch> inputs{{x, y}};
+      const std::vector<mpt::train::Batch> inputs(static_cast<size_t>(grad_accum), mpt::train::Batch{x, y});
       const std::function<void()> graph_step = [&] {
         loss = trainer.step(inputs, [&](int64_t, const mpt::train::Batch& in) { return model.loss(in[0], in[1]); })
                    .loss;

@@ -51,6 +51,7 @@ class BlockCache {
   size_t release_idle();
 
   size_t reserved() const { return reserved_; }  // bytes of all segments
+  size_t live_blocks() const { return live_.size(); }  // blocks handed out and not freed yet
   size_t idle() const { return idle_; }          // bytes of free blocks
   size_t segments() const { return segments_; }
   uint64_t segment_acquires() const { return acquires_; }

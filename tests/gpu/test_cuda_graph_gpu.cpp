@@ -165,14 +165,76 @@ TEST(GpuCudaGraph, ConstructionGivesTheBlockCachesIdleMemoryBack) {
   const Device dev = Device::cuda(0);
   const bool was = cuda_memory_caching();
   set_cuda_memory_caching(true);
+  empty_cache(dev);
+  const int64_t cached = memory_stats(dev).cached_bytes;  // what earlier graphs' pools hold beside their outputs
   const Tensor kept = Tensor::zeros({1000}, DType::F32, dev);
   { const Tensor freed = Tensor::zeros({3 << 20}, DType::F32, dev); }  // its block waits in the cache
-  ASSERT_GE(memory_stats(dev).cached_bytes, int64_t{12} << 20);
+  ASSERT_GE(memory_stats(dev).cached_bytes, cached + (int64_t{12} << 20));
   {
     CudaGraph graph(dev);
-    EXPECT_LT(memory_stats(dev).cached_bytes, int64_t{2} << 20) << "only the live block's segment is left";
+    EXPECT_LT(memory_stats(dev).cached_bytes, cached + (int64_t{2} << 20)) << "only the live block's segment is left";
     EXPECT_EQ(to_cpu(kept).to_vector<float>(), std::vector<float>(1000, 0.0f));
   }
+  set_cuda_memory_caching(was);
+}
+
+// A graph's private pool splits and merges blocks as the eager block cache does: memory a step freed as one size
+// serves its later requests of others (exact-size pools held both: the emulated GPT-2 124M graph step's reserve was
+// 1.23x the eager step's), and a capture that repeats its warm-ups' sizes finds every block it needs. The step
+// drops its previous output first, as the Trainer's step drops the gradients.
+TEST(GpuCudaGraph, PrivatePoolServesOneSizeFromAnothersFreedBlock) {
+  MPT_REQUIRE_GPU(8);
+  const Device dev = Device::cuda(0);
+  constexpr int64_t kMiB = int64_t{1} << 18;  // floats
+  Tensor out;
+  CudaGraph graph(dev);
+  const int64_t before = memory_stats(dev).reserved_bytes;
+  const std::function<void()> step = [&] {
+    out = Tensor();
+    { const Tensor big = Tensor::full({32 * kMiB}, 1.0, DType::F32, dev); }  // freed
+    const Tensor a = Tensor::full({16 * kMiB}, 2.0, DType::F32, dev);       // a and b: the two halves of its memory
+    const Tensor b = Tensor::full({16 * kMiB}, 3.0, DType::F32, dev);
+    out = ops::add(a, b);  // 16 MiB more, the step's output
+  };
+  graph.warmup(step);
+  graph.warmup(step);
+  const int64_t grown = memory_stats(dev).reserved_bytes - before;
+  // 32 MiB for big, then a and b, and 16 MiB for out: 48 MiB (2 MiB of slack for the allocator's rounding). The
+  // exact-size pool held 32 + 16 + 16 + 16 = 80 MiB.
+  EXPECT_GE(grown, int64_t{48} << 20);
+  EXPECT_LE(grown, int64_t{50} << 20);
+  graph.capture(step);
+  graph.replay();
+  EXPECT_EQ(to_cpu(out.slice(0, 0, 4)).to_vector<float>(), std::vector<float>(4, 5.0f));
+  EXPECT_EQ(memory_stats(dev).reserved_bytes - before, grown) << "the capture and the replay took no memory";
+}
+
+// The eager steps' blocks freed while the graph warms up (the Trainer's gradients, released as the first warm-up
+// starts) go back to the device's pool before the graph's pool takes new memory, so the two do not add up; a graph's
+// outputs stay valid after the graph is gone, and their memory goes back when they do.
+TEST(GpuCudaGraph, WarmUpReusesTheEagerBlocksItFreesAndOutputsOutliveTheGraph) {
+  MPT_REQUIRE_GPU(8);
+  const Device dev = Device::cuda(0);
+  const bool was = cuda_memory_caching();
+  set_cuda_memory_caching(true);
+  constexpr int64_t kN = int64_t{6} << 20;  // floats: 24 MiB
+  Tensor eager = Tensor::zeros({kN}, DType::F32, dev);
+  Tensor out;
+  int64_t before = 0;
+  {
+    CudaGraph graph(dev);
+    before = memory_stats(dev).reserved_bytes;
+    graph.warmup([&] {
+      eager = Tensor();  // into the block cache, idle
+      out = Tensor::full({kN}, 7.0, DType::F32, dev);
+    });
+    EXPECT_LE(memory_stats(dev).reserved_bytes, before + (int64_t{2} << 20)) << "the eager block's memory served";
+  }
+  EXPECT_EQ(to_cpu(out.slice(0, kN - 3, kN)).to_vector<float>(), std::vector<float>(3, 7.0f));
+  const int64_t with_out = memory_stats(dev).reserved_bytes;
+  out = Tensor();
+  empty_cache(dev);  // the pool keeps freed memory until trimmed
+  EXPECT_LE(memory_stats(dev).reserved_bytes, with_out - kN * 4) << "the retired pool's segment went back";
   set_cuda_memory_caching(was);
 }
 
@@ -196,7 +258,8 @@ TEST(GpuCudaGraph, RefusesWhatAReplayCouldNotRepeat) {
   {
     int64_t n = 1000;
     CudaGraph graph(dev);
-    const std::function<void()> step = [&] { (void)Tensor::empty({n += 4096}, DType::F32, dev); };
+    // 16 MiB more per run: each run's block is larger than every segment the earlier runs left.
+    const std::function<void()> step = [&] { (void)Tensor::empty({n += 4 << 20}, DType::F32, dev); };
     graph.warmup(step);
     graph.warmup(step);
     EXPECT_MPT_ERROR(graph.capture(step), "that its warm-up runs did not leave for reuse");

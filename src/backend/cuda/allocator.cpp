@@ -36,13 +36,17 @@ struct Pool {
   // of other streams go back to the pool (cudaFreeAsync) at once: their stream may be destroyed while a block waits.
   std::mutex cache_mutex;
   std::unique_ptr<detail::BlockCache> blocks;  // under cache_mutex
-  // Private pools (CUDA graphs): per stream, its freed blocks by rounded size, reused on that stream only. Under
-  // cache_mutex.
-  std::unordered_map<void*, std::unordered_map<size_t, std::vector<void*>>> private_pools;
-  std::atomic<int> private_count{0};  // private_pools.size(): without any, allocations skip the lock
+  // Private pools (CUDA graphs): per stream, a block cache of its own whose segments come from the pool on that
+  // stream, reused on that stream only; while the stream captures, a new segment is refused (a capture cannot ask
+  // the driver for memory). An ended pool whose blocks are still in use (a graph's outputs outliving it) is retired:
+  // its segments go back once its last block does. Under cache_mutex.
+  std::unordered_map<void*, std::unique_ptr<detail::BlockCache>> private_pools;
+  std::vector<std::unique_ptr<detail::BlockCache>> retired;
+  std::atomic<int> private_count{0};  // private_pools.size() + retired.size(): without any, no lock taken for them
 };
 
-// Sizes rounded so that a graph's near-equal requests share private-pool blocks: 512 bytes below 1 MiB, 1 MiB above.
+// Sizes as the stream-ordered pool is asked for them (other streams than the legacy one): 512 bytes below 1 MiB,
+// 1 MiB above.
 size_t rounded(size_t n) {
   const size_t unit = n < (size_t{1} << 20) ? 512 : (size_t{1} << 20);
   return (n + unit - 1) / unit * unit;
@@ -155,19 +159,23 @@ void* allocate(size_t nbytes, int device, void* stream) {
   if (p.private_count.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(p.cache_mutex);
     if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end()) {
-      auto it = pp->second.find(size);
-      if (it != pp->second.end() && !it->second.empty()) {
-        void* ptr = it->second.back();
-        it->second.pop_back();
-        ++p.reused;
-        count_allocation(p, nbytes);
-        return ptr;
+      detail::BlockCache& cache = *pp->second;
+      const uint64_t acquires = cache.segment_acquires();
+      void* ptr = cache.allocate(nbytes);  // while capturing, a new segment is refused with an error
+      if (ptr == nullptr) {  // the device is full: memory freed on other streams may still be pending
+        DeviceGuard guard(device);
+        p.blocks->release_idle();
+        MPT_CUDA_CHECK(cudaDeviceSynchronize());
+        MPT_CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
+        ptr = cache.allocate(nbytes);
       }
-      MPT_CHECK(!stream_capturing(stream),
-                "[cuda_graph] the captured step allocated {} bytes on cuda:{} that its warm-up runs did not leave "
-                "for reuse: run CudaGraph::warmup(step) twice before capture (the second run keeps the first one's "
-                "outputs alive while it makes its own, as replays do), and allocate the same sizes in every run "
-                "(a capture cannot ask the driver for memory)", nbytes, device);
+      if (ptr == nullptr) {
+        MPT_THROW("[memory] out of memory on cuda:{}: allocating {} bytes for a CUDA graph's pool failed ({} bytes in "
+                  "use by mptrain, {} held by the graph's pool)", device, nbytes, p.current.load(), cache.reserved());
+      }
+      if (cache.segment_acquires() == acquires) ++p.reused;
+      count_allocation(p, nbytes);
+      return ptr;
     }
   }
   if (cacheable(stream)) {  // a free block that holds it: no driver call; else a new segment of the pool
@@ -217,8 +225,17 @@ void free(void* ptr, size_t nbytes, int device, void* stream) {
   p.current -= static_cast<int64_t>(nbytes);
   if (p.private_count.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(p.cache_mutex);
-    if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end()) {
-      pp->second[rounded(nbytes)].push_back(ptr);
+    if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end() && pp->second->owns(ptr)) {
+      pp->second->free(ptr);
+      return;
+    }
+    for (auto r = p.retired.begin(); r != p.retired.end(); ++r) {
+      if (!(*r)->owns(ptr)) continue;
+      (*r)->free(ptr);
+      if ((*r)->live_blocks() == 0) {  // its last block: every segment back to the pool
+        p.retired.erase(r);
+        --p.private_count;
+      }
       return;
     }
   }
@@ -238,26 +255,54 @@ void free(void* ptr, size_t nbytes, int device, void* stream) {
 
 void private_pool_begin(int device, void* stream) {
   Pool& p = pool_for(device);
+  auto cache = std::make_unique<detail::BlockCache>(
+      [&p, device, stream](size_t bytes) -> void* {
+        MPT_CHECK(!stream_capturing(stream),
+                  "[cuda_graph] the captured step allocated {} bytes on cuda:{} that its warm-up runs did not leave "
+                  "for reuse: run CudaGraph::warmup(step) twice before capture (the second run keeps the first "
+                  "one's outputs alive while it makes its own, as replays do), and allocate the same sizes in every "
+                  "run (a capture cannot ask the driver for memory)", bytes, device);
+        // The legacy stream's idle segments first (the eager steps before the graph freed their gradients there):
+        // the pool lends their memory to this stream instead of growing.
+        p.blocks->release_idle();
+        DeviceGuard guard(device);
+        void* ptr = nullptr;
+        const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, p.pool, static_cast<cudaStream_t>(stream));
+        if (e == cudaErrorMemoryAllocation) {
+          (void)cudaGetLastError();
+          return nullptr;
+        }
+        MPT_CUDA_CHECK(e);
+        return ptr;
+      },
+      [device, stream](void* base, size_t) {
+        DeviceGuard guard(device);
+        const cudaError_t e = cudaFreeAsync(base, static_cast<cudaStream_t>(stream));
+        if (e != cudaErrorCudartUnloading) MPT_CUDA_CHECK(e);
+      });
   std::lock_guard lock(p.cache_mutex);
-  MPT_CHECK(p.private_pools.emplace(stream, std::unordered_map<size_t, std::vector<void*>>{}).second,
+  MPT_CHECK(p.private_pools.emplace(stream, std::move(cache)).second,
             "[cuda_graph] the stream already has a private pool on cuda:{}", device);
   ++p.private_count;
 }
 
 void private_pool_end(int device, void* stream) {
   Pool& p = pool_for(device);
-  std::unordered_map<size_t, std::vector<void*>> blocks;
+  std::unique_ptr<detail::BlockCache> cache;
   {
     std::lock_guard lock(p.cache_mutex);
     auto pp = p.private_pools.find(stream);
     if (pp == p.private_pools.end()) return;
-    blocks = std::move(pp->second);
+    cache = std::move(pp->second);
     p.private_pools.erase(pp);
+    if (cache->live_blocks() > 0) {  // the graph's outputs outlive it: their segments wait for them
+      cache->release_idle();
+      p.retired.push_back(std::move(cache));
+      return;
+    }
     --p.private_count;
   }
-  DeviceGuard guard(device);
-  for (auto& [size, list] : blocks)
-    for (void* b : list) MPT_CUDA_CHECK(cudaFreeAsync(b, static_cast<cudaStream_t>(stream)));
+  cache.reset();  // every segment back to the pool, on the graph's stream
 }
 
 MemoryStats memory_stats(int device) {
@@ -270,6 +315,8 @@ MemoryStats memory_stats(int device) {
   {
     std::lock_guard lock(p.cache_mutex);
     idle = static_cast<int64_t>(p.blocks->idle());
+    for (const auto& [stream, cache] : p.private_pools) idle += static_cast<int64_t>(cache->idle());
+    for (const auto& cache : p.retired) idle += static_cast<int64_t>(cache->idle());
   }
   s.cached_bytes = s.reserved_bytes - static_cast<int64_t>(pool_attribute(p.pool, cudaMemPoolAttrUsedMemCurrent)) +
                    idle;
