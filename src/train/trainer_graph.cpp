@@ -15,6 +15,10 @@ namespace {
 // caches) is made in the ordinary pool, then CudaGraph's two on the graph's stream, which bring its private pool to
 // the step's steady state.
 constexpr int64_t kWarmups = 3;
+// Captures tried before the graph is given up. A capture that fails runs its step as one more warm-up instead: a
+// block the capture missed in the graph's pool (best fit can place a step's blocks differently where a previous
+// run's outputs are still alive) is there after a warm-up that needed it.
+constexpr int64_t kCaptureTries = 3;
 
 // The metrics' device values copied out of the graph's pool (made on the current stream): a replay rewrites the
 // captured step's, and a warm-up's must not stay alive in the pool, which the capture needs back.
@@ -127,19 +131,22 @@ StepMetrics Trainer::graph_step(const std::vector<Batch>& batches, const BatchLo
     for (size_t j = 0; j < batches[i].size(); ++j) static_inputs_[i][j].copy_(batches[i][j]);
   const auto micro = [&](int64_t i) { return loss(i, static_inputs_[static_cast<size_t>(i)]); };
   bool just_captured = false;  // the capture ran the step's host side (the FP8 update's count) already
+  const auto warmup = [&] {
+    StepMetrics m;
+    graph_->warmup([&] { m = device_step(micro, total_tokens, false, t0); });
+    ++graph_status_.warmups;
+    return finish_step(copied_out(m), t0);
+  };
   if (!graph_->captured()) {
-    if (graph_status_.warmups < kWarmups) {
-      StepMetrics m;
-      graph_->warmup([&] { m = device_step(micro, total_tokens, false, t0); });
-      ++graph_status_.warmups;
-      return finish_step(copied_out(m), t0);
-    }
+    if (graph_status_.warmups < kWarmups) return warmup();
     try {
       graph_->capture([&] { captured_ = device_step(micro, total_tokens, false, t0); });
     } catch (const Error& e) {
-      // Nothing ran: the capture only recorded. Forget the host's half-done bookkeeping and run this step eagerly.
+      // Nothing ran: the capture only recorded. Forget the host's half-done bookkeeping and run this step as one
+      // more warm-up, or, after the last try, eagerly without the graph.
       captured_ = {};
       scaler_.forget_stages();
+      if (graph_status_.warmups - kWarmups + 1 < kCaptureTries) return warmup();  // each failed try added one
       drop_graph();
       graph_status_.off = fmt::format("the step could not be captured: {}", e.what());
       note_eager(graph_status_.off, "off");

@@ -204,8 +204,40 @@ TEST(GpuTrainerGraph, EagerStepsBesideTheGraphKeepTheBits) {
   std::filesystem::remove_all(dir);
 }
 
+// A capture that misses a block in the graph's pool (a step that allocates, from its fourth run on, a size no earlier
+// run left there: what best fit can do where a previous run's outputs still sit) runs its step as one more warm-up,
+// which makes the block, and the next step captures: every step keeps the bits of the same steps run eagerly.
+TEST(GpuTrainerGraph, ACaptureThatMissesAPoolBlockRunsAsAWarmUpAndCapturesNext) {
+  MPT_REQUIRE_GPU(8);
+  const CachingOn caching;
+  TrainRun graphed({}), eager({.graph = false});
+  int calls = 0;
+  const auto loss = [&](int64_t, const train::Batch& in) {
+    if (calls++ >= 3) (void)Tensor::empty({int64_t{5} << 20}, DType::F32, in[0].device());  // 20 MiB, new from run 3
+    return graphed.model.loss(in[0], in[1]);
+  };
+  std::vector<train::StepMetrics> g, e;
+  for (int s = 0; s < 7; ++s) {
+    g.push_back(graphed.trainer.step(graphed.inputs(s), loss));
+    e.push_back(eager.step(s));
+    if (s == 3) {
+      EXPECT_FALSE(graphed.trainer.graph_status().captured) << "the first capture missed the 20 MiB block";
+      EXPECT_EQ(graphed.trainer.graph_status().warmups, 4);
+    }
+  }
+  const train::GraphStatus& st = graphed.trainer.graph_status();
+  EXPECT_TRUE(st.captured) << st.off;
+  EXPECT_TRUE(st.off.empty()) << st.off;
+  EXPECT_EQ(st.warmups, 4);
+  EXPECT_EQ(st.replays, 3);
+  EXPECT_EQ(st.eager_steps, 0);
+  for (int s = 0; s < 7; ++s)
+    EXPECT_TRUE(testing::same_bits(to_cpu(g[s].loss), to_cpu(e[s].loss))) << "loss " << s;
+  expect_same_state(graphed, eager, "after a missed capture");
+}
+
 // Where no graph can run the steps run eagerly, and graph_status says why: a model on the CPU; a capture that fails
-// (dropout draws its Philox offsets on the host), after which training goes on.
+// three times (dropout draws its Philox offsets on the host), after which training goes on.
 TEST(GpuTrainerGraph, RefusalsRunEagerlyAndSayWhy) {
   {
     TrainRun cpu({.precision = "fp32", .device = Device::cpu()});
@@ -216,13 +248,16 @@ TEST(GpuTrainerGraph, RefusalsRunEagerlyAndSayWhy) {
   }
   MPT_REQUIRE_GPU(8);
   TrainRun dropout({.dropout = 0.1});
-  for (int s = 0; s < 5; ++s) EXPECT_TRUE(std::isfinite(dropout.step(s).loss.item<double>())) << s;
   const train::GraphStatus& st = dropout.trainer.graph_status();
+  for (int s = 0; s < 7; ++s) {
+    EXPECT_TRUE(std::isfinite(dropout.step(s).loss.item<double>())) << s;
+    if (s == 4) EXPECT_EQ(st.warmups, 5) << "the failed captures of steps 3 and 4 ran as warm-ups";
+  }
   EXPECT_NE(st.off.find("could not be captured"), std::string::npos) << st.off;
   EXPECT_NE(st.off.find("while a CUDA graph captures the step"), std::string::npos) << st.off;
   EXPECT_FALSE(st.captured);
-  EXPECT_EQ(st.eager_steps, 2);  // the failed capture's step (3) and the one after it
-  EXPECT_EQ(dropout.trainer.steps_done(), 5);
+  EXPECT_EQ(st.eager_steps, 2);  // the third failed capture's step (5) and the one after it
+  EXPECT_EQ(dropout.trainer.steps_done(), 7);
   EXPECT_MPT_ERROR(dropout.trainer.step(std::vector<train::Batch>{},
                                         [](int64_t, const train::Batch& in) { return in[0]; }),
                    "0 micro-batches of inputs given, expected grad_accum = 1");
