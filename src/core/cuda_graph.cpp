@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/backend.h"
+#include "core/stream_resources.h"
 #include "mpt/core/error.h"
 
 namespace mpt {
@@ -54,6 +55,10 @@ CudaGraph::~CudaGraph() {
   } catch (const std::exception&) {  // a failed step's error surfaced elsewhere; free what can be freed
   }
   cuda_backend::graph_destroy(exec_);
+  try {
+    detail::release_stream_resources(device_.index(), stream_.native());  // the ops' caches for this stream
+  } catch (const std::exception&) {
+  }
   if (pool_) {
     try {
       cuda_backend::private_pool_end(device_.index(), stream_.native());

@@ -7,8 +7,9 @@
 
 namespace mpt::ops::detail {
 
-// One workspace per (device, stream), allocated on first use and kept for the process (vendor-semantics R6.4: one
-// per concurrent stream); its size is cuBLAS's recommendation for the device.
+// One workspace per (device, stream) (vendor-semantics R6.4: one per concurrent stream), allocated on first use and
+// kept until the stream's owner retires it (a CudaGraph's destruction: core/stream_resources.h) or for the process;
+// its size is cuBLAS's recommendation for the device.
 kernels::cuda::LtWorkspace lt_workspace(const Stream& stream);
 
 }  // namespace mpt::ops::detail

@@ -238,6 +238,29 @@ TEST(GpuCudaGraph, WarmUpReusesTheEagerBlocksItFreesAndOutputsOutliveTheGraph) {
   set_cuda_memory_caching(was);
 }
 
+// What the ops cached for a graph's stream goes back when the graph does (the cuBLASLt workspace, 32 MiB on Hopper,
+// kept the graph's pool, and itself, for the rest of the process): with the graph's outputs gone, the device holds
+// what it held before the graph.
+TEST(GpuCudaGraph, ADestroyedGraphGivesBackItsStreamsWorkspaceAndPool) {
+  MPT_REQUIRE_GPU(8);
+  const Device dev = Device::cuda(0);
+  const Tensor a = Tensor::full({64, 64}, 1.0, DType::BF16, dev), b = Tensor::full({64, 64}, 0.5, DType::BF16, dev);
+  (void)ops::matmul(a, b);  // the current stream's workspace, made before the baseline
+  empty_cache(dev);
+  const int64_t before = memory_stats(dev).reserved_bytes;
+  Tensor out;
+  {
+    CudaGraph graph(dev);
+    graph.warmup([&] { out = ops::matmul(a, b); });
+    EXPECT_GT(memory_stats(dev).reserved_bytes, before) << "the graph's pool holds its workspace and output";
+  }
+  EXPECT_EQ(to_cpu(out.slice(0, 0, 1).slice(1, 0, 2)).to(DType::F32).to_vector<float>(),
+            std::vector<float>(2, 32.0f));
+  out = Tensor();
+  empty_cache(dev);
+  EXPECT_EQ(memory_stats(dev).reserved_bytes, before);
+}
+
 // What a capture refuses, each with an error naming the reason: dropout (host-drawn Philox offsets), a step that
 // allocates a size its warm-up did not, an SGD learning rate changed after the capture, replay before capture.
 TEST(GpuCudaGraph, RefusesWhatAReplayCouldNotRepeat) {
