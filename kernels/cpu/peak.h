@@ -10,7 +10,7 @@ namespace mpt::kernels::cpu {
 // honest denominators of MFU on a CPU. Each thread is timed by its own CPU time (CLOCK_THREAD_CPUTIME_ID), so other
 // processes sharing the cores do not lower the figure. A loop the CPU (or the OS) cannot run reports gflops 0, isa "".
 struct PeakLoop {
-  double gflops = 0;    // the sum over threads of each one's rate; the best of a few runs
+  double gflops = 0;    // the sum over threads of each one's rate; the median of a few runs
   int threads = 0;      // OpenMP threads that ran it at once
   const char* isa = ""; // the instruction measured, e.g. "AVX-512 FMA"
 };
