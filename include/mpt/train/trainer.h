@@ -84,7 +84,8 @@ struct TrainerOptions {
 // Where a Trainer's CUDA graph stands (TrainerOptions::cuda_graph).
 struct GraphStatus {
   bool captured = false;   // steps are replays
-  int64_t warmups = 0;     // eager steps before the capture: one on the current stream, two on the graph's
+  int64_t warmups = 0;     // eager steps before the capture: one on the current stream, two on the graph's (and one
+                           // more for each of the first two failed captures: three tries)
   int64_t replays = 0;
   int64_t eager_steps = 0;  // steps run without the graph
   std::string off;          // why the graph is off for good (empty while it works)
