@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,30 @@ uint64_t release_threshold() {
   return static_cast<uint64_t>(mb) << 20;
 }
 
+// A block cache whose segments come from `pool` on `stream` and go back to it there; `before_segment` runs before
+// each new segment of `bytes` is asked for (it may throw to refuse it).
+std::unique_ptr<detail::BlockCache> stream_cache(cudaMemPool_t pool, int device, cudaStream_t stream,
+                                                 std::function<void(size_t bytes)> before_segment) {
+  return std::make_unique<detail::BlockCache>(
+      [pool, device, stream, before = std::move(before_segment)](size_t bytes) -> void* {
+        if (before) before(bytes);
+        DeviceGuard guard(device);
+        void* ptr = nullptr;  // nullptr when the device has no memory for the segment
+        const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, pool, stream);
+        if (e == cudaErrorMemoryAllocation) {
+          (void)cudaGetLastError();
+          return nullptr;
+        }
+        MPT_CUDA_CHECK(e);
+        return ptr;
+      },
+      [device, stream](void* base, size_t) {
+        DeviceGuard guard(device);
+        const cudaError_t e = cudaFreeAsync(base, stream);
+        if (e != cudaErrorCudartUnloading) MPT_CUDA_CHECK(e);  // at process exit the runtime released everything
+      });
+}
+
 Pool& pool_for(int device) {
   static std::mutex mutex;
   // Never destroyed: Storage released during static destruction still finds its pool.
@@ -85,24 +110,7 @@ Pool& pool_for(int device) {
     MPT_CUDA_CHECK(cudaMemPoolCreate(&p->pool, &props));
     uint64_t threshold = release_threshold();
     MPT_CUDA_CHECK(cudaMemPoolSetAttribute(p->pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-    cudaMemPool_t pool = p->pool;
-    p->blocks = std::make_unique<detail::BlockCache>(
-        [pool, device](size_t bytes) -> void* {  // a segment; nullptr when the device has no memory for it
-          DeviceGuard guard(device);
-          void* ptr = nullptr;
-          const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, pool, cudaStreamLegacy);
-          if (e == cudaErrorMemoryAllocation) {
-            (void)cudaGetLastError();
-            return nullptr;
-          }
-          MPT_CUDA_CHECK(e);
-          return ptr;
-        },
-        [device](void* base, size_t) {
-          DeviceGuard guard(device);
-          const cudaError_t e = cudaFreeAsync(base, cudaStreamLegacy);
-          if (e != cudaErrorCudartUnloading) MPT_CUDA_CHECK(e);  // at process exit the runtime released everything
-        });
+    p->blocks = stream_cache(p->pool, device, cudaStreamLegacy, {});
     slot = std::move(p);
   }
   return *slot;
@@ -122,6 +130,26 @@ void count_allocation(Pool& p, size_t nbytes) {
   int64_t peak = p.peak.load();
   while (now > peak && !p.peak.compare_exchange_weak(peak, now)) {
   }
+}
+
+// A block of `cache`, counted; out of memory, memory freed on other streams may still be pending: wait for it, trim
+// the pool and try once more. `what` names the cache in the error.
+void* allocate_from(Pool& p, detail::BlockCache& cache, size_t nbytes, int device, const char* what) {
+  const uint64_t acquires = cache.segment_acquires();
+  void* ptr = cache.allocate(nbytes);  // on a refusal its idle segments went back and it tried again
+  if (ptr == nullptr) {
+    DeviceGuard guard(device);
+    MPT_CUDA_CHECK(cudaDeviceSynchronize());
+    MPT_CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
+    ptr = cache.allocate(nbytes);
+  }
+  if (ptr == nullptr) {
+    MPT_THROW("[memory] out of memory on cuda:{}: allocating {} bytes failed ({} bytes in use by mptrain, {} held by "
+              "{})", device, nbytes, p.current.load(), cache.reserved(), what);
+  }
+  if (cache.segment_acquires() == acquires) ++p.reused;
+  count_allocation(p, nbytes);
+  return ptr;
 }
 
 // Gives the cache's wholly free segments back to the pool (on the legacy stream, where they were allocated).
@@ -159,42 +187,12 @@ void* allocate(size_t nbytes, int device, void* stream) {
   if (p.private_count.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(p.cache_mutex);
     if (auto pp = p.private_pools.find(stream); pp != p.private_pools.end()) {
-      detail::BlockCache& cache = *pp->second;
-      const uint64_t acquires = cache.segment_acquires();
-      void* ptr = cache.allocate(nbytes);  // while capturing, a new segment is refused with an error
-      if (ptr == nullptr) {  // the device is full: memory freed on other streams may still be pending
-        DeviceGuard guard(device);
-        p.blocks->release_idle();
-        MPT_CUDA_CHECK(cudaDeviceSynchronize());
-        MPT_CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
-        ptr = cache.allocate(nbytes);
-      }
-      if (ptr == nullptr) {
-        MPT_THROW("[memory] out of memory on cuda:{}: allocating {} bytes for a CUDA graph's pool failed ({} bytes in "
-                  "use by mptrain, {} held by the graph's pool)", device, nbytes, p.current.load(), cache.reserved());
-      }
-      if (cache.segment_acquires() == acquires) ++p.reused;
-      count_allocation(p, nbytes);
-      return ptr;
+      return allocate_from(p, *pp->second, nbytes, device, "the CUDA graph's pool");
     }
   }
   if (cacheable(stream)) {  // a free block that holds it: no driver call; else a new segment of the pool
     std::lock_guard lock(p.cache_mutex);
-    const uint64_t acquires = p.blocks->segment_acquires();
-    void* ptr = p.blocks->allocate(nbytes);  // on a refusal its idle segments went back and it tried again
-    if (ptr == nullptr) {  // memory freed on other streams may still be pending: wait for it, trim, try once more
-      DeviceGuard guard(device);
-      MPT_CUDA_CHECK(cudaDeviceSynchronize());
-      MPT_CUDA_CHECK(cudaMemPoolTrimTo(p.pool, 0));
-      ptr = p.blocks->allocate(nbytes);
-    }
-    if (ptr == nullptr) {
-      MPT_THROW("[memory] out of memory on cuda:{}: allocating {} bytes failed ({} bytes in use by mptrain, {} held "
-                "by its block cache)", device, nbytes, p.current.load(), p.blocks->reserved());
-    }
-    if (p.blocks->segment_acquires() == acquires) ++p.reused;
-    count_allocation(p, nbytes);
-    return ptr;
+    return allocate_from(p, *p.blocks, nbytes, device, "its block cache");
   }
   DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream);
@@ -255,31 +253,16 @@ void free(void* ptr, size_t nbytes, int device, void* stream) {
 
 void private_pool_begin(int device, void* stream) {
   Pool& p = pool_for(device);
-  auto cache = std::make_unique<detail::BlockCache>(
-      [&p, device, stream](size_t bytes) -> void* {
-        MPT_CHECK(!stream_capturing(stream),
-                  "[cuda_graph] the captured step allocated {} bytes on cuda:{} that its warm-up runs did not leave "
-                  "for reuse: run CudaGraph::warmup(step) twice before capture (the second run keeps the first "
-                  "one's outputs alive while it makes its own, as replays do), and allocate the same sizes in every "
-                  "run (a capture cannot ask the driver for memory)", bytes, device);
-        // The legacy stream's idle segments first (the eager steps before the graph freed their gradients there):
-        // the pool lends their memory to this stream instead of growing.
-        p.blocks->release_idle();
-        DeviceGuard guard(device);
-        void* ptr = nullptr;
-        const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, p.pool, static_cast<cudaStream_t>(stream));
-        if (e == cudaErrorMemoryAllocation) {
-          (void)cudaGetLastError();
-          return nullptr;
-        }
-        MPT_CUDA_CHECK(e);
-        return ptr;
-      },
-      [device, stream](void* base, size_t) {
-        DeviceGuard guard(device);
-        const cudaError_t e = cudaFreeAsync(base, static_cast<cudaStream_t>(stream));
-        if (e != cudaErrorCudartUnloading) MPT_CUDA_CHECK(e);
-      });
+  auto cache = stream_cache(p.pool, device, static_cast<cudaStream_t>(stream), [&p, device, stream](size_t bytes) {
+    MPT_CHECK(!stream_capturing(stream),
+              "[cuda_graph] the captured step needed a {}-byte segment on cuda:{} that its warm-up runs did not leave "
+              "for reuse: run CudaGraph::warmup(step) twice before capture (the second run keeps the first one's "
+              "outputs alive while it makes its own, as replays do), and allocate the same sizes in every run (a "
+              "capture cannot ask the driver for memory)", bytes, device);
+    // The legacy stream's idle segments first (the eager steps before the graph freed their gradients there): the
+    // pool lends their memory to this stream instead of growing.
+    p.blocks->release_idle();
+  });
   std::lock_guard lock(p.cache_mutex);
   MPT_CHECK(p.private_pools.emplace(stream, std::move(cache)).second,
             "[cuda_graph] the stream already has a private pool on cuda:{}", device);
