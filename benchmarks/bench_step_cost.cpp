@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
   mpt::bench::add_moments_option(app, moments);
   mpt::bench::Fp8RuleOptions fp8_rule_options;
   fp8_rule_options.add(app);
-  mpt::bench::ResidualOption residual;
-  residual.add(app);
+  mpt::bench::DtypeOptions dtypes;
+  dtypes.add(app);
   std::string dp = "off";
   app.add_option("--dp", dp, "data parallelism over the single-process communicator (its collectives are no-ops; "
                  "the gradient buckets, their compression and their host reads are real): off, none, bf16 or fp8")
@@ -214,10 +214,10 @@ int main(int argc, char** argv) {
         {.policy = [&] {
            mpt::amp::Policy p = mpt::amp::Policy::named(precision, config.n_layer, device, blocks);
            fp8_rule_options.apply(p, batch * config.block_size);
-           residual.apply(p);
+           dtypes.apply(p);
            return p;
          }(),
-         .precision_name = residual.label(precision), .grad_accum = grad_accum, .clip = 1.0, .weight_decay = 0.1,
+         .precision_name = dtypes.label(precision), .grad_accum = grad_accum, .clip = 1.0, .weight_decay = 0.1,
          .comm = dp == "off" ? nullptr : mpt::dist::single_process(),
          .data_parallel = {.compression = dp == "fp8" ? mpt::train::GradCompression::FP8
                                           : dp == "bf16" ? mpt::train::GradCompression::BF16
@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
                      {"device", "cuda_emu (record-only)"},
                      {"model", model.describe()},
                      {"params", model.num_parameters()},
-                     {"precision", residual.label(precision)}, {"moments", moments}, {"attention", attention},
+                     {"precision", dtypes.label(precision)}, {"moments", moments}, {"attention", attention},
                      {"batch", batch}, {"grad_accum", grad_accum},
                      {"seq", config.block_size},
                      {"tokens_per_step", tokens},
@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
     std::printf("%s, batch %lld x %lld%s, %s, AdamW moments %s, attention %s, emulated device in record-only mode\n",
                 model.describe().c_str(), static_cast<long long>(batch), static_cast<long long>(config.block_size),
                 grad_accum > 1 ? fmt::format(" x {} micro-batches", grad_accum).c_str() : "",
-                residual.label(precision).c_str(), moments.c_str(), attention.c_str());
+                dtypes.label(precision).c_str(), moments.c_str(), attention.c_str());
     if (const std::string r = mpt::amp::fp8_rule_report(trainer.policy().fp8_rule); !r.empty())
       std::printf("%s\n", r.c_str());
     std::printf("host per step (eager): %.2f ms for %llu device operations (%.2f us each)\n", eager.host_s * 1e3,

@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision, "fp32, bf16, fp16, fp8-delayed, fp8-current or fp8-block");
   mpt::bench::Fp8RuleOptions fp8_rule_options;
   fp8_rule_options.add(app);
-  mpt::bench::ResidualOption residual;
-  residual.add(app);
+  mpt::bench::DtypeOptions dtypes;
+  dtypes.add(app);
   std::string qat;
   app.add_option("--qat", qat, "quantization-aware training of every Linear but the head: int8, int4 (group 32), fp8 "
                  "(the fake quantization's cost against the same --precision without it)");
@@ -191,14 +191,14 @@ int main(int argc, char** argv) {
         {.policy = [&] {
            mpt::amp::Policy p = mpt::amp::Policy::named(precision, config.n_layer, device, blocks);
            fp8_rule_options.apply(p, batch * config.block_size);
-           residual.apply(p);
+           dtypes.apply(p);
            if (!qat.empty()) {
              p.qat = std::make_shared<const mpt::amp::QatPolicy>(
                  mpt::amp::QatPolicy::linears_but_head(mpt::amp::QatScheme::named(qat)));
            }
            return p;
          }(),
-         .precision_name = residual.label(precision), .clip = 1.0, .weight_decay = 0.1});
+         .precision_name = dtypes.label(precision), .clip = 1.0, .weight_decay = 0.1});
     const auto [x_cpu, y_cpu] = mpt::bench::random_tokens(config, batch);
     const mpt::Tensor x = x_cpu.to(device), y = y_cpu.to(device);
 
@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
     const mpt::MemoryStats mem = mpt::memory_stats(device);
     nlohmann::json j{{"framework", "mptrain"},
                      {"version", mpt::version()},
-                     {"precision", residual.label(precision)}, {"qat", qat}, {"moments", moments},
+                     {"precision", dtypes.label(precision)}, {"qat", qat}, {"moments", moments},
                      {"fp8_rule", fp8_rule},
                      {"device", device.str()},
                      {"device_name", device.is_cuda() ? mpt::cuda_status().devices.at(device.index()).name : "cpu"},
@@ -375,7 +375,7 @@ int main(int argc, char** argv) {
                   "%.0f MiB)\n",
                   model.describe().c_str(), static_cast<long long>(config.block_size), static_cast<long long>(batch),
                   model.flops_per_token(config.block_size) / 1e6,
-                  (residual.label(precision) + (qat.empty() ? "" : " + QAT " + qat)).c_str(), moments.c_str(),
+                  (dtypes.label(precision) + (qat.empty() ? "" : " + QAT " + qat)).c_str(), moments.c_str(),
                   device.str().c_str(),
                   tokens / median(total), median(total) * 1e3,
                   median(fwd) * 1e3, median(bwd) * 1e3, median(optim) * 1e3, rss_peak() / 1048576.0,

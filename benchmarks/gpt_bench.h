@@ -50,16 +50,19 @@ struct Fp8RuleOptions {
 };
 
 // --residual (train_gpt's): the residual stream's dtype (amp::Policy::residual), "f32" (the masters') by default.
-struct ResidualOption {
-  std::string dtype = "f32";
+struct DtypeOptions {
+  std::string residual = "f32", grads = "f32";
   void add(CLI::App& app) {
-    app.add_option("--residual", dtype, "the residual stream's dtype: f32 (the FP32 masters') or bf16 / f16 "
+    app.add_option("--residual", residual, "the residual stream's dtype: f32 (the FP32 masters') or bf16 / f16 "
                    "(llm.c's)")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+    app.add_option("--grads", grads, "the FP32 masters' gradient dtype: f32 (PyTorch AMP's) or bf16 (llm.c's)")
+        ->check(CLI::IsMember({"f32", "bf16"}));
   }
   void apply(amp::Policy& policy) const {
-    if (dtype != "f32") policy.residual_in(amp::parse_residual_dtype(dtype));
+    if (residual != "f32") policy.residual_in(amp::parse_residual_dtype(residual));
+    if (grads != "f32") policy.grads_in(amp::parse_grad_dtype(grads));
   }
-  // The run's name in tables, JSON and checkpoints: "bf16", or "bf16+residual-bf16" (train_gpt's).
+  // The run's name in tables, JSON and checkpoints: "bf16", or "bf16+residual-bf16+grads-bf16" (train_gpt's).
   std::string label(const std::string& precision) const {
     amp::Policy policy;
     apply(policy);

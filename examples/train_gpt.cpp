@@ -61,7 +61,9 @@ void run(const ex::Options& o) {
   mpt::amp::Policy policy =
       mpt::amp::Policy::named(o.precision, o.layers, device, o.model == "llama" ? "model.layers" : "h");
   if (o.residual != "f32") policy.residual_in(mpt::amp::parse_residual_dtype(o.residual));
-  std::string precision_name = mpt::amp::precision_name(o.precision, policy);  // resumes only with the same stream
+  if (o.grads != "f32") policy.grads_in(mpt::amp::parse_grad_dtype(o.grads));
+  // resumes only with the same stream and gradient dtype
+  std::string precision_name = mpt::amp::precision_name(o.precision, policy);
   if (!o.qat.empty()) {  // QAT: fake-quantized Linear weights (and inputs) under the same GEMM precision
     MPT_CHECK(!policy.fp8_state, "[train_gpt] --qat {} fake-quantizes for FP32, BF16 or FP16 GEMMs; --precision {} "
               "runs them in FP8", o.qat, o.precision);

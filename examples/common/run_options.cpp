@@ -47,7 +47,7 @@ const std::vector<SavedOption>& saved_option_table() {
       saved("eval_batches", "--eval-batches", &O::eval_batches), saved("sample_chars", "--sample", &O::sample_chars),
       saved("seed", "--seed", &O::seed), saved("checkpoint", "--checkpoint-activations", &O::checkpoint),
       saved("precision", "--precision", &O::precision), saved("residual", "--residual", &O::residual),
-      saved("grad_accum", "--grad-accum", &O::grad_accum),
+      saved("grads", "--grads", &O::grads), saved("grad_accum", "--grad-accum", &O::grad_accum),
       saved("log_json", "--log-json", &O::log_json), saved("moments", "--moments", &O::moments),
       saved("init_scale", "--init-scale", &O::init_scale), saved("save_every", "--save-every", &O::save_every),
       saved("keep", "--keep", &O::keep), saved("optimizer", "--optimizer", &O::optimizer),
@@ -251,6 +251,9 @@ std::variant<Options, int> parse_options(int argc, char** argv, Options o) {
   app.add_option("--residual", o.residual, "the residual stream's dtype: f32 (the FP32 masters', PyTorch autocast's "
                  "regime) or bf16 / f16 (llm.c's: every residual add rounded, the norms move half the bytes)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--grads", o.grads, "the FP32 masters' gradient dtype: f32 (PyTorch AMP's) or bf16 (llm.c's: half "
+                 "the gradients' memory, every micro-batch's sum rounded to BF16)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--log-json", o.log_json, "write progress as JSON lines to this file");
   app.add_option("--qat", o.qat, "quantization-aware training of every Linear but the LM head: int8 (W8A8: weights "

@@ -26,6 +26,7 @@ struct Options {
   uint64_t seed = 1337;
   bool checkpoint = false;  // activation checkpointing
   std::string precision = "fp32";
+  std::string grads = "f32";        // the masters' gradient dtype (amp::Policy::grads): f32 or bf16
   std::string residual = "f32";     // the residual stream's dtype (amp::Policy::residual): f32, bf16 or f16
   int64_t grad_accum = 1;
   std::string log_json{};

@@ -58,18 +58,20 @@ Cache& cache() {
   return c;
 }
 
-// Adds the copy's gradient into the master's, in the master's dtype, then clears the copy's.
+// Adds the copy's gradient into the master's, in the master's gradient dtype (autograd::grad_dtype), then clears
+// the copy's.
 void hand_off(const Tensor& master, const Tensor& copy) {
   const Tensor g = copy.grad();
   if (!g.defined()) return;
   copy.set_grad(Tensor{});
   autograd::NoGradGuard no_grad;
-  const Tensor g32 = g.to(master.dtype());
   const Tensor existing = master.grad();
+  const DType want = existing.defined() ? existing.dtype() : autograd::grad_dtype(master);
+  const Tensor gm = g.dtype() == want ? g : g.to(want);
   if (existing.defined()) {
-    ops::add_(existing, g32);
+    ops::add_(existing, gm);
   } else {
-    master.set_grad(g32);
+    master.set_grad(gm);
   }
   for (const auto& hook : master.autograd_meta()->post_accumulate_hooks) hook(master);
 }

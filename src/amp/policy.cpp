@@ -90,8 +90,15 @@ DType parse_residual_dtype(std::string_view name) {
   MPT_THROW("[amp] unknown residual stream dtype '{}': expected f32, bf16 or f16", name);
 }
 
+DType parse_grad_dtype(std::string_view name) {
+  for (DType d : {DType::F32, DType::BF16})
+    if (name == dtype_name(d)) return d;
+  MPT_THROW("[amp] unknown gradient dtype '{}': expected f32 or bf16", name);
+}
+
 std::string precision_name(std::string base, const Policy& policy) {
   if (policy.residual && *policy.residual != DType::F32) base += fmt::format("+residual-{}", *policy.residual);
+  if (policy.grads && *policy.grads != DType::F32) base += fmt::format("+grads-{}", *policy.grads);
   return base;
 }
 

@@ -14,10 +14,24 @@ namespace mpt::autograd {
 
 namespace {
 
-// Sums gradients arriving at the same node input (several consumers of one tensor).
+// Sums gradients arriving at the same node input (several consumers of one tensor). They share a dtype unless a leaf
+// keeps its gradient in another dtype than its producers' (set_grad_dtype: an FP32 LayerNorm gradient beside a BF16
+// GEMM's): then the sum is taken in the wider one, and AccumulateGrad rounds it once to the leaf's.
 void accumulate_into(Tensor& slot, const Tensor& g) {
   if (!g.defined()) return;
-  slot = slot.defined() ? ops::add(slot, g) : g;
+  if (!slot.defined()) {
+    slot = g;
+  } else if (slot.dtype() == g.dtype()) {
+    slot = ops::add(slot, g);
+  } else {
+    const DType wide = slot.dtype() == DType::F64 || g.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    slot = ops::add(slot.to(wide), g.to(wide));
+  }
+}
+
+// Adds g into the leaf's gradient `into` in place, in the leaf's gradient dtype.
+void add_into_leaf(const Tensor& into, const Tensor& g) {
+  ops::add_(into, g.dtype() == into.dtype() ? g : g.to(into.dtype()));
 }
 
 // A waiting gradient a node may write in place (Node::apply_partial): contiguous, and no other handle shares its
@@ -113,7 +127,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     if (!g.defined()) return;
     Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
     if (in_leaf.count(e.fn.get()) == 0) return accumulate_into(slot, g);
-    if (g.storage() != slot.storage()) ops::add_(slot, g);  // else it is the leaf's gradient itself: already in
+    if (g.storage() != slot.storage()) add_into_leaf(slot, g);  // else it is the leaf's gradient itself: already in
   };
   while (!ready.empty()) {
     Node* node = ready.top();
@@ -162,7 +176,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       if (from_leaf[i] && taken) {  // the leaf's .grad holds it: the slot becomes that .grad, with what waited
         Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
         if (in_leaf.insert(e.fn.get()).second) {
-          if (slot.defined()) ops::add_(out[i], slot);  // an earlier input of this node delivered it just now
+          if (slot.defined()) add_into_leaf(out[i], slot);  // an earlier input of this node delivered it just now
           slot = out[i];
         }
       } else {

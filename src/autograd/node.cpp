@@ -41,21 +41,47 @@ void Node::release() {
 AccumulateGrad::AccumulateGrad(std::shared_ptr<AutogradMeta> leaf, Tensor leaf_handle)
     : Node("AccumulateGrad"), leaf_(std::move(leaf)), handle_(std::move(leaf_handle)) {}
 
+void set_grad_dtype(const Tensor& leaf, std::optional<DType> dtype) {
+  MPT_CHECK(leaf.defined() && leaf.is_leaf() && leaf.autograd_meta() != nullptr && leaf.requires_grad(),
+            "[set_grad_dtype] expected a leaf tensor that requires grad, got {}",
+            !leaf.defined()   ? std::string("an undefined tensor")
+            : leaf.is_leaf()  ? leaf.meta_str() + " (requires_grad_() it first)"
+                              : leaf.meta_str() + " (the output of an op)");
+  const bool wide = leaf.dtype() != DType::F64 && leaf.dtype() != DType::F8E4M3 && leaf.dtype() != DType::F8E5M2;
+  MPT_CHECK(!dtype || *dtype == leaf.dtype() ||
+                (wide && (*dtype == DType::F32 || *dtype == DType::BF16 || *dtype == DType::F16)),
+            "[set_grad_dtype] a gradient dtype must be the leaf's own or, for an f32/bf16/f16 leaf, f32, bf16 or f16: "
+            "got {} for {}", dtype ? std::string(dtype_name(*dtype)) : std::string("none"), leaf.meta_str());
+  AutogradMeta& meta = *leaf.autograd_meta();
+  meta.grad_dtype = dtype;
+  const DType want = dtype.value_or(leaf.dtype());
+  if (meta.grad.defined() && meta.grad.dtype() != want) {
+    NoGradGuard no_grad;
+    meta.grad = meta.grad.to(want);
+  }
+}
+
+DType grad_dtype(const Tensor& t) {
+  const std::shared_ptr<AutogradMeta>& meta = t.autograd_meta();
+  return meta != nullptr && meta->grad_dtype ? *meta->grad_dtype : t.dtype();
+}
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   const Tensor& g = grad_outputs.at(0);
   if (!g.defined()) return {};
   MPT_CHECK(g.shape() == handle_.shape(), "[backward] gradient {} does not match its leaf {}", g.meta_str(),
             handle_.meta_str());
+  const DType want = leaf_->grad_dtype.value_or(handle_.dtype());
   if (!leaf_->grad.defined()) {
     // The incoming gradient becomes the leaf's as it is when nothing else holds its storage and it starts that
     // storage, filling all of it or all but an eighth (PyTorch's stealing: a GPT step copied all of its gradients
     // here; the spare eighth takes a padded GEMM's rows, GPT-2's LM head gradient: 50257 of 50304); otherwise a
     // copy, since it may be a buffer the graph still shares (a view, a gradient passed through to another input, a
     // saved tensor) or one mostly unused.
-    const bool sole = g.dtype() == handle_.dtype() && g.is_contiguous() && g.offset() == 0 && g.storage() != nullptr &&
+    const bool sole = g.dtype() == want && g.is_contiguous() && g.offset() == 0 && g.storage() != nullptr &&
                       g.storage().use_count() == 1 && g.storage()->nbytes() >= g.nbytes() &&
                       g.storage()->nbytes() - g.nbytes() <= g.nbytes() / 8;
-    leaf_->grad = sole ? g : g.dtype() == handle_.dtype() ? g.clone() : g.to(handle_.dtype());
+    leaf_->grad = sole ? g : g.dtype() == want ? g.clone() : g.to(want);
   } else {
     ops::add_(leaf_->grad, g.dtype() == leaf_->grad.dtype() ? g : g.to(leaf_->grad.dtype()));
   }

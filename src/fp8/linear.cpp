@@ -104,8 +104,9 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     s.grad_meta = config.metas.grad_output;
     s.x_shape = x.shape();
     s.m = m;
-    s.x_dtype = detail::input_grad_dtype(kOp, x.dtype(), config.codes_grad_dtype), s.w_dtype = weight.dtype();
-    s.b_dtype = bias.defined() ? bias.dtype() : DType::F32;
+    s.x_dtype = detail::input_grad_dtype(kOp, x.dtype(), config.codes_grad_dtype);
+    s.w_dtype = autograd::grad_dtype(weight);
+    s.b_dtype = bias.defined() ? autograd::grad_dtype(bias) : DType::F32;
     grad.record("Fp8LinearBackward", {&y},
                 autograd::PartialBackwardFn(
                     [s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {

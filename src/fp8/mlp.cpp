@@ -143,9 +143,10 @@ Tensor fp8_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor
     s.recipe = c.recipe;
     s.grad_meta1 = c.metas1.grad_output, s.grad_meta2 = c.metas2.grad_output;
     s.c_out = w2.size(0);
-    s.x_dtype = detail::input_grad_dtype(kOp, x.dtype(), c.codes_grad_dtype), s.w1_dtype = w1.dtype(),
-    s.w2_dtype = w2.dtype();
-    s.b1_dtype = b1.defined() ? b1.dtype() : DType::F32, s.b2_dtype = b2.defined() ? b2.dtype() : DType::F32;
+    s.x_dtype = detail::input_grad_dtype(kOp, x.dtype(), c.codes_grad_dtype);
+    s.w1_dtype = autograd::grad_dtype(w1), s.w2_dtype = autograd::grad_dtype(w2);
+    s.b1_dtype = b1.defined() ? autograd::grad_dtype(b1) : DType::F32;
+    s.b2_dtype = b2.defined() ? autograd::grad_dtype(b2) : DType::F32;
     grad.record("Fp8MlpBackward", {&y},
                 autograd::PartialBackwardFn(
                     [s = std::move(s)](const std::vector<Tensor>& g, std::vector<Tensor>& partial) {

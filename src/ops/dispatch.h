@@ -98,6 +98,10 @@ inline Tensor epilogue_bias(const Tensor& compute_bias, const Tensor& bias) {
 // device), else a new tensor. The product is FP32 either way and the addition rounds once, as AccumulateGrad's add
 // did: the same bits for f32 gradients (src/ops/linear.cpp).
 Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tensor& into, const Tensor& bias_grad = {});
+// The dtype a weight-gradient GEMM over `in` operands writes for `weight`: its gradient dtype
+// (autograd::grad_dtype: BF16 gradients of FP32 masters are written and accumulated by the GEMM in BF16) where the
+// GEMM can write it (half or FP8 operands), else the operands' own (f32 operands: f32, rounded by AccumulateGrad).
+DType weight_grad_dtype(DType in, const Tensor& weight);
 // Whether a gradient the engine offered (`into`, possibly undefined) can take a GEMM's [rows, cols] product of
 // `dtype` on `device` with beta = 1: weight_grad's rule, and fp8::detail::gemm_tn's for the FP8 weight gradients.
 bool adds_into(const Tensor& into, DType dtype, int64_t rows, int64_t cols, Device device);

@@ -2,6 +2,7 @@
 #include "mpt/ops/linear.h"
 
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
 #include "mpt/ops/matmul.h"
 #include "mpt/ops/reduction.h"
 #include "ops/dispatch.h"
@@ -28,6 +29,13 @@ Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tenso
     return matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = bias_grad});
   matmul_out(dy, x, into, 1.0f, {.trans_a = true, .bias_grad = bias_grad});
   return into;
+}
+
+DType weight_grad_dtype(DType in, const Tensor& weight) {
+  const DType want = autograd::grad_dtype(weight);
+  if (is_fp8(in)) return want;
+  if (in == DType::F16 || in == DType::BF16) return want == in || want == DType::F32 ? want : DType::F32;
+  return in;
 }
 
 void check_compute_bias(const Tensor& compute_bias, const Tensor& bias, const char* op, const char* name) {
@@ -104,8 +112,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
   grad.record("LinearBackward", {&y},
               autograd::PartialBackwardFn([x = need_w ? x.detach() : Tensor{}, w = need_x ? wp.detach() : Tensor{},
                                            need_x, need_w, rows, pad, need_b = bias.defined() && bias.requires_grad(),
-                                           x_dtype = x.dtype(), w_dtype = weight.dtype(),
-                                           b_dtype = bias.defined() ? bias.dtype() : DType::F32](
+                                           x_dtype = x.dtype(), w_dtype = detail::weight_grad_dtype(x.dtype(), weight),
+                                           b_dtype = bias.defined() ? autograd::grad_dtype(bias) : DType::F32](
                                               const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
                 const Tensor dy = (g[0].dtype() == x_dtype ? g[0] : g[0].to(x_dtype)).contiguous();
                 std::vector<Tensor> d(3);

@@ -1,6 +1,7 @@
 // src/ops/mlp.cpp: the MLP op: two GEMMs with the GELU (and its derivative, and b1's gradient) in their epilogues.
 #include "mpt/ops/mlp.h"
 
+#include "mpt/autograd/node.h"
 #include "mpt/ops/matmul.h"
 #include "ops/dispatch.h"
 
@@ -79,8 +80,9 @@ Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2
   matmul_out(x.detach(), w1c.detach(), h, 0.0f,
              {.trans_b = true, .bias = detail::epilogue_bias(o.compute_b1, b1), .gelu_aux = pre});
   Tensor y = matmul(h, w2c.detach(), {.trans_b = true, .bias = detail::epilogue_bias(o.compute_b2, b2)});
-  Saved s{x.detach(), pre, h, w1c.detach(), w2c.detach(), w1.dtype(), w2.dtype(),
-          b1.defined() ? b1.dtype() : DType::F32, b2.defined() ? b2.dtype() : DType::F32,
+  Saved s{x.detach(), pre, h, w1c.detach(), w2c.detach(), detail::weight_grad_dtype(x.dtype(), w1),
+          detail::weight_grad_dtype(x.dtype(), w2), b1.defined() ? autograd::grad_dtype(b1) : DType::F32,
+          b2.defined() ? autograd::grad_dtype(b2) : DType::F32,
           x.requires_grad(), w1.requires_grad(), b1.defined() && b1.requires_grad(), w2.requires_grad(),
           b2.defined() && b2.requires_grad()};
   grad.record("MlpBackward", {&y},

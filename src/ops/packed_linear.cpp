@@ -71,7 +71,8 @@ Tensor packed_linear(const Tensor& x, const std::vector<Tensor>& weights, const 
   // Saved only for the gradients wanted (a frozen projection keeps no activation alive), as ops::linear.
   grad.record("PackedLinearBackward", {&y},
               autograd::PartialBackwardFn([x = any_w ? x.detach() : Tensor{}, w = need_x ? wp.detach() : Tensor{},
-                                           need_x, need_w, widths, gx, x_dtype = x.dtype(), w_dtype](
+                                           need_x, need_w, widths, gx, x_dtype = x.dtype(),
+                                           wg_dtype = detail::weight_grad_dtype(x.dtype(), weights[0])](
                                               const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
                 std::vector<Tensor> d(widths.size() + 1);
                 if (!g[0].defined()) return d;
@@ -81,7 +82,7 @@ Tensor packed_linear(const Tensor& x, const std::vector<Tensor>& weights, const 
                 for (size_t i = 0; i < widths.size(); ++i) {
                   // dy's columns of this weight, read in place (row stride sum M_i).
                   if (need_w[i])
-                    d[i + 1] = detail::weight_grad(dy.slice(1, at, at + widths[i]), x, w_dtype, partial[i + 1]);
+                    d[i + 1] = detail::weight_grad(dy.slice(1, at, at + widths[i]), x, wg_dtype, partial[i + 1]);
                   at += widths[i];
                 }
                 return d;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "mpt/autograd/node.h"
 #include "mpt/core/error.h"
 #include "mpt/core/memory.h"
 #include "mpt/core/profile.h"
@@ -54,6 +55,13 @@ Trainer::Trainer(nn::Module& model, OptimizerFactory optimizer, TrainerOptions o
   for (const optim::ParamGroup& g : groups) params_.insert(params_.end(), g.params.begin(), g.params.end());
   MPT_CHECK(!params_.empty(), "[Trainer] the model has no trainable parameter (all frozen?)");
   device_ = params_.front().device();
+  if (const std::optional<DType>& g = options_.policy.grads) {  // BF16 gradients of the FP32 masters (llm.c's)
+    MPT_CHECK(*g == DType::F32 || *g == DType::BF16, "[Trainer] the policy's gradient dtype must be f32 or bf16, got {}",
+              *g);
+    for (const Tensor& p : params_)
+      if (p.requires_grad() && p.dtype() == DType::F32)
+        autograd::set_grad_dtype(p, *g == DType::F32 ? std::nullopt : std::optional<DType>(*g));
+  }
   GradScalerOptions scaler = options_.scaler;
   scaler.enabled = options_.policy.compute == amp::Precision::FP16;
   scaler_ = GradScaler(scaler, device_);

@@ -22,7 +22,7 @@ using testing::to_cpu;
 constexpr double kLr = 3e-3, kEps = 1e-5, kBeta1 = 0.9, kBeta2 = 0.95;  // the AdamW settings of train()
 
 struct TrainRun {
-  std::string precision = "fp32";  // fp32, bf16, fp16, fp8-delayed, fp8-current, fp8-block (+bf16-stream)
+  std::string precision = "fp32";  // fp32, bf16, fp16, fp8-delayed, fp8-current, fp8-block (+bf16-stream, +bf16-grads)
   int steps = 3;
   int64_t accum = 1;               // micro-batches per step (the batch of 4 sequences split k ways)
   bool checkpoint = false;
@@ -65,6 +65,8 @@ nn::GPTConfig config(Device device, double dropout) {
 }
 
 amp::Policy policy_for(const std::string& p, Device device) {
+  constexpr std::string_view kGrads = "+bf16-grads";  // the masters' gradients in BF16 (amp::Policy::grads)
+  if (p.ends_with(kGrads)) return policy_for(p.substr(0, p.size() - kGrads.size()), device).grads_in(DType::BF16);
   constexpr std::string_view kStream = "+bf16-stream";  // the residual stream in BF16 (amp::Policy::residual)
   if (p.ends_with(kStream)) return policy_for(p.substr(0, p.size() - kStream.size()), device).residual_in(DType::BF16);
   if (p == "bf16") return amp::Policy::bf16();
@@ -101,6 +103,8 @@ Trace train(Device device, const TrainRun& run, const Resume* resume = nullptr) 
   model.set_activation_checkpointing(run.checkpoint);
   const amp::Policy policy = policy_for(run.precision, device);
   if (policy.fp8_state) policy.fp8_state->set_collect_telemetry(true);
+  if (policy.grads)  // what the Trainer does with the policy's gradient dtype
+    for (const auto& p : model.named_parameters()) autograd::set_grad_dtype(p.tensor, *policy.grads);
   if (resume && policy.fp8_state) {  // the metas registered by name (one process: their order does not matter)
     std::map<std::string, Tensor> fp8;
     const std::string suffix = ".amax_history";
@@ -337,6 +341,18 @@ TEST(GpuTraining, Bf16StreamMatchesCpu) {
   const Trace fp32 = train(Device::cpu(), TrainRun{});
   const TrainRun run{.precision = "bf16+bf16-stream"};
   compare(train(Device::cuda(0), run), train(Device::cpu(), run), {&fp32}, "bf16 autocast, bf16 stream");
+}
+
+// BF16 gradients of the FP32 masters (llm.c's regime), two micro-batches: the second added into the BF16 gradient
+// by cuBLASLt (beta = 1 on a BF16 C) on the device and by the CPU GEMM likewise. Both round the same FP32
+// sums to BF16, so the parity budget of the other BF16 runs holds.
+TEST(GpuTraining, Bf16GradientsMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Trace fp32 = train(Device::cpu(), TrainRun{.accum = 2});
+  const TrainRun run{.precision = "bf16+bf16-grads", .accum = 2};
+  const Trace gpu = train(Device::cuda(0), run);
+  for (const auto& [k, t] : gpu.grads1) EXPECT_EQ(t.dtype(), DType::BF16) << k;
+  compare(gpu, train(Device::cpu(), run), {&fp32}, "bf16 autocast, bf16 gradients");
 }
 
 // FP16 with dynamic loss scaling: an Inf injected into one gradient at step 1 makes both devices skip that step (the

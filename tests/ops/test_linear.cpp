@@ -6,6 +6,7 @@
 
 #include "matmul_reference.h"
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
 #include "mpt/core/memory.h"
 #include "mpt/ops/attention.h"
 #include "mpt/ops/cast.h"
@@ -189,6 +190,58 @@ TEST(Linear, APaddedHeadsLaterMicroBatchAddsIntoItsGradientsStorage) {
     micro_batch(wa, x2, dy2);
     EXPECT_TRUE(mpt::testing::same_bits(holder.slice(0, rows, padded), spare));
     EXPECT_TRUE(mpt::testing::same_bits(wa.grad(), w.grad()));
+  }
+}
+
+// BF16 gradients of FP32 masters (autograd::set_grad_dtype, amp::Policy::grads: llm.c's regime): linear's and the
+// fused MLP's weight-gradient GEMMs write dW and the bias gradient in BF16, and a later micro-batch's GEMM adds into
+// the BF16 gradient (beta = 1). dW against float64 of the exact operands (and of the first micro-batch's BF16 sum):
+// the GEMM bound plus one BF16 rounding of the result; no FP32 [out, in] gradient is allocated in either micro-batch.
+TEST(Linear, Bf16GradientsOfFp32MastersAreWrittenAndAccumulatedInBf16) {
+  const int64_t n = 16, k = 384, m = 256, f = 128;
+  const Tensor master = random_tensor({m, k}, DType::F32, 71).requires_grad_(true);
+  const Tensor bias = random_tensor({m}, DType::F32, 72).requires_grad_(true);
+  const Tensor w1 = random_tensor({f, m}, DType::F32, 73).requires_grad_(true);
+  const Tensor w2 = random_tensor({k, f}, DType::F32, 74).requires_grad_(true);
+  for (const Tensor& p : {master, bias, w1, w2}) autograd::set_grad_dtype(p, DType::BF16);
+  EXPECT_EQ(autograd::grad_dtype(master), DType::BF16);
+  const Tensor wc = master.detach().to(DType::BF16), w1c = w1.detach().to(DType::BF16),
+               w2c = w2.detach().to(DType::BF16);
+  const Tensor x1 = random_tensor({n, k}, DType::BF16, 75), x2 = random_tensor({n, k}, DType::BF16, 76);
+  const Tensor dy1 = random_tensor({n, m}, DType::BF16, 77), dy2 = random_tensor({n, m}, DType::BF16, 78);
+  const Tensor dz1 = random_tensor({n, k}, DType::BF16, 79), dz2 = random_tensor({n, k}, DType::BF16, 80);
+  auto micro_batch = [&](const Tensor& x, const Tensor& dy, const Tensor& dz) {
+    const int64_t before = memory_stats(Device::cpu()).current_bytes;
+    reset_peak_memory_stats(Device::cpu());
+    ops::linear(x, master, bias, {.compute_weight = wc}).backward(dy);
+    EXPECT_LT(memory_stats(Device::cpu()).peak_bytes - before, m * k * 4) << "an FP32 [out, in] dW was allocated";
+    // An MLP reading its own input: its W1 [f, m] and W2 [k, f] gradients in BF16 too.
+    const Tensor h = random_tensor({n, m}, DType::BF16, 81);
+    ops::mlp(h, w1, Tensor{}, w2, Tensor{}, {.compute_w1 = w1c, .compute_w2 = w2c}).backward(dz);
+  };
+  micro_batch(x1, dy1, dz1);
+  for (const Tensor& p : {master, bias, w1, w2}) ASSERT_EQ(p.grad().dtype(), DType::BF16) << p.meta_str();
+  const auto dw1 = gemm_reference(HostOperand(dy1, true, true), HostOperand(x1, false, false), 1.0, {m, k});
+  expect_gemm_close(master.grad(), dw1, DType::BF16, "dW, micro-batch 1");
+  const Tensor first = master.grad(), g1 = master.grad().clone();
+  const Tensor first_w1 = w1.grad(), first_w2 = w2.grad();
+  micro_batch(x2, dy2, dz2);
+  EXPECT_TRUE(master.grad().shares_storage(first)) << "dW added in place";
+  EXPECT_TRUE(w1.grad().shares_storage(first_w1) && w2.grad().shares_storage(first_w2)) << "the MLP's, in place";
+  for (const Tensor& p : {master, bias, w1, w2}) ASSERT_EQ(p.grad().dtype(), DType::BF16) << p.meta_str();
+  const auto dw2 = gemm_reference(HostOperand(dy2, true, true), HostOperand(x2, false, false), 1.0, {m, k}, g1, 1.0);
+  expect_gemm_close(master.grad(), dw2, DType::BF16, "dW, micro-batch 2 added into the BF16 sum", 0x1p-24, g1, 1.0);
+  // The bias: each micro-batch's column sums (FP32 accumulation over n rows) rounded to BF16, then added in BF16:
+  // |got - s| <= u (|s1| + |s2|) + u |s1 + s2| + 2 n u32 sum |dy|, with u = 2^-8.
+  const std::vector<double> a = dy1.to_vector<double>(), b = dy2.to_vector<double>(), got = bias.grad().to_vector<double>();
+  for (int64_t j = 0; j < m; ++j) {
+    double s1 = 0, s2 = 0, abs = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t at = static_cast<size_t>(i * m + j);
+      s1 += a[at], s2 += b[at], abs += std::abs(a[at]) + std::abs(b[at]);
+    }
+    const double bound = 0x1p-8 * (std::abs(s1) + std::abs(s2) + std::abs(s1 + s2)) + 2 * n * 0x1p-24 * abs;
+    EXPECT_NEAR(got[static_cast<size_t>(j)], s1 + s2, bound) << "db column " << j;
   }
 }
 

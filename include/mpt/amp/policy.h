@@ -57,6 +57,15 @@ struct Policy {
     residual = d;
     return *this;
   }
+  // The FP32 masters' gradient dtype (autograd::set_grad_dtype, which the Trainer applies to every trainable
+  // parameter). Unset or F32: FP32 gradients (PyTorch AMP's). BF16: llm.c's regime, half the gradients' memory; each
+  // weight-gradient GEMM writes BF16 and adds later micro-batches into it, so every micro-batch's sum is rounded to
+  // BF16 (docs/numerics.md, "BF16 gradients"). F32 or BF16.
+  std::optional<DType> grads;
+  Policy& grads_in(DType d) {
+    grads = d;
+    return *this;
+  }
 
   // The precision the overrides give the module at `path`.
   Precision at(std::string_view path) const;
@@ -90,8 +99,12 @@ struct Policy {
 // A residual stream dtype by name ("f32", "bf16", "f16": the command lines' --residual), else an error.
 DType parse_residual_dtype(std::string_view name);
 
+// A gradient dtype by name ("f32", "bf16": the command lines' --grads), else an error.
+DType parse_grad_dtype(std::string_view name);
+
 // The name a run's checkpoints carry for the recipe `base` ("bf16", "fp8-delayed", ...) under `policy`: `base`, with
-// "+residual-<dtype>" for a residual stream other than FP32, so that a run resumes only with the stream it trained with.
+// "+residual-<dtype>" for a residual stream other than FP32 and "+grads-<dtype>" for gradients other than FP32, so that
+// a run resumes only with the stream and the gradients it trained with (bit-exact resume).
 std::string precision_name(std::string base, const Policy& policy);
 
 // The residual stream's dtype under the current policy for a model whose parameters are `params`: the policy's
