@@ -52,8 +52,8 @@ int64_t embedding_buckets(const I* ids, int64_t n, int64_t vocab, EmbeddingBucke
   return -1;
 }
 
-template <class T>
-void embedding_backward(const EmbeddingBuckets& b, const T* dout, T* dtable, int64_t channels) {
+template <class T, class O>
+void embedding_backward(const EmbeddingBuckets& b, const T* dout, O* dtable, int64_t channels) {
   using F = math::opmath_t<T>;
   const int64_t tokens = static_cast<int64_t>(b.tokens.size());
   const int64_t blocks = (channels + kChannelBlock - 1) / kChannelBlock;
@@ -69,9 +69,9 @@ void embedding_backward(const EmbeddingBuckets& b, const T* dout, T* dtable, int
 #pragma omp simd
       for (int64_t c = 0; c < width; ++c) acc[c] += math::load(row[c]);
     }
-    T* dst = dtable + b.tokens[static_cast<size_t>(k)] * channels + c0;
+    O* dst = dtable + b.tokens[static_cast<size_t>(k)] * channels + c0;
 #pragma omp simd
-    for (int64_t c = 0; c < width; ++c) dst[c] = math::store<T>(math::load(dst[c]) + acc[c]);
+    for (int64_t c = 0; c < width; ++c) dst[c] = math::store<O>(math::load(dst[c]) + acc[c]);
   }
 }
 
@@ -84,6 +84,8 @@ MPT_INSTANTIATE_T(double)
 MPT_INSTANTIATE_T(f16)
 MPT_INSTANTIATE_T(bf16)
 #undef MPT_INSTANTIATE_T
+template void embedding_backward<float, bf16>(const EmbeddingBuckets&, const float*, bf16*, int64_t);
+template void embedding_backward<float, f16>(const EmbeddingBuckets&, const float*, f16*, int64_t);
 template int64_t embedding_buckets<int32_t>(const int32_t*, int64_t, int64_t, EmbeddingBuckets&);
 template int64_t embedding_buckets<int64_t>(const int64_t*, int64_t, int64_t, EmbeddingBuckets&);
 

@@ -29,8 +29,9 @@ int64_t embedding_buckets(const I* ids, int64_t n, int64_t vocab, EmbeddingBucke
 // dtable[tokens[k], c] += acc with acc = 0 + dout[p0, c] + dout[p1, c] + ... over the positions of token
 // k in increasing order, accumulated in float (double for double) and added to dtable once: the result
 // is a function of the inputs only (not of thread count or scheduling), and kernels/cuda/embedding.cu
-// gives the same bits. Rows of tokens that do not occur are not touched.
-template <class T>
-void embedding_backward(const EmbeddingBuckets& buckets, const T* dout, T* dtable, int64_t channels);
+// gives the same bits. Rows of tokens that do not occur are not touched. O: dtable's type, T's or (T float) bf16 / f16
+// (a BF16 gradient of an FP32 table, autograd::set_grad_dtype): the float sum rounded once to O.
+template <class T, class O = T>
+void embedding_backward(const EmbeddingBuckets& buckets, const T* dout, O* dtable, int64_t channels);
 
 }  // namespace mpt::kernels::cpu

@@ -86,8 +86,8 @@ struct BackwardRows {
 };
 
 // dx for row r; adds dy * xhat and dy into the chunk's partials pw, pb.
-template <class T, class P, class G, class X, class F>
-void backward_row(const math::LayerNormBackwardParams<T, P, G, X>& p, int64_t r, const F* w, F* pw, F* pb,
+template <class T, class P, class G, class X, class D, class F>
+void backward_row(const math::LayerNormBackwardParams<T, P, G, X, D>& p, int64_t r, const F* w, F* pw, F* pb,
                   BackwardRows<T, G, X>& rows) {
   const int64_t n = p.cols, offset = r * n;
   const F* x = rows.x.load(p.x + offset, n);
@@ -150,8 +150,8 @@ void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p) {
   }
 }
 
-template <class T, class P, class G, class X>
-void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p) {
+template <class T, class P, class G, class X, class D>
+void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X, D>& p) {
   using F = math::opmath_t<T>;
   if (p.rows <= 0 || p.cols <= 0) return;
   const int64_t n = p.cols;
@@ -182,6 +182,10 @@ void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p) {
   template void layer_norm_backward<T, P, Y, X>(const math::LayerNormBackwardParams<T, P, Y, X>&);
 MPT_LAYER_NORM_TYPES(MPT_INSTANTIATE)
 MPT_INSTANTIATE(double, double, double, double)  // the CPU's float64 reference path
+#undef MPT_INSTANTIATE
+#define MPT_INSTANTIATE(T, P, Y, X) \
+  template void layer_norm_backward<T, P, Y, X, bf16>(const math::LayerNormBackwardParams<T, P, Y, X, bf16>&);
+MPT_LAYER_NORM_BF16_GRAD_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 #define MPT_INSTANTIATE(T, P, Y, X) \
   template void layer_norm_forward<T, P, Y, X>(const math::LayerNormForwardParams<T, P, Y, X>&);

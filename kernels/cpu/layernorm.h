@@ -17,7 +17,7 @@ void layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p);
 // cut into a fixed number of chunks (independent of the thread count), each chunk sums into its own
 // opmath partial, and the partials are added in chunk order. dy's type G pairs with T as the forward's Y does, and
 // dx_half's X as the forward's x. dx_add with accumulate_dx: dx's old value is added (the caller checks).
-template <class T, class P, class G, class X>
-void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p);
+template <class T, class P, class G, class X, class D = P>
+void layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X, D>& p);
 
 }  // namespace mpt::kernels::cpu

@@ -49,17 +49,17 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardParams<T, I> p
   }
 }
 
-template <class T>
+template <class T, class O>
 struct BackwardParams {
   DeviceBuckets buckets;
   const T* dout;
-  T* dtable;
+  O* dtable;
   int64_t channels;
 };
 
 // grid.x strides over the rows, grid.y * blockDim.x covers the channels.
-template <class T>
-__global__ void __launch_bounds__(kThreads) backward_kernel(BackwardParams<T> p) {
+template <class T, class O>
+__global__ void __launch_bounds__(kThreads) backward_kernel(BackwardParams<T, O> p) {
   const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= p.channels) return;
   for (int64_t v = blockIdx.x; v < p.buckets.rows; v += gridDim.x) {
@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BackwardParams<T> p)
     if (begin == end) continue;  // untouched, as on the CPU (adding 0 would turn a -0 into +0)
     float acc = 0.0f;
     for (int64_t q = begin; q < end; ++q) acc += math::load(p.dout[p.buckets.positions[q] * p.channels + c]);
-    T* dst = p.dtable + v * p.channels + c;
-    *dst = math::store<T>(math::load(*dst) + acc);
+    O* dst = p.dtable + v * p.channels + c;
+    *dst = math::store<O>(math::load(*dst) + acc);
   }
 }
 
@@ -95,8 +95,8 @@ cudaError_t embedding_forward(const I* ids, const T* table, T* out, const Embedd
   return vec ? launch(forward_kernel<true, T, I>, config, p) : launch(forward_kernel<false, T, I>, config, p);
 }
 
-template <class T>
-cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable, int64_t channels, cudaStream_t stream) {
+template <class T, class O>
+cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, O* dtable, int64_t channels, cudaStream_t stream) {
   if (b.rows < 0 || channels < 0) return cudaErrorInvalidValue;
   if (b.rows == 0 || channels == 0) return cudaSuccess;
   if (b.starts == nullptr || dtable == nullptr) return cudaErrorInvalidValue;
@@ -108,11 +108,11 @@ cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable,
   const uint64_t row_bytes = static_cast<uint64_t>(channels) * sizeof(T);
   const uint64_t count = b.count >= 0 ? static_cast<uint64_t>(b.count) : 0;
   const uint64_t rows = static_cast<uint64_t>(b.rows);
-  const uint64_t table_bytes = (b.count >= 0 && count < rows ? count : rows) * row_bytes;
+  const uint64_t table_bytes = (b.count >= 0 && count < rows ? count : rows) * static_cast<uint64_t>(channels) * sizeof(O);
   const LaunchConfig config{dim3(grid_x(b.rows), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream,
                             (rows + 1) * sizeof(int64_t) + count * (sizeof(int64_t) + row_bytes) + table_bytes,
                             table_bytes};
-  return launch(backward_kernel<T>, config, BackwardParams<T>{b, dout, dtable, channels});
+  return launch(backward_kernel<T, O>, config, BackwardParams<T, O>{b, dout, dtable, channels});
 }
 
 #define MPT_INSTANTIATE(T)                                                                                      \
@@ -123,5 +123,7 @@ cudaError_t embedding_backward(const DeviceBuckets& b, const T* dout, T* dtable,
   template cudaError_t embedding_backward<T>(const DeviceBuckets&, const T*, T*, int64_t, cudaStream_t);
 MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
+template cudaError_t embedding_backward<float, bf16>(const DeviceBuckets&, const float*, bf16*, int64_t, cudaStream_t);
+template cudaError_t embedding_backward<float, f16>(const DeviceBuckets&, const float*, f16*, int64_t, cudaStream_t);
 
 }  // namespace mpt::kernels::cuda

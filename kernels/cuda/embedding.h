@@ -71,9 +71,9 @@ struct DeviceBuckets {
 
 // dtable[v, c] = dtable[v, c] + (0 + dout[p0, c] + dout[p1, c] + ...) over the positions of token v in order, summed
 // in float; rows without positions are not touched. One thread per (token, channel), no atomics: the same bits as
-// kernels::cpu::embedding_backward.
-template <class T>
-cudaError_t embedding_backward(const DeviceBuckets& buckets, const T* dout, T* dtable, int64_t channels,
+// kernels::cpu::embedding_backward. O: dtable's type, T's or (T float) bf16 / f16: the float sum rounded once to O.
+template <class T, class O = T>
+cudaError_t embedding_backward(const DeviceBuckets& buckets, const T* dout, O* dtable, int64_t channels,
                                cudaStream_t stream);
 
 }  // namespace mpt::kernels::cuda

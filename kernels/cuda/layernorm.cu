@@ -104,9 +104,10 @@ __global__ void __launch_bounds__(kThreads)
 // means are warp reductions (no block barrier); then, a chunk of 32 packs at a time, the warp writes dx and stages
 // its row's dy * xhat and dy, and the block adds the staged rows of its warps in warp order into acc (shared memory,
 // or the block's slice of `partials` when use_shared is false), which ends in the block's slice (blocks, 2, cols).
-template <class T, class P, class G, class X, bool kVec>
+template <class T, class P, class G, class X, class D, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P, G, X> p, float* partials, bool use_shared) {
+    layer_norm_backward_kernel(const math::LayerNormBackwardParams<T, P, G, X, D> p, float* partials,
+                               bool use_shared) {
   MPT_DYNAMIC_SHARED(float, smem);
   using Pack = RowPack<T, kVec>;
   constexpr int kWidth = Pack::kWidth;
@@ -198,9 +199,9 @@ MPT_DEVICE MPT_INLINE void store_param_grad(P* out, int64_t c, float v, bool acc
 }
 
 // dweight[c] (+)= the column's slices summed in math::partial_groups' two levels (partial_sums.cuh), likewise dbias.
-template <class T, class P, class G, class X>
+template <class T, class P, class G, class X, class D>
 __global__ void __launch_bounds__(kPartialThreads)
-    layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P, G, X> p, const float* partials,
+    layer_norm_param_grad_kernel(const math::LayerNormBackwardParams<T, P, G, X, D> p, const float* partials,
                                  int64_t blocks) {
   __shared__ float w_groups[math::kPartialGroups][kPartialCols], b_groups[math::kPartialGroups][kPartialCols];
   const int64_t n = p.cols;
@@ -245,8 +246,8 @@ cudaError_t layer_norm_forward(const math::LayerNormForwardParams<T, P, Y, X>& p
              : launch(layer_norm_forward_kernel<T, P, Y, X, false>, config, p);
 }
 
-template <class T, class P, class G, class X>
-cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p, float* scratch,
+template <class T, class P, class G, class X, class D>
+cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X, D>& p, float* scratch,
                                 cudaStream_t stream) {
   if (bad_shape(p.rows, p.cols)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
@@ -275,16 +276,16 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
   const LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(kThreads)),
                             static_cast<size_t>(stage_bytes + (use_shared ? partial_bytes : 0)), stream, read_bytes,
                             elems * (sizeof(T) + (p.dx_half != nullptr ? sizeof(X) : 0)) + partials};
-  const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, G, X, true>, config, p, scratch, use_shared)
-                            : launch(layer_norm_backward_kernel<T, P, G, X, false>, config, p, scratch, use_shared);
+  const cudaError_t e = vec ? launch(layer_norm_backward_kernel<T, P, G, X, D, true>, config, p, scratch, use_shared)
+                            : launch(layer_norm_backward_kernel<T, P, G, X, D, false>, config, p, scratch, use_shared);
   if (e != cudaSuccess) return e;
   // The partials in; dweight (and dbias) out, read first when accumulated.
-  const uint64_t param_read = partials + (p.accumulate_dweight ? cols * sizeof(P) : 0) +
-                              (p.dbias != nullptr && p.accumulate_dbias ? cols * sizeof(P) : 0);
-  const uint64_t param_written = cols * sizeof(P) * (p.dbias != nullptr ? 2 : 1);
+  const uint64_t param_read = partials + (p.accumulate_dweight ? cols * sizeof(D) : 0) +
+                              (p.dbias != nullptr && p.accumulate_dbias ? cols * sizeof(D) : 0);
+  const uint64_t param_written = cols * sizeof(D) * (p.dbias != nullptr ? 2 : 1);
   const LaunchConfig reduce{dim3(static_cast<unsigned>(partial_sums_blocks(p.cols))), partial_sums_block(), 0, stream,
                             param_read, param_written};
-  return launch(layer_norm_param_grad_kernel<T, P, G, X>, reduce, p, static_cast<const float*>(scratch), blocks);
+  return launch(layer_norm_param_grad_kernel<T, P, G, X, D>, reduce, p, static_cast<const float*>(scratch), blocks);
 }
 
 #define MPT_INSTANTIATE(T, P, Y, X)                                                                    \
@@ -293,6 +294,11 @@ cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>&
   template cudaError_t layer_norm_backward<T, P, Y, X>(const math::LayerNormBackwardParams<T, P, Y, X>&, \
                                                        float*, cudaStream_t);
 MPT_LAYER_NORM_TYPES(MPT_INSTANTIATE)
+#undef MPT_INSTANTIATE
+#define MPT_INSTANTIATE(T, P, Y, X)                                                                          \
+  template cudaError_t layer_norm_backward<T, P, Y, X, bf16>(const math::LayerNormBackwardParams<T, P, Y, X, bf16>&, \
+                                                             float*, cudaStream_t);
+MPT_LAYER_NORM_BF16_GRAD_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 #define MPT_INSTANTIATE(T, P, Y, X)                                                                   \
   template cudaError_t layer_norm_forward<T, P, Y, X>(const math::LayerNormForwardParams<T, P, Y, X>&, \

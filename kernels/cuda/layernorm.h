@@ -41,8 +41,8 @@ constexpr int64_t layer_norm_backward_scratch_floats(int64_t rows, int64_t cols)
 // math::partial_groups' order. No atomics: the result is the same on every run. `scratch` holds
 // layer_norm_backward_scratch_floats(rows, cols) floats. dy's type G pairs with T as the forward's Y does; dx_add and
 // dx_half (X) as math::LayerNormBackwardParams says (cudaErrorInvalidValue for dx_add with accumulate_dx).
-template <class T, class P, class G, class X>
-cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X>& p, float* scratch,
+template <class T, class P, class G, class X, class D = P>
+cudaError_t layer_norm_backward(const math::LayerNormBackwardParams<T, P, G, X, D>& p, float* scratch,
                                 cudaStream_t stream);
 
 }  // namespace mpt::kernels::cuda

@@ -45,8 +45,9 @@ struct LayerNormForwardParams {
 // added to when its accumulate flag is set (backward accumulates into gradients). dbias may be null. G is dy's type:
 // T, or the f16/bf16 of a forward that wrote Y = G (widened exactly to float as it is read). For a fused residual
 // sum, dx_add (the gradient reaching the sum directly) is added to dx, and dx_half, when given, receives dx rounded to
-// X as well (the gradient of a forward's f16/bf16 x; X is T otherwise).
-template <class T, class P, class G = T, class X = T>
+// X as well (the gradient of a forward's f16/bf16 x; X is T otherwise). D is dweight's and dbias's type: P, or bf16
+// for f32 parameters whose gradients are kept in BF16 (autograd::set_grad_dtype; the float sums rounded once to D).
+template <class T, class P, class G = T, class X = T, class D = P>
 struct LayerNormBackwardParams {
   const G* dy = nullptr;              // (rows, cols)
   const T* x = nullptr;               // (rows, cols): the normalised input (s for the fused residual add)
@@ -56,8 +57,8 @@ struct LayerNormBackwardParams {
   T* dx = nullptr;                    // (rows, cols)
   const T* dx_add = nullptr;          // (rows, cols) or null; not with accumulate_dx
   X* dx_half = nullptr;               // (rows, cols) or null
-  P* dweight = nullptr;               // (cols)
-  P* dbias = nullptr;                 // (cols) or null
+  D* dweight = nullptr;               // (cols)
+  D* dbias = nullptr;                 // (cols) or null
   int64_t rows = 0;
   int64_t cols = 0;
   bool accumulate_dx = false;
@@ -74,6 +75,12 @@ struct LayerNormBackwardParams {
   X(float, float, float, float) X(f16, f16, f16, f16) X(bf16, bf16, bf16, bf16) X(f16, float, f16, f16)     \
   X(bf16, float, bf16, bf16) X(float, float, f16, float) X(float, float, bf16, float)                       \
   X(float, float, f16, f16) X(float, float, bf16, bf16) X(float, float, float, f16) X(float, float, float, bf16)
+
+// The backward's (T, P, G, X) with f32 parameters, built with D = bf16 as well (BF16 gradients of FP32 norms).
+#define MPT_LAYER_NORM_BF16_GRAD_TYPES(X)                                                                   \
+  X(float, float, float, float) X(f16, float, f16, f16) X(bf16, float, bf16, bf16) X(float, float, f16, float) \
+  X(float, float, bf16, float) X(float, float, f16, f16) X(float, float, bf16, bf16) X(float, float, float, f16) \
+  X(float, float, float, bf16)
 
 // The forward's FP8 outputs (a residual stream's norm quantized for an FP8 GEMM): an f32 stream with x f32 or the
 // f16/bf16 beside it, or an f16/bf16 stream (amp::Policy::residual) with f32 parameters.

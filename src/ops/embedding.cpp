@@ -27,6 +27,17 @@ decltype(auto) visit_ids(const Tensor& ids, const char* op, F&& f) {
   MPT_THROW("[{}] ids must be i32 or i64, got {}", op, ids.meta_str());
 }
 
+// Calls f(T{}, O{}) for a dout of `dout` and a table gradient of `table`: the same float dtype, or an f32 dout into a
+// bf16 / f16 table gradient (a half gradient of an FP32 table: autograd::set_grad_dtype).
+template <class F>
+void visit_table_types(DType dout, DType table, const char* op, F&& f) {
+  if (dout == table) return visit_float(dout, op, [&](auto tag) { f(tag, tag); });
+  if (dout == DType::F32 && table == DType::BF16) return f(float{}, bf16{});
+  if (dout == DType::F32 && table == DType::F16) return f(float{}, f16{});
+  MPT_THROW("[{}] a table gradient of {} cannot take a dout of {}: expected dout's dtype, or bf16/f16 for an f32 dout",
+            op, table, dout);
+}
+
 Shape with_channels(const Shape& ids_shape, int64_t channels) {
   Shape s = ids_shape;
   s.push_back(channels);
@@ -54,10 +65,12 @@ void cuda_embedding_backward(const Tensor& dout, const Tensor& ids, int64_t voca
     MPT_CUDA_KERNEL(kernels::cuda::embedding_buckets(args, stream));
   });
   const kernels::cuda::DeviceBuckets buckets{starts.data<int64_t>(), positions.data<int64_t>(), vocab, n};
-  visit_float(dout.dtype(), op, [&](auto tag) {
+  visit_table_types(dout.dtype(), dtable.dtype(), op, [&](auto tag, auto otag) {
     using T = decltype(tag);
+    using O = decltype(otag);
     if constexpr (!std::is_same_v<T, double>) {
-      MPT_CUDA_KERNEL(kernels::cuda::embedding_backward(buckets, dout.data<T>(), dtable.data<T>(), channels, stream));
+      MPT_CUDA_KERNEL(
+          kernels::cuda::embedding_backward(buckets, dout.data<T>(), dtable.data<O>(), channels, stream));
     }
   });
 #else
@@ -101,20 +114,23 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
   // The table's gradient adds into one already waiting for it when it can (a tied LM head's, computed first):
   // no zero fill and no add pass over the [vocab, channels] gradient. The same bits for f32 tables (x + y = y + x);
   // one rounding fewer for half ones.
-  const DType table_dtype = table.dtype();
+  // The gradient in the table's gradient dtype (autograd::grad_dtype: BF16 for an FP32 table under
+  // amp::Policy::grads), each row's float sum rounded once into it.
+  const DType grad_dtype = autograd::grad_dtype(table_in);
   grad.record("EmbeddingBackward", {&out},
-              autograd::PartialBackwardFn([ids, vocab, table_dtype, dev](const std::vector<Tensor>& g,
-                                                                         std::vector<Tensor>& partial) {
+              autograd::PartialBackwardFn([ids, vocab, grad_dtype, dev](const std::vector<Tensor>& g,
+                                                                        std::vector<Tensor>& partial) {
                 const Tensor& waiting = partial[0];
-                const bool adds = waiting.defined() && waiting.dtype() == g[0].dtype() &&
-                                  waiting.dtype() == table_dtype && waiting.device() == dev &&
+                const DType gd = g[0].dtype() == DType::F32 || g[0].dtype() == grad_dtype ? grad_dtype : g[0].dtype();
+                const bool adds = waiting.defined() && waiting.dtype() == gd && waiting.device() == dev &&
                                   waiting.shape() == Shape{vocab, g[0].shape().back()};
-                return std::vector<Tensor>{embedding_backward(g[0], ids, vocab, adds ? waiting : Tensor{})};
+                return std::vector<Tensor>{embedding_backward(g[0], ids, vocab, adds ? waiting : Tensor{}, gd)};
               }));
   return out;
 }
 
-Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t vocab, Tensor dtable) {
+Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t vocab, Tensor dtable,
+                          std::optional<DType> table_dtype) {
   const char* op = "embedding_backward";
   const Device dev = dtable.defined() ? detail::check_same_device({&dout_in, &dtable}, op)
                                       : detail::check_same_device({&dout_in}, op);
@@ -128,13 +144,15 @@ Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t v
   const int64_t channels = dout_in.shape().back();
   detail::check_shape(dout_in, with_channels(ids_in.shape(), channels), "dout", op);
   if (dtable.defined()) {
-    detail::check_same_dtype({&dout_in, &dtable}, op);
+    MPT_CHECK(!table_dtype || *table_dtype == dtable.dtype(), "[{}] table_dtype {} differs from the given dtable {}",
+              op, *table_dtype, dtable.meta_str());
     detail::check_shape(dtable, {vocab, channels}, "dtable", op);
     MPT_CHECK(dtable.is_contiguous(), "[{}] the gradient to accumulate into must be contiguous, got strides {}", op,
               shape_str(dtable.strides()));
   }
-  visit_float(dout_in.dtype(), op, [](auto) {});
-  if (!dtable.defined()) dtable = Tensor::zeros({vocab, channels}, dout_in.dtype(), dev);
+  const DType out = dtable.defined() ? dtable.dtype() : table_dtype.value_or(dout_in.dtype());
+  visit_table_types(dout_in.dtype(), out, op, [](auto, auto) {});  // checks the pair
+  if (!dtable.defined()) dtable = Tensor::zeros({vocab, channels}, out, dev);
   const Tensor dout = dout_in.contiguous();
   if (dev.is_cuda()) {
     cuda_embedding_backward(dout, ids_in.to(dev).contiguous(), vocab, dtable);
@@ -149,9 +167,10 @@ Tensor embedding_backward(const Tensor& dout_in, const Tensor& ids_in, int64_t v
     MPT_CHECK(bad < 0, "[{}] token id {} at position {} of ids {} is out of range [0, {})", op,
               bad < 0 ? 0 : static_cast<int64_t>(ids.data<I>()[bad]), bad, ids_in.meta_str(), vocab);
   });
-  visit_float(dout.dtype(), op, [&](auto tag) {
+  visit_table_types(dout.dtype(), dtable.dtype(), op, [&](auto tag, auto otag) {
     using T = decltype(tag);
-    kernels::cpu::embedding_backward(buckets, dout.data<T>(), dtable.data<T>(), channels);
+    using O = decltype(otag);
+    kernels::cpu::embedding_backward(buckets, dout.data<T>(), dtable.data<O>(), channels);
   });
   return dtable;
 }

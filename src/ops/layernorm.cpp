@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/layernorm.h"
 #include "kernels/math/quantize.h"
+#include "mpt/autograd/node.h"
 #include "mpt/ops/elementwise.h"
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
@@ -205,12 +206,14 @@ LayerNormResult forward(const Tensor& x_in, const Tensor* residual_in, Tensor* s
   return out;
 }
 
-// The gradient to write: `given` (checked, accumulated into) or a new tensor.
-Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, const char* op) {
-  if (!given.defined()) return Tensor::empty(like.shape(), like.dtype(), like.device());
-  MPT_CHECK(given.device() == like.device() && given.dtype() == like.dtype(),
-            "[{}] {} to accumulate into must be {} on {}, got {}", op, what, like.dtype(), like.device(),
-            given.meta_str());
+// The gradient to write: `given` (checked, accumulated into) or a new tensor, of `like`'s shape and device and of
+// `dtype` (like's unless given).
+Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, const char* op,
+                   std::optional<DType> dtype = std::nullopt) {
+  const DType dt = dtype.value_or(like.dtype());
+  if (!given.defined()) return Tensor::empty(like.shape(), dt, like.device());
+  MPT_CHECK(given.device() == like.device() && given.dtype() == dt,
+            "[{}] {} to accumulate into must be {} on {}, got {}", op, what, dt, like.device(), given.meta_str());
   detail::check_shape(given, like.shape(), what, op);
   MPT_CHECK(given.is_contiguous(), "[{}] {} to accumulate into must be contiguous, got strides {}", op, what,
             shape_str(given.strides()));
@@ -226,8 +229,17 @@ struct NormGrads {
   Tensor dx_half;
 };
 
+// The dtype the norm's backward writes dweight and dbias in for `weight`: its gradient dtype (autograd::grad_dtype)
+// where the kernels are built for it (the weight's own, or BF16 for FP32 weights), else the weight's (AccumulateGrad
+// then converts).
+DType param_grad_dtype(const Tensor& weight) {
+  const DType want = autograd::grad_dtype(weight);
+  return want == DType::BF16 && weight.dtype() == DType::F32 ? want : weight.dtype();
+}
+
 NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in, const LayerNormSaved& saved,
-                   bool has_bias, LayerNormGrads into, const Tensor& dx_add_in, std::optional<DType> dx_half_dtype) {
+                   bool has_bias, LayerNormGrads into, const Tensor& dx_add_in, std::optional<DType> dx_half_dtype,
+                   DType param_dtype) {
   const char* op = "layer_norm_backward";
   const Device dev = detail::check_same_device({&dy_in, &x_in, &weight_in, &saved.mean, &saved.rstd}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, Tensor(), op);
@@ -241,8 +253,11 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
   const bool acc_dx = into.dx.defined(), acc_dw = into.dweight.defined(), acc_db = into.dbias.defined();
   MPT_CHECK(!(acc_dx && dx_add_in.defined()),
             "[{}] dx can be accumulated into (into.dx) or have a gradient added (dx_add), not both", op);
-  NormGrads out{{grad_output(into.dx, x_in, "dx", op), grad_output(into.dweight, weight_in, "dweight", op),
-                 has_bias ? grad_output(into.dbias, weight_in, "dbias", op) : Tensor()},
+  MPT_CHECK(param_dtype == weight_in.dtype() || (param_dtype == DType::BF16 && weight_in.dtype() == DType::F32),
+            "[{}] dweight and dbias are written in the weight's dtype, or bf16 for an f32 weight: got {} for {}", op,
+            param_dtype, weight_in.meta_str());
+  NormGrads out{{grad_output(into.dx, x_in, "dx", op), grad_output(into.dweight, weight_in, "dweight", op, param_dtype),
+                 has_bias ? grad_output(into.dbias, weight_in, "dbias", op, param_dtype) : Tensor()},
                 {}};
   LayerNormGrads& g = out.g;
   const DType half = dx_half_dtype.value_or(x_in.dtype());
@@ -268,7 +283,9 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
     using G = decltype(gtag);
     using X = decltype(xtag);
     using F = kernels::math::opmath_t<T>;
-    kernels::math::LayerNormBackwardParams<T, P, G, X> p;
+    auto run = [&](auto dtag) {
+    using D = decltype(dtag);
+    kernels::math::LayerNormBackwardParams<T, P, G, X, D> p;
     p.dy = dy.data<G>();
     p.x = x.data<T>();
     p.weight = weight.data<P>();
@@ -277,8 +294,8 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
     p.dx = g.dx.data<T>();
     p.dx_add = dx_add.defined() ? dx_add.data<T>() : nullptr;
     p.dx_half = out.dx_half.defined() ? out.dx_half.data<X>() : nullptr;
-    p.dweight = g.dweight.data<P>();
-    p.dbias = has_bias ? g.dbias.data<P>() : nullptr;
+    p.dweight = g.dweight.data<D>();
+    p.dbias = has_bias ? g.dbias.data<D>() : nullptr;
     p.rows = rows;
     p.cols = cols;
     p.accumulate_dx = acc_dx;
@@ -296,6 +313,9 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
       MPT_THROW("[cuda] {}", cuda_backend::kNotBuilt);
 #endif
     }
+    };
+    if (param_dtype == weight.dtype()) return run(P{});
+    if constexpr (std::is_same_v<P, float>) return run(bf16{});  // checked above: bf16
   });
   return out;
 }
@@ -306,9 +326,9 @@ LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   const detail::GradRecorder grad({&x, &weight, &bias});
   LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, rms, y_out, op);
   grad.record(rms ? "RmsNormBackward" : "LayerNormBackward", {&r.y},
-              [x = x.detach(), w = weight.detach(), saved = r.saved, has_bias = bias.defined()](
-                  const std::vector<Tensor>& g) {
-                LayerNormGrads d = layer_norm_backward(g[0], x, w, saved, has_bias);
+              [x = x.detach(), w = weight.detach(), saved = r.saved, has_bias = bias.defined(),
+               pg = param_grad_dtype(weight)](const std::vector<Tensor>& g) {
+                LayerNormGrads d = backward(g[0], x, w, saved, has_bias, {}, Tensor(), std::nullopt, pg).g;
                 return std::vector<Tensor>{d.dx, d.dweight, d.dbias};
               });
   return r;
@@ -328,12 +348,12 @@ ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, c
   const std::optional<DType> x_half =
       x.dtype() != out.sum.dtype() ? std::optional<DType>(x.dtype()) : std::nullopt;
   grad.record(rms ? "ResidualRmsNormBackward" : "ResidualLayerNormBackward", {&out.sum, &out.y},
-              [sum = out.sum.detach(), w = weight.detach(), saved = out.saved, has_bias = bias.defined(), x_half](
-                  const std::vector<Tensor>& g) {
+              [sum = out.sum.detach(), w = weight.detach(), saved = out.saved, has_bias = bias.defined(), x_half,
+               pg = param_grad_dtype(weight)](const std::vector<Tensor>& g) {
                 Tensor dsum = g[0], dx;
                 Tensor dweight, dbias;
                 if (g[1].defined()) {  // dsum = g[0] + the norm's dx, in the norm's pass
-                  NormGrads d = backward(g[1], sum, w, saved, has_bias, {}, g[0], x_half);
+                  NormGrads d = backward(g[1], sum, w, saved, has_bias, {}, g[0], x_half, pg);
                   dsum = d.g.dx;
                   dx = d.dx_half;
                   dweight = d.g.dweight;
@@ -369,7 +389,8 @@ ResidualLayerNormResult residual_rms_norm(const Tensor& x, const Tensor& residua
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormSaved& saved,
                                    bool has_bias, LayerNormGrads into) {
-  return backward(dy, x, weight, saved, has_bias, std::move(into), Tensor(), std::nullopt).g;
+  const DType pg = into.dweight.defined() ? into.dweight.dtype() : weight.dtype();
+  return backward(dy, x, weight, saved, has_bias, std::move(into), Tensor(), std::nullopt, pg).g;
 }
 
 }  // namespace mpt::ops

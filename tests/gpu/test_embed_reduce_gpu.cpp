@@ -47,6 +47,12 @@ TEST(GpuEmbedding, ForwardAndBackwardMatchCpu) {
       const Tensor d0 = random_tensor({53, 37}, dt, 3);
       expect_match(ops::embedding_backward(to_gpu(dout), id, 53, to_gpu(d0)),
                    ops::embedding_backward(dout, id, 53, d0.clone()), Match::exact(dt, 4), name + " backward +=");
+      if (dt == DType::F32) {  // an FP32 dout into a BF16 gradient of an FP32 table (autograd::set_grad_dtype)
+        const Tensor h0 = d0.to(DType::BF16);
+        expect_match(ops::embedding_backward(to_gpu(dout), id, 53, to_gpu(h0)),
+                     ops::embedding_backward(dout, id, 53, h0.clone()), Match::exact(DType::BF16, 4),
+                     name + " backward += into bf16");
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "mpt/ops/elementwise.h"
+#include "mpt/autograd/node.h"
 #include "mpt/ops/embedding.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/reduction.h"
@@ -141,6 +142,49 @@ TEST(Embedding, ATiedTablesGradientAddsIntoTheHeadsWaitingOne) {
       EXPECT_FALSE(mpt::testing::same_bits(tied.grad(), two_roundings)) << "the case should tell the two apart";
     }
   }
+}
+
+// A BF16 (or F16) gradient of an FP32 table (autograd::set_grad_dtype: amp::Policy::grads): the FP32 dout's sums
+// per row are added to the half gradient and rounded once, bit for bit the FP32 result rounded (the kernel's float
+// sum is the FP32 path's); a new one (table_dtype) is the FP32 gradient rounded.
+TEST(Embedding, AnFp32DoutAddsIntoAHalfTableGradientWithOneRounding) {
+  const int64_t vocab = 41, channels = 40, n = 300;
+  const Tensor ids = random_ids<int64_t>({3, n / 3}, vocab, 5, 21);
+  const Tensor dout = random_tensor({3, n / 3, channels}, DType::F32, 22);
+  for (DType half : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(half));
+    const Tensor d0 = random_tensor({vocab, channels}, DType::F32, 23).to(half);
+    const Tensor got = ops::embedding_backward(dout, ids, vocab, d0.clone());
+    ASSERT_EQ(got.dtype(), half);
+    EXPECT_TRUE(mpt::testing::same_bits(got, ops::embedding_backward(dout, ids, vocab, d0.to(DType::F32)).to(half)));
+    const Tensor fresh = ops::embedding_backward(dout, ids, vocab, Tensor{}, half);
+    ASSERT_EQ(fresh.dtype(), half);
+    EXPECT_TRUE(mpt::testing::same_bits(fresh, ops::embedding_backward(dout, ids, vocab).to(half)));
+  }
+  // A tied FP32 table whose gradient is BF16: the head's GEMM writes its BF16 gradient, the embedding adds its FP32
+  // sums into it with one rounding.
+  const Tensor h = random_tensor({n, channels}, DType::BF16, 24), b = random_tensor({n, vocab}, DType::F32, 25);
+  const Tensor a = random_tensor({n, channels}, DType::F32, 26);
+  const Tensor flat_ids = ids.reshape({-1});
+  auto loss = [&](const Tensor& emb_table, const Tensor& head_table) {
+    const Tensor e = ops::embedding(flat_ids, emb_table);
+    const Tensor logits = ops::linear(h, head_table, Tensor{}, {.compute_weight = head_table.detach().to(DType::BF16)});
+    return ops::add(ops::sum(ops::mul(e, a)), ops::sum(ops::mul(logits.to(DType::F32), b)));
+  };
+  const Tensor w0 = random_tensor({vocab, channels}, DType::F32, 27);
+  Tensor tied = w0.clone().requires_grad_(true), head_only = w0.clone().requires_grad_(true);
+  autograd::set_grad_dtype(tied, DType::BF16);
+  autograd::set_grad_dtype(head_only, DType::BF16);
+  loss(tied, tied).backward();
+  loss(w0.clone().requires_grad_(true), head_only).backward();
+  ASSERT_EQ(tied.grad().dtype(), DType::BF16);
+  ASSERT_EQ(head_only.grad().dtype(), DType::BF16);
+  EXPECT_TRUE(mpt::testing::same_bits(tied.grad(), ops::embedding_backward(a, flat_ids, vocab, head_only.grad().clone())));
+  EXPECT_MPT_ERROR(ops::embedding_backward(dout.to(DType::BF16), ids, vocab, Tensor{}, DType::F32),
+                   "[embedding_backward] a table gradient of f32 cannot take a dout of bf16: expected dout's dtype, or "
+                   "bf16/f16 for an f32 dout");
+  EXPECT_MPT_ERROR(ops::embedding_backward(dout, ids, vocab, Tensor::zeros({vocab, channels}), DType::BF16),
+                   "[embedding_backward] table_dtype bf16 differs from the given dtable f32");
 }
 
 TEST(Embedding, RejectsOutOfRangeIdsAndBadArguments) {

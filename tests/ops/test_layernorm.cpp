@@ -7,6 +7,7 @@
 
 #include "mpt/autograd/engine.h"
 #include "mpt/ops/elementwise.h"
+#include "mpt/autograd/node.h"
 #include "mpt/ops/layernorm.h"
 #include "norm_checks.h"
 #include "op_test.h"
@@ -344,6 +345,52 @@ TEST(LayerNorm, RejectsBadArguments) {
   EXPECT_MPT_ERROR(ops::layer_norm_backward(x, x, w, saved, true, {Tensor::zeros({2, 4}).t(), Tensor(), Tensor()}),
                    "dx must have shape");
   EXPECT_MPT_ERROR(
-      ops::layer_norm_backward(x, x, w, saved, true, {Tensor(), Tensor::zeros({4}, DType::BF16), Tensor()}),
-      "dweight to accumulate into must be f32");
+      ops::layer_norm_backward(x, x, w, saved, true, {Tensor(), Tensor::zeros({4}, DType::F16), Tensor()}),
+      "[layer_norm_backward] dweight and dbias are written in the weight's dtype, or bf16 for an f32 weight: got f16 "
+      "for f32[4] cpu");
+  EXPECT_MPT_ERROR(
+      ops::layer_norm_backward(x, x, w, saved, true, {Tensor(), Tensor::zeros({4}, DType::BF16), Tensor::zeros({4})}),
+      "dbias to accumulate into must be bf16");
+}
+
+// BF16 gradients of FP32 norm parameters (autograd::set_grad_dtype: amp::Policy::grads): the kernels round the same
+// float sums once to BF16, so dweight and dbias are the FP32 ones rounded, bit for bit, accumulating into an existing
+// BF16 gradient too (its value widened, added, rounded once); through autograd, a weight whose gradient dtype is BF16
+// gets them from the norm directly. LayerNorm, RMSNorm and the fused residual norm, BF16 and FP32 activations.
+TEST(LayerNorm, Bf16ParameterGradientsAreTheFp32OnesRoundedOnce) {
+  const int64_t rows = 37, cols = 96;
+  for (DType act : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(act));
+    const Tensor x = random_tensor({rows, cols}, act, 51), dy = random_tensor({rows, cols}, act, 52);
+    const Tensor w = random_tensor({cols}, DType::F32, 53), b = random_tensor({cols}, DType::F32, 54);
+    const auto saved = ops::layer_norm(x, w, b).saved;
+    const Tensor d0 = random_tensor({cols}, DType::F32, 55).to(DType::BF16), e0 = random_tensor({cols}, DType::F32, 56).to(DType::BF16);
+    const ops::LayerNormGrads wide = ops::layer_norm_backward(dy, x, w, saved, true, {Tensor(), d0.to(DType::F32), e0.to(DType::F32)});
+    const ops::LayerNormGrads low = ops::layer_norm_backward(dy, x, w, saved, true, {Tensor(), d0.clone(), e0.clone()});
+    ASSERT_EQ(low.dweight.dtype(), DType::BF16);
+    EXPECT_TRUE(mpt::testing::same_bits(low.dweight, wide.dweight.to(DType::BF16))) << "dweight";
+    EXPECT_TRUE(mpt::testing::same_bits(low.dbias, wide.dbias.to(DType::BF16))) << "dbias";
+    EXPECT_TRUE(mpt::testing::same_bits(low.dx, wide.dx)) << "dx is untouched";
+    // Through autograd: the norms' parameters with BF16 gradients against plain FP32 leaves.
+    for (int kind = 0; kind < 3; ++kind) {  // layer_norm, rms_norm, residual_layer_norm
+      SCOPED_TRACE(kind);
+      const Tensor r = random_tensor({rows, cols}, act, 57);
+      auto run = [&](bool bf16_grads) {
+        Tensor lw = w.clone().requires_grad_(true), lb = b.clone().requires_grad_(true);
+        if (bf16_grads) autograd::set_grad_dtype(lw, DType::BF16), autograd::set_grad_dtype(lb, DType::BF16);
+        Tensor y = kind == 0   ? ops::layer_norm(x, lw, lb).y
+                   : kind == 1 ? ops::rms_norm(x, lw).y
+                               : ops::residual_layer_norm(x, r, lw, lb).y;
+        y.backward(dy);
+        return std::pair{lw.grad(), lb.grad()};
+      };
+      const auto [w32, b32] = run(false);
+      const auto [w16, b16] = run(true);
+      ASSERT_EQ(w16.dtype(), DType::BF16);
+      EXPECT_TRUE(mpt::testing::same_bits(w16, w32.to(DType::BF16))) << "weight";
+      if (kind != 1) {
+        EXPECT_TRUE(mpt::testing::same_bits(b16, b32.to(DType::BF16))) << "bias";
+      }
+    }
+  }
 }

@@ -1,6 +1,8 @@
 // mpt/ops/embedding.h: embedding lookup (token or position ids into a table) and its deterministic backward.
 #pragma once
 
+#include <optional>
+
 #include "mpt/core/tensor.h"
 
 namespace mpt::ops {
@@ -16,11 +18,13 @@ Tensor embedding(const Tensor& ids, const Tensor& table);
 // dtable[v, :] += sum over positions p with ids[p] == v of dout[p, :]: deterministic. Each row's
 // gradient is accumulated in float (double for f64) over its positions in increasing order and added to
 // dtable once, on both backends (no atomics): bit-identical run to run, for any thread count, and on CPU
-// and CUDA. dout: shape ids.shape + [C], table's dtype. When `dtable` is given ([V, C], dout's dtype and
-// device, contiguous) the gradient is accumulated into it and it is returned; otherwise a new [vocab, C]
-// tensor (zeros where a token does not occur). The positions are grouped by token where dout lives: on CUDA
-// by a stable counting sort on the device (no host round trip; CPU ids are uploaded first), and an out-of-range
-// id there is a deferred device error like the forward's.
-Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t vocab, Tensor dtable = {});
+// and CUDA. dout: shape ids.shape + [C], table's dtype. When `dtable` is given ([V, C] on dout's device,
+// contiguous; dout's dtype, or bf16/f16 for an f32 dout: a BF16 gradient of an FP32 table, autograd::set_grad_dtype,
+// each row's float sum added and rounded once) the gradient is accumulated into it and it is returned; otherwise a
+// new [vocab, C] tensor of `table_dtype` (dout's when unset; the same pairs), zeros where a token does not occur.
+// The positions are grouped by token where dout lives: on CUDA by a stable counting sort on the device (no host
+// round trip; CPU ids are uploaded first), and an out-of-range id there is a deferred device error like the forward's.
+Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t vocab, Tensor dtable = {},
+                          std::optional<DType> table_dtype = std::nullopt);
 
 }  // namespace mpt::ops
