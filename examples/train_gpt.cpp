@@ -132,9 +132,9 @@ void run(const ex::Options& o) {
        .flops_per_token = model.flops_per_token(o.seq),
        .fp8_telemetry_every = o.fp8_telemetry,
        .cuda_graph = o.cuda_graph});
-  fmt::print("precision: {} (GEMMs; FP32 master weights, norms, loss and residual stream){}; {} micro-batch(es) per "
-             "step; AdamW moments {}\n", precision_name, trainer.scaler().is_enabled() ? ", dynamic loss scaling" : "",
-             o.grad_accum, o.moments);
+  fmt::print("precision: {} (GEMMs; FP32 master weights, norms and loss; residual stream {}; gradients {}){}; {} "
+             "micro-batch(es) per step; AdamW moments {}\n", precision_name, o.residual, o.grads,
+             trainer.scaler().is_enabled() ? ", dynamic loss scaling" : "", o.grad_accum, o.moments);
   // This rank's batches (its share of each global batch of ranks x --batch windows), read on a worker thread while
   // the step runs; on a GPU copied asynchronously from page-locked memory.
   mpt::data::DataLoader loader(corpus.train, {.batch = o.batch, .seq = o.seq, .rank = rank, .world = world,
