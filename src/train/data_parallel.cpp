@@ -10,6 +10,7 @@
 
 #include "mpt/amp/master_weights.h"
 #include "mpt/autograd/grad_mode.h"
+#include "mpt/autograd/node.h"
 #include "mpt/core/error.h"
 #include "mpt/core/profile.h"
 #include "mpt/ops/cast.h"
@@ -70,7 +71,8 @@ struct DataParallel::Bucket {
   std::vector<int64_t> offsets;  // of each parameter in flat
   std::vector<int64_t> counts;   // elements per owner rank (the reduce-scatter split)
   int64_t numel = 0;             // elements of flat
-  // F32: the concatenated gradients, then the reduced ones. Made at launch() and let go at finish(), where the
+  DType dtype = DType::F32;      // flat's: its parameters' gradient dtype when they share one (BF16: llm.c's), else F32
+  // The concatenated gradients (in `dtype`), then the reduced ones. Made at launch() and let go at finish(), where the
   // gradients become its views: they hold it until they are released (zero_grad), so the buckets take no memory
   // between steps (at the forward's end, where a step peaks) and the step holds no gradient twice.
   Tensor flat;
@@ -128,7 +130,7 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
   std::vector<std::vector<size_t>> groups;
   int64_t bytes = options.bucket_bytes;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t b = params_[i].numel() * 4;
+    const int64_t b = params_[i].numel() * static_cast<int64_t>(dtype_size(autograd::grad_dtype(params_[i])));
     if (groups.empty() || bytes + b > options.bucket_bytes) groups.emplace_back(), bytes = 0;
     groups.back().push_back(i);
     bytes += b;
@@ -149,6 +151,12 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
       bucket_of_[i] = buckets_.size();
     }
     b->numel = at;
+    // One gradient dtype for the whole bucket (autograd::grad_dtype, amp::Policy::grads): the bucket holds and
+    // reduces the gradients in it, and they stay its views (no copy, no FP32 bucket beside BF16 gradients).
+    const DType first = autograd::grad_dtype(params_[order.front()]);
+    const bool shared = std::all_of(order.begin(), order.end(),
+                                    [&](size_t i) { return autograd::grad_dtype(params_[i]) == first; });
+    b->dtype = shared && (first == DType::BF16 || first == DType::F32) ? first : DType::F32;
     b->is_ready.assign(order.size(), false);
     buckets_.push_back(std::move(b));
   }
@@ -236,8 +244,7 @@ void DataParallel::launch(Bucket& b) {
   const size_t np = b.params.size();
   if (!b.flat.defined()) {  // every part is written below (a gradient, or zeros)
     const std::shared_ptr<Storage> last = b.last.lock();
-    b.flat = last != nullptr ? Tensor(last, {b.numel}, {1}, 0, DType::F32)
-                             : Tensor::empty({b.numel}, DType::F32, device_);
+    b.flat = last != nullptr ? Tensor(last, {b.numel}, {1}, 0, b.dtype) : Tensor::empty({b.numel}, b.dtype, device_);
   }
   std::vector<float> used(np, 0.0f);
   for (size_t k = 0; k < np; ++k) {
@@ -280,14 +287,14 @@ void DataParallel::launch(Bucket& b) {
   switch (options_.compression) {
     case GradCompression::None:
       if (options_.zero1) {
-        b.wire = Tensor::empty({b.counts[static_cast<size_t>(comm_->rank())]}, DType::F32, device_);
+        b.wire = Tensor::empty({b.counts[static_cast<size_t>(comm_->rank())]}, b.dtype, device_);
         b.work = comm_->reduce_scatter_v(b.flat, b.wire, b.counts, dist::ReduceOp::Avg);
       } else {
         b.work = comm_->all_reduce(b.flat, dist::ReduceOp::Avg);
       }
       break;
     case GradCompression::BF16:
-      b.wire = b.flat.to(DType::BF16);
+      b.wire = b.flat.dtype() == DType::BF16 ? b.flat : b.flat.to(DType::BF16);  // BF16 gradients travel as they are
       b.work = comm_->all_reduce_on_wire(b.wire, dist::ReduceOp::Sum);
       break;
     case GradCompression::FP8: {
@@ -310,7 +317,7 @@ void DataParallel::launch(Bucket& b) {
   timing_.bytes[bucket_of_[b.params[0]]] =
       numel * (options_.compression == GradCompression::BF16  ? 2
                : options_.compression == GradCompression::FP8 ? 1
-                                                              : 4);
+                                                              : static_cast<int64_t>(dtype_size(b.dtype)));
   b.launched = true;
 }
 
@@ -340,7 +347,8 @@ void DataParallel::finish() {
     const std::vector<float> meta =
         all_used ? b.used_host : b.meta.slice(0, 0, static_cast<int64_t>(np)).to(Device::cpu()).to_vector<float>();
     if (options_.compression == GradCompression::BF16) {
-      b.flat.copy_(ops::scale(b.wire.to(DType::F32), 1.0 / n));  // the BF16 sum, averaged in F32
+      // The BF16 sum, averaged in F32 (a BF16 bucket: the same float product, rounded once into it).
+      b.flat.copy_(ops::scale(b.flat.dtype() == DType::BF16 ? b.wire : b.wire.to(DType::F32), 1.0 / n));
     } else if (options_.compression == GradCompression::FP8) {
       for (size_t k = 0; k < np; ++k) {  // g = sum * 1 / (s * n); a non-finite shared amax gives NaN everywhere
         const Tensor& p = params_[b.params[k]];

@@ -285,6 +285,55 @@ TEST(DataParallel, BucketsTakeNoMemoryBetweenSteps) {
   }
 }
 
+// BF16 gradients of the FP32 masters (autograd::set_grad_dtype, amp::Policy::grads): the buckets are BF16 and the
+// reduced gradients stay BF16 views of them (one storage per bucket, no FP32 bucket beside them), uncompressed (a
+// BF16 all-reduce, llm.c's), with ZeRO-1 and compressed. Against one process's FP32 gradients on the whole batch,
+// within ParametersAfterStepsMatchOneProcess's budget for the wire format (BF16 for the uncompressed and ZeRO-1
+// reductions: each rank's gradient is rounded once to BF16, the reduction rounds again) plus one BF16 rounding.
+TEST(DataParallel, Bf16GradientsStayInBf16BucketsAndMatchOneProcess) {
+  const auto comm = dist::world();
+  const int n = comm->size(), me = comm->rank();
+  const double nd = n, bf16_budget = 2 * nd * 0x1p-8 + 0x1p-8;
+  struct Case {
+    const char* name;
+    train::DataParallelOptions dp;
+    double tol;
+  };
+  for (const Case& c :
+       {Case{"none", {.bucket_bytes = 8 << 10}, bf16_budget},
+        Case{"zero1", {.bucket_bytes = 8 << 10, .zero1 = true}, bf16_budget},
+        Case{"bf16", {.bucket_bytes = 8 << 10, .compression = train::GradCompression::BF16}, bf16_budget},
+        Case{"fp8", {.bucket_bytes = 8 << 10, .compression = train::GradCompression::FP8}, 2 * nd * 0x1p-4 + 0x1p-8}}) {
+    SCOPED_TRACE(c.name);
+    nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));
+    for (const auto& p : model.named_parameters()) autograd::set_grad_dtype(p.tensor, DType::BF16);
+    train::DataParallel dp(model, comm, c.dp);
+    ASSERT_GT(dp.num_buckets(), 2);
+    const auto [x, y] = global_batch(n, 0);
+    model.loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2)).backward();
+    dp.finish();
+    std::set<const void*> storages;
+    for (const auto& p : model.named_parameters()) {
+      const Tensor g = p.tensor.grad();
+      if (!g.defined()) {
+        EXPECT_TRUE(c.dp.zero1) << p.name << ": no gradient";
+        continue;
+      }
+      EXPECT_EQ(g.dtype(), DType::BF16) << p.name;
+      storages.insert(g.storage().get());
+    }
+    if (!c.dp.zero1) {
+      EXPECT_EQ(static_cast<int64_t>(storages.size()), dp.num_buckets()) << "views of the buckets";
+    }
+    nn::GPT reference(tiny(100));
+    reference.loss(x, y).backward();
+    const double worst =
+        worst_difference(model.named_parameters(), reference.named_parameters(), true, c.tol, c.dp.zero1);
+    std::printf("rank %d of %d: BF16 gradients, %s: worst normwise difference %.3g (bound %.3g)\n", me, n, c.name,
+                worst, c.tol);
+  }
+}
+
 // Several SGD (momentum) steps with clipping: the parameters match one process on the whole batch, uncompressed,
 // with ZeRO-1, and compressed within the compression's rounding.
 TEST(DataParallel, ParametersAfterStepsMatchOneProcess) {

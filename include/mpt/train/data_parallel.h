@@ -16,7 +16,8 @@
 
 namespace mpt::train {
 
-// How gradients travel. None: F32. BF16: rounded to BF16, summed on the wire in BF16 (dist::Communicator::
+// How gradients travel. None: in their own dtype (F32; BF16 gradients of FP32 masters under amp::Policy::grads stay
+// BF16: llm.c's all-reduce). BF16: rounded to BF16, summed on the wire in BF16 (dist::Communicator::
 // all_reduce_on_wire), averaged in F32. FP8 (MS-AMP's FP8 all-reduce, docs/distributed.md): per parameter the
 // ranks agree on amax with a MAX all-reduce, scale s = pow2 factor for E4M3 (448 / amax, rounded down to a power of
 // two) / sqrt(size), codes = saturate(g * s) summed on the wire in E4M3, g = sum / (s * size) in F32. A parameter
@@ -25,7 +26,7 @@ enum class GradCompression { None, BF16, FP8 };
 const char* to_string(GradCompression c);
 
 struct DataParallelOptions {
-  int64_t bucket_bytes = int64_t{25} << 20;  // gradients per collective (F32 bytes)
+  int64_t bucket_bytes = int64_t{25} << 20;  // gradients per collective (bytes in the gradients' dtype)
   GradCompression compression = GradCompression::None;
   // ZeRO-1: each parameter's optimizer state lives on one rank (its owner, balanced by size); gradients are
   // reduce-scattered to the owners, each rank steps only its own parameters (build the optimizer from shard()),
