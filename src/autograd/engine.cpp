@@ -15,8 +15,9 @@ namespace mpt::autograd {
 namespace {
 
 // Sums gradients arriving at the same node input (several consumers of one tensor). They share a dtype unless a leaf
-// keeps its gradient in another dtype than its producers' (set_grad_dtype: an FP32 LayerNorm gradient beside a BF16
-// GEMM's): then the sum is taken in the wider one, and AccumulateGrad rounds it once to the leaf's.
+// keeps its gradient in a dtype that not all of its producers write (set_grad_dtype: an f16 gradient of an FP32 weight,
+// which a GEMM writes in f16 and a norm in FP32): then the sum is taken in the wider one, and AccumulateGrad rounds it
+// once to the leaf's.
 void accumulate_into(Tensor& slot, const Tensor& g) {
   if (!g.defined()) return;
   if (!slot.defined()) {
