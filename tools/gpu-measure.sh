@@ -5,7 +5,7 @@
 #   PACK     the folder gpu-pack.sh filled (default .gpu)
 #   SECONDS  the budget: a step starts only while half its own limit is left (default 400)
 #   STEPS    comma-separated subset, in this order (default all): tests, gpt2 (llm.c and mptrain at batch 8 and 32,
-#            eager and CUDA graph, FP32 and BF16 residual streams), kernels (--kernel-times of GPT-2 bf16 and 1.3B fp8-delayed), fp8 (bench_fp8 and
+#            eager and CUDA graph, PyTorch AMP's FP32 stream and gradients and llm.c's BF16 ones), kernels (--kernel-times of GPT-2 bf16 and 1.3B fp8-delayed), fp8 (bench_fp8 and
 #            the 124M / 350M / 1.3B shapes in every recipe), baseline (the packed baseline's bench_train and
 #            bench_fp8 beside the new ones), converge (issue 32's loss target: train_gpt at GPT-2 124M's shape on
 #            tinyshakespeare, BF16 against each FP8 recipe with every layer FP8, final validation losses compared),
@@ -58,11 +58,12 @@ if wanted gpt2; then
   step mptrain-b8 60 "$bt" $gpt2 --batch 8 --precision bf16 --warmup 3 --steps 10 --cuda-graph --json "$res/gpt2-b8-bf16.json"
   [ -d "$pack/llmc" ] && step llmc-b32 60 bash -c "$(llmc_cmd 32)"
   step mptrain-b32 60 "$bt" $gpt2 --batch 32 --precision bf16 --warmup 2 --steps 6 --cuda-graph --json "$res/gpt2-b32-bf16.json"
-  # llm.c's own regime: the residual stream in BF16 (docs/numerics.md, "The residual stream").
-  step mptrain-b8-bf16-stream 60 "$bt" $gpt2 --batch 8 --precision bf16 --residual bf16 --warmup 3 --steps 10 \
-    --cuda-graph --json "$res/gpt2-b8-bf16-stream.json"
-  step mptrain-b32-bf16-stream 60 "$bt" $gpt2 --batch 32 --precision bf16 --residual bf16 --warmup 2 --steps 6 \
-    --cuda-graph --json "$res/gpt2-b32-bf16-stream.json"
+  # llm.c's own regime: the residual stream and the masters' gradients in BF16 (docs/numerics.md, "The residual
+  # stream", "BF16 gradients").
+  step mptrain-b8-llmc-regime 60 "$bt" $gpt2 --batch 8 --precision bf16 --residual bf16 --grads bf16 --warmup 3 \
+    --steps 10 --cuda-graph --json "$res/gpt2-b8-llmc-regime.json"
+  step mptrain-b32-llmc-regime 60 "$bt" $gpt2 --batch 32 --precision bf16 --residual bf16 --grads bf16 --warmup 2 \
+    --steps 6 --cuda-graph --json "$res/gpt2-b32-llmc-regime.json"
 fi
 if wanted kernels; then
   step kernels-gpt2-bf16 60 "$bt" $gpt2 --batch 8 --precision bf16 --warmup 3 --steps 3 --kernel-times 50 --profile 30 \
@@ -82,8 +83,8 @@ if wanted fp8; then
   for p in fp8-delayed fp8-current fp8-block; do
     step "1.3b-$p-auto" 60 "$bt" $m13 --precision $p $cal --warmup 2 --steps 5 --json "$res/1.3b-$p-auto.json"
   done
-  for p in bf16 fp8-delayed; do  # both sides with the BF16 residual stream
-    step "1.3b-$p-bf16-stream" 60 "$bt" $m13 --precision $p $cal --residual bf16 --warmup 2 --steps 5 \
+  for p in bf16 fp8-delayed; do  # both sides with the BF16 residual stream and BF16 gradients
+    step "1.3b-$p-bf16-stream" 60 "$bt" $m13 --precision $p $cal --residual bf16 --grads bf16 --warmup 2 --steps 5 \
       --json "$res/1.3b-$p-bf16-stream.json"
   done
   for n in bf16 fp8-delayed-all fp8-delayed-auto; do

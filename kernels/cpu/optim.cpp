@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/map.h"
+#include "kernels/math/elementwise.h"
 #include "kernels/math/opmath.h"
 
 namespace mpt::kernels::cpu {
@@ -218,6 +219,17 @@ void unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const f
   if (found) *found_inf = 1.0f;
 }
 
+template <class G>
+void add_multi(G* const* dst, const G* const* src, const int64_t* sizes, int64_t count) {
+  for (int64_t k = 0; k < count; ++k) {
+    G* d = dst[k];
+    const G* s = src[k];
+    const int64_t n = sizes[k];
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) d[i] = math::store<G>(math::AddOp{}(math::load(d[i]), math::load(s[i])));
+  }
+}
+
 void grad_scaler_update(const math::ScalerUpdate& u, const float* const* found_inf, int64_t count, float* scale,
                         float* inv, int32_t* trackers) {
   float found = 0.0f;
@@ -244,6 +256,10 @@ template void unscale_check<float>(float* const*, const int64_t*, int64_t, const
 template void unscale_check<double>(double* const*, const int64_t*, int64_t, const float*, float*);
 template void unscale_check<bf16>(bf16* const*, const int64_t*, int64_t, const float*, float*);
 template void unscale_check<f16>(f16* const*, const int64_t*, int64_t, const float*, float*);
+template void add_multi<float>(float* const*, const float* const*, const int64_t*, int64_t);
+template void add_multi<double>(double* const*, const double* const*, const int64_t*, int64_t);
+template void add_multi<bf16>(bf16* const*, const bf16* const*, const int64_t*, int64_t);
+template void add_multi<f16>(f16* const*, const f16* const*, const int64_t*, int64_t);
 #undef MPT_INSTANTIATE_FLOAT_PARAMS
 #undef MPT_INSTANTIATE_ADAMW
 

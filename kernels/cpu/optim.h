@@ -1,5 +1,5 @@
-// kernels/cpu/optim.h: multi-tensor AdamW (f32 / bf16 / 8-bit moments), SGD with momentum and the fused AMP
-// unscale + inf/NaN check on the CPU.
+// kernels/cpu/optim.h: multi-tensor AdamW (f32 / bf16 / 8-bit moments), SGD with momentum, the fused AMP
+// unscale + inf/NaN check and the multi-tensor gradient add on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,11 @@ void sgd_step(const math::SgdTensor<P, G>* tensors, int64_t count, const math::S
 // NaN (never cleared), and g *= *inv_scale in place unless *inv_scale == 1. G: float, double, bf16, f16.
 template <class G>
 void unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const float* inv_scale, float* found_inf);
+
+// dst[k][i] += src[k][i] for each of `count` pairs of arrays of sizes[k] elements (math::AddOp in opmath: what
+// ops::add_ computes, bit for bit). G: float, double, bf16, f16.
+template <class G>
+void add_multi(G* const* dst, const G* const* src, const int64_t* sizes, int64_t count);
 
 // math::grad_scaler_update of the scaler state from the sum of `count` found_inf flags.
 void grad_scaler_update(const math::ScalerUpdate& u, const float* const* found_inf, int64_t count, float* scale,

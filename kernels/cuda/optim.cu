@@ -1,11 +1,12 @@
-// kernels/cuda/optim.cu: multi-tensor optimizer kernels over a tensor table passed as a kernel argument, applying
-// the math of kernels/math/optim.h (the same operations in the same order as kernels/cpu/optim.cpp).
+// kernels/cuda/optim.cu: multi-tensor optimizer and gradient kernels over a tensor table passed as a kernel argument,
+// applying the math of kernels/math/optim.h (the same operations in the same order as kernels/cpu/optim.cpp).
 #include <algorithm>
 #include <climits>
 #include <type_traits>
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/optim.h"
+#include "kernels/math/elementwise.h"
 #include "kernels/math/opmath.h"
 #include "kernels/math/reduce.h"
 #include "kernels/math/rounded.h"
@@ -268,6 +269,26 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
+template <class G>
+struct AddSlot {
+  G* dst;
+  const G* src;
+  int64_t n;
+};
+
+// dst += src, chunk by chunk: what the elementwise add kernel computes per element.
+template <class G>
+__global__ void __launch_bounds__(kThreads) add_multi_kernel(const TensorTable<AddSlot<G>> table) {
+  const int s = table_slot(table);
+  const AddSlot<G> t = table.tensors[s];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < kIlp; ++k) {
+    const int64_t i = begin + k * kThreads;
+    if (i < t.n) t.dst[i] = math::store<G>(math::AddOp{}(math::load(t.dst[i]), math::load(t.src[i])));
+  }
+}
+
 // Fills tables of up to kMax tensors (ceil(n / per_block) thread blocks each) and calls launch(table, blocks)
 // for each; empty tensors are skipped.
 template <class T, class Launch>
@@ -352,6 +373,13 @@ void add_traffic(Traffic& tr, const math::SgdTensor<float, G>& t) {
 template <class G>
 void add_traffic(Traffic& tr, const GradSlot<G>& t) {
   tr.read += static_cast<uint64_t>(t.n) * sizeof(G);
+  tr.written += static_cast<uint64_t>(t.n) * sizeof(G);
+}
+
+// The add: both read, dst written.
+template <class G>
+void add_traffic(Traffic& tr, const AddSlot<G>& t) {
+  tr.read += 2 * static_cast<uint64_t>(t.n) * sizeof(G);
   tr.written += static_cast<uint64_t>(t.n) * sizeof(G);
 }
 
@@ -454,6 +482,26 @@ cudaError_t sum_squares_multi(const G* const* xs, const int64_t* sizes, int64_t 
   return cudaSuccess;
 }
 
+template <class G>
+cudaError_t add_multi(G* const* dst, const G* const* src, const int64_t* sizes, int64_t count, cudaStream_t stream) {
+  if (count < 0 || (count > 0 && (dst == nullptr || src == nullptr || sizes == nullptr))) return cudaErrorInvalidValue;
+  constexpr int64_t kBatch = 256;  // descriptors converted per pass (host stack)
+  for (int64_t k0 = 0; k0 < count; k0 += kBatch) {
+    AddSlot<G> slots[kBatch];
+    const int64_t m = count - k0 < kBatch ? count - k0 : kBatch;
+    for (int64_t k = 0; k < m; ++k) {
+      if (sizes[k0 + k] > 0 && (dst[k0 + k] == nullptr || src[k0 + k] == nullptr)) return cudaErrorInvalidValue;
+      slots[k] = AddSlot<G>{dst[k0 + k], src[k0 + k], sizes[k0 + k]};
+    }
+    const cudaError_t e = launch_tables(slots, m, kDenseChunk, [&](const auto& table, int64_t blocks) {
+      const Traffic tr = table_traffic(table);
+      return launch(add_multi_kernel<G>, config_for(blocks, stream, tr.read, tr.written), table);
+    });
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t grad_scaler_update(const math::ScalerUpdate& u, const float* const* found_inf, int64_t count,
                                float* scale, float* inv, int32_t* trackers, cudaStream_t stream) {
   if (count < 0 || count > kMaxFoundInf || (count > 0 && found_inf == nullptr) || scale == nullptr ||
@@ -482,7 +530,8 @@ cudaError_t grad_scaler_update(const math::ScalerUpdate& u, const float* const* 
   template cudaError_t sgd_step<G>(const math::SgdTensor<float, G>*, int64_t, const math::SgdCoefficients<double>&, \
                                    math::StepGuards, cudaStream_t);                                                 \
   template cudaError_t sum_squares_multi<G>(const G* const*, const int64_t*, int64_t, float*, cudaStream_t);        \
-  template cudaError_t unscale_check<G>(G* const*, const int64_t*, int64_t, const float*, float*, cudaStream_t);
+  template cudaError_t unscale_check<G>(G* const*, const int64_t*, int64_t, const float*, float*, cudaStream_t);     \
+  template cudaError_t add_multi<G>(G* const*, const G* const*, const int64_t*, int64_t, cudaStream_t);
 MPT_FOR_CUDA_FLOAT_TYPES(MPT_INSTANTIATE)
 #undef MPT_INSTANTIATE
 

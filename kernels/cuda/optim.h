@@ -1,5 +1,5 @@
-// kernels/cuda/optim.h: multi-tensor AdamW, SGD and the fused AMP unscale + inf/NaN check on a CUDA stream
-// (the CPU twins are in kernels/cpu/optim.h).
+// kernels/cuda/optim.h: multi-tensor AdamW, SGD, the fused AMP unscale + inf/NaN check and the gradient add on a
+// CUDA stream (the CPU twins are in kernels/cpu/optim.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,6 +32,12 @@ cudaError_t sgd_step(const math::SgdTensor<float, G>* tensors, int64_t count, co
 template <class G>
 cudaError_t unscale_check(G* const* grads, const int64_t* sizes, int64_t count, const float* inv_scale,
                           float* found_inf, cudaStream_t stream);
+
+// dst[k][i] += src[k][i] for each of `count` pairs of device arrays of sizes[k] elements: kernels/cpu/optim.h's
+// add_multi, bit for bit, in one launch per table (backward's small gradient adds: src/autograd/leaf_adds.h).
+// G in {float, bf16, f16}.
+template <class G>
+cudaError_t add_multi(G* const* dst, const G* const* src, const int64_t* sizes, int64_t count, cudaStream_t stream);
 
 // Gradient clipping's norm without a launch per tensor: partials[b] = the sum of squares (f32) of the b-th chunk of
 // 2048 elements, tensor by tensor in order, sum_squares_partials(sizes, count) of them; then sqrt_of_sum

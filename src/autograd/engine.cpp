@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/leaf_adds.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
 #include "mpt/core/profile.h"
@@ -120,6 +121,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 
   NoGradGuard no_grad;  // backward functions do not record (no double backward)
   const RetainScope retain(retain_graph || t_retaining);
+  detail::LeafAdds leaf_adds;  // small adds into leaves' gradients, made together at the end (autograd/leaf_adds.h)
   // Leaves whose gradient a producer added straight into the leaf's .grad (Node::apply_partial with the leaf's own
   // gradient: a later micro-batch, beta = 1): their slot holds that .grad, later arrivals are added into it in place,
   // and their AccumulateGrad only runs its hooks.
@@ -190,6 +192,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     if (!retain_graph && acc == nullptr) node->release();
     alive.erase(node);  // frees the node now if no tensor holds it any more
   }
+  leaf_adds.flush();
 }
 
 bool retaining_graph() noexcept { return t_retaining; }

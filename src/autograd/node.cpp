@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "autograd/leaf_adds.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/elementwise.h"
 
@@ -83,7 +84,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
                       g.storage()->nbytes() - g.nbytes() <= g.nbytes() / 8;
     leaf_->grad = sole ? g : g.dtype() == want ? g.clone() : g.to(want);
   } else {
-    ops::add_(leaf_->grad, g.dtype() == leaf_->grad.dtype() ? g : g.to(leaf_->grad.dtype()));
+    const Tensor add = g.dtype() == leaf_->grad.dtype() ? g : g.to(leaf_->grad.dtype());
+    // Nothing reads a leaf without hooks before the pass ends: a small add waits to be made with the others.
+    if (!leaf_->post_accumulate_hooks.empty() || !detail::LeafAdds::defer(leaf_->grad, add)) ops::add_(leaf_->grad, add);
   }
   return {};
 }

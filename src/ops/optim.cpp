@@ -1,5 +1,5 @@
-// src/ops/optim.cpp: multi-tensor AdamW / SGD steps and the AMP unscale check: checks, one dtype dispatch per
-// call, then the CPU kernel or the CUDA launcher over the whole list.
+// src/ops/optim.cpp: multi-tensor AdamW / SGD steps, the AMP unscale check and the multi-tensor scale and add:
+// checks, one dtype dispatch per call, then the CPU kernel or the CUDA launcher over the whole list.
 #include "mpt/ops/optim.h"
 
 #include <algorithm>
@@ -399,6 +399,52 @@ void mul_(std::span<const Tensor> tensors, const Tensor& factor) {
     it->second.push_back(t);
   }
   for (const auto& [dtype, list] : by_dtype) non_finite_check_and_unscale_(list, unused, factor);
+}
+
+void add_(std::span<const Tensor> dst, std::span<const Tensor> src) {
+  constexpr const char* op = "foreach add_";
+  MPT_CHECK(dst.size() == src.size(), "[{}] {} tensors to add into but {} to add", op, dst.size(), src.size());
+  if (dst.empty()) return;
+  MPT_CHECK(dst[0].defined(), "[{}] slot 0: dst is an undefined tensor", op);
+  const Device dev = dst[0].device();
+  std::vector<Tensor> sources;
+  sources.reserve(src.size());
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const auto k = static_cast<int64_t>(i);
+    check_in_place(dst[i], dev, "dst", k, op);
+    MPT_CHECK(src[i].defined(), "[{}] slot {}: src is an undefined tensor", op, k);
+    check_tensor(src[i].contiguous(), dev, dst[i].dtype(), dst[i].shape(), "src", k, op);
+    MPT_CHECK(!autograd::any_requires_grad({&dst[i], &src[i]}),
+              "[{}] slot {}: in-place updates are not recorded by autograd, and {} or {} requires grad", op, k,
+              dst[i].meta_str(), src[i].meta_str());
+    MPT_CHECK(!src[i].shares_storage(dst[i]), "[{}] slot {}: src {} shares storage with dst {}", op, k,
+              src[i].meta_str(), dst[i].meta_str());
+    MPT_CHECK(dev.is_cpu() || dst[i].dtype() != DType::F64, "[{}] slot {}: f64 is CPU-only, got {}", op, k,
+              dst[i].meta_str());
+    sources.push_back(src[i].contiguous());
+  }
+  // One launch per dtype, the pairs of each in order.
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
+    std::vector<void*> ds;
+    std::vector<const void*> ss;
+    std::vector<int64_t> ns;
+    for (size_t i = 0; i < dst.size(); ++i) {
+      if (dst[i].dtype() != dt) continue;
+      ds.push_back(dst[i].data_ptr()), ss.push_back(sources[i].data_ptr()), ns.push_back(dst[i].numel());
+    }
+    if (ds.empty()) continue;
+    detail::visit_float(dt, op, [&](auto tag) {
+      using G = decltype(tag);
+      auto* d = reinterpret_cast<G* const*>(ds.data());
+      auto* s = reinterpret_cast<const G* const*>(ss.data());
+      const auto m = static_cast<int64_t>(ds.size());
+      if (dev.is_cpu()) {
+        kernels::cpu::add_multi(d, s, ns.data(), m);
+      } else if constexpr (!std::is_same_v<G, double>) {
+        MPT_CUDA_KERNEL(kernels::cuda::add_multi(d, s, ns.data(), m, static_cast<cudaStream_t>(detail::stream_of(dev))));
+      }
+    });
+  }
 }
 
 Tensor dynamic_quantization_map(bool is_signed) {

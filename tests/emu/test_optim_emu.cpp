@@ -1,10 +1,12 @@
-// tests/emu/test_optim_emu.cpp: the CUDA optimizer kernels under the emulation harness against the CPU kernels.
+// tests/emu/test_optim_emu.cpp: the CUDA optimizer and multi-tensor gradient kernels under the emulation harness
+// against the CPU kernels.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "cuda_emu/counters.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/math/numerics.h"
@@ -18,6 +20,7 @@
 namespace {
 
 namespace km = mpt::kernels::math;
+namespace emu = mpt::cuda_emu;
 
 template <class T>
 std::vector<T> random_values(int64_t n, uint64_t seed, double scale = 1.0) {
@@ -205,6 +208,50 @@ TEST(OptimEmu, UnscaleMatchesCpuBitForBit) {
   check_unscale<float>(1.0f);
   check_unscale<mpt::bf16>(0.3f);
   check_unscale<mpt::f16>(0.7f);
+}
+
+template <class G>
+void check_add_multi() {
+  // Sizes across the 2048-element chunks, more pairs than one table holds (68): several launches, in order.
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < 75; ++k) sizes.push_back(k % 5 == 0 ? 2049 + k : 3 + 37 * k);
+  sizes[4] = 0;  // an empty pair is skipped
+  std::vector<std::vector<G>> host, dev, src;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    host.push_back(random_values<G>(sizes[k], 300 + k, 50.0));
+    src.push_back(random_values<G>(sizes[k], 500 + k, 50.0));
+  }
+  dev = host;
+  std::vector<G*> pc, pe;
+  std::vector<const G*> ps;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    pc.push_back(host[k].data()), pe.push_back(dev[k].data()), ps.push_back(src[k].data());
+  }
+  const auto count = static_cast<int64_t>(sizes.size());
+  mpt::kernels::cpu::add_multi(pc.data(), ps.data(), sizes.data(), count);
+  emu::reset_counters();
+  ASSERT_EQ(mpt::kernels::cuda::add_multi(pe.data(), ps.data(), sizes.data(), count, nullptr), cudaSuccess);
+  EXPECT_EQ(emu::counters().kernel_launches, 2u);
+  for (size_t k = 0; k < sizes.size(); ++k) EXPECT_TRUE(same_bits(host[k], dev[k])) << "pair " << k;
+  // And each sum is the f32 add rounded once to G (a float64 reference of two values that are exact in f32).
+  const std::vector<G> before = random_values<G>(sizes[1], 301, 50.0);
+  for (int64_t i = 0; i < sizes[1]; ++i) {
+    const double want =
+        static_cast<double>(static_cast<float>(before[i])) + static_cast<double>(static_cast<float>(src[1][i]));
+    EXPECT_EQ(static_cast<float>(host[1][i]), static_cast<float>(G(static_cast<float>(want)))) << "element " << i;
+  }
+}
+
+TEST(OptimEmu, MultiTensorAddMatchesCpuBitForBit) {
+  check_add_multi<float>();
+  check_add_multi<mpt::bf16>();
+  check_add_multi<mpt::f16>();
+  float x = 0;
+  float* d[1] = {nullptr};
+  const float* s[1] = {&x};
+  const int64_t n[1] = {4};
+  EXPECT_EQ(mpt::kernels::cuda::add_multi(d, s, n, 1, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(mpt::kernels::cuda::add_multi<float>(nullptr, s, n, 1, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(OptimEmu, RejectsInvalidArguments) {

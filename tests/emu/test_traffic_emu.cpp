@@ -459,6 +459,14 @@ TEST(TrafficEmu, AdamW8bitSgdUnscaleScaler) {
   ASSERT_EQ(cuda::unscale_check(grads, sizes, 2, &inv, &found, nullptr), cudaSuccess);
   EXPECT_TRAFFIC((n + 100) * 2 + 4, (n + 100) * 2, 1);  // grads read and rewritten, inv_scale read
 
+  auto gs = filled<bf16>(n);
+  bf16* dst[2] = {gb.data(), gb.data() + n / 2};
+  const bf16* src[2] = {gs.data(), gs.data()};
+  const int64_t halves[2] = {n / 2, 100};
+  emu::reset_counters();
+  ASSERT_EQ(cuda::add_multi(dst, src, halves, 2, nullptr), cudaSuccess);
+  EXPECT_TRAFFIC((n / 2 + 100) * 2 * 2, (n / 2 + 100) * 2, 1);  // both read, dst written
+
   float scale = 1024.0f, scale_inv = 1.0f / 1024;
   int32_t trackers[3] = {0, 1, 0};
   const float* flags[2] = {&found, &found};

@@ -1,4 +1,6 @@
-// tests/gpu/test_optim_gpu.cpp: the fused optimizer ops (AdamW with f32/bf16/8-bit moments, SGD, unscale + found_inf) on cuda:0 against the CPU (bit-exact under emulation; skipped without a GPU).
+// tests/gpu/test_optim_gpu.cpp: the fused optimizer ops (AdamW with f32/bf16/8-bit moments, SGD, unscale + found_inf,
+// the multi-tensor add and backward's batched leaf adds) on cuda:0 against the CPU (bit-exact under emulation; skipped
+// without a GPU).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -174,6 +176,80 @@ TEST(GpuOptimOps, NonFiniteCheckAndUnscaleMatchesCpu) {
         }
       }
     }
+  }
+}
+
+// The multi-tensor add is ops::add_ pair by pair, bit for bit on both backends (one f32 add, rounded once to the
+// storage dtype), dtypes mixed in one list; and the element-wise add on the CPU is the reference.
+TEST(GpuOptimOps, MultiTensorAddIsTheElementwiseAddOfEveryPair) {
+  MPT_REQUIRE_GPU(8);
+  std::vector<Tensor> dst_cpu, src_cpu, dst_gpu, src_gpu, want;
+  const std::vector<DType> dtypes = {DType::F32, DType::BF16, DType::F16, DType::BF16, DType::F32};
+  for (size_t i = 0; i < kSizes.size(); ++i) {
+    const Tensor d = random_tensor({kSizes[i]}, dtypes[i], 700 + i, 3.0);
+    const Tensor x = random_tensor({kSizes[i]}, dtypes[i], 800 + i, 3.0);
+    want.push_back(ops::add(d, x));
+    dst_cpu.push_back(d.clone()), src_cpu.push_back(x);
+    dst_gpu.push_back(to_gpu(d)), src_gpu.push_back(to_gpu(x));
+  }
+  ops::add_(dst_cpu, src_cpu);
+  ops::add_(dst_gpu, src_gpu);
+  for (size_t i = 0; i < kSizes.size(); ++i) {
+    const std::string n = "pair " + std::to_string(i) + " " + std::string(dtype_name(dtypes[i]));
+    expect_match(dst_cpu[i], want[i], Match::exact(testing::Tolerance{0, 0}), n + " cpu");
+    expect_match(dst_gpu[i], want[i], Match::exact(testing::Tolerance{0, 0}), n + " cuda");
+  }
+  // Bad lists are refused with the slot and what was expected.
+  const std::vector<Tensor> one = {dst_gpu[0]};
+  EXPECT_THROW(ops::add_(one, std::vector<Tensor>{}), Error);
+  EXPECT_THROW(ops::add_(one, std::vector<Tensor>{src_gpu[1]}), Error);               // another shape and dtype
+  EXPECT_THROW(ops::add_(one, std::vector<Tensor>{src_cpu[0]}), Error);               // another device
+  EXPECT_THROW(ops::add_(one, std::vector<Tensor>{src_gpu[0].to(DType::BF16)}), Error);  // another dtype
+  EXPECT_THROW(ops::add_(one, one), Error);                                           // the same storage
+  try {
+    ops::add_(std::vector<Tensor>{dst_gpu[0], dst_gpu[1]}, std::vector<Tensor>{src_gpu[0], src_gpu[0]});
+    ADD_FAILURE() << "a mismatched second pair was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slot 1"), std::string::npos) << e.what();
+  }
+}
+
+// A second backward into existing CUDA gradients: the small ones (norm-like vectors here) are added at the end of the
+// pass in one multi-tensor launch, and the sums are those of the CPU, where every add is made at once. A leaf with a
+// post-accumulate hook is added into before its hook runs (the hook sees the sum); nothing is deferred past the pass.
+TEST(GpuOptimOps, BackwardsSmallLeafAddsMatchTheCpusAndPrecedeHooks) {
+  MPT_REQUIRE_GPU(8);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const std::string n = std::string(dtype_name(dt));
+    auto leaves = [&](Device dev) {
+      std::vector<Tensor> out;
+      for (int64_t i = 0; i < 4; ++i) {
+        Tensor t = random_tensor({96 + 32 * i}, dt, 900 + i, 1.0).to(dev);
+        t.requires_grad_();
+        out.push_back(t);
+      }
+      return out;
+    };
+    std::vector<Tensor> cpu = leaves(Device::cpu()), gpu = leaves(Device::cuda(0));
+    std::vector<Tensor> hook_saw;
+    gpu[3].register_post_accumulate_grad_hook([&](const Tensor& leaf) { hook_saw.push_back(to_cpu(leaf.grad())); });
+    auto pass = [&](const std::vector<Tensor>& ls, int k) {
+      Tensor loss;
+      for (size_t i = 0; i < ls.size(); ++i) {
+        const Tensor w = random_tensor(ls[i].shape(), dt, 1000 + 10 * k + static_cast<int64_t>(i), 1.0)
+                             .to(ls[i].device());
+        const Tensor term = ops::sum(ops::mul(ls[i], w));
+        loss = loss.defined() ? ops::add(loss, term) : term;
+      }
+      loss.backward();
+    };
+    for (int k = 0; k < 3; ++k) pass(cpu, k), pass(gpu, k);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      expect_match(gpu[i].grad(), cpu[i].grad(), Match::exact(testing::Tolerance{0, 0}),
+                   n + " leaf " + std::to_string(i));
+    }
+    ASSERT_EQ(hook_saw.size(), 3u) << n;
+    expect_match(hook_saw.back(), cpu[3].grad(), Match::exact(testing::Tolerance{0, 0}), n + " the hook's view");
   }
 }
 

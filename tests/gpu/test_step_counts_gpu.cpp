@@ -5,6 +5,7 @@
 #if defined(MPT_CUDA_EMULATION)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -357,6 +358,29 @@ TEST(GpuStepCounts, LaterMicroBatchesAddTheirWeightGradientsInTheGemms) {
     std::printf("%-18s elementwise bytes written %llu, 2-d weight gradients %llu bytes\n", precision.c_str(),
                 static_cast<unsigned long long>(mapped), static_cast<unsigned long long>(matrices));
     EXPECT_LT(mapped, matrices) << precision << ": the weight gradients were added outside their GEMMs";
+  }
+}
+
+// The small gradients a later micro-batch adds into the first one's (the norms' weights and biases, the Linears'
+// biases: new tensors of a few dozen elements here, where the GEMMs add theirs in place) are added at the end of its
+// backward in one multi-tensor launch, not in a launch each (autograd/leaf_adds.h): one per later micro-batch, writing
+// exactly the vector parameters' FP32 gradients and, at this toy size, the tied table's (vocabulary 65 pads the LM
+// head to 128 rows, too many spare ones for the first micro-batch to keep its GEMM's output as the gradient, so later
+// GEMMs cannot add into it in place; GPT-2's 50257 -> 50304 can, and its 154 MB table is above the 1 MiB limit anyway).
+TEST(GpuStepCounts, LaterMicroBatchesAddTheirSmallGradientsInOneLaunch) {
+  MPT_REQUIRE_GPU(8);
+  for (const std::string precision : {"bf16", "fp8-delayed"}) {
+    std::vector<emu::KernelSite> sites;
+    step_sites(precision, nullptr, &sites);
+    uint64_t vectors = 0;
+    for (const NamedParameter& p : TrainLoop(precision).model().named_parameters())
+      if (p.tensor.dim() == 1 || p.name == "wte.weight") vectors += static_cast<uint64_t>(p.tensor.numel()) * 4;
+    const auto it = std::find_if(sites.begin(), sites.end(),
+                                 [](const emu::KernelSite& k) { return k.name == "optim.cu add_multi"; });
+    ASSERT_NE(it, sites.end()) << precision << ": no batched gradient add";
+    EXPECT_EQ(it->launches, static_cast<uint64_t>(kAccum - 1)) << precision;
+    EXPECT_EQ(it->bytes_written, vectors) << precision << ": every vector gradient, once";
+    EXPECT_EQ(it->bytes_read, 2 * vectors) << precision;
   }
 }
 

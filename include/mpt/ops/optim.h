@@ -1,5 +1,5 @@
 // mpt/ops/optim.h: fused multi-tensor optimizer steps (AdamW with f32 / bf16 / 8-bit moments, SGD with momentum)
-// and the AMP unscale + inf/NaN check, on lists of tensors.
+// and the AMP unscale + inf/NaN check, the multi-tensor scale and add, on lists of tensors.
 #pragma once
 
 #include <span>
@@ -121,6 +121,12 @@ Tensor clip_coefficient(const Tensor& total_norm, double max_norm);
 // Every tensor (contiguous, one device and dtype) multiplied in place by the 0-d `factor` on their device (f32;
 // f64 for f64 tensors), one multi-tensor launch; a factor of exactly 1 keeps their bits.
 void mul_(std::span<const Tensor> tensors, const Tensor& factor);
+
+// PyTorch's torch._foreach_add_: dst[k] += src[k] for every pair, each what ops::add_(dst[k], src[k]) computes, bit
+// for bit, in one multi-tensor launch per dtype on CUDA (backward's small gradient adds: src/autograd/leaf_adds.h).
+// Pairs share a device; within a pair the dtype (F32, BF16, F16; F64 on the CPU) and shape match, dst is contiguous
+// and src shares no storage with dst; no tensor may require grad.
+void add_(std::span<const Tensor> dst, std::span<const Tensor> src);
 
 // The bitsandbytes dynamic quantization map (256 sorted F32 values on the CPU): signed for m, unsigned for v.
 Tensor dynamic_quantization_map(bool is_signed);
