@@ -170,7 +170,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     auto* acc = dynamic_cast<AccumulateGrad*>(node);
     // A leaf's node runs once all paths into it have delivered: its gradient is final for this pass, so the hooks
     // fire now (the data-parallel layer starts communicating a bucket while backward continues).
-    if (acc != nullptr && any) acc->run_hooks();
+    if (acc != nullptr && any && !leaf_adds.holds_hooks(acc)) acc->run_hooks();  // else after the batched adds
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& e = edges[i];
       if (!e.fn) continue;

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
+#include "mpt/autograd/node.h"
 #include "mpt/core/tensor.h"
 
 namespace mpt::autograd::detail {
@@ -23,13 +25,20 @@ class LeafAdds {
   LeafAdds(const LeafAdds&) = delete;
   LeafAdds& operator=(const LeafAdds&) = delete;
 
+  // Makes the pending adds, then runs the hooks held for after them.
   void flush();
   // Takes `grad += g` for later when a pass collects on this thread and the add qualifies: a CUDA gradient, g of its
-  // dtype, both contiguous, g at most kMaxBytes. False: the caller adds now.
-  static bool defer(const Tensor& grad, const Tensor& g);
+  // dtype, both contiguous, g at most kMaxBytes. `hooks`: the leaf's node, whose post-accumulate hooks then run after
+  // the add (only while an autograd::HooksMayWait is alive: else a leaf with hooks is added into at once). False:
+  // the caller adds now (and runs the hooks).
+  static bool defer(const Tensor& grad, const Tensor& g, std::shared_ptr<AccumulateGrad> hooks = nullptr);
+  static bool hooks_may_wait();
+  // Whether this pass holds `node`'s hooks for its end (the engine then does not run them now).
+  bool holds_hooks(const Node* node) const;
 
  private:
   std::vector<Tensor> dst_, src_;
+  std::vector<std::shared_ptr<AccumulateGrad>> hooks_;
   size_t bytes_ = 0;
   LeafAdds* outer_;
 };

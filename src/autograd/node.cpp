@@ -85,8 +85,13 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
     leaf_->grad = sole ? g : g.dtype() == want ? g.clone() : g.to(want);
   } else {
     const Tensor add = g.dtype() == leaf_->grad.dtype() ? g : g.to(leaf_->grad.dtype());
-    // Nothing reads a leaf without hooks before the pass ends: a small add waits to be made with the others.
-    if (!leaf_->post_accumulate_hooks.empty() || !detail::LeafAdds::defer(leaf_->grad, add)) ops::add_(leaf_->grad, add);
+    // Nothing reads a leaf without hooks before the pass ends (nor one whose hooks may wait for it: HooksMayWait):
+    // a small add waits to be made with the others.
+    const bool hooks = !leaf_->post_accumulate_hooks.empty();
+    if (!detail::LeafAdds::defer(leaf_->grad, add,
+                                 hooks ? std::static_pointer_cast<AccumulateGrad>(shared_from_this()) : nullptr)) {
+      ops::add_(leaf_->grad, add);
+    }
   }
   return {};
 }

@@ -191,6 +191,58 @@ TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
   EXPECT_THROW(comm->all_gather(in, cpu_out), Error);
 }
 
+// Gradient accumulation under NoSync: the hooks having nothing to do, the small gradient adds of a later micro-batch
+// are batched into one launch at the end of its pass (autograd::HooksMayWait), the hooks running after them; the
+// synchronised last micro-batch adds at once, its hooks launching the buckets. The gradients after finish() and the
+// parameters after two SGD steps keep the bits of plain training on the same three micro-batches.
+TEST(GpuDataParallel, NoSyncMicroBatchesBatchTheirSmallGradientAdds) {
+  MPT_REQUIRE_GPU(8);
+  const Device d = Device::cuda(0);
+  nn::GPT plain(tiny(7, d)), wrapped(tiny(7, d));
+  train::DataParallel dp(wrapped, dist::single_process(), {.bucket_bytes = 16 << 10});
+  optim::SGD plain_opt(optim::weight_decay_groups(plain.named_parameters(), 0.0), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt(dp.shard(optim::weight_decay_groups(wrapped.named_parameters(), 0.0)), {.lr = 0.1, .momentum = 0.9});
+  for (int s = 0; s < 2; ++s) {
+    for (int m = 0; m < 3; ++m) {
+      const auto [x, y] = global_batch(1, 3 * s + m);
+      plain.loss(x.to(d), y.to(d)).backward();
+      const Tensor loss = wrapped.loss(x.to(d), y.to(d));
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::set_kernel_sites(true);
+      cuda_emu::reset_counters();
+#endif
+      if (m < 2) {
+        train::DataParallel::NoSync no_sync(dp);
+        loss.backward();
+      } else {
+        loss.backward();
+      }
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::set_kernel_sites(false);
+      uint64_t batched = 0;
+      for (const cuda_emu::KernelSite& k : cuda_emu::kernel_sites())
+        if (k.name == "optim.cu add_multi") batched += k.launches;
+      // The first micro-batch has nothing to add into; the second batches its adds; the synchronised third may not.
+      EXPECT_EQ(batched, m == 1 ? 1u : 0u) << "step " << s << " micro-batch " << m;
+#endif
+    }
+    dp.finish();
+    const auto a = wrapped.named_parameters(), b = plain.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(testing::same_bits(to_cpu(a[i].tensor.grad()), to_cpu(b[i].tensor.grad())))
+          << a[i].name << " step " << s;
+    }
+    plain_opt.step();
+    plain_opt.zero_grad();
+    opt.step();
+    dp.sync_parameters();
+    opt.zero_grad();
+  }
+  const auto a = wrapped.named_parameters(), b = plain.named_parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(testing::same_bits(to_cpu(a[i].tensor), to_cpu(b[i].tensor))) << a[i].name;
+}
+
 // FP8 on the wire with one process: every gradient comes back as MS-AMP's quantization of plain training's gradient,
 // written out here: amax, scale = 2^floor(log2(448 / amax)) (pre-scale 1 / sqrt(1)), E4M3 codes of g * scale, times
 // float(1 / scale). The amaxes, the shared scales and the codes are made on the device: the buckets that leave from

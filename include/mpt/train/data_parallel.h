@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mpt/autograd/engine.h"
 #include "mpt/fp8/scaling.h"
 #include "mpt/train/grad_scaler.h"
 #include "mpt/dist/communicator.h"
@@ -75,6 +76,8 @@ class DataParallel {
   void attach(train::GradScaler& scaler);
   void attach(fp8::Fp8ScalingState& fp8);
 
+  // Its hooks having nothing to do, they may wait for the end of the pass (autograd::HooksMayWait): the small
+  // gradient adds of a later micro-batch are then batched into one launch as without data parallelism.
   class NoSync {
    public:
     explicit NoSync(DataParallel& dp) : dp_(dp), previous_(dp.sync_) { dp.sync_ = false; }
@@ -85,6 +88,7 @@ class DataParallel {
    private:
     DataParallel& dp_;
     bool previous_;
+    autograd::HooksMayWait hooks_may_wait_;
   };
 
   const std::shared_ptr<dist::Communicator>& communicator() const { return comm_; }
