@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/device_guard.h"
+#include "core/stream_resources.h"
 #include "kernels/cuda/lib/attention_cudnn.h"
 #include "mpt/core/determinism.h"
 #include "mpt/core/stream.h"
@@ -21,23 +22,55 @@ namespace {
 namespace kcu = kernels::cuda;
 
 
-// One cuDNN handle per (device, stream), bound to that stream, created on first use and kept. A failed creation
-// (no driver: CUDNN_STATUS_NOT_INITIALIZED) is remembered and returns null with the reason in `why`.
-cudnnHandle_t cudnn_handle(const Stream& stream, std::string* why) {
-  struct Entry {
-    cudnnHandle_t handle = nullptr;
-    std::string error;
-  };
+// cuDNN handles: one per (device, stream) that runs attention, bound to that stream, and one per device that builds
+// the plans (key: a null stream), created on first use. Plans are cached per shape and executed with any stream's
+// handle (as PyTorch executes its cached plans with each thread's handle), so building them with a handle no stream
+// owns lets a retired stream's handle go (a CudaGraph's: drop_handle, through core/stream_resources.h) without
+// leaving a plan tied to a destroyed handle. A failed creation (no driver: CUDNN_STATUS_NOT_INITIALIZED) is
+// remembered and returns null with the reason in `why`.
+struct HandleEntry {
+  cudnnHandle_t handle = nullptr;
+  std::string error;
+};
+using Handles = std::map<std::pair<int, void*>, HandleEntry>;
+
+std::mutex& handles_mutex() {
   static std::mutex mutex;
-  static auto* handles = new std::map<std::pair<int, void*>, Entry>();  // never destroyed (used until exit)
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto [it, fresh] = handles->try_emplace({stream.device().index(), stream.native()});
-  Entry& e = it->second;
+  return mutex;
+}
+
+Handles& handles() {
+  static auto* table = new Handles();  // never destroyed (used until exit)
+  return *table;
+}
+
+// A retired stream's handle destroyed (its work is done: CudaGraph's destructor synchronised it).
+void drop_handle(int device, void* stream) {
+  cudnnHandle_t h = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(handles_mutex());
+    const auto it = handles().find({device, stream});
+    if (it == handles().end() || stream == nullptr) return;
+    h = it->second.handle;
+    handles().erase(it);
+  }
+  if (h != nullptr) {
+    cuda_backend::DeviceGuard guard(device);
+    (void)cudnnDestroy(h);  // nothing to do about a failure while a stream retires
+  }
+}
+
+cudnnHandle_t cudnn_handle(int device, void* stream, std::string* why) {
+  static const bool registered = (mpt::detail::on_stream_release(&drop_handle), true);
+  (void)registered;
+  const std::lock_guard<std::mutex> lock(handles_mutex());
+  const auto [it, fresh] = handles().try_emplace({device, stream});
+  HandleEntry& e = it->second;
   if (fresh) {
     cudnnHandle_t h = nullptr;
     cudnnStatus_t st = cudnnCreate(&h);
-    if (st == CUDNN_STATUS_SUCCESS) {
-      st = cudnnSetStream(h, static_cast<cudaStream_t>(stream.native()));
+    if (st == CUDNN_STATUS_SUCCESS && stream != nullptr) {
+      st = cudnnSetStream(h, static_cast<cudaStream_t>(stream));
       if (st != CUDNN_STATUS_SUCCESS) (void)cudnnDestroy(h);
     }
     if (st == CUDNN_STATUS_SUCCESS) e.handle = h;
@@ -89,8 +122,11 @@ std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const
   detail::AttentionQuery query{q.dtype(), q.size(0), q.size(1), q.size(2), q.size(3), s.scale, info.major,
                                info.minor, backward, {}, deterministic(), s.padding.lengths != nullptr};
   cuda_backend::DeviceGuard guard(device);
-  if (detail::cudnn_attention_rejection(query).empty())
-    *handle = cudnn_handle(Stream::current(q.device()), &query.cudnn_unavailable);
+  cudnnHandle_t builder = nullptr;
+  if (detail::cudnn_attention_rejection(query).empty()) {
+    *handle = cudnn_handle(device, Stream::current(q.device()).native(), &query.cudnn_unavailable);
+    if (*handle != nullptr) builder = cudnn_handle(device, nullptr, &query.cudnn_unavailable);
+  }
   if (detail::select_attention_path(mode, query, op) == detail::AttentionPath::Gemm) {
     // Once per process: an old cuDNN costs a lot of speed without any error to say so.
     if (const std::string note = detail::old_cudnn_note(mode, query, static_cast<int64_t>(cudnnGetVersion()));
@@ -102,7 +138,7 @@ std::shared_ptr<const kcu::CudnnAttentionPlan> cudnn_plan(const Tensor& q, const
   }
   const auto pass = backward ? kcu::AttentionPass::Backward : kcu::AttentionPass::Forward;
   try {
-    return kcu::cudnn_attention_plan(device, *handle, cudnn_problem(q, k, s, layout), pass);
+    return kcu::cudnn_attention_plan(device, builder, cudnn_problem(q, k, s, layout), pass);
   } catch (const kcu::CudnnError& e) {
     MPT_CHECK(mode != detail::AttentionMode::Cudnn, "[{}] MPT_ATTENTION=cudnn, but cuDNN built no plan for {}: {}",
               op, q.meta_str(), e.what());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,49 @@ void expect_bf16_step_matches_cpu(const nn::LanguageModel& cpu_model, const nn::
 // derivation) and then, per block the gradient crosses on its way (2 here), the BF16 rounding of the two GEMM inputs
 // downstream of it, each able to move by one ulp (u): 8u + 2 x 2u = 12u = 0.047 normwise (measured 0.026). The loss
 // (a mean of the log-softmax of BF16 logits) moves by less than one BF16 rounding of the logits: u relative.
+// A CudaGraph's stream gets a cuDNN handle of its own for the attention its step runs; destroying the graph destroys
+// that handle (core/stream_resources.h), three graphs in a row leaving the live handles as they were. The plans cached
+// meanwhile were built with a handle no stream owns, so they keep running on other streams' handles afterwards (the
+// double refuses a plan whose building handle was destroyed, as it does a destroyed handle).
+TEST_F(CudnnSdpaEmu, AGraphsStreamGivesItsHandleBackAndThePlansStay) {
+  const int64_t B = 2, H = 2, D = 64;
+  const Device gpu = Device::cuda(0);
+  auto qkv = [&](int64_t T, uint64_t seed) {
+    std::vector<Tensor> out;
+    for (uint64_t i = 0; i < 3; ++i) out.push_back(testing::random_tensor({B, H, T, D}, DType::BF16, seed + i).to(gpu));
+    return out;
+  };
+  const std::vector<Tensor> a = qkv(32, 31);
+  const Tensor want = ops::causal_attention(a[0], a[1], a[2]).out;  // the fixture's stream: its handle, the builder's
+  const size_t live = cuda_emu::cudnn_live_handles();
+  for (int g = 0; g < 3; ++g) {
+    // A shape first seen inside the graph: its plan is built while the graph's stream runs the step.
+    const std::vector<Tensor> b = qkv(40 + 8 * g, 40 + 3 * static_cast<uint64_t>(g));
+    Tensor out, out_b, kept_b;
+    const uint64_t first = cuda_emu::cudnn_sdpa_executions();
+    {
+      CudaGraph graph(gpu);
+      const std::function<void()> step = [&] {
+        out = ops::causal_attention(a[0], a[1], a[2]).out;
+        out_b = ops::causal_attention(b[0], b[1], b[2]).out;
+      };
+      graph.warmup(step);
+      graph.warmup(step);
+      graph.capture(step);
+      graph.replay();
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), first + 6) << "graph " << g << ": not on cuDNN";
+      EXPECT_EQ(cuda_emu::cudnn_live_handles(), live + 1) << "graph " << g << ": its stream's handle";
+      EXPECT_TRUE(same_bits(out, want)) << "graph " << g;
+      kept_b = out_b.to(Device::cpu());
+    }
+    EXPECT_EQ(cuda_emu::cudnn_live_handles(), live) << "graph " << g << " destroyed";
+    // The plan built during the graph's warm-up runs on the fixture stream's handle after the graph is gone.
+    const uint64_t before = cuda_emu::cudnn_sdpa_executions();
+    EXPECT_TRUE(same_bits(ops::causal_attention(b[0], b[1], b[2]).out.to(Device::cpu()), kept_b)) << "graph " << g;
+    EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 1) << "graph " << g << ": its plan no longer runs";
+  }
+}
+
 TEST_F(CudnnSdpaEmu, GptStepUnderBf16AutocastRunsItsAttentionOnCudnn) {
   nn::GPTConfig c;
   c.vocab_size = 64, c.block_size = 32, c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.dropout = 0;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,16 @@ struct Desc {
 struct Handle {
   cudaStream_t stream = nullptr;
 };
+
+// The handles alive: a destroyed one (or one never made) is refused where cuDNN's would be undefined behaviour, at
+// execution and as the handle a plan was built with.
+std::mutex g_handles_mutex;
+std::set<const void*> g_live_handles;  // under g_handles_mutex
+
+bool live(const void* h) {
+  std::lock_guard lock(g_handles_mutex);
+  return g_live_handles.count(h) != 0;
+}
 
 size_t element_size(cudnnBackendAttributeType_t t) {
   switch (t) {
@@ -329,6 +340,10 @@ cudnnStatus_t execute(const Handle& handle, const Desc& plan, const Desc& pack) 
 }  // namespace
 
 void set_cudnn_sdpa(bool on) { g_enabled.store(on); }
+size_t cudnn_live_handles() {
+  std::lock_guard lock(g_handles_mutex);
+  return g_live_handles.size();
+}
 uint64_t cudnn_sdpa_executions() { return g_executions.load(); }
 
 size_t cudnnGetVersion() { return CUDNN_VERSION; }
@@ -354,9 +369,15 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   *handle = nullptr;
   if (!g_enabled.load()) return fail(CUDNN_STATUS_NOT_SUPPORTED, kMissing);
   *handle = reinterpret_cast<cudnnHandle_t>(new Handle());
+  std::lock_guard lock(g_handles_mutex);
+  g_live_handles.insert(*handle);
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
+  {
+    std::lock_guard lock(g_handles_mutex);
+    if (g_live_handles.erase(h) == 0) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnDestroy: not a live handle");
+  }
   delete reinterpret_cast<Handle*>(h);
   return CUDNN_STATUS_SUCCESS;
 }
@@ -432,6 +453,10 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
   if (handle == nullptr || plan == nullptr || pack == nullptr)
     return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: null argument");
+  if (!live(handle)) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: the handle was destroyed");
+  const std::vector<cudnnHandle_t> built = values<cudnnHandle_t>(*as_desc(plan), CUDNN_ATTR_EXECUTION_PLAN_HANDLE);
+  if (!built.empty() && !live(built[0]))
+    return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: the handle the plan was built with was destroyed");
   return execute(*reinterpret_cast<Handle*>(handle), *as_desc(plan), *as_desc(pack));
 }
 

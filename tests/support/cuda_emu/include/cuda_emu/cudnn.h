@@ -1,6 +1,7 @@
 // tests/support/cuda_emu/include/cuda_emu/cudnn.h: the emulation build's cuDNN double: missing unless asked for.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mpt::cuda_emu {
@@ -12,5 +13,8 @@ namespace mpt::cuda_emu {
 // too: switch it on before the stream's first attention, or use a new stream.
 void set_cudnn_sdpa(bool on);
 uint64_t cudnn_sdpa_executions();  // graphs executed since start-up
+// Handles made and not destroyed. Executing with a destroyed handle, or a plan built with one, is refused
+// (CUDNN_STATUS_BAD_PARAM), as is destroying one twice.
+size_t cudnn_live_handles();
 
 }  // namespace mpt::cuda_emu
