@@ -44,8 +44,6 @@ bool LeafAdds::defer(const Tensor& grad, const Tensor& g, std::shared_ptr<Accumu
   return true;
 }
 
-bool LeafAdds::hooks_may_wait() { return t_hooks_may_wait; }
-
 bool LeafAdds::holds_hooks(const Node* node) const {
   for (const auto& h : hooks_)
     if (h.get() == node) return true;
@@ -60,4 +58,4 @@ HooksMayWait::HooksMayWait() : outer_(detail::t_hooks_may_wait) { detail::t_hook
 
 HooksMayWait::~HooksMayWait() { detail::t_hooks_may_wait = outer_; }
 
-}  // namespace mpt::autograd::detail
+}  // namespace mpt::autograd

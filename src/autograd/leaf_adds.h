@@ -32,7 +32,6 @@ class LeafAdds {
   // the add (only while an autograd::HooksMayWait is alive: else a leaf with hooks is added into at once). False:
   // the caller adds now (and runs the hooks).
   static bool defer(const Tensor& grad, const Tensor& g, std::shared_ptr<AccumulateGrad> hooks = nullptr);
-  static bool hooks_may_wait();
   // Whether this pass holds `node`'s hooks for its end (the engine then does not run them now).
   bool holds_hooks(const Node* node) const;
 

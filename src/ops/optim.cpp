@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -409,19 +410,41 @@ void add_(std::span<const Tensor> dst, std::span<const Tensor> src) {
   const Device dev = dst[0].device();
   std::vector<Tensor> sources;
   sources.reserve(src.size());
+  // Byte ranges, to refuse a write that overlaps any other range (the launch runs every pair at once): a dst another
+  // pair writes or reads. Sources may overlap each other.
+  struct Range {
+    uintptr_t begin, end;
+    bool write;
+    size_t slot;
+  };
+  std::vector<Range> ranges;
   for (size_t i = 0; i < dst.size(); ++i) {
     const auto k = static_cast<int64_t>(i);
     check_in_place(dst[i], dev, "dst", k, op);
     MPT_CHECK(src[i].defined(), "[{}] slot {}: src is an undefined tensor", op, k);
-    check_tensor(src[i].contiguous(), dev, dst[i].dtype(), dst[i].shape(), "src", k, op);
+    sources.push_back(src[i].contiguous());
+    check_tensor(sources.back(), dev, dst[i].dtype(), dst[i].shape(), "src", k, op);
     MPT_CHECK(!autograd::any_requires_grad({&dst[i], &src[i]}),
               "[{}] slot {}: in-place updates are not recorded by autograd, and {} or {} requires grad", op, k,
               dst[i].meta_str(), src[i].meta_str());
-    MPT_CHECK(!src[i].shares_storage(dst[i]), "[{}] slot {}: src {} shares storage with dst {}", op, k,
-              src[i].meta_str(), dst[i].meta_str());
     MPT_CHECK(dev.is_cpu() || dst[i].dtype() != DType::F64, "[{}] slot {}: f64 is CPU-only, got {}", op, k,
               dst[i].meta_str());
-    sources.push_back(src[i].contiguous());
+    if (dst[i].numel() == 0) continue;
+    const auto d = reinterpret_cast<uintptr_t>(dst[i].data_ptr());
+    const auto s = reinterpret_cast<uintptr_t>(sources.back().data_ptr());
+    ranges.push_back({d, d + dst[i].nbytes(), true, i});
+    ranges.push_back({s, s + sources.back().nbytes(), false, i});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  const Range* reach = nullptr;        // the range reaching furthest so far
+  const Range* write_reach = nullptr;  // the written range reaching furthest so far
+  for (const Range& r : ranges) {
+    const Range* hit = r.write ? (reach != nullptr && r.begin < reach->end ? reach : nullptr)
+                               : (write_reach != nullptr && r.begin < write_reach->end ? write_reach : nullptr);
+    MPT_CHECK(hit == nullptr, "[{}] slot {}'s {} overlaps slot {}'s {}: each dst must be memory no other tensor of the "
+              "call reads or writes", op, r.slot, r.write ? "dst" : "src", hit->slot, hit->write ? "dst" : "src");
+    if (reach == nullptr || r.end > reach->end) reach = &r;
+    if (r.write && (write_reach == nullptr || r.end > write_reach->end)) write_reach = &r;
   }
   // One launch per dtype, the pairs of each in order.
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
@@ -441,7 +464,8 @@ void add_(std::span<const Tensor> dst, std::span<const Tensor> src) {
       if (dev.is_cpu()) {
         kernels::cpu::add_multi(d, s, ns.data(), m);
       } else if constexpr (!std::is_same_v<G, double>) {
-        MPT_CUDA_KERNEL(kernels::cuda::add_multi(d, s, ns.data(), m, static_cast<cudaStream_t>(detail::stream_of(dev))));
+        MPT_CUDA_KERNEL(
+            kernels::cuda::add_multi(d, s, ns.data(), m, static_cast<cudaStream_t>(detail::stream_of(dev))));
       }
     });
   }

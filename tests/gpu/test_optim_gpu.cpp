@@ -205,7 +205,28 @@ TEST(GpuOptimOps, MultiTensorAddIsTheElementwiseAddOfEveryPair) {
   EXPECT_THROW(ops::add_(one, std::vector<Tensor>{src_gpu[1]}), Error);               // another shape and dtype
   EXPECT_THROW(ops::add_(one, std::vector<Tensor>{src_cpu[0]}), Error);               // another device
   EXPECT_THROW(ops::add_(one, std::vector<Tensor>{src_gpu[0].to(DType::BF16)}), Error);  // another dtype
-  EXPECT_THROW(ops::add_(one, one), Error);                                           // the same storage
+  EXPECT_THROW(ops::add_(one, one), Error);                                           // the same memory
+  // Pairs run at once: a dst that another pair writes or reads is refused, disjoint views of one buffer (gradients
+  // as views of a data-parallel bucket) are not, and a source may serve several pairs.
+  for (const Device dev : {Device::cpu(), Device::cuda(0)}) {
+    const std::string n = dev.str();
+    const Tensor x = random_tensor({10}, DType::F32, 950, 2.0).to(dev);
+    const Tensor y = random_tensor({5}, DType::F32, 951, 2.0).to(dev);
+    Tensor flat = random_tensor({10}, DType::F32, 952, 2.0).to(dev);
+    const Tensor before = flat.clone();
+    ops::add_(std::vector<Tensor>{flat.slice(0, 0, 5), flat.slice(0, 5, 10)}, std::vector<Tensor>{y, y});
+    expect_match(flat.slice(0, 0, 5), ops::add(before.slice(0, 0, 5), y), Match::exact(testing::Tolerance{0, 0}), n);
+    expect_match(flat.slice(0, 5, 10), ops::add(before.slice(0, 5, 10), y), Match::exact(testing::Tolerance{0, 0}), n);
+    try {
+      ops::add_(std::vector<Tensor>{flat.slice(0, 0, 5), flat.slice(0, 3, 8)}, std::vector<Tensor>{y, y});
+      ADD_FAILURE() << n << ": overlapping destinations were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("overlaps slot"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(ops::add_(std::vector<Tensor>{flat.slice(0, 0, 5), x.slice(0, 0, 5)},
+                           std::vector<Tensor>{y, flat.slice(0, 2, 7)}),
+                 Error) << n << ": a source read while another pair writes it";
+  }
   try {
     ops::add_(std::vector<Tensor>{dst_gpu[0], dst_gpu[1]}, std::vector<Tensor>{src_gpu[0], src_gpu[0]});
     ADD_FAILURE() << "a mismatched second pair was accepted";

@@ -124,8 +124,9 @@ void mul_(std::span<const Tensor> tensors, const Tensor& factor);
 
 // PyTorch's torch._foreach_add_: dst[k] += src[k] for every pair, each what ops::add_(dst[k], src[k]) computes, bit
 // for bit, in one multi-tensor launch per dtype on CUDA (backward's small gradient adds: src/autograd/leaf_adds.h).
-// Pairs share a device; within a pair the dtype (F32, BF16, F16; F64 on the CPU) and shape match, dst is contiguous
-// and src shares no storage with dst; no tensor may require grad.
+// Pairs share a device; within a pair the dtype (F32, BF16, F16; F64 on the CPU) and shape match and dst is
+// contiguous; no dst overlaps memory that another tensor of the call reads or writes (disjoint views of one buffer
+// are fine, and a src may serve several pairs); no tensor may require grad.
 void add_(std::span<const Tensor> dst, std::span<const Tensor> src);
 
 // The bitsandbytes dynamic quantization map (256 sorted F32 values on the CPU): signed for m, unsigned for v.
