@@ -16,14 +16,17 @@ LeafAdds::LeafAdds() : outer_(t_collector) { t_collector = this; }
 
 LeafAdds::~LeafAdds() { t_collector = outer_; }
 
+void LeafAdds::make_adds() {
+  if (dst_.empty()) return;
+  const profile::Range range("AccumulateGrad");
+  ops::add_(dst_, src_);
+  dst_.clear();
+  src_.clear();
+  bytes_ = 0;
+}
+
 void LeafAdds::flush() {
-  if (!dst_.empty()) {
-    const profile::Range range("AccumulateGrad");
-    ops::add_(dst_, src_);
-    dst_.clear();
-    src_.clear();
-    bytes_ = 0;
-  }
+  make_adds();
   std::vector<std::shared_ptr<AccumulateGrad>> hooks;
   hooks.swap(hooks_);
   for (const auto& node : hooks) node->run_hooks();
@@ -40,7 +43,7 @@ bool LeafAdds::defer(const Tensor& grad, const Tensor& g, std::shared_ptr<Accumu
   c->src_.push_back(g);
   c->bytes_ += g.nbytes();
   if (hooks != nullptr) c->hooks_.push_back(std::move(hooks));
-  if (c->bytes_ >= kFlushBytes) c->flush();
+  if (c->bytes_ >= kFlushBytes) c->make_adds();  // the hooks still wait for the pass's end (holds_hooks stays true)
   return true;
 }
 

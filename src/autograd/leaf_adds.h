@@ -36,6 +36,8 @@ class LeafAdds {
   bool holds_hooks(const Node* node) const;
 
  private:
+  void make_adds();  // the pending adds only (past kFlushBytes mid-pass); the held hooks stay held
+
   std::vector<Tensor> dst_, src_;
   std::vector<std::shared_ptr<AccumulateGrad>> hooks_;
   size_t bytes_ = 0;

@@ -274,5 +274,52 @@ TEST(GpuOptimOps, BackwardsSmallLeafAddsMatchTheCpusAndPrecedeHooks) {
   }
 }
 
+// Past LeafAdds::kFlushBytes of pending adds (20 leaves of 1 MiB here) the adds are made mid-pass; under
+// autograd::HooksMayWait each leaf's hooks still run exactly once per pass, after its add (they see the sum).
+TEST(GpuOptimOps, HooksThatMayWaitRunOncePerPassPastTheFlushLimit) {
+  MPT_REQUIRE_GPU(8);
+  constexpr int kLeaves = 20;
+  constexpr int64_t kN = 1 << 18;  // 1 MiB of f32: the largest add that waits
+  std::vector<Tensor> cpu, gpu;
+  std::vector<int> calls(kLeaves, 0);
+  std::vector<Tensor> seen(kLeaves);
+  for (int i = 0; i < kLeaves; ++i) {
+    Tensor c = random_tensor({kN}, DType::F32, 1200 + i, 1.0);
+    Tensor g = to_gpu(c);
+    c.requires_grad_();
+    g.requires_grad_();
+    g.register_post_accumulate_grad_hook([&calls, &seen, i](const Tensor& leaf) {
+      ++calls[static_cast<size_t>(i)];
+      seen[static_cast<size_t>(i)] = to_cpu(leaf.grad());
+    });
+    cpu.push_back(c);
+    gpu.push_back(g);
+  }
+  auto pass = [&](const std::vector<Tensor>& ls, int k) {
+    Tensor loss;
+    for (int i = 0; i < kLeaves; ++i) {
+      const Tensor w = random_tensor({kN}, DType::F32, 1300 + 40 * k + i, 1.0).to(ls[0].device());
+      const Tensor term = ops::sum(ops::mul(ls[static_cast<size_t>(i)], w));
+      loss = loss.defined() ? ops::add(loss, term) : term;
+    }
+    loss.backward();
+  };
+  for (int k = 0; k < 3; ++k) {
+    pass(cpu, k);
+    if (k == 0) {
+      pass(gpu, k);  // the first pass has nothing to add into
+    } else {
+      autograd::HooksMayWait wait;
+      pass(gpu, k);
+    }
+    for (int i = 0; i < kLeaves; ++i) {
+      const auto u = static_cast<size_t>(i);
+      EXPECT_EQ(calls[u], k + 1) << "leaf " << i << " pass " << k;
+      expect_match(seen[u], cpu[u].grad(), Match::exact(testing::Tolerance{0, 0}),
+                   "leaf " + std::to_string(i) + " pass " + std::to_string(k) + ": the hook's view");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mpt
