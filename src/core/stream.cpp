@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/stream_resources.h"
 #include "mpt/core/error.h"
 
 namespace mpt {
@@ -34,8 +35,22 @@ StreamGuard::~StreamGuard() {
 Stream::Stream(Device device) : device_(device) {
   if (device.is_cpu()) return;
   check_device_available(device);
-  handle_ = std::shared_ptr<void>(cuda_backend::stream_create(device.index()),
-                                  [](void* s) { cuda_backend::stream_destroy(s); });
+  const int index = device.index();
+  // The last owner gone, the caches of the ops let go of what they keep for this stream (its cuBLASLt workspace,
+  // freed in its order; its cuDNN handle), as a CudaGraph's stream does at the graph's end; those caches hold it
+  // through unowned handles, so they cannot keep it alive themselves.
+  handle_ = std::shared_ptr<void>(cuda_backend::stream_create(index), [index](void* s) {
+    try {
+      detail::release_stream_resources(index, s);
+    } catch (const std::exception&) {  // a sticky device error: nothing more to free, the stream still goes
+    }
+    cuda_backend::stream_destroy(s);
+  });
+}
+
+Stream detail::unowned_stream(const Stream& stream) {
+  // Aliasing an empty owner, as Stream::current's legacy stream: the handle without its ownership.
+  return Stream(stream.device_, std::shared_ptr<void>(std::shared_ptr<void>(), stream.native()));
 }
 
 Stream Stream::current(Device device) {

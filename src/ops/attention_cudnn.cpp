@@ -25,9 +25,9 @@ namespace kcu = kernels::cuda;
 // cuDNN handles: one per (device, stream) that runs attention, bound to that stream, and one per device that builds
 // the plans (key: a null stream), created on first use. Plans are cached per shape and executed with any stream's
 // handle (as PyTorch executes its cached plans with each thread's handle), so building them with a handle no stream
-// owns lets a retired stream's handle go (a CudaGraph's: drop_handle, through core/stream_resources.h) without
-// leaving a plan tied to a destroyed handle. A failed creation (no driver: CUDNN_STATUS_NOT_INITIALIZED) is
-// remembered and returns null with the reason in `why`.
+// owns lets a retired stream's handle go (a user's Stream at its end, a CudaGraph's: drop_handle, through
+// core/stream_resources.h) without leaving a plan tied to a destroyed handle. A failed creation (no driver:
+// CUDNN_STATUS_NOT_INITIALIZED) is remembered and returns null with the reason in `why`.
 struct HandleEntry {
   cudnnHandle_t handle = nullptr;
   std::string error;
@@ -44,7 +44,7 @@ Handles& handles() {
   return *table;
 }
 
-// A retired stream's handle destroyed (its work is done: CudaGraph's destructor synchronised it).
+// A retired stream's handle destroyed (cudnnDestroy synchronises the device, so the stream's work is done).
 void drop_handle(int device, void* stream) {
   cudnnHandle_t h = nullptr;
   {

@@ -26,8 +26,8 @@ Workspaces& workspaces() {
   return *pool;
 }
 
-// A retired stream's workspace back to its pool (a CudaGraph's stream: else it held 32 MiB of the graph's private
-// pool, and the pool itself, for the rest of the process).
+// A retired stream's workspace back to its pool (a user's Stream at its end, a CudaGraph's stream: else it held 32 MiB,
+// of the graph's private pool and the pool itself, for the rest of the process).
 void drop_workspace(int device, void* stream) {
   std::shared_ptr<Storage> ws;
   {
@@ -48,7 +48,9 @@ kernels::cuda::LtWorkspace lt_workspace(const Stream& stream) {
   std::shared_ptr<Storage>& ws = workspaces()[{stream.device().index(), stream.native()}];
   if (!ws) {
     const int major = cuda_status().devices.at(stream.device().index()).major;
-    ws = Storage::allocate(kernels::cuda::recommended_workspace_bytes(major), stream);
+    // On an unowned handle: the workspace must not keep its stream alive, else the stream's end (which releases it)
+    // never comes (core/stream_resources.h).
+    ws = Storage::allocate(kernels::cuda::recommended_workspace_bytes(major), mpt::detail::unowned_stream(stream));
   }
   return {ws->data(), ws->nbytes()};
 }

@@ -8,7 +8,7 @@
 namespace mpt::ops::detail {
 
 // One workspace per (device, stream) (vendor-semantics R6.4: one per concurrent stream), allocated on first use and
-// kept until the stream's owner retires it (a CudaGraph's destruction: core/stream_resources.h) or for the process;
+// kept until the stream ends (its last Stream let go, or its CudaGraph destroyed: core/stream_resources.h);
 // its size is cuBLAS's recommendation for the device.
 kernels::cuda::LtWorkspace lt_workspace(const Stream& stream);
 

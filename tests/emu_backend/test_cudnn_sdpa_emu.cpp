@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -239,6 +240,32 @@ TEST_F(CudnnSdpaEmu, AGraphsStreamGivesItsHandleBackAndThePlansStay) {
     const uint64_t before = cuda_emu::cudnn_sdpa_executions();
     EXPECT_TRUE(same_bits(ops::causal_attention(b[0], b[1], b[2]).out.to(Device::cpu()), kept_b)) << "graph " << g;
     EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 1) << "graph " << g << ": its plan no longer runs";
+  }
+}
+
+// A Stream of the user's that ran attention ends with its last owner and destroys the cuDNN handle made for it.
+TEST_F(CudnnSdpaEmu, AUserStreamsHandleIsDestroyedWithTheStream) {
+  const Device gpu = Device::cuda(0);
+  std::vector<Tensor> a;
+  for (uint64_t i = 0; i < 3; ++i) a.push_back(testing::random_tensor({2, 2, 24, 64}, DType::BF16, 50 + i).to(gpu));
+  const Tensor want = cpu(ops::causal_attention(a[0], a[1], a[2]).out);  // the fixture's stream and handle
+  const size_t live = cuda_emu::cudnn_live_handles();
+  for (int round = 0; round < 3; ++round) {
+    std::weak_ptr<void> handle;
+    {
+      Stream side(gpu);
+      handle = side.shared_native();
+      Event inputs(gpu);
+      inputs.record(stream_);
+      inputs.wait(side);
+      const StreamGuard guard(side);
+      const uint64_t before = cuda_emu::cudnn_sdpa_executions();
+      EXPECT_TRUE(same_bits(cpu(ops::causal_attention(a[0], a[1], a[2]).out), want)) << "round " << round;
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 1) << "round " << round << ": not on cuDNN";
+      EXPECT_EQ(cuda_emu::cudnn_live_handles(), live + 1) << "round " << round << ": the side stream's handle";
+    }
+    EXPECT_TRUE(handle.expired()) << "round " << round << ": the stream outlived its last Stream";
+    EXPECT_EQ(cuda_emu::cudnn_live_handles(), live) << "round " << round << ": its handle stayed";
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -69,6 +70,34 @@ TEST(GpuMatmul, DenseTransposesBatchesAndBroadcastsMatchCpu) {
         }
       }
     }
+  }
+}
+
+// A Stream of the user's that ran a GEMM ends with its last owner, and the cuBLASLt workspace cached for it goes back
+// with it (the workspace used to own its stream, so that neither ever went: 32 MiB and a stream per Stream made).
+TEST(GpuMatmul, AUserStreamEndsAndItsCublasLtWorkspaceGoesWithIt) {
+  MPT_REQUIRE_GPU(8);
+  const Tensor a = to_gpu(random_tensor({64, 96}, DType::BF16, 1));
+  const Tensor b = to_gpu(random_tensor({96, 48}, DType::BF16, 2));
+  const Tensor want = to_cpu(ops::matmul(a, b));  // on the current stream, whose workspace stays
+  const Stream current = Stream::current(Device::cuda(0));
+  const int64_t before = memory_stats(Device::cuda(0)).current_bytes;
+  for (int round = 0; round < 3; ++round) {
+    std::weak_ptr<void> handle;
+    {
+      Stream side(Device::cuda(0));
+      handle = side.shared_native();
+      Event inputs(Device::cuda(0));
+      inputs.record(current);
+      inputs.wait(side);
+      const StreamGuard guard(side);
+      const Tensor c = ops::matmul(a, b);
+      EXPECT_GT(memory_stats(Device::cuda(0)).current_bytes, before + static_cast<int64_t>(c.nbytes()))
+          << "round " << round << ": the side stream's workspace";
+      EXPECT_TRUE(testing::same_bits(to_cpu(c), want)) << "round " << round;
+    }
+    EXPECT_TRUE(handle.expired()) << "round " << round << ": the stream outlived its last Stream";
+    EXPECT_EQ(memory_stats(Device::cuda(0)).current_bytes, before) << "round " << round << ": its workspace stayed";
   }
 }
 

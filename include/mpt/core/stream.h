@@ -7,11 +7,18 @@
 
 namespace mpt {
 
+class Stream;
+namespace detail {
+// A handle to `stream` that does not keep it alive (core/stream_resources.h): what a per-stream cache allocates with.
+Stream unowned_stream(const Stream& stream);
+}  // namespace detail
+
 // A CUDA stream, or a placeholder on the CPU (all CPU work is synchronous).
 // Streams made by the constructor are non-blocking (cudaStreamNonBlocking): they do not synchronize
 // implicitly with the legacy default stream, so work on them can overlap with work on
 // Stream::current(). Order work across streams with Event::record + Event::wait.
-// Storage allocated on a stream keeps that stream's handle alive until the memory is freed.
+// Storage allocated on a stream keeps that stream's handle alive until the memory is freed. When the last owner
+// lets go, what the library cached for the stream (its cuBLASLt workspace, its cuDNN handle) is released with it.
 class Stream {
  public:
   explicit Stream(Device device);
@@ -34,6 +41,7 @@ class Stream {
  private:
   Stream(Device device, std::shared_ptr<void> handle) : device_(device), handle_(std::move(handle)) {}
   friend class StreamGuard;
+  friend Stream detail::unowned_stream(const Stream& stream);
   Device device_;
   std::shared_ptr<void> handle_;
 };
