@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/fresh_offers.h"
 #include "autograd/leaf_adds.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
@@ -41,6 +42,13 @@ void add_into_leaf(const Tensor& into, const Tensor& g) {
 // padded GEMM's rows: the LM head's weight gradient).
 bool writable(const Tensor& g) {
   return g.defined() && g.is_contiguous() && g.storage() != nullptr && g.storage().use_count() == 1;
+}
+
+// Whether `t` is one of the node's fresh offers (the same tensor handed out).
+bool is_fresh(const Tensor& t, const std::vector<Tensor>& fresh) {
+  for (const Tensor& f : fresh)
+    if (f.storage() == t.storage() && f.offset() == t.offset()) return true;
+  return false;
 }
 
 thread_local bool t_retaining = false;
@@ -146,6 +154,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     // alone holds, moved out of its slot.
     std::vector<Tensor> partial(edges.size());
     std::vector<bool> from_leaf(edges.size(), false);
+    std::vector<Tensor> fresh;  // the leaves' destinations among them (is_fresh_offer: written with beta = 0)
     if (any && node->takes_partial()) {
       for (size_t i = 0; i < edges.size(); ++i) {
         if (!edges[i].fn) continue;
@@ -155,7 +164,15 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
         const auto* leaf = dynamic_cast<const AccumulateGrad*>(target);
         if (leaf != nullptr && (in_leaf.count(target) > 0 || waiting == nullptr || !waiting->defined())) {
           const Tensor& grad = leaf->leaf_grad();
-          if (grad.defined() && grad.is_contiguous()) partial[i] = grad, from_leaf[i] = true;
+          if (grad.defined() && grad.is_contiguous()) {
+            partial[i] = grad, from_leaf[i] = true;
+          } else if (!grad.defined() && (waiting == nullptr || !waiting->defined())) {
+            // Once per node: two inputs of one leaf (x * x) must not both overwrite it.
+            bool twice = false;
+            for (size_t j = 0; j < i; ++j) twice = twice || (edges[j].fn.get() == target && partial[j].defined());
+            Tensor d = twice ? Tensor{} : leaf->destination();
+            if (d.defined()) fresh.push_back(d), partial[i] = d, from_leaf[i] = true;
+          }
         } else if (waiting != nullptr && writable(*waiting)) {
           partial[i] = std::move(*waiting), *waiting = Tensor{};
         }
@@ -165,6 +182,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     {
       const profile::Range node_range(node->name());  // "LinearBackward": per node, for Nsight and bench_train --profile
       const bool already_in_leaf = in_leaf.count(node) > 0;  // an AccumulateGrad whose sum is in its leaf
+      const detail::FreshOffers offers(fresh.empty() ? nullptr : &fresh);
       out = any && !already_in_leaf ? node->run(std::move(inputs), partial) : std::vector<Tensor>(edges.size());
     }
     auto* acc = dynamic_cast<AccumulateGrad*>(node);
@@ -174,10 +192,14 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& e = edges[i];
       if (!e.fn) continue;
-      // A gradient the node added into comes back as out[i] (the sum, on the same storage).
-      const bool taken = partial[i].defined() && out[i].defined() && out[i].storage() == partial[i].storage();
+      // A gradient the node added into comes back as out[i] (the sum, on the same storage); a destination it wrote,
+      // as that destination (a slice of a flat buffer other leaves' destinations share: the same elements).
+      const bool taken = partial[i].defined() && out[i].defined() && out[i].storage() == partial[i].storage() &&
+                         (!is_fresh(partial[i], fresh) || out[i].data_ptr() == partial[i].data_ptr());
       if (from_leaf[i] && taken) {  // the leaf's .grad holds it: the slot becomes that .grad, with what waited
         Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
+        auto* leaf = static_cast<AccumulateGrad*>(e.fn.get());
+        if (!leaf->leaf_grad().defined()) leaf->adopt(partial[i]);  // a destination written: the leaf's .grad now
         if (in_leaf.insert(e.fn.get()).second) {
           if (slot.defined()) add_into_leaf(out[i], slot);  // an earlier input of this node delivered it just now
           slot = out[i];

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "autograd/fresh_offers.h"
 #include "autograd/leaf_adds.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/ops/elementwise.h"
@@ -11,7 +12,23 @@ namespace mpt::autograd {
 
 namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
+thread_local const std::vector<Tensor>* t_fresh_offers = nullptr;
 }  // namespace
+
+detail::FreshOffers::FreshOffers(const std::vector<Tensor>* offers) : outer_(t_fresh_offers) {
+  t_fresh_offers = offers;
+}
+
+detail::FreshOffers::~FreshOffers() { t_fresh_offers = outer_; }
+
+bool is_fresh_offer(const Tensor& offered) {
+  if (t_fresh_offers == nullptr || !offered.defined()) return false;
+  for (const Tensor& t : *t_fresh_offers)
+    if (t.defined() && t.storage() == offered.storage() && t.offset() == offered.offset() &&
+        t.shape() == offered.shape() && t.dtype() == offered.dtype())
+      return true;
+  return false;
+}
 
 Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
 
@@ -62,6 +79,26 @@ void set_grad_dtype(const Tensor& leaf, std::optional<DType> dtype) {
   }
 }
 
+void set_grad_destination(const Tensor& leaf, GradDestination destination) {
+  MPT_CHECK(leaf.defined() && leaf.is_leaf() && leaf.autograd_meta() != nullptr && leaf.requires_grad(),
+            "[set_grad_destination] expected a leaf tensor that requires grad, got {}",
+            !leaf.defined()  ? std::string("an undefined tensor")
+            : leaf.is_leaf() ? leaf.meta_str() + " (requires_grad_() it first)"
+                             : leaf.meta_str() + " (the output of an op)");
+  leaf.autograd_meta()->grad_destination = std::move(destination);
+}
+
+Tensor AccumulateGrad::destination() const {
+  if (!leaf_->grad_destination || leaf_->grad.defined()) return {};
+  Tensor d = leaf_->grad_destination();
+  if (!d.defined()) return {};
+  const DType want = leaf_->grad_dtype.value_or(handle_.dtype());
+  MPT_CHECK(d.shape() == handle_.shape() && d.dtype() == want && d.device() == handle_.device() && d.is_contiguous(),
+            "[backward] the gradient destination of the leaf {} must be a contiguous {} tensor of its shape on {}, "
+            "got {}", handle_.meta_str(), want, handle_.device(), d.meta_str());
+  return d;
+}
+
 DType grad_dtype(const Tensor& t) {
   const std::shared_ptr<AutogradMeta>& meta = t.autograd_meta();
   return meta != nullptr && meta->grad_dtype ? *meta->grad_dtype : t.dtype();
@@ -73,7 +110,10 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   MPT_CHECK(g.shape() == handle_.shape(), "[backward] gradient {} does not match its leaf {}", g.meta_str(),
             handle_.meta_str());
   const DType want = leaf_->grad_dtype.value_or(handle_.dtype());
-  if (!leaf_->grad.defined()) {
+  if (Tensor d = destination(); d.defined()) {  // the place its owner chose (set_grad_destination): a copy there
+    if (d.data_ptr() != g.data_ptr()) d.copy_(g);
+    leaf_->grad = d;
+  } else if (!leaf_->grad.defined()) {
     // The incoming gradient becomes the leaf's as it is when nothing else holds its storage and it starts that
     // storage, filling all of it or all but an eighth (PyTorch's stealing: a GPT step copied all of its gradients
     // here; the spare eighth takes a padded GEMM's rows, GPT-2's LM head gradient: 50257 of 50304); otherwise a

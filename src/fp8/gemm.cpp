@@ -73,7 +73,7 @@ Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, co
   }
   if (mp == m && !o.gelu_aux.defined() && !o.dgelu_aux.defined() &&
       ops::detail::adds_into(add_into, out, m, n, qa.data.device())) {
-    matmul_out(pa.data, pb.data, add_into, 1.0f, o);
+    matmul_out(pa.data, pb.data, add_into, ops::detail::offer_beta(add_into), o);
     return add_into;
   }
   const Tensor c = matmul(pa.data, pb.data, o);

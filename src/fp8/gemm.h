@@ -20,6 +20,7 @@ namespace mpt::fp8::detail {
 // `add_into`: a weight's gradient the engine offered (autograd::Node::apply_partial, a later micro-batch): when it can
 // take C (ops::detail::adds_into) and A's rows need no padding, C is added into it by the GEMM (beta = 1; cuBLASLt's
 // FP8 GEMMs take an FP32 C, TransformerEngine's fuse_wgrad_accumulation) and it is returned; else C is a new tensor.
+// A leaf's fresh destination (autograd::is_fresh_offer) is overwritten instead (beta = 0).
 Tensor gemm_tn(const ops::Quantized& qa, const ops::Quantized& qb, DType out, const ops::MatmulOptions& epilogue = {},
                const Tensor& add_into = {});
 

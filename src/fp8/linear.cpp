@@ -53,7 +53,7 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s, con
   const Tensor dy = dy_in.reshape({-1, s.m});  // (N, M)
   detail::Fp8Pair q;
   // db: the column sums of dy, fused into its cast + transpose under the per-tensor recipes.
-  Tensor db = s.need_db ? Tensor::empty({s.m}, s.b_dtype, dy.device()) : Tensor{};
+  Tensor db = s.need_db ? ops::detail::fresh_or_empty(partial[2], {s.m}, s.b_dtype, dy.device()) : Tensor{};
   if (s.need_dx || s.need_dw) {
     q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta, s.need_dx, s.need_dw, db);
   } else if (s.need_db) {

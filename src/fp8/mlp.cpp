@@ -53,7 +53,7 @@ std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s, const 
   const DType hdt = s.h_dtype;
   if (s.need_dw2 || s.need_dpre()) {
     // b2's gradient: dy's column sums, fused into its cast + transpose under the per-tensor recipes.
-    if (s.need_db2) d[4] = Tensor::empty({s.c_out}, s.b2_dtype, dy.device());
+    if (s.need_db2) d[4] = ops::detail::fresh_or_empty(partial[4], {s.c_out}, s.b2_dtype, dy.device());
     const detail::Fp8Pair q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta2,
                                                         s.need_dpre(), s.need_dw2, d[4]);
     Tensor dpre, db1;
@@ -62,7 +62,7 @@ std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s, const 
     // by the pass that quantizes it both ways (db1 from there too), never written.
     const bool dgelu_in_quantize =
         block != nullptr && s.need_dx && s.need_dw1 && !(s.grad_meta1 && s.grad_meta1->collect_telemetry);
-    if (s.need_dpre()) db1 = s.need_db1 ? Tensor::empty({s.pre.size(1)}, hdt, dy.device()) : Tensor{};
+    if (s.need_dpre()) db1 = s.need_db1 ? ops::detail::fresh_or_empty(partial[2], {s.pre.size(1)}, hdt, dy.device()) : Tensor{};
     if (s.need_dpre() && !dgelu_in_quantize) {  // dpre = (dy W2) * gelu'(pre), db1 = its column sums: one FP8 GEMM
       dpre = gemm_tn(q.rowwise, s.w2t, hdt, {.dgelu_aux = s.pre, .aux_bias_grad = db1});  // with the DGELU epilogue
     }

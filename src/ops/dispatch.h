@@ -103,8 +103,16 @@ Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tenso
 // GEMM can write it (half or FP8 operands), else the operands' own (f32 operands: f32, rounded by AccumulateGrad).
 DType weight_grad_dtype(DType in, const Tensor& weight);
 // Whether a gradient the engine offered (`into`, possibly undefined) can take a GEMM's [rows, cols] product of
-// `dtype` on `device` with beta = 1: weight_grad's rule, and fp8::detail::gemm_tn's for the FP8 weight gradients.
+// `dtype` on `device`: weight_grad's rule, and fp8::detail::gemm_tn's for the FP8 weight gradients. The GEMM adds
+// into it (beta = 1), or overwrites it (beta = 0: offer_beta) when it is a leaf's fresh destination.
 bool adds_into(const Tensor& into, DType dtype, int64_t rows, int64_t cols, Device device);
+// The beta of a GEMM writing into an offered gradient: 0 for a leaf's fresh destination (autograd::is_fresh_offer,
+// whatever it holds is overwritten), 1 for a gradient to add into.
+float offer_beta(const Tensor& into);
+// Where a backward writes a small gradient it makes whole (a bias gradient from a GEMM epilogue or a fused pass): the
+// engine's fresh offer for that input (a leaf's destination: no copy into it afterwards) when it is a contiguous
+// `shape` tensor of `dtype` on `device`, else a new tensor.
+Tensor fresh_or_empty(const Tensor& offer, const Shape& shape, DType dtype, Device device);
 // The bias gradient of a Linear: the column sums of a 2-d dy in FP32 (f64 for f64), never rounded to dy's dtype
 // (src/ops/linear.cpp).
 Tensor bias_grad(const Tensor& dy);

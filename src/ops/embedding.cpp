@@ -123,7 +123,9 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
                 const Tensor& waiting = partial[0];
                 const DType gd = g[0].dtype() == DType::F32 || g[0].dtype() == grad_dtype ? grad_dtype : g[0].dtype();
                 const bool adds = waiting.defined() && waiting.dtype() == gd && waiting.device() == dev &&
-                                  waiting.shape() == Shape{vocab, g[0].shape().back()};
+                                  waiting.shape() == Shape{vocab, g[0].shape().back()} && waiting.is_contiguous();
+                // A leaf's fresh destination (its owner's flat buffer) holds anything: zeroed, then added into.
+                if (adds && autograd::is_fresh_offer(waiting)) Tensor(waiting).zero_();
                 return std::vector<Tensor>{embedding_backward(g[0], ids, vocab, adds ? waiting : Tensor{}, gd)};
               }));
   return out;

@@ -24,10 +24,19 @@ bool adds_into(const Tensor& into, DType dtype, int64_t rows, int64_t cols, Devi
          into.shape() == Shape{rows, cols};
 }
 
+float offer_beta(const Tensor& into) { return autograd::is_fresh_offer(into) ? 0.0f : 1.0f; }
+
+Tensor fresh_or_empty(const Tensor& offer, const Shape& shape, DType dtype, Device device) {
+  if (autograd::is_fresh_offer(offer) && offer.dtype() == dtype && offer.shape() == shape &&
+      offer.device() == device && offer.is_contiguous())
+    return offer;
+  return Tensor::empty(shape, dtype, device);
+}
+
 Tensor weight_grad(const Tensor& dy, const Tensor& x, DType w_dtype, const Tensor& into, const Tensor& bias_grad) {
   if (dy.dim() != 2 || x.dim() != 2 || !adds_into(into, w_dtype, dy.size(1), x.size(1), dy.device()))
     return matmul(dy, x, {.trans_a = true, .out_dtype = w_dtype, .bias_grad = bias_grad});
-  matmul_out(dy, x, into, 1.0f, {.trans_a = true, .bias_grad = bias_grad});
+  matmul_out(dy, x, into, offer_beta(into), {.trans_a = true, .bias_grad = bias_grad});
   return into;
 }
 
@@ -120,7 +129,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
                 if (need_x) d[0] = matmul(dy, w);
                 // With both dW and db wanted, db comes out of dW's GEMM (cuBLASLt's BGRADA epilogue on CUDA).
                 Tensor db;
-                if (need_w && need_b && w_dtype != DType::F64) db = Tensor::empty({dy.size(1)}, w_dtype, dy.device());
+                if (need_w && need_b && w_dtype != DType::F64)
+                  db = detail::fresh_or_empty(partial[2], {dy.size(1)}, w_dtype, dy.device());
                 const Tensor into = pad ? padded_view(partial[1], dy.size(1)) : partial[1];
                 if (need_w) d[1] = detail::weight_grad(dy, x, w_dtype, into, db);
                 if (need_w && pad) d[1] = d[1].slice(0, 0, rows);  // a prefix of rows: contiguous, no copy

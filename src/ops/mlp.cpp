@@ -42,7 +42,7 @@ std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s, const std:
   const Tensor dy = (dy_in.dtype() == s.x.dtype() ? dy_in : dy_in.to(s.x.dtype())).contiguous();
   const DType dt = dy.dtype();
   if (s.need_w2) {  // dW2 = dy^T h, db2 = dy's column sums from the same GEMM
-    Tensor db2 = s.need_b2 ? Tensor::empty({dy.size(1)}, s.w2_dtype, dy.device()) : Tensor{};
+    Tensor db2 = s.need_b2 ? detail::fresh_or_empty(partial[4], {dy.size(1)}, s.w2_dtype, dy.device()) : Tensor{};
     d[3] = detail::weight_grad(dy, s.h, s.w2_dtype, partial[3], db2);
     if (s.need_b2) d[4] = db2;
   } else if (s.need_b2) {
@@ -51,7 +51,7 @@ std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s, const std:
   if (d[4].defined() && d[4].dtype() != s.b2_dtype) d[4] = d[4].to(s.b2_dtype);
   if (s.need_x || s.need_w1 || s.need_b1) {  // dpre = (dy W2) * gelu'(pre), db1 = its column sums, one GEMM
     Tensor dpre = Tensor::empty(s.pre.shape(), dt, dy.device());
-    Tensor db1 = s.need_b1 ? Tensor::empty({s.pre.size(1)}, dt, dy.device()) : Tensor{};
+    Tensor db1 = s.need_b1 ? detail::fresh_or_empty(partial[2], {s.pre.size(1)}, dt, dy.device()) : Tensor{};
     matmul_out(dy, s.w2c, dpre, 0.0f, {.dgelu_aux = s.pre, .aux_bias_grad = db1});
     if (s.need_b1) d[2] = db1.dtype() == s.b1_dtype ? db1 : db1.to(s.b1_dtype);
     if (s.need_w1) d[1] = detail::weight_grad(dpre, s.x, s.w1_dtype, partial[1]);

@@ -1,6 +1,7 @@
 // tests/autograd/test_engine.cpp: the autograd engine on graphs recorded with autograd::record (values, order, memory, errors).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -282,6 +283,72 @@ TEST(AutogradEngine, ALeafsOwnGradientIsOfferedToAProducerThatAddsIntoIt) {
     EXPECT_EQ(hooks, 2);
     EXPECT_EQ(at_hook, (std::vector<float>{10.0f, 10.0f}));
   }
+}
+
+// A node that writes its input's gradient into a fresh offer (a leaf's destination: beta = 0), adds into any other
+// offer, and otherwise returns a new gradient; counts the fresh offers it saw.
+Tensor scale_writing(const Tensor& x, double k, int& fresh) {
+  Tensor out = ops::scale(x, k);
+  ag::record(std::make_shared<ag::FunctionNode>(
+                 "ScaleWriting", ag::PartialBackwardFn([k, &fresh](const std::vector<Tensor>& g,
+                                                                  std::vector<Tensor>& partial) {
+                   if (!partial[0].defined()) return std::vector<Tensor>{ops::scale(g[0], k)};
+                   if (ag::is_fresh_offer(partial[0])) {
+                     ++fresh;
+                     Tensor(partial[0]).copy_(ops::scale(g[0], k));
+                   } else {
+                     ops::add_(partial[0], ops::scale(g[0], k));
+                   }
+                   return std::vector<Tensor>{partial[0]};
+                 })),
+             {&x}, {&out});
+  return out;
+}
+
+// A leaf's gradient destination (autograd::set_grad_destination: a slice of a flat buffer, DataParallel's bucket):
+// offered fresh to a producer that takes offers when nothing waits for the leaf (written over its NaNs, and the
+// leaf's gradient from then on); a gradient that arrives otherwise is copied there by AccumulateGrad; a later pass
+// adds into it (not fresh). Either way the values are those without a destination, the hook fires once per pass, and
+// a destination of the wrong shape is refused with the leaf named.
+TEST(AutogradEngine, ALeafsGradientIsMadeInItsDestination) {
+  for (int scenario = 0; scenario < 3; ++scenario) {
+    SCOPED_TRACE(scenario == 0 ? "written by the producer" : scenario == 1 ? "copied (something waited)" : "copied");
+    const Tensor flat = Tensor::full({6}, std::nan(""));
+    const Tensor x = leaf({1.0f, -2.0f});
+    int asked = 0, fresh = 0, hooks = 0;
+    ag::set_grad_destination(x, [&] { return ++asked, flat.slice(0, 3, 5); });
+    x.register_post_accumulate_grad_hook([&](const Tensor&) { ++hooks; });
+    for (int pass = 0; pass < 2; ++pass) {
+      Tensor loss;
+      if (scenario == 0) loss = sum(scale_writing(x, 5.0, fresh));
+      if (scenario == 1) {  // 3x, recorded later, runs first: its gradient waits when the writer runs
+        const Tensor five = scale_writing(x, 5.0, fresh);
+        loss = sum(ops::add(five, ops::scale(x, 3.0)));
+      }
+      if (scenario == 2) loss = sum(ops::scale(x, 8.0));
+      loss.backward();
+      const float want = scenario == 0 ? 5.0f * static_cast<float>(pass + 1) : 8.0f * static_cast<float>(pass + 1);
+      EXPECT_EQ(values(x.grad()), (std::vector<float>{want, want})) << "pass " << pass;
+      EXPECT_TRUE(x.grad().shares_storage(flat)) << "pass " << pass;
+      EXPECT_EQ(x.grad().data_ptr(), flat.slice(0, 3, 5).data_ptr()) << "pass " << pass;
+      EXPECT_EQ(hooks, pass + 1);
+    }
+    EXPECT_EQ(fresh, scenario == 0 ? 1 : 0) << "fresh offers";
+    EXPECT_EQ(asked, 1) << "the destination is asked for once per gradient made";
+    const std::vector<float> all = values(flat);
+    EXPECT_TRUE(std::isnan(all[0]) && std::isnan(all[2]) && std::isnan(all[5])) << "only the leaf's slice written";
+    x.set_grad(Tensor());  // released: the next pass asks again
+    sum(ops::scale(x, 1.0)).backward();
+    EXPECT_EQ(asked, 2);
+    EXPECT_EQ(values(flat.slice(0, 3, 5)), (std::vector<float>{1.0f, 1.0f}));
+  }
+  const Tensor x = leaf({1.0f, -2.0f});
+  ag::set_grad_destination(x, [] { return Tensor::zeros({3}); });
+  EXPECT_MPT_ERROR(sum(ops::scale(x, 2.0)).backward(), "the gradient destination of the leaf");
+  ag::set_grad_destination(x, nullptr);
+  sum(ops::scale(x, 2.0)).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{2.0f, 2.0f}));
+  EXPECT_MPT_ERROR(ag::set_grad_destination(ops::scale(x, 1.0), [] { return Tensor{}; }), "expected a leaf");
 }
 
 TEST(AutogradEngine, ErrorsNameTheProblem) {

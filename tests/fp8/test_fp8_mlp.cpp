@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device_test.h"
+#include "grad_destinations.h"
 #include "mpt/fp8/scaling.h"
 #include "mpt/amp/master_weights.h"
 #include "mpt/core/memory.h"
@@ -182,6 +183,32 @@ TEST(Fp8Mlp, FrozenFirstLayerAndNoInputGradient) {
   fp8::fp8_linear(a, w2, Tensor(), {recipe, {}, DType::BF16}).backward(dy);
   EXPECT_TRUE(same_bits(dw2, w2.grad()));
   EXPECT_FALSE(w1.grad().defined());
+}
+
+// The FP8 layers' gradients made in their destinations (autograd::set_grad_destination: DataParallel's buckets,
+// slices of one NaN-filled buffer here): fp8_linear's and fp8_mlp's weight-gradient GEMMs write the fresh ones with
+// beta = 0 and add the second micro-batch's with beta = 1, their bias gradients land there too; the bits of the same
+// passes without destinations, per recipe (delayed: a new scaling state per run, so both runs see the same scales).
+TEST(Fp8Mlp, GradientsAreWrittenIntoTheirDestinations) {
+  const std::vector<Tensor> init = {random_tensor({64, 32}, DType::F32, 11, 0.2), random_tensor({64}, DType::F32, 12),
+                                    random_tensor({32, 64}, DType::F32, 13, 0.1), random_tensor({32}, DType::F32, 14),
+                                    random_tensor({24, 32}, DType::F32, 15, 0.2), random_tensor({24}, DType::F32, 16)};
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    mpt::testing::expect_gradients_made_in_destinations(init, [&](const std::vector<Tensor>& p) {
+      fp8::Fp8ScalingState state(c.recipe);
+      const fp8::Fp8LinearMetas m1 = state.register_linear("fc"), m2 = state.register_linear("proj"),
+                                m3 = state.register_linear("head");
+      for (uint64_t micro = 0; micro < 2; ++micro) {
+        const Tensor x = random_tensor({16, 32}, DType::BF16, 20 + micro);
+        const Tensor h = fp8::fp8_mlp(x, p[0], p[1], p[2], p[3],
+                                      {.recipe = c.recipe, .metas1 = m1, .metas2 = m2, .out_dtype = DType::BF16});
+        const Tensor y = fp8::fp8_linear(h, p[4], p[5], {c.recipe, m3, DType::BF16});
+        y.backward(random_tensor({16, 24}, DType::BF16, 30 + micro));
+      }
+    });
+  }
+  amp::invalidate_compute_copies();
 }
 
 TEST(Fp8Mlp, Errors) {

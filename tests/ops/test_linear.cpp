@@ -3,14 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
+#include "grad_destinations.h"
 #include "matmul_reference.h"
+#include "mpt/autograd/engine.h"
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
 #include "mpt/core/memory.h"
 #include "mpt/ops/attention.h"
 #include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
+#include "mpt/ops/embedding.h"
 #include "mpt/ops/linear.h"
 #include "mpt/ops/mlp.h"
 #include "mpt/ops/matmul.h"
@@ -242,6 +246,46 @@ TEST(Linear, Bf16GradientsOfFp32MastersAreWrittenAndAccumulatedInBf16) {
     }
     const double bound = 0x1p-8 * (std::abs(s1) + std::abs(s2) + std::abs(s1 + s2)) + 2 * n * 0x1p-24 * abs;
     EXPECT_NEAR(got[static_cast<size_t>(j)], s1 + s2, bound) << "db column " << j;
+  }
+}
+
+// Gradients made in their destinations (autograd::set_grad_destination: DataParallel's buckets, slices of one flat
+// buffer filled with NaN here): linear's, the packed linear's and the fused MLP's weight-gradient GEMMs write dW there
+// (beta = 0: the NaNs are never read), the bias gradients come out of their epilogues there, and a tied embedding
+// table's gradient (the head's, waiting) is copied there; a second micro-batch adds into them. The bits of the same
+// steps without destinations, in f32 and with BF16 gradients of FP32 masters.
+TEST(Linear, GradientsAreWrittenIntoTheirDestinations) {
+  const int64_t n = 16, k = 64, m = 48, f = 96, vocab = 40;
+  std::vector<int64_t> id_values;
+  for (int64_t i = 0; i < n; ++i) id_values.push_back((i * 7) % vocab);
+  const Tensor ids = Tensor::from_vector(id_values, {n});
+  const std::vector<Tensor> init = {random_tensor({m, k}, DType::F32, 91), random_tensor({m}, DType::F32, 92),
+                                    random_tensor({f, m}, DType::F32, 93), random_tensor({f}, DType::F32, 94),
+                                    random_tensor({m, f}, DType::F32, 95), random_tensor({m}, DType::F32, 96),
+                                    random_tensor({vocab, m}, DType::F32, 97), random_tensor({8, m}, DType::F32, 98),
+                                    random_tensor({24, m}, DType::F32, 99)};
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 operands, BF16 gradients of FP32 masters" : "f32");
+    const DType dt = bf16 ? DType::BF16 : DType::F32;
+    auto copy = [&](const Tensor& t) { return bf16 ? t.detach().to(DType::BF16) : Tensor{}; };
+    mpt::testing::expect_gradients_made_in_destinations(
+        init,
+        [&](const std::vector<Tensor>& p) {
+          for (int micro = 0; micro < 2; ++micro) {
+            const Tensor x = random_tensor({n, k}, dt, 100 + static_cast<uint64_t>(micro));
+            const Tensor y = ops::linear(x, p[0], p[1], {.compute_weight = copy(p[0])});
+            const Tensor z = ops::mlp(y, p[2], p[3], p[4], p[5], {.compute_w1 = copy(p[2]), .compute_w2 = copy(p[4])});
+            // The table tied to a head: the head's dW waits, and the embedding adds into it (then to the destination).
+            const Tensor logits = ops::linear(z, p[6], Tensor{}, {.compute_weight = copy(p[6])});
+            const Tensor e = ops::embedding(ids, p[6]);
+            const Tensor packed = ops::packed_linear(z, {p[7], p[8]});
+            const Tensor dl = random_tensor({n, vocab}, dt, 200 + static_cast<uint64_t>(micro));
+            const Tensor de = random_tensor({n, m}, DType::F32, 300 + static_cast<uint64_t>(micro));
+            const Tensor dp = random_tensor({n, 32}, dt, 400 + static_cast<uint64_t>(micro));
+            autograd::backward({logits, e, packed}, {dl, de, dp});
+          }
+        },
+        bf16 ? std::optional<DType>(DType::BF16) : std::nullopt);
   }
 }
 

@@ -23,6 +23,11 @@ struct Edge {
 
 // Called with a leaf's gradient once it is final for this backward pass (after accumulation).
 using PostAccumulateHook = std::function<void(const Tensor& leaf)>;
+// Where a leaf's gradient is to be made when it has none (set_grad_destination): a contiguous tensor of the leaf's
+// shape and gradient dtype on its device, whatever its contents (the gradient overwrites them); undefined: nowhere
+// this time. Called each time backward is about to make the leaf's gradient: it returns the same place every time
+// until that gradient is released.
+using GradDestination = std::function<Tensor()>;
 
 // The autograd state of a tensor handle, shared by its copies (not by views: see Tensor::detach).
 struct AutogradMeta {
@@ -33,6 +38,7 @@ struct AutogradMeta {
   std::weak_ptr<Node> accumulator;  // leaves: their AccumulateGrad node, while a graph holds it
   std::vector<PostAccumulateHook> post_accumulate_hooks;
   std::optional<DType> grad_dtype;  // leaves: the dtype backward keeps .grad in (set_grad_dtype); unset: the leaf's
+  GradDestination grad_destination;  // leaves: where .grad is made (set_grad_destination); empty: a new tensor
 };
 
 // A leaf's gradient dtype (PyTorch's Tensor.grad_dtype): backward delivers and sums the leaf's gradient in `dtype`,
@@ -43,6 +49,15 @@ struct AutogradMeta {
 void set_grad_dtype(const Tensor& leaf, std::optional<DType> dtype);
 // The dtype a tensor's gradient is kept in: the one set_grad_dtype gave the leaf, else the tensor's own.
 DType grad_dtype(const Tensor& t);
+// Where a leaf's gradient is made when it has none, chosen by the leaf's owner: a slice of one flat buffer (a
+// DataParallel bucket: reduced as it is, no copy into it). The GEMM that makes a weight's gradient writes it there
+// (Node::apply_partial's fresh offer, beta = 0), any other producer's gradient is copied there by AccumulateGrad, and
+// the leaf's .grad is that tensor; later gradients add into it as into any .grad. An empty function: none (a new
+// tensor, as before). Refused for a tensor that is not a leaf requiring grad.
+void set_grad_destination(const Tensor& leaf, GradDestination destination);
+// Whether `offered` (an entry of the `partial` the running node's apply_partial got on this thread) is a fresh
+// destination, whose contents are to be overwritten (beta = 0), rather than a gradient to add into (beta = 1).
+bool is_fresh_offer(const Tensor& offered);
 
 // One recorded op. apply() maps the gradients of its outputs (one per output; undefined means zero) to the
 // gradients of its inputs (one per entry of next_edges, in order; undefined means zero or not needed).
@@ -79,7 +94,9 @@ class Node : public std::enable_shared_from_this<Node> {
   //    stays there (a weight-gradient GEMM with beta = 1, as llm.c accumulates, instead of a new gradient and
   //    AccumulateGrad's add), and the leaf's AccumulateGrad only runs its hooks;
   //  - else the gradient already waiting for input i, when nothing else holds its storage and it is contiguous
-  //    (llm.c's encoder backward adds into the LM head's gradient of a tied table the same way).
+  //    (llm.c's encoder backward adds into the LM head's gradient of a tied table the same way);
+  //  - for a leaf without a gradient and nothing waiting, its destination (set_grad_destination), a fresh offer
+  //    (is_fresh_offer): a backward that takes it overwrites it (beta = 0), and the leaf's .grad becomes it.
   // A backward that adds its gradient for input i into partial[i] in place returns that tensor (its storage) as input
   // i's gradient; the engine recognises it. A waiting gradient it does not take goes back to where it waited,
   // untouched, and is summed with what apply_partial returned as before.
@@ -104,6 +121,10 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(std::shared_ptr<AutogradMeta> leaf, Tensor leaf_handle);
   void run_hooks();
   const Tensor& leaf_grad() const { return leaf_->grad; }  // undefined until the leaf's first gradient
+  // The leaf's destination (set_grad_destination) checked against the leaf, when it has one and no gradient yet.
+  Tensor destination() const;
+  // Makes `g`, a fresh offer (its destination) a backward wrote, the leaf's gradient.
+  void adopt(const Tensor& g) { leaf_->grad = g; }
 
  protected:
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
