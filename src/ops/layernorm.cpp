@@ -223,7 +223,8 @@ Tensor grad_output(const Tensor& given, const Tensor& like, const char* what, co
 
 // layer_norm_backward, and for a fused residual sum also: dx_add (the gradient reaching the sum directly, added to
 // dx in the same pass) and a second copy of dx in dx_half_dtype (returned in dx_half; the gradient of a low-precision
-// x beside an f32 residual).
+// x beside an f32 residual). `write`: the parameters' gradients written there (overwritten, not added into) where
+// they are the leaves' fresh destinations (autograd::is_fresh_offer: the engine's offers, ops::detail::fresh_or_empty).
 struct NormGrads {
   LayerNormGrads g;
   Tensor dx_half;
@@ -239,7 +240,7 @@ DType param_grad_dtype(const Tensor& weight) {
 
 NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in, const LayerNormSaved& saved,
                    bool has_bias, LayerNormGrads into, const Tensor& dx_add_in, std::optional<DType> dx_half_dtype,
-                   DType param_dtype) {
+                   DType param_dtype, const std::vector<Tensor>* write = nullptr, size_t write_at = 0) {
   const char* op = "layer_norm_backward";
   const Device dev = detail::check_same_device({&dy_in, &x_in, &weight_in, &saved.mean, &saved.rstd}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, Tensor(), op);
@@ -259,6 +260,11 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
   NormGrads out{{grad_output(into.dx, x_in, "dx", op), grad_output(into.dweight, weight_in, "dweight", op, param_dtype),
                  has_bias ? grad_output(into.dbias, weight_in, "dbias", op, param_dtype) : Tensor()},
                 {}};
+  if (write != nullptr) {  // the engine's offers for weight and bias (write_at, write_at + 1): fresh ones are written
+    if (!acc_dw) out.g.dweight = detail::fresh_or_empty((*write)[write_at], weight_in.shape(), param_dtype, dev);
+    if (has_bias && !acc_db)
+      out.g.dbias = detail::fresh_or_empty((*write)[write_at + 1], weight_in.shape(), param_dtype, dev);
+  }
   LayerNormGrads& g = out.g;
   const DType half = dx_half_dtype.value_or(x_in.dtype());
   if (dx_half_dtype) out.dx_half = Tensor::empty(x_in.shape(), half, dev);
@@ -325,12 +331,14 @@ LayerNormResult norm(const Tensor& x, const Tensor& weight, const Tensor& bias, 
                      const NormOutput& y_out, const char* op) {
   const detail::GradRecorder grad({&x, &weight, &bias});
   LayerNormResult r = forward(x, nullptr, nullptr, weight, bias, eps, rms, y_out, op);
+  // The weight's and bias's gradients written in their leaves' destinations when the engine offers them fresh.
   grad.record(rms ? "RmsNormBackward" : "LayerNormBackward", {&r.y},
-              [x = x.detach(), w = weight.detach(), saved = r.saved, has_bias = bias.defined(),
-               pg = param_grad_dtype(weight)](const std::vector<Tensor>& g) {
-                LayerNormGrads d = backward(g[0], x, w, saved, has_bias, {}, Tensor(), std::nullopt, pg).g;
+              autograd::PartialBackwardFn([x = x.detach(), w = weight.detach(), saved = r.saved,
+                                           has_bias = bias.defined(), pg = param_grad_dtype(weight)](
+                                              const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
+                LayerNormGrads d = backward(g[0], x, w, saved, has_bias, {}, Tensor(), std::nullopt, pg, &partial, 1).g;
                 return std::vector<Tensor>{d.dx, d.dweight, d.dbias};
-              });
+              }));
   return r;
 }
 
@@ -348,12 +356,13 @@ ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, c
   const std::optional<DType> x_half =
       x.dtype() != out.sum.dtype() ? std::optional<DType>(x.dtype()) : std::nullopt;
   grad.record(rms ? "ResidualRmsNormBackward" : "ResidualLayerNormBackward", {&out.sum, &out.y},
-              [sum = out.sum.detach(), w = weight.detach(), saved = out.saved, has_bias = bias.defined(), x_half,
-               pg = param_grad_dtype(weight)](const std::vector<Tensor>& g) {
+              autograd::PartialBackwardFn([sum = out.sum.detach(), w = weight.detach(), saved = out.saved,
+                                           has_bias = bias.defined(), x_half, pg = param_grad_dtype(weight)](
+                                              const std::vector<Tensor>& g, std::vector<Tensor>& partial) {
                 Tensor dsum = g[0], dx;
                 Tensor dweight, dbias;
                 if (g[1].defined()) {  // dsum = g[0] + the norm's dx, in the norm's pass
-                  NormGrads d = backward(g[1], sum, w, saved, has_bias, {}, g[0], x_half, pg);
+                  NormGrads d = backward(g[1], sum, w, saved, has_bias, {}, g[0], x_half, pg, &partial, 2);
                   dsum = d.g.dx;
                   dx = d.dx_half;
                   dweight = d.g.dweight;
@@ -362,7 +371,7 @@ ResidualLayerNormResult residual_norm(const Tensor& x, const Tensor& residual, c
                   dx = dsum.to(*x_half);
                 }
                 return std::vector<Tensor>{x_half ? dx : dsum, dsum, dweight, dbias};
-              });
+              }));
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "grad_destinations.h"
 #include "mpt/autograd/engine.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/autograd/node.h"
@@ -392,5 +393,33 @@ TEST(LayerNorm, Bf16ParameterGradientsAreTheFp32OnesRoundedOnce) {
         EXPECT_TRUE(mpt::testing::same_bits(b16, b32.to(DType::BF16))) << "bias";
       }
     }
+  }
+}
+
+// The norms' weight and bias gradients made in their destinations (autograd::set_grad_destination: DataParallel's
+// buckets, slices of one NaN-filled buffer here): the kernels write the fresh ones (never reading them) and add the
+// second micro-batch's into them; the bits of the same passes without destinations. LayerNorm, RMSNorm and both fused
+// residual norms (through y and through the sum), f32 and with BF16 gradients of FP32 weights beside BF16 activations.
+TEST(LayerNorm, ParameterGradientsAreWrittenIntoTheirDestinations) {
+  const int64_t rows = 37, cols = 96;
+  std::vector<Tensor> init;
+  for (uint64_t i = 0; i < 6; ++i) init.push_back(random_tensor({cols}, DType::F32, 60 + i));
+  for (DType act : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(act));
+    mpt::testing::expect_gradients_made_in_destinations(
+        init,
+        [&](const std::vector<Tensor>& p) {
+          for (uint64_t micro = 0; micro < 2; ++micro) {
+            const Tensor x = random_tensor({rows, cols}, act, 70 + micro), r = random_tensor({rows, cols}, act, 72 + micro);
+            const Tensor y0 = ops::layer_norm(x, p[0], p[1]).y;
+            const Tensor y1 = ops::rms_norm(x, p[2]).y;
+            const ops::ResidualLayerNormResult s2 = ops::residual_layer_norm(x, r, p[3], p[4]);
+            const ops::ResidualLayerNormResult s3 = ops::residual_rms_norm(x, r, p[5]);
+            std::vector<Tensor> dy;
+            for (uint64_t k = 0; k < 6; ++k) dy.push_back(random_tensor({rows, cols}, act, 80 + 10 * micro + k));
+            autograd::backward({y0, y1, s2.y, s2.sum, s3.y, s3.sum}, dy);
+          }
+        },
+        act == DType::BF16 ? std::optional<DType>(DType::BF16) : std::nullopt);
   }
 }
