@@ -72,9 +72,10 @@ struct DataParallel::Bucket {
   std::vector<int64_t> counts;   // elements per owner rank (the reduce-scatter split)
   int64_t numel = 0;             // elements of flat
   DType dtype = DType::F32;      // flat's: its parameters' gradient dtype when they share one (BF16: llm.c's), else F32
-  // The concatenated gradients (in `dtype`), then the reduced ones. Made at launch() and let go at finish(), where the
-  // gradients become its views: they hold it until they are released (zero_grad), so the buckets take no memory
-  // between steps (at the forward's end, where a step peaks) and the step holds no gradient twice.
+  // The concatenated gradients (in `dtype`), then the reduced ones. Made when backward makes the first of its
+  // gradients (destination(): they are made in it) or at launch(), and let go at finish(), where the gradients are
+  // its views: they hold it until they are released (zero_grad), so the buckets take no memory between steps (at the
+  // forward's end, where a step peaks) and the step holds no gradient twice.
   Tensor flat;
   std::weak_ptr<Storage> last;   // the previous step's flat, reused while gradients still view it (zero_grad(false))
   Tensor wire;                   // what travels (flat itself, its BF16 or FP8 codes, or this rank's F32 shard)
@@ -87,6 +88,12 @@ struct DataParallel::Bucket {
   std::unique_ptr<dist::Work> work, meta_work;
   bool launched = false;
   Tensor part(size_t k, const Tensor& of) const;  // parameter k's slice of flat (`of`: the parameter)
+  // flat made when undefined: the previous step's while gradients still view it, else a new one (contents undefined).
+  void ensure_flat(Device device) {
+    if (flat.defined()) return;
+    const std::shared_ptr<Storage> kept = last.lock();
+    flat = kept != nullptr ? Tensor(kept, {numel}, {1}, 0, dtype) : Tensor::empty({numel}, dtype, device);
+  }
 };
 
 DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicator> comm,
@@ -168,10 +175,14 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
     params_[i].register_post_accumulate_grad_hook([this, i, alive](const Tensor&) {
       if (alive.lock()) on_grad_ready(i);
     });
+    // Backward makes each gradient in its bucket's slice (the GEMMs write it there, other gradients are copied there
+    // as they arrive): launch() has nothing to copy (PyTorch's gradient_as_bucket_view, from the first step on).
+    autograd::set_grad_destination(params_[i], [this, i, alive]() { return alive.lock() ? destination(i) : Tensor{}; });
   }
 }
 
 DataParallel::~DataParallel() {
+  for (const Tensor& p : params_) autograd::set_grad_destination(p, nullptr);
   for (auto& b : buckets_) {  // collectives still in flight write into the buckets: let them land first
     try {
       if (b->meta_work) b->meta_work->wait();
@@ -220,6 +231,17 @@ void DataParallel::on_grad_ready(size_t param) {
   progress();
 }
 
+Tensor DataParallel::destination(size_t param) {
+  Bucket& b = *buckets_[bucket_of_[param]];
+  const Tensor& p = params_[param];
+  // In flight: a second gradient is refused by on_grad_ready. A bucket of mixed gradient dtypes holds F32: theirs are
+  // made apart and converted at launch().
+  if (b.launched || autograd::grad_dtype(p) != b.dtype) return {};
+  b.ensure_flat(device_);
+  const size_t k = static_cast<size_t>(std::find(b.params.begin(), b.params.end(), param) - b.params.begin());
+  return b.part(k, p).view(p.shape());
+}
+
 void DataParallel::launch_ready() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_]->ready == buckets_[next_launch_]->params.size()) {
     timing_.launched_s[next_launch_] = now_s() - step_t0_;
@@ -242,10 +264,7 @@ void DataParallel::launch(Bucket& b) {
   const profile::Range range("communication/bucket {}", bucket_of_[b.params.front()]);
   autograd::NoGradGuard no_grad;
   const size_t np = b.params.size();
-  if (!b.flat.defined()) {  // every part is written below (a gradient, or zeros)
-    const std::shared_ptr<Storage> last = b.last.lock();
-    b.flat = last != nullptr ? Tensor(last, {b.numel}, {1}, 0, b.dtype) : Tensor::empty({b.numel}, b.dtype, device_);
-  }
+  b.ensure_flat(device_);  // every part is written below (a gradient, or zeros), unless backward made it there
   std::vector<float> used(np, 0.0f);
   for (size_t k = 0; k < np; ++k) {
     const Tensor& p = params_[b.params[k]];

@@ -183,6 +183,50 @@ TEST(DataParallel, NoSyncAccumulationEqualsTheWholeBatch) {
   std::printf("rank %d of %d: no_sync x2, worst normwise gradient difference %.3g\n", me, n, worst);
 }
 
+// Backward makes each gradient in its bucket (autograd::set_grad_destination: the weight-gradient GEMMs write there,
+// the rest is copied there as it arrives), so launch() copies nothing: inside NoSync, where nothing is launched, the
+// first micro-batch's gradients already share one storage per bucket, the second adds into them there, and the
+// averaged gradients equal the whole batch's. Without the destinations each gradient had its own storage until its
+// bucket was launched.
+TEST(DataParallel, BackwardMakesTheGradientsInTheirBuckets) {
+  const auto comm = dist::world();
+  const int n = comm->size(), me = comm->rank();
+  nn::GPT model(tiny(100 + static_cast<uint64_t>(me)));
+  train::DataParallel dp(model, comm, {.bucket_bytes = 16 << 10});
+  ASSERT_GT(dp.num_buckets(), 2);
+  nn::GPT reference(tiny(100));
+  const auto [x, y] = global_batch(n);
+  std::vector<const void*> first;
+  for (int micro = 0; micro < 2; ++micro) {
+    const int64_t row = 2 * me + micro;
+    if (micro == 0) {
+      train::DataParallel::NoSync no_sync(dp);
+      model.loss(x.slice(0, row, row + 1), y.slice(0, row, row + 1)).backward();
+      std::set<const void*> storages;
+      for (const auto& p : model.named_parameters()) {
+        ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+        storages.insert(p.tensor.grad().storage().get());
+        first.push_back(p.tensor.grad().data_ptr());
+      }
+      EXPECT_EQ(static_cast<int64_t>(storages.size()), dp.num_buckets()) << "inside NoSync, before any launch";
+    } else {
+      model.loss(x.slice(0, row, row + 1), y.slice(0, row, row + 1)).backward();
+    }
+  }
+  dp.finish();
+  size_t i = 0;
+  for (const auto& p : model.named_parameters())
+    EXPECT_EQ(p.tensor.grad().data_ptr(), first[i++]) << p.name << ": the averaged gradient moved";
+  for (int micro = 0; micro < 2; ++micro) {
+    std::vector<int64_t> rows;
+    for (int r = 0; r < n; ++r) rows.push_back(2 * r + micro);
+    reference.loss(pick_rows(x, rows), pick_rows(y, rows)).backward();
+  }
+  const double worst = worst_difference(model.named_parameters(), reference.named_parameters(), true, 1e-5);
+  std::printf("rank %d of %d: gradients made in their buckets, worst normwise gradient difference %.3g\n", me, n,
+              worst);
+}
+
 // After finish() every gradient is a view of its bucket (PyTorch DDP's gradient_as_bucket_view: no copy out of the
 // bucket, no second buffer per gradient): one storage per bucket. Zeroed in place (zero_grad without set_to_none),
 // the next backward accumulates into the views and launch() finds them in place; the averaged gradients still equal
@@ -280,8 +324,9 @@ TEST(DataParallel, BucketsTakeNoMemoryBetweenSteps) {
     model.loss(x.slice(0, 2 * me, 2 * me + 2), y.slice(0, 2 * me, 2 * me + 2)).backward();
     dp.finish();
     for (const auto& p : model.named_parameters())
-      if (p.tensor.grad().defined() && !o.zero1)
+      if (p.tensor.grad().defined() && !o.zero1) {
         EXPECT_TRUE(kept.count(p.tensor.grad().storage().get()) == 1) << p.name << ": the kept bucket was reused";
+      }
   }
 }
 

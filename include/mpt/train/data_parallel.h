@@ -113,6 +113,7 @@ class DataParallel {
  private:
   struct Bucket;
   void on_grad_ready(size_t param);
+  Tensor destination(size_t param);  // the parameter's slice of its bucket (autograd::set_grad_destination)
   void launch_ready();
   void launch(Bucket& b);
   void progress();
