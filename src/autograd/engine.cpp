@@ -154,8 +154,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     // alone holds, moved out of its slot.
     std::vector<Tensor> partial(edges.size());
     std::vector<bool> from_leaf(edges.size(), false);
-    std::vector<Tensor> fresh;  // the leaves' destinations among them (is_fresh_offer: written with beta = 0)
+    // The leaves' destinations it may ask for (autograd::offer: made on demand, fresh offers written with beta = 0).
+    detail::Offers offers;
     if (any && node->takes_partial()) {
+      offers.partial = &partial;
+      offers.lazy.assign(edges.size(), nullptr);
       for (size_t i = 0; i < edges.size(); ++i) {
         if (!edges[i].fn) continue;
         Node* target = edges[i].fn.get();
@@ -169,9 +172,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
           } else if (!grad.defined() && (waiting == nullptr || !waiting->defined())) {
             // Once per node: two inputs of one leaf (x * x) must not both overwrite it.
             bool twice = false;
-            for (size_t j = 0; j < i; ++j) twice = twice || (edges[j].fn.get() == target && partial[j].defined());
-            Tensor d = twice ? Tensor{} : leaf->destination();
-            if (d.defined()) fresh.push_back(d), partial[i] = d, from_leaf[i] = true;
+            for (size_t j = 0; j < i; ++j) twice = twice || (edges[j].fn.get() == target && offers.lazy[j] != nullptr);
+            if (!twice) offers.lazy[i] = leaf;
           }
         } else if (waiting != nullptr && writable(*waiting)) {
           partial[i] = std::move(*waiting), *waiting = Tensor{};
@@ -182,9 +184,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     {
       const profile::Range node_range(node->name());  // "LinearBackward": per node, for Nsight and bench_train --profile
       const bool already_in_leaf = in_leaf.count(node) > 0;  // an AccumulateGrad whose sum is in its leaf
-      const detail::FreshOffers offers(fresh.empty() ? nullptr : &fresh);
+      const detail::OffersScope scope(offers.partial != nullptr ? &offers : nullptr);
       out = any && !already_in_leaf ? node->run(std::move(inputs), partial) : std::vector<Tensor>(edges.size());
     }
+    for (size_t i = 0; i < edges.size(); ++i)  // the destinations it asked for come from their leaves
+      if (is_fresh(partial[i], offers.fresh)) from_leaf[i] = true;
     auto* acc = dynamic_cast<AccumulateGrad*>(node);
     // A leaf's node runs once all paths into it have delivered: its gradient is final for this pass, so the hooks
     // fire now (the data-parallel layer starts communicating a bucket while backward continues).
@@ -195,7 +199,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       // A gradient the node added into comes back as out[i] (the sum, on the same storage); a destination it wrote,
       // as that destination (a slice of a flat buffer other leaves' destinations share: the same elements).
       const bool taken = partial[i].defined() && out[i].defined() && out[i].storage() == partial[i].storage() &&
-                         (!is_fresh(partial[i], fresh) || out[i].data_ptr() == partial[i].data_ptr());
+                         (!is_fresh(partial[i], offers.fresh) || out[i].data_ptr() == partial[i].data_ptr());
       if (from_leaf[i] && taken) {  // the leaf's .grad holds it: the slot becomes that .grad, with what waited
         Tensor& slot = buffer_of(e.fn)[static_cast<size_t>(e.input_nr)];
         auto* leaf = static_cast<AccumulateGrad*>(e.fn.get());

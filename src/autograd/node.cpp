@@ -2,6 +2,7 @@
 #include "mpt/autograd/node.h"
 
 #include <atomic>
+#include <utility>
 
 #include "autograd/fresh_offers.h"
 #include "autograd/leaf_adds.h"
@@ -12,22 +13,35 @@ namespace mpt::autograd {
 
 namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
-thread_local const std::vector<Tensor>* t_fresh_offers = nullptr;
+thread_local detail::Offers* t_offers = nullptr;
 }  // namespace
 
-detail::FreshOffers::FreshOffers(const std::vector<Tensor>* offers) : outer_(t_fresh_offers) {
-  t_fresh_offers = offers;
-}
+detail::OffersScope::OffersScope(Offers* offers) : outer_(t_offers) { t_offers = offers; }
 
-detail::FreshOffers::~FreshOffers() { t_fresh_offers = outer_; }
+detail::OffersScope::~OffersScope() { t_offers = outer_; }
 
 bool is_fresh_offer(const Tensor& offered) {
-  if (t_fresh_offers == nullptr || !offered.defined()) return false;
-  for (const Tensor& t : *t_fresh_offers)
-    if (t.defined() && t.storage() == offered.storage() && t.offset() == offered.offset() &&
-        t.shape() == offered.shape() && t.dtype() == offered.dtype())
+  if (t_offers == nullptr || !offered.defined()) return false;
+  for (const Tensor& t : t_offers->fresh)
+    if (t.storage() == offered.storage() && t.offset() == offered.offset() && t.shape() == offered.shape() &&
+        t.dtype() == offered.dtype())
       return true;
   return false;
+}
+
+const Tensor& offer(std::vector<Tensor>& partial, size_t input, DType writes) {
+  MPT_CHECK(input < partial.size(), "[backward] offer for input {} of a node with {} inputs", input, partial.size());
+  detail::Offers* o = t_offers;
+  if (o != nullptr && o->partial == &partial && !partial[input].defined() && input < o->lazy.size() &&
+      o->lazy[input] != nullptr && o->lazy[input]->gradient_dtype() == writes) {
+    const AccumulateGrad* leaf = std::exchange(o->lazy[input], nullptr);
+    Tensor d = leaf->destination();
+    if (d.defined()) {
+      o->fresh.push_back(d);
+      partial[input] = std::move(d);
+    }
+  }
+  return partial[input];
 }
 
 Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
@@ -110,10 +124,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   MPT_CHECK(g.shape() == handle_.shape(), "[backward] gradient {} does not match its leaf {}", g.meta_str(),
             handle_.meta_str());
   const DType want = leaf_->grad_dtype.value_or(handle_.dtype());
-  if (Tensor d = destination(); d.defined()) {  // the place its owner chose (set_grad_destination): a copy there
-    if (d.data_ptr() != g.data_ptr()) d.copy_(g);
-    leaf_->grad = d;
-  } else if (!leaf_->grad.defined()) {
+  if (!leaf_->grad.defined()) {
     // The incoming gradient becomes the leaf's as it is when nothing else holds its storage and it starts that
     // storage, filling all of it or all but an eighth (PyTorch's stealing: a GPT step copied all of its gradients
     // here; the spare eighth takes a padded GEMM's rows, GPT-2's LM head gradient: 50257 of 50304); otherwise a

@@ -48,12 +48,12 @@ struct Saved {
 
 // Gradients of y = x W^T + b for dy (..., M): {dx, dW, db}; dW added into partial[1] when the engine offers the
 // weight's gradient (a later micro-batch: detail::gemm_tn's add_into), the others new tensors.
-std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s, const std::vector<Tensor>& partial) {
+std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s, std::vector<Tensor>& partial) {
   if (!dy_in.defined()) return {Tensor(), Tensor(), Tensor()};
   const Tensor dy = dy_in.reshape({-1, s.m});  // (N, M)
   detail::Fp8Pair q;
   // db: the column sums of dy, fused into its cast + transpose under the per-tensor recipes.
-  Tensor db = s.need_db ? ops::detail::fresh_or_empty(partial[2], {s.m}, s.b_dtype, dy.device()) : Tensor{};
+  Tensor db = s.need_db ? ops::detail::fresh_or_empty(partial, 2, {s.m}, s.b_dtype, dy.device()) : Tensor{};
   if (s.need_dx || s.need_dw) {
     q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta, s.need_dx, s.need_dw, db);
   } else if (s.need_db) {
@@ -61,7 +61,7 @@ std::vector<Tensor> fp8_linear_backward(const Tensor& dy_in, const Saved& s, con
   }
   Tensor dx, dw;
   if (s.need_dx) dx = gemm_tn(q.rowwise, s.wt, s.x_dtype).reshape(s.x_shape);  // (N, M) x (K, M)^T
-  if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype, {}, partial[1]);  // (M, N) x (K, N)^T
+  if (s.need_dw) dw = gemm_tn(q.columnwise, s.xt, s.w_dtype, {}, autograd::offer(partial, 1, s.w_dtype));  // (M, N) x (K, N)^T
   return {dx, dw, db};
 }
 

@@ -46,14 +46,14 @@ struct Saved {
 
 // Gradients for dy [N, C']: {dx, dW1, db1, dW2, db2}, in the order fp8_linear's two backward nodes would run; dW1 and
 // dW2 added into partial[1] and partial[3] when the engine offers the weights' gradients (gemm_tn's add_into).
-std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s, const std::vector<Tensor>& partial) {
+std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s, std::vector<Tensor>& partial) {
   std::vector<Tensor> d(5);
   if (!dy_in.defined()) return d;
   const Tensor dy = dy_in.reshape({-1, s.c_out});
   const DType hdt = s.h_dtype;
   if (s.need_dw2 || s.need_dpre()) {
     // b2's gradient: dy's column sums, fused into its cast + transpose under the per-tensor recipes.
-    if (s.need_db2) d[4] = ops::detail::fresh_or_empty(partial[4], {s.c_out}, s.b2_dtype, dy.device());
+    if (s.need_db2) d[4] = ops::detail::fresh_or_empty(partial, 4, {s.c_out}, s.b2_dtype, dy.device());
     const detail::Fp8Pair q = detail::quantize_for_gemm(dy, s.recipe, Fp8Role::GradOutput, s.grad_meta2,
                                                         s.need_dpre(), s.need_dw2, d[4]);
     Tensor dpre, db1;
@@ -62,22 +62,22 @@ std::vector<Tensor> fp8_mlp_backward(const Tensor& dy_in, const Saved& s, const 
     // by the pass that quantizes it both ways (db1 from there too), never written.
     const bool dgelu_in_quantize =
         block != nullptr && s.need_dx && s.need_dw1 && !(s.grad_meta1 && s.grad_meta1->collect_telemetry);
-    if (s.need_dpre()) db1 = s.need_db1 ? ops::detail::fresh_or_empty(partial[2], {s.pre.size(1)}, hdt, dy.device()) : Tensor{};
+    if (s.need_dpre()) db1 = s.need_db1 ? ops::detail::fresh_or_empty(partial, 2, {s.pre.size(1)}, hdt, dy.device()) : Tensor{};
     if (s.need_dpre() && !dgelu_in_quantize) {  // dpre = (dy W2) * gelu'(pre), db1 = its column sums: one FP8 GEMM
       dpre = gemm_tn(q.rowwise, s.w2t, hdt, {.dgelu_aux = s.pre, .aux_bias_grad = db1});  // with the DGELU epilogue
     }
-    if (s.need_dw2) d[3] = gemm_tn(q.columnwise, s.ht, s.w2_dtype, {}, partial[3]);
+    if (s.need_dw2) d[3] = gemm_tn(q.columnwise, s.ht, s.w2_dtype, {}, autograd::offer(partial, 3, s.w2_dtype));
     if (dgelu_in_quantize) {
       const detail::Fp8Pair p = detail::quantize_dgelu_for_gemm(gemm_tn(q.rowwise, s.w2t, hdt), s.pre, *block, db1);
       d[0] = gemm_tn(p.rowwise, s.w1t, s.x_dtype);
-      d[1] = gemm_tn(p.columnwise, s.xt, s.w1_dtype, {}, partial[1]);
+      d[1] = gemm_tn(p.columnwise, s.xt, s.w1_dtype, {}, autograd::offer(partial, 1, s.w1_dtype));
     }
     if (s.need_db1) d[2] = db1.to(s.b1_dtype);
     if (!dgelu_in_quantize && (s.need_dx || s.need_dw1)) {
       const detail::Fp8Pair p =
           detail::quantize_for_gemm(dpre, s.recipe, Fp8Role::GradOutput, s.grad_meta1, s.need_dx, s.need_dw1);
       if (s.need_dx) d[0] = gemm_tn(p.rowwise, s.w1t, s.x_dtype);
-      if (s.need_dw1) d[1] = gemm_tn(p.columnwise, s.xt, s.w1_dtype, {}, partial[1]);
+      if (s.need_dw1) d[1] = gemm_tn(p.columnwise, s.xt, s.w1_dtype, {}, autograd::offer(partial, 1, s.w1_dtype));
     }
   } else if (s.need_db2) {
     d[4] = ops::detail::bias_grad(dy).to(s.b2_dtype);

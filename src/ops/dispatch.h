@@ -109,10 +109,10 @@ bool adds_into(const Tensor& into, DType dtype, int64_t rows, int64_t cols, Devi
 // The beta of a GEMM writing into an offered gradient: 0 for a leaf's fresh destination (autograd::is_fresh_offer,
 // whatever it holds is overwritten), 1 for a gradient to add into.
 float offer_beta(const Tensor& into);
-// Where a backward writes a small gradient it makes whole (a bias gradient from a GEMM epilogue or a fused pass): the
-// engine's fresh offer for that input (a leaf's destination: no copy into it afterwards) when it is a contiguous
-// `shape` tensor of `dtype` on `device`, else a new tensor.
-Tensor fresh_or_empty(const Tensor& offer, const Shape& shape, DType dtype, Device device);
+// Where a backward writes a small gradient of input `input` it makes whole (a bias gradient from a GEMM epilogue or
+// a fused pass, a norm's parameter gradients): the leaf's destination (autograd::offer: a fresh offer, no copy into
+// it afterwards) when it is a contiguous `shape` tensor of `dtype` on `device`, else a new tensor.
+Tensor fresh_or_empty(std::vector<Tensor>& partial, size_t input, const Shape& shape, DType dtype, Device device);
 // The bias gradient of a Linear: the column sums of a 2-d dy in FP32 (f64 for f64), never rounded to dy's dtype
 // (src/ops/linear.cpp).
 Tensor bias_grad(const Tensor& dy);

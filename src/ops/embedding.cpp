@@ -120,8 +120,8 @@ Tensor embedding(const Tensor& ids_in, const Tensor& table_in) {
   grad.record("EmbeddingBackward", {&out},
               autograd::PartialBackwardFn([ids, vocab, grad_dtype, dev](const std::vector<Tensor>& g,
                                                                         std::vector<Tensor>& partial) {
-                const Tensor& waiting = partial[0];
                 const DType gd = g[0].dtype() == DType::F32 || g[0].dtype() == grad_dtype ? grad_dtype : g[0].dtype();
+                const Tensor& waiting = autograd::offer(partial, 0, gd);
                 const bool adds = waiting.defined() && waiting.dtype() == gd && waiting.device() == dev &&
                                   waiting.shape() == Shape{vocab, g[0].shape().back()} && waiting.is_contiguous();
                 // A leaf's fresh destination (its owner's flat buffer) holds anything: zeroed, then added into.

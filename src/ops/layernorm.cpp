@@ -240,7 +240,7 @@ DType param_grad_dtype(const Tensor& weight) {
 
 NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in, const LayerNormSaved& saved,
                    bool has_bias, LayerNormGrads into, const Tensor& dx_add_in, std::optional<DType> dx_half_dtype,
-                   DType param_dtype, const std::vector<Tensor>* write = nullptr, size_t write_at = 0) {
+                   DType param_dtype, std::vector<Tensor>* write = nullptr, size_t write_at = 0) {
   const char* op = "layer_norm_backward";
   const Device dev = detail::check_same_device({&dy_in, &x_in, &weight_in, &saved.mean, &saved.rstd}, op);
   const auto [rows, cols] = check_input(x_in, weight_in, Tensor(), op);
@@ -261,9 +261,9 @@ NormGrads backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight
                  has_bias ? grad_output(into.dbias, weight_in, "dbias", op, param_dtype) : Tensor()},
                 {}};
   if (write != nullptr) {  // the engine's offers for weight and bias (write_at, write_at + 1): fresh ones are written
-    if (!acc_dw) out.g.dweight = detail::fresh_or_empty((*write)[write_at], weight_in.shape(), param_dtype, dev);
+    if (!acc_dw) out.g.dweight = detail::fresh_or_empty(*write, write_at, weight_in.shape(), param_dtype, dev);
     if (has_bias && !acc_db)
-      out.g.dbias = detail::fresh_or_empty((*write)[write_at + 1], weight_in.shape(), param_dtype, dev);
+      out.g.dbias = detail::fresh_or_empty(*write, write_at + 1, weight_in.shape(), param_dtype, dev);
   }
   LayerNormGrads& g = out.g;
   const DType half = dx_half_dtype.value_or(x_in.dtype());

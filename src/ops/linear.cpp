@@ -26,7 +26,8 @@ bool adds_into(const Tensor& into, DType dtype, int64_t rows, int64_t cols, Devi
 
 float offer_beta(const Tensor& into) { return autograd::is_fresh_offer(into) ? 0.0f : 1.0f; }
 
-Tensor fresh_or_empty(const Tensor& offer, const Shape& shape, DType dtype, Device device) {
+Tensor fresh_or_empty(std::vector<Tensor>& partial, size_t input, const Shape& shape, DType dtype, Device device) {
+  const Tensor& offer = autograd::offer(partial, input, dtype);
   if (autograd::is_fresh_offer(offer) && offer.dtype() == dtype && offer.shape() == shape &&
       offer.device() == device && offer.is_contiguous())
     return offer;
@@ -130,9 +131,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const L
                 // With both dW and db wanted, db comes out of dW's GEMM (cuBLASLt's BGRADA epilogue on CUDA).
                 Tensor db;
                 if (need_w && need_b && w_dtype != DType::F64)
-                  db = detail::fresh_or_empty(partial[2], {dy.size(1)}, w_dtype, dy.device());
-                const Tensor into = pad ? padded_view(partial[1], dy.size(1)) : partial[1];
-                if (need_w) d[1] = detail::weight_grad(dy, x, w_dtype, into, db);
+                  db = detail::fresh_or_empty(partial, 2, {dy.size(1)}, w_dtype, dy.device());
+                // A padded dW cannot go to a destination (its spare rows): not asked for (AccumulateGrad copies).
+                if (need_w)
+                  d[1] = detail::weight_grad(dy, x, w_dtype,
+                                             pad ? padded_view(partial[1], dy.size(1)) : autograd::offer(partial, 1, w_dtype), db);
                 if (need_w && pad) d[1] = d[1].slice(0, 0, rows);  // a prefix of rows: contiguous, no copy
                 if (need_b && !db.defined()) db = detail::bias_grad(dy);
                 if (need_b) d[2] = db.dtype() == b_dtype ? db : db.to(b_dtype);

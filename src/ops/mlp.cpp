@@ -36,14 +36,14 @@ struct Saved {
 
 // Gradients of y = gelu(x W1^T + b1) W2^T + b2 for dy [N, C']: {dx, dW1, db1, dW2, db2}; dW1 and dW2 added into
 // partial[1] and partial[3] when the engine offers the weights' gradients (detail::weight_grad).
-std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s, const std::vector<Tensor>& partial) {
+std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s, std::vector<Tensor>& partial) {
   std::vector<Tensor> d(5);
   if (!dy_in.defined()) return d;
   const Tensor dy = (dy_in.dtype() == s.x.dtype() ? dy_in : dy_in.to(s.x.dtype())).contiguous();
   const DType dt = dy.dtype();
   if (s.need_w2) {  // dW2 = dy^T h, db2 = dy's column sums from the same GEMM
-    Tensor db2 = s.need_b2 ? detail::fresh_or_empty(partial[4], {dy.size(1)}, s.w2_dtype, dy.device()) : Tensor{};
-    d[3] = detail::weight_grad(dy, s.h, s.w2_dtype, partial[3], db2);
+    Tensor db2 = s.need_b2 ? detail::fresh_or_empty(partial, 4, {dy.size(1)}, s.w2_dtype, dy.device()) : Tensor{};
+    d[3] = detail::weight_grad(dy, s.h, s.w2_dtype, autograd::offer(partial, 3, s.w2_dtype), db2);
     if (s.need_b2) d[4] = db2;
   } else if (s.need_b2) {
     d[4] = detail::bias_grad(dy);
@@ -51,10 +51,10 @@ std::vector<Tensor> mlp_backward(const Tensor& dy_in, const Saved& s, const std:
   if (d[4].defined() && d[4].dtype() != s.b2_dtype) d[4] = d[4].to(s.b2_dtype);
   if (s.need_x || s.need_w1 || s.need_b1) {  // dpre = (dy W2) * gelu'(pre), db1 = its column sums, one GEMM
     Tensor dpre = Tensor::empty(s.pre.shape(), dt, dy.device());
-    Tensor db1 = s.need_b1 ? detail::fresh_or_empty(partial[2], {s.pre.size(1)}, dt, dy.device()) : Tensor{};
+    Tensor db1 = s.need_b1 ? detail::fresh_or_empty(partial, 2, {s.pre.size(1)}, dt, dy.device()) : Tensor{};
     matmul_out(dy, s.w2c, dpre, 0.0f, {.dgelu_aux = s.pre, .aux_bias_grad = db1});
     if (s.need_b1) d[2] = db1.dtype() == s.b1_dtype ? db1 : db1.to(s.b1_dtype);
-    if (s.need_w1) d[1] = detail::weight_grad(dpre, s.x, s.w1_dtype, partial[1]);
+    if (s.need_w1) d[1] = detail::weight_grad(dpre, s.x, s.w1_dtype, autograd::offer(partial, 1, s.w1_dtype));
     if (s.need_x) d[0] = matmul(dpre, s.w1c);
   }
   return d;

@@ -82,7 +82,7 @@ Tensor packed_linear(const Tensor& x, const std::vector<Tensor>& weights, const 
                 for (size_t i = 0; i < widths.size(); ++i) {
                   // dy's columns of this weight, read in place (row stride sum M_i).
                   if (need_w[i])
-                    d[i + 1] = detail::weight_grad(dy.slice(1, at, at + widths[i]), x, wg_dtype, partial[i + 1]);
+                    d[i + 1] = detail::weight_grad(dy.slice(1, at, at + widths[i]), x, wg_dtype, autograd::offer(partial, i + 1, wg_dtype));
                   at += widths[i];
                 }
                 return d;

@@ -175,8 +175,8 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
     params_[i].register_post_accumulate_grad_hook([this, i, alive](const Tensor&) {
       if (alive.lock()) on_grad_ready(i);
     });
-    // Backward makes each gradient in its bucket's slice (the GEMMs write it there, other gradients are copied there
-    // as they arrive): launch() has nothing to copy (PyTorch's gradient_as_bucket_view, from the first step on).
+    // Backward makes the gradients in their bucket's slices (the GEMMs, bias epilogues and norms write them there):
+    // launch() copies only the others (a padded head's; PyTorch's gradient_as_bucket_view, from the first step on).
     autograd::set_grad_destination(params_[i], [this, i, alive]() { return alive.lock() ? destination(i) : Tensor{}; });
   }
 }

@@ -285,14 +285,15 @@ TEST(AutogradEngine, ALeafsOwnGradientIsOfferedToAProducerThatAddsIntoIt) {
   }
 }
 
-// A node that writes its input's gradient into a fresh offer (a leaf's destination: beta = 0), adds into any other
-// offer, and otherwise returns a new gradient; counts the fresh offers it saw.
-Tensor scale_writing(const Tensor& x, double k, int& fresh) {
+// A node that takes offers: when `asks`, it asks for its input's (autograd::offer) and writes its gradient into a
+// fresh one (a leaf's destination: beta = 0) or adds into any other; otherwise (or offered nothing) it returns a new
+// gradient. Counts the fresh offers it saw.
+Tensor scale_writing(const Tensor& x, double k, int& fresh, bool asks = true) {
   Tensor out = ops::scale(x, k);
   ag::record(std::make_shared<ag::FunctionNode>(
-                 "ScaleWriting", ag::PartialBackwardFn([k, &fresh](const std::vector<Tensor>& g,
-                                                                  std::vector<Tensor>& partial) {
-                   if (!partial[0].defined()) return std::vector<Tensor>{ops::scale(g[0], k)};
+                 "ScaleWriting", ag::PartialBackwardFn([k, &fresh, asks](const std::vector<Tensor>& g,
+                                                                        std::vector<Tensor>& partial) {
+                   if (!asks || !ag::offer(partial, 0, g[0].dtype()).defined()) return std::vector<Tensor>{ops::scale(g[0], k)};
                    if (ag::is_fresh_offer(partial[0])) {
                      ++fresh;
                      Tensor(partial[0]).copy_(ops::scale(g[0], k));
@@ -306,13 +307,17 @@ Tensor scale_writing(const Tensor& x, double k, int& fresh) {
 }
 
 // A leaf's gradient destination (autograd::set_grad_destination: a slice of a flat buffer, DataParallel's bucket):
-// offered fresh to a producer that takes offers when nothing waits for the leaf (written over its NaNs, and the
-// leaf's gradient from then on); a gradient that arrives otherwise is copied there by AccumulateGrad; a later pass
-// adds into it (not fresh). Either way the values are those without a destination, the hook fires once per pass, and
-// a destination of the wrong shape is refused with the leaf named.
+// made when a producer that takes offers asks for it (autograd::offer) and nothing waits for the leaf (written over
+// its NaNs, and the leaf's gradient from then on, a later pass adding into it, not fresh). A gradient that arrives
+// otherwise (something waited, a producer that does not ask, one that takes no offers) stays the leaf's own and the
+// destination is never asked for (its owner copies it). Either way the values are those without a destination, the
+// hook fires once per pass, and a destination of the wrong shape is refused with the leaf named.
 TEST(AutogradEngine, ALeafsGradientIsMadeInItsDestination) {
-  for (int scenario = 0; scenario < 3; ++scenario) {
-    SCOPED_TRACE(scenario == 0 ? "written by the producer" : scenario == 1 ? "copied (something waited)" : "copied");
+  const char* names[] = {"written by the producer", "not made (something waited)", "not made (the producer did not ask)",
+                         "not made (no offers taken)"};
+  for (int scenario = 0; scenario < 4; ++scenario) {
+    SCOPED_TRACE(names[scenario]);
+    const bool written = scenario == 0;
     const Tensor flat = Tensor::full({6}, std::nan(""));
     const Tensor x = leaf({1.0f, -2.0f});
     int asked = 0, fresh = 0, hooks = 0;
@@ -325,29 +330,38 @@ TEST(AutogradEngine, ALeafsGradientIsMadeInItsDestination) {
         const Tensor five = scale_writing(x, 5.0, fresh);
         loss = sum(ops::add(five, ops::scale(x, 3.0)));
       }
-      if (scenario == 2) loss = sum(ops::scale(x, 8.0));
+      if (scenario == 2) loss = sum(scale_writing(x, 5.0, fresh, /*asks=*/false));
+      if (scenario == 3) loss = sum(ops::scale(x, 8.0));
       loss.backward();
-      const float want = scenario == 0 ? 5.0f * static_cast<float>(pass + 1) : 8.0f * static_cast<float>(pass + 1);
+      const float want = static_cast<float>((scenario == 0 || scenario == 2 ? 5 : 8) * (pass + 1));
       EXPECT_EQ(values(x.grad()), (std::vector<float>{want, want})) << "pass " << pass;
-      EXPECT_TRUE(x.grad().shares_storage(flat)) << "pass " << pass;
-      EXPECT_EQ(x.grad().data_ptr(), flat.slice(0, 3, 5).data_ptr()) << "pass " << pass;
+      EXPECT_EQ(x.grad().shares_storage(flat), written) << "pass " << pass;
+      if (written) {
+        EXPECT_EQ(x.grad().data_ptr(), flat.slice(0, 3, 5).data_ptr()) << "pass " << pass;
+      }
       EXPECT_EQ(hooks, pass + 1);
     }
-    EXPECT_EQ(fresh, scenario == 0 ? 1 : 0) << "fresh offers";
-    EXPECT_EQ(asked, 1) << "the destination is asked for once per gradient made";
+    EXPECT_EQ(fresh, written ? 1 : 0) << "fresh offers";
+    EXPECT_EQ(asked, written ? 1 : 0) << "the destination is asked for once per gradient written there";
     const std::vector<float> all = values(flat);
     EXPECT_TRUE(std::isnan(all[0]) && std::isnan(all[2]) && std::isnan(all[5])) << "only the leaf's slice written";
+    if (!written) {
+      EXPECT_TRUE(std::isnan(all[3]) && std::isnan(all[4])) << "the destination was written";
+    }
     x.set_grad(Tensor());  // released: the next pass asks again
-    sum(ops::scale(x, 1.0)).backward();
-    EXPECT_EQ(asked, 2);
+    sum(scale_writing(x, 1.0, fresh)).backward();
+    EXPECT_EQ(asked, written ? 2 : 1);
     EXPECT_EQ(values(flat.slice(0, 3, 5)), (std::vector<float>{1.0f, 1.0f}));
+    EXPECT_TRUE(x.grad().shares_storage(flat));
   }
   const Tensor x = leaf({1.0f, -2.0f});
+  int fresh = 0;
   ag::set_grad_destination(x, [] { return Tensor::zeros({3}); });
-  EXPECT_MPT_ERROR(sum(ops::scale(x, 2.0)).backward(), "the gradient destination of the leaf");
+  EXPECT_MPT_ERROR(sum(scale_writing(x, 2.0, fresh)).backward(), "the gradient destination of the leaf");
   ag::set_grad_destination(x, nullptr);
-  sum(ops::scale(x, 2.0)).backward();
+  sum(scale_writing(x, 2.0, fresh)).backward();
   EXPECT_EQ(values(x.grad()), (std::vector<float>{2.0f, 2.0f}));
+  EXPECT_EQ(fresh, 0);
   EXPECT_MPT_ERROR(ag::set_grad_destination(ops::scale(x, 1.0), [] { return Tensor{}; }), "expected a leaf");
 }
 

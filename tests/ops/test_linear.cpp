@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "grad_destinations.h"
@@ -251,11 +252,13 @@ TEST(Linear, Bf16GradientsOfFp32MastersAreWrittenAndAccumulatedInBf16) {
 
 // Gradients made in their destinations (autograd::set_grad_destination: DataParallel's buckets, slices of one flat
 // buffer filled with NaN here): linear's, the packed linear's and the fused MLP's weight-gradient GEMMs write dW there
-// (beta = 0: the NaNs are never read), the bias gradients come out of their epilogues there, and a tied embedding
-// table's gradient (the head's, waiting) is copied there; a second micro-batch adds into them. The bits of the same
-// steps without destinations, in f32 and with BF16 gradients of FP32 masters.
+// (beta = 0: the NaNs are never read) and the bias gradients come out of their epilogues there. A table tied to a
+// padded head (GPT-2's): recorded before the head (GPT's order), the head's padded dW waits (a destination has no
+// spare rows), the embedding adds into it and the sum stays the table's own gradient (DataParallel copies it);
+// recorded after it, the embedding runs first, zeroes its destination and adds, and the head's dW is added there. A second micro-batch adds
+// into them all. The bits of the same steps without destinations, in f32 and with BF16 gradients of FP32 masters.
 TEST(Linear, GradientsAreWrittenIntoTheirDestinations) {
-  const int64_t n = 16, k = 64, m = 48, f = 96, vocab = 40;
+  const int64_t n = 16, k = 64, m = 48, f = 96, vocab = 40, padded = vocab + 8;
   std::vector<int64_t> id_values;
   for (int64_t i = 0; i < n; ++i) id_values.push_back((i * 7) % vocab);
   const Tensor ids = Tensor::from_vector(id_values, {n});
@@ -265,27 +268,32 @@ TEST(Linear, GradientsAreWrittenIntoTheirDestinations) {
                                     random_tensor({vocab, m}, DType::F32, 97), random_tensor({8, m}, DType::F32, 98),
                                     random_tensor({24, m}, DType::F32, 99)};
   for (bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16 operands, BF16 gradients of FP32 masters" : "f32");
-    const DType dt = bf16 ? DType::BF16 : DType::F32;
-    auto copy = [&](const Tensor& t) { return bf16 ? t.detach().to(DType::BF16) : Tensor{}; };
-    mpt::testing::expect_gradients_made_in_destinations(
-        init,
-        [&](const std::vector<Tensor>& p) {
-          for (int micro = 0; micro < 2; ++micro) {
-            const Tensor x = random_tensor({n, k}, dt, 100 + static_cast<uint64_t>(micro));
-            const Tensor y = ops::linear(x, p[0], p[1], {.compute_weight = copy(p[0])});
-            const Tensor z = ops::mlp(y, p[2], p[3], p[4], p[5], {.compute_w1 = copy(p[2]), .compute_w2 = copy(p[4])});
-            // The table tied to a head: the head's dW waits, and the embedding adds into it (then to the destination).
-            const Tensor logits = ops::linear(z, p[6], Tensor{}, {.compute_weight = copy(p[6])});
-            const Tensor e = ops::embedding(ids, p[6]);
-            const Tensor packed = ops::packed_linear(z, {p[7], p[8]});
-            const Tensor dl = random_tensor({n, vocab}, dt, 200 + static_cast<uint64_t>(micro));
-            const Tensor de = random_tensor({n, m}, DType::F32, 300 + static_cast<uint64_t>(micro));
-            const Tensor dp = random_tensor({n, 32}, dt, 400 + static_cast<uint64_t>(micro));
-            autograd::backward({logits, e, packed}, {dl, de, dp});
-          }
-        },
-        bf16 ? std::optional<DType>(DType::BF16) : std::nullopt);
+    for (bool gpt_order : {true, false}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16 operands, BF16 gradients of FP32 masters" : "f32") +
+                   (gpt_order ? ", embedding first" : ", embedding last"));
+      const DType dt = bf16 ? DType::BF16 : DType::F32;
+      auto copy = [&](const Tensor& t) { return bf16 ? t.detach().to(DType::BF16) : Tensor{}; };
+      mpt::testing::expect_gradients_made_in_destinations(
+          init,
+          [&](const std::vector<Tensor>& p) {
+            for (uint64_t micro = 0; micro < 2; ++micro) {
+              const Tensor x = random_tensor({n, k}, dt, 100 + micro);
+              Tensor e;
+              if (gpt_order) e = ops::embedding(ids, p[6]);
+              const Tensor y = ops::linear(x, p[0], p[1], {.compute_weight = copy(p[0])});
+              const Tensor z = ops::mlp(y, p[2], p[3], p[4], p[5], {.compute_w1 = copy(p[2]), .compute_w2 = copy(p[4])});
+              const Tensor logits = ops::linear(
+                  z, p[6], Tensor{},
+                  {.compute_weight = bf16 ? ops::padded_rows(p[6], padded, DType::BF16) : Tensor{}, .out_padded = padded});
+              if (!gpt_order) e = ops::embedding(ids, p[6]);
+              const Tensor packed = ops::packed_linear(z, {p[7], p[8]});
+              autograd::backward({logits, e, packed},
+                                 {random_tensor({n, padded}, dt, 200 + micro), random_tensor({n, m}, DType::F32, 300 + micro),
+                                  random_tensor({n, 32}, dt, 400 + micro)});
+            }
+          },
+          bf16 ? std::optional<DType>(DType::BF16) : std::nullopt, gpt_order ? std::vector<size_t>{6} : std::vector<size_t>{});
+    }
   }
 }
 

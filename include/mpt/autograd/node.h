@@ -23,10 +23,10 @@ struct Edge {
 
 // Called with a leaf's gradient once it is final for this backward pass (after accumulation).
 using PostAccumulateHook = std::function<void(const Tensor& leaf)>;
-// Where a leaf's gradient is to be made when it has none (set_grad_destination): a contiguous tensor of the leaf's
+// Where a leaf's gradient may be made when it has none (set_grad_destination): a contiguous tensor of the leaf's
 // shape and gradient dtype on its device, whatever its contents (the gradient overwrites them); undefined: nowhere
-// this time. Called each time backward is about to make the leaf's gradient: it returns the same place every time
-// until that gradient is released.
+// this time. Called when a backward is about to write the leaf's gradient there (autograd::offer): it returns the
+// same place every time until that gradient is released.
 using GradDestination = std::function<Tensor()>;
 
 // The autograd state of a tensor handle, shared by its copies (not by views: see Tensor::detach).
@@ -49,14 +49,24 @@ struct AutogradMeta {
 void set_grad_dtype(const Tensor& leaf, std::optional<DType> dtype);
 // The dtype a tensor's gradient is kept in: the one set_grad_dtype gave the leaf, else the tensor's own.
 DType grad_dtype(const Tensor& t);
-// Where a leaf's gradient is made when it has none, chosen by the leaf's owner: a slice of one flat buffer (a
-// DataParallel bucket: reduced as it is, no copy into it). The GEMM that makes a weight's gradient writes it there
-// (Node::apply_partial's fresh offer, beta = 0), any other producer's gradient is copied there by AccumulateGrad, and
-// the leaf's .grad is that tensor; later gradients add into it as into any .grad. An empty function: none (a new
-// tensor, as before). Refused for a tensor that is not a leaf requiring grad.
+// Where a leaf's gradient may be made when it has none, chosen by the leaf's owner: a slice of one flat buffer (a
+// DataParallel bucket: reduced as it is, no copy into it). A backward that makes the leaf's whole gradient and
+// nothing waits for it (a weight-gradient GEMM, beta = 0; a bias epilogue; a norm's parameter reduction) writes it
+// there (autograd::offer's fresh offer), and the leaf's .grad is that tensor; later gradients add into it as into
+// any .grad. A gradient made anywhere else stays the leaf's own, as without a destination (a padded head's dW, a sum
+// of several): the owner copies it where it wants it (DataParallel when its bucket leaves), since a copy made here
+// would make the destination early and, for a padded GEMM's gradient, cost the later micro-batches its in-place adds.
+// An empty function: none. Refused for a tensor that is not a leaf requiring grad.
 void set_grad_destination(const Tensor& leaf, GradDestination destination);
-// Whether `offered` (an entry of the `partial` the running node's apply_partial got on this thread) is a fresh
-// destination, whose contents are to be overwritten (beta = 0), rather than a gradient to add into (beta = 1).
+// What a backward (Node::apply_partial, on this thread) may write input `input`'s gradient, of dtype `writes`, into,
+// asked for where it is about to write it: partial[input] as the engine offered it (a gradient to add into), or, for
+// a leaf without a gradient and nothing waiting for it whose owner named a destination (set_grad_destination) and
+// whose gradient dtype is `writes`, that destination, made now and stored in partial[input] (a fresh offer). Asked for only where written, a destination (a
+// DataParallel bucket) is not made before a gradient goes there: a backward that writes elsewhere (a padded GEMM's
+// new dW) does not ask.
+const Tensor& offer(std::vector<Tensor>& partial, size_t input, DType writes);
+// Whether `offered` (an entry of the running node's `partial`, from offer()) is a fresh destination, whose contents
+// are to be overwritten (beta = 0), rather than a gradient to add into (beta = 1).
 bool is_fresh_offer(const Tensor& offered);
 
 // One recorded op. apply() maps the gradients of its outputs (one per output; undefined means zero) to the
@@ -95,8 +105,9 @@ class Node : public std::enable_shared_from_this<Node> {
   //    AccumulateGrad's add), and the leaf's AccumulateGrad only runs its hooks;
   //  - else the gradient already waiting for input i, when nothing else holds its storage and it is contiguous
   //    (llm.c's encoder backward adds into the LM head's gradient of a tied table the same way);
-  //  - for a leaf without a gradient and nothing waiting, its destination (set_grad_destination), a fresh offer
-  //    (is_fresh_offer): a backward that takes it overwrites it (beta = 0), and the leaf's .grad becomes it.
+  //  - for a leaf without a gradient and nothing waiting, its destination (set_grad_destination), made when the
+  //    backward asks for it (autograd::offer), a fresh offer (is_fresh_offer): a backward that takes it overwrites
+  //    it (beta = 0), and the leaf's .grad becomes it. Backwards read their offers through offer().
   // A backward that adds its gradient for input i into partial[i] in place returns that tensor (its storage) as input
   // i's gradient; the engine recognises it. A waiting gradient it does not take goes back to where it waited,
   // untouched, and is summed with what apply_partial returned as before.
@@ -123,6 +134,8 @@ class AccumulateGrad final : public Node {
   const Tensor& leaf_grad() const { return leaf_->grad; }  // undefined until the leaf's first gradient
   // The leaf's destination (set_grad_destination) checked against the leaf, when it has one and no gradient yet.
   Tensor destination() const;
+  // The dtype its leaf's gradient is kept in (set_grad_dtype, else the leaf's).
+  DType gradient_dtype() const { return leaf_->grad_dtype.value_or(handle_.dtype()); }
   // Makes `g`, a fresh offer (its destination) a backward wrote, the leaf's gradient.
   void adopt(const Tensor& g) { leaf_->grad = g; }
 
