@@ -161,7 +161,9 @@ TEST(GpuDataParallel, OneProcessOnTheDeviceIsPlainTraining) {
       // tied table write there), so none is copied in or out: the copies are one of the used flags into each
       // bucket's meta vector (which the MAX all-reduce overwrites). It was one per gradient more before 2026-12-03.
       const cuda_emu::Counters c = cuda_emu::counters();
-      if (s == 1) EXPECT_EQ(c.d2h + c.syncs + c.event_syncs, 0u) << "zero1 " << zero1 << ": " << cuda_emu::to_string(c);
+      if (s == 1) {
+        EXPECT_EQ(c.d2h + c.syncs + c.event_syncs, 0u) << "zero1 " << zero1 << ": " << cuda_emu::to_string(c);
+      }
       if (s == 1 && !zero1) {
         EXPECT_EQ(c.d2d, static_cast<uint64_t>(dp.num_buckets())) << cuda_emu::to_string(c);
         EXPECT_EQ(c.d2d_bytes, 4 * trained_parameters(wrapped)) << "an f32 flag per parameter, no gradient";

@@ -251,7 +251,9 @@ TEST(GpuTrainerGraph, RefusalsRunEagerlyAndSayWhy) {
   const train::GraphStatus& st = dropout.trainer.graph_status();
   for (int s = 0; s < 7; ++s) {
     EXPECT_TRUE(std::isfinite(dropout.step(s).loss.item<double>())) << s;
-    if (s == 4) EXPECT_EQ(st.warmups, 5) << "the failed captures of steps 3 and 4 ran as warm-ups";
+    if (s == 4) {
+      EXPECT_EQ(st.warmups, 5) << "the failed captures of steps 3 and 4 ran as warm-ups";
+    }
   }
   EXPECT_NE(st.off.find("could not be captured"), std::string::npos) << st.off;
   EXPECT_NE(st.off.find("while a CUDA graph captures the step"), std::string::npos) << st.off;
