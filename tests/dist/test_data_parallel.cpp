@@ -183,8 +183,9 @@ TEST(DataParallel, NoSyncAccumulationEqualsTheWholeBatch) {
   std::printf("rank %d of %d: no_sync x2, worst normwise gradient difference %.3g\n", me, n, worst);
 }
 
-// Backward makes each gradient in its bucket (autograd::set_grad_destination: the weight-gradient GEMMs write there,
-// the rest is copied there as it arrives), so launch() copies nothing: inside NoSync, where nothing is launched, the
+// Backward makes each gradient in its bucket (autograd::set_grad_destination: the weight-gradient GEMMs, the bias
+// epilogues, the norms and the embedding write there; the tiny GPT's head is unpadded, so the tied table's gradient
+// is written there too), so launch() copies nothing: inside NoSync, where nothing is launched, the
 // first micro-batch's gradients already share one storage per bucket, the second adds into them there, and the
 // averaged gradients equal the whole batch's. Without the destinations each gradient had its own storage until its
 // bucket was launched.
