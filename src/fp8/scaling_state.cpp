@@ -5,6 +5,7 @@
 
 #include "mpt/fp8/scaling.h"
 #include "mpt/ops/cast.h"
+#include "mpt/ops/optim.h"
 
 // The FP8 ops are built from the ops layer below (cast, matmul, reductions, dispatch).
 using namespace mpt::ops;  // NOLINT(google-build-using-namespace)
@@ -99,24 +100,30 @@ void Fp8ScalingState::update() {
   if (r == nullptr) return;
   ++num_updates_;
   if (metas_.empty()) return;
-  std::vector<Tensor> amaxes;  // this step's amax per meta: the history's current slot, or the hook's result
+  const auto n = static_cast<int64_t>(metas_.size());
+  std::vector<Tensor> amaxes;  // this step's amax per meta: the history's current slot, or the reduced vector's
   amaxes.reserve(metas_.size());
   for (const auto& m : metas_) amaxes.push_back(m->amax_history.slice(0, 0, 1));
   if (reduction_) {
-    for (Tensor& a : amaxes) a = a.reshape({}).clone();
-    reduction_(amaxes);
-    MPT_CHECK(amaxes.size() == metas_.size(), "[fp8] the amax reduction must leave {} amaxes, left {}",
-              metas_.size(), amaxes.size());
+    // Every current slot gathered into one vector for the hook, on the device: zeros plus each slot in one
+    // multi-tensor add (0 + a is a's bits for the non-negative amaxes, and a NaN stays NaN).
+    Tensor packed = Tensor::zeros({n}, DType::F32, device_);
+    std::vector<Tensor> into;
+    into.reserve(metas_.size());
+    for (int64_t j = 0; j < n; ++j) into.push_back(packed.slice(0, j, j + 1));
+    ops::add_(into, amaxes);
+    reduction_(packed);
+    MPT_CHECK(packed.defined() && packed.dtype() == DType::F32 && packed.shape() == Shape{n} &&
+                  packed.is_contiguous() && packed.device() == device_,
+              "[fp8] the amax reduction must leave the amaxes a contiguous f32 [{}] on {}, got {}", n, device_,
+              packed.defined() ? packed.meta_str() : std::string("undefined"));
+    for (int64_t j = 0; j < n; ++j) amaxes[static_cast<size_t>(j)] = packed.slice(0, j, j + 1);
   }
   std::vector<ops::DelayedScalingSlot> slots;
   slots.reserve(metas_.size());
   for (size_t j = 0; j < metas_.size(); ++j) {
     Fp8TensorMeta& m = *metas_[j];
-    MPT_CHECK(amaxes[j].defined() && amaxes[j].numel() == 1 && amaxes[j].dtype() == DType::F32,
-              "[fp8] the amax reduction must leave one f32 element per tensor, got {} for '{}'",
-              amaxes[j].defined() ? amaxes[j].meta_str() : std::string("undefined"), m.name);
-    const Tensor a = amaxes[j].device() == device_ ? amaxes[j].contiguous() : amaxes[j].to(device_);
-    slots.push_back({m.amax_history, a, m.scale, m.scale_inv, fp8_max(m.dtype)});
+    slots.push_back({m.amax_history, amaxes[j], m.scale, m.scale_inv, fp8_max(m.dtype)});
     ++m.scale_version;
   }
   ops::delayed_scaling_update_(slots, r->algo == AmaxAlgo::Max, r->margin);  // one kernel, no host read

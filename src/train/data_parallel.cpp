@@ -26,9 +26,16 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The MAX all-reduce of a list of 0-d f32 tensors (one collective on `device`, the communicator's), in place.
+// The MAX all-reduce of a list of 0-d f32 tensors, in place. One that is already a contiguous f32 on `device` (the
+// communicator's) is reduced where it is, the device's later work ordered after the collective without a host wait
+// (the usual case: GradScaler's found_inf, one per device). Others go through the host, all in one collective.
 void max_reduce_scalars(dist::Communicator& comm, Device device, std::vector<Tensor>& values) {
   if (values.empty()) return;
+  if (values.size() == 1 && values[0].device() == device && values[0].dtype() == DType::F32 &&
+      values[0].is_contiguous()) {
+    comm.all_reduce(values[0], dist::ReduceOp::Max)->wait_on_device();
+    return;
+  }
   std::vector<float> packed;
   for (const Tensor& v : values) packed.push_back(v.to(DType::F32).item<float>());
   Tensor t = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())}).to(device);
@@ -88,6 +95,12 @@ struct DataParallel::Bucket {
   std::unique_ptr<dist::Work> work, meta_work;
   bool launched = false;
   Tensor part(size_t k, const Tensor& of) const;  // parameter k's slice of flat (`of`: the parameter)
+  // offsets and numel: the parameters' bounds in flat (ops::fp8_wire_amaxes and its kin).
+  std::vector<int64_t> bounds() const {
+    std::vector<int64_t> v = offsets;
+    v.push_back(numel);
+    return v;
+  }
   // flat made when undefined: the previous step's while gradients still view it, else a new one (contents undefined).
   void ensure_flat(Device device) {
     if (flat.defined()) return;
@@ -125,6 +138,7 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
     params_.push_back(p.tensor);
     names_.push_back(p.name);
   }
+  module_order_.assign(params_.rbegin(), params_.rend());  // optim::clip_grad_norm_(model.parameters())'s sum order
   // Owners: each parameter to the rank with the fewest elements so far (deterministic, the same on every rank).
   const int n = comm_->size();
   std::vector<int64_t> load(static_cast<size_t>(n), 0);
@@ -291,15 +305,10 @@ void DataParallel::launch(Bucket& b) {
     b.used_host = used;
   }
   b.meta.slice(0, 0, n_p).copy_(b.used);
-  if (options_.compression == GradCompression::FP8) {  // the amaxes go straight into meta's slots
-    Tensor amaxes = b.meta.slice(0, n_p, 2 * n_p);
-    amaxes.zero_();
-    for (size_t k = 0; k < np; ++k) {
-      if (used[k] == 0.0f) continue;
-      const auto at = static_cast<int64_t>(k);
-      ops::amax(b.part(k, params_[b.params[k]]), amaxes.slice(0, at, at + 1));
-    }
-    ops::fp8_wire_amax_(amaxes);  // a NaN travels as inf: MAX keeps it on every rank
+  if (options_.compression == GradCompression::FP8) {
+    // The amaxes go straight into meta's slots, one pass over the bucket (an unused parameter's zeros give 0); a NaN
+    // travels as inf: MAX keeps it on every rank.
+    ops::fp8_wire_amaxes(b.flat, b.bounds(), b.meta.slice(0, n_p, 2 * n_p));
   }
   b.meta_work = comm_->all_reduce(b.meta, dist::ReduceOp::Max);
   const int64_t numel = b.numel;
@@ -323,12 +332,7 @@ void DataParallel::launch(Bucket& b) {
       b.fp8 = ops::fp8_wire_scales(b.meta.slice(0, static_cast<int64_t>(np), static_cast<int64_t>(2 * np)),
                                    comm_->size());
       b.wire = Tensor::empty({numel}, DType::F8E4M3, device_);
-      for (size_t k = 0; k < np; ++k) {  // codes = saturate(g * s), one quantization per parameter
-        const Tensor& p = params_[b.params[k]];
-        const Tensor scale = b.fp8.scale.slice(0, static_cast<int64_t>(k), static_cast<int64_t>(k) + 1).reshape({});
-        b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel())
-            .copy_(ops::quantize_fp8(b.part(k, p), DType::F8E4M3, {.scale = scale}).data);
-      }
+      ops::fp8_wire_quantize(b.flat, b.bounds(), b.fp8.scale, b.wire);  // codes = saturate(g * s), s per parameter
       b.work = comm_->all_reduce_on_wire(b.wire, dist::ReduceOp::Sum);
       break;
     }
@@ -369,12 +373,8 @@ void DataParallel::finish() {
       // The BF16 sum, averaged in F32 (a BF16 bucket: the same float product, rounded once into it).
       b.flat.copy_(ops::scale(b.flat.dtype() == DType::BF16 ? b.wire : b.wire.to(DType::F32), 1.0 / n));
     } else if (options_.compression == GradCompression::FP8) {
-      for (size_t k = 0; k < np; ++k) {  // g = sum * 1 / (s * n); a non-finite shared amax gives NaN everywhere
-        const Tensor& p = params_[b.params[k]];
-        const ops::Quantized sum{b.wire.slice(0, b.offsets[k], b.offsets[k] + p.numel()),
-                                 b.fp8.inv.slice(0, static_cast<int64_t>(k), static_cast<int64_t>(k) + 1).reshape({})};
-        b.part(k, p).copy_(ops::dequantize(sum));
-      }
+      // g = sum * 1 / (s * n) per parameter; a non-finite shared amax gives NaN everywhere in it.
+      ops::fp8_wire_dequantize(b.wire, b.bounds(), b.fp8.inv, b.flat);
     }
     // With zero1 this rank's shard starts at the offset of its first parameter in the bucket.
     int64_t shard_start = 0;
@@ -460,7 +460,7 @@ void DataParallel::sync_parameters() {
 }
 
 Tensor DataParallel::clip_grad_norm_(double max_norm) {
-  if (!options_.zero1) return optim::clip_grad_norm_(params_, max_norm);
+  if (!options_.zero1) return optim::clip_grad_norm_(module_order_, max_norm);
   autograd::NoGradGuard no_grad;
   const optim::ClipCoefficient c = clip_coefficient(max_norm);
   std::vector<Tensor> grads;  // this rank's shard
@@ -471,7 +471,7 @@ Tensor DataParallel::clip_grad_norm_(double max_norm) {
 }
 
 optim::ClipCoefficient DataParallel::clip_coefficient(double max_norm) {
-  if (!options_.zero1) return optim::clip_coefficient(params_, max_norm);
+  if (!options_.zero1) return optim::clip_coefficient(module_order_, max_norm);
   // ZeRO-1: each rank holds its shard's gradients; their squared norms are summed across ranks on the device.
   return optim::clip_coefficient_on_device(params_, max_norm, device_, [this](Tensor& sum_of_squares) {
     comm_->all_reduce(sum_of_squares, dist::ReduceOp::Sum)->wait_on_device();
@@ -486,7 +486,17 @@ void DataParallel::attach(train::GradScaler& scaler) {
 
 void DataParallel::attach(fp8::Fp8ScalingState& fp8) {
   auto comm = comm_;
-  fp8.set_amax_reduction([comm, d = device_](std::vector<Tensor>& amaxes) { max_reduce_scalars(*comm, d, amaxes); });
+  // The state hands its amaxes over as one vector on its device: one MAX all-reduce there, no host read (a state on
+  // another device than the communicator's goes through the host).
+  fp8.set_amax_reduction([comm, d = device_](Tensor& amaxes) {
+    if (amaxes.device() == d) {
+      comm->all_reduce(amaxes, dist::ReduceOp::Max)->wait_on_device();
+      return;
+    }
+    Tensor here = amaxes.to(d);
+    comm->all_reduce(here, dist::ReduceOp::Max)->wait();
+    amaxes.copy_(here);
+  });
 }
 
 }  // namespace mpt::train

@@ -125,13 +125,15 @@ StepMetrics Trainer::device_step(const std::function<MicroBatchLoss(int64_t)>& m
   if (options_.clip > 0) {
     // f64 parameters (CPU) have f64 gradients, which the optimizers take no f64 multiplier for: scaled in place. The
     // parameters decide (the same on every rank), not a rank's gradients (ZeRO-1 ranks may hold none).
+    // Without ZeRO-1 every rank holds the averaged gradients whole: they are clipped as without data parallelism,
+    // over the Trainer's parameter order (the norm's summation order), so one process gives plain training's bits.
     const bool f64 = std::ranges::any_of(params_, [](const Tensor& p) { return p.dtype() == DType::F64; });
+    const bool sharded = dp_ != nullptr && options_.data_parallel.zero1;
     if (f64) {
-      m.grad_norm = dp_ != nullptr ? dp_->clip_grad_norm_(options_.clip)
-                                   : optim::clip_grad_norm_(params_, options_.clip);
+      m.grad_norm = sharded ? dp_->clip_grad_norm_(options_.clip) : optim::clip_grad_norm_(params_, options_.clip);
     } else {
-      optim::ClipCoefficient c = dp_ != nullptr ? dp_->clip_coefficient(options_.clip)
-                                                : optim::clip_coefficient(params_, options_.clip);
+      optim::ClipCoefficient c = sharded ? dp_->clip_coefficient(options_.clip)
+                                         : optim::clip_coefficient(params_, options_.clip);
       m.grad_norm = c.total_norm.defined() ? c.total_norm : Tensor::zeros({});
       clip_multiplier = std::move(c.coefficient);
     }

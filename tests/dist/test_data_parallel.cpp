@@ -439,7 +439,13 @@ TEST(DataParallel, TrainerClipsInTheOptimizerAsClipGradNormDoes) {
       const Tensor xs = x.slice(0, 2 * me, 2 * me + 2).contiguous(), ys = y.slice(0, 2 * me, 2 * me + 2).contiguous();
       by_hand.loss(xs, ys).backward();
       dp.finish();
-      const double hand_norm = dp.clip_grad_norm_(0.05).item<double>();
+      // Replicated, every rank holds the averaged gradients whole and the Trainer clips them as without data
+      // parallelism, summing the norm in its optimizer's order; ZeRO-1 goes through DataParallel (module order).
+      std::vector<Tensor> in_optimizer_order;
+      for (const auto& g : opt.param_groups())
+        in_optimizer_order.insert(in_optimizer_order.end(), g.params.begin(), g.params.end());
+      const double hand_norm = (zero1 ? dp.clip_grad_norm_(0.05) : optim::clip_grad_norm_(in_optimizer_order, 0.05))
+                                   .item<double>();
       opt.step();
       dp.sync_parameters();
       opt.zero_grad();

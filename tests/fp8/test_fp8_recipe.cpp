@@ -164,12 +164,11 @@ TEST(Fp8Delayed, ReductionHookSeesEveryAmaxAndItsMaxSetsTheScales) {
   auto c = state.register_tensor("c", Fp8Role::GradOutput);  // not run on this rank
   std::vector<float> seen;
   const std::vector<float> other_rank = {1.0f, 8.0f, 4.0f};
-  state.set_amax_reduction([&](std::vector<Tensor>& amaxes) {
-    seen.clear();
-    for (size_t i = 0; i < amaxes.size(); ++i) {
-      seen.push_back(amaxes[i].item<float>());
-      amaxes[i].fill_(std::fmax(seen.back(), other_rank[i]));  // an all-reduce MAX with one other rank
-    }
+  state.set_amax_reduction([&](Tensor& amaxes) {
+    seen = amaxes.to_vector<float>();
+    std::vector<float> reduced(seen.size());
+    for (size_t i = 0; i < seen.size(); ++i) reduced[i] = std::fmax(seen[i], other_rank[i]);  // a MAX with one rank
+    amaxes.copy_(Tensor::from_vector(reduced, {static_cast<int64_t>(reduced.size())}));
   });
   a->record_amax(2.0f);
   b->record_amax(0.5f);
@@ -179,8 +178,10 @@ TEST(Fp8Delayed, ReductionHookSeesEveryAmaxAndItsMaxSetsTheScales) {
   EXPECT_EQ(scale(*b), 56.0f);   // 448 / 8 from the other rank
   EXPECT_EQ(scale(*c), 112.0f);  // quantized only elsewhere: the reduced amax still rolls in
   EXPECT_EQ(history(*c), (std::vector<float>{0, 0, 0, 4}));
-  state.set_amax_reduction([](std::vector<Tensor>& amaxes) { amaxes.pop_back(); });
-  EXPECT_MPT_ERROR(state.update(), "must leave 3 amaxes");
+  state.set_amax_reduction([](Tensor& amaxes) { amaxes = amaxes.slice(0, 0, 2); });
+  EXPECT_MPT_ERROR(state.update(), "the amax reduction must leave the amaxes a contiguous f32 [3] on cpu, got");
+  state.set_amax_reduction([](Tensor& amaxes) { amaxes = amaxes.to(DType::BF16); });
+  EXPECT_MPT_ERROR(state.update(), "the amax reduction must leave the amaxes a contiguous f32 [3]");
 }
 
 TEST(Fp8State, RegistrationAndErrors) {

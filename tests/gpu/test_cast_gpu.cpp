@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "device_test.h"
 #include "mpt/mpt.h"
 #include "op_test.h"
+#if defined(MPT_CUDA_EMULATION)
+#include "cuda_emu/counters.h"
+#endif
 
 namespace mpt {
 namespace {
@@ -380,6 +384,60 @@ TEST(GpuCast, Fp8WireScalesMatchCpu) {
     const ops::Fp8WireScales d = ops::fp8_wire_scales(dev, world), c = ops::fp8_wire_scales(host, world);
     EXPECT_TRUE(testing::same_bits(to_cpu(d.scale), c.scale)) << world;
     EXPECT_TRUE(testing::same_bits(to_cpu(d.inv), c.inv)) << world;
+  }
+}
+
+// A bucket's amax, quantize and dequantize passes on the device: the CPU's bits (the same functors) over 401
+// parameters (three kernel-argument tables), empty ones, one spanning several 8192-element chunks, a NaN, an inf, and
+// a buffer one element off its allocation's alignment (the scalar paths); a launch per table, not per parameter.
+TEST(GpuCast, Fp8WireBucketPassesMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  std::vector<int64_t> bounds{0};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 400; ++i) bounds.push_back(bounds.back() + (i % 37 == 0 ? 0 : static_cast<int64_t>(rng() % 700)));
+  bounds.push_back(bounds.back() + 20000);
+  const int64_t n = bounds.back(), segments = static_cast<int64_t>(bounds.size()) - 1;
+  std::vector<float> v = random_tensor({n + 1}, DType::F32, 9, 200.0).to_vector<float>();
+  v[static_cast<size_t>(bounds[7] + 1)] = std::numeric_limits<float>::quiet_NaN();
+  v[static_cast<size_t>(bounds[300] + 1)] = std::numeric_limits<float>::infinity();
+  std::vector<float> inv(static_cast<size_t>(segments));
+  for (size_t i = 0; i < inv.size(); ++i)
+    inv[i] = std::ldexp(1.0f + static_cast<float>(i % 5) / 8, static_cast<int>(i % 9) - 4);
+  const Tensor inv_cpu = Tensor::from_vector(inv, {segments});
+  for (const DType dt : kHigh) {
+    for (const int64_t shift : {0, 1}) {
+      SCOPED_TRACE(name_of(dt) + (shift ? " unaligned" : " aligned"));
+      const Tensor flat = Tensor::from_vector(v, {n + 1}).to(dt).slice(0, shift, shift + n);
+      const Tensor flat_dev = to_gpu(Tensor::from_vector(v, {n + 1}).to(dt)).slice(0, shift, shift + n);
+      Tensor amax = Tensor::empty({segments}, DType::F32, Device::cpu());
+      Tensor amax_dev = Tensor::full({segments}, 5.0f, DType::F32, Device::cuda(0));
+      ops::fp8_wire_amaxes(flat, bounds, amax);
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::reset_counters();
+#endif
+      ops::fp8_wire_amaxes(flat_dev, bounds, amax_dev);
+#if defined(MPT_CUDA_EMULATION)
+      EXPECT_EQ(cuda_emu::counters().kernel_launches, 4u) << "one zeroing launch, then one per 160 parameters";
+#endif
+      EXPECT_TRUE(testing::same_bits(to_cpu(amax_dev), amax));
+      const Tensor scale = ops::fp8_wire_scales(amax, 2).scale;
+      Tensor codes = Tensor::empty({n}, DType::F8E4M3, Device::cpu());
+      Tensor codes_dev = Tensor::empty({n + 1}, DType::F8E4M3, Device::cuda(0)).slice(0, shift, shift + n);
+      ops::fp8_wire_quantize(flat, bounds, scale, codes);
+      ops::fp8_wire_quantize(flat_dev, bounds, to_gpu(scale), codes_dev);
+      EXPECT_TRUE(testing::same_bits(to_cpu(codes_dev), codes));
+      Tensor out = Tensor::empty({n}, dt, Device::cpu());
+      Tensor out_dev = Tensor::empty({n + 1}, dt, Device::cuda(0)).slice(0, shift, shift + n);
+      ops::fp8_wire_dequantize(codes, bounds, inv_cpu, out);
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::reset_counters();
+#endif
+      ops::fp8_wire_dequantize(codes_dev, bounds, to_gpu(inv_cpu), out_dev);
+#if defined(MPT_CUDA_EMULATION)
+      EXPECT_EQ(cuda_emu::counters().kernel_launches, 3u) << "one launch per 160 parameters";
+#endif
+      EXPECT_TRUE(testing::same_bits(to_cpu(out_dev), out));
+    }
   }
 }
 

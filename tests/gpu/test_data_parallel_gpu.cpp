@@ -258,7 +258,14 @@ TEST(GpuDataParallel, OneProcessFp8WireIsMsAmpsQuantizationWithoutHostReads) {
                          {.bucket_bytes = 16 << 10, .compression = train::GradCompression::FP8});
   const auto [x, y] = global_batch(1, 0);
   const Tensor xd = x.to(d), yd = y.to(d);
-  plain.loss(xd, yd).backward();
+  const Tensor plain_loss = plain.loss(xd, yd);
+#if defined(MPT_CUDA_EMULATION)
+  cuda_emu::reset_counters();
+#endif
+  plain_loss.backward();
+#if defined(MPT_CUDA_EMULATION)
+  const uint64_t plain_launches = cuda_emu::counters().kernel_launches;
+#endif
   for (int s = 0; s < 2; ++s) {  // the first step uploads each bucket's used flags; the second reads nothing back
     wrapped.zero_grad();
     const Tensor loss = wrapped.loss(xd, yd);
@@ -271,6 +278,10 @@ TEST(GpuDataParallel, OneProcessFp8WireIsMsAmpsQuantizationWithoutHostReads) {
     if (s == 1) {
       EXPECT_EQ(c.d2h + c.syncs + c.event_syncs, 0u) << "FP8 buckets left the hooks with a host read: "
                                                       << cuda_emu::to_string(c);
+      // Per bucket, not per parameter: the amaxes (zeroed, then one pass), their fix-up into scales and one
+      // quantization pass over the bucket (the MAX all-reduce and the codes' SUM are collectives, not launches).
+      EXPECT_LE(c.kernel_launches, plain_launches + 4 * static_cast<uint64_t>(dp.num_buckets()))
+          << dp.num_buckets() << " buckets of " << wrapped.named_parameters().size() << " parameters";
     }
 #endif
     if (s == 0) dp.finish();

@@ -48,6 +48,8 @@ struct Options {
   int64_t telemetry_every = 0;
   double init_scale = 1024;
   int64_t growth_interval = 2000;
+  std::shared_ptr<dist::Communicator> comm{};  // data parallelism (TrainerOptions::comm)
+  train::GradCompression compression = train::GradCompression::None;
 };
 
 // A GPT and its Trainer (AdamW with weight decay, warm-up + cosine schedule, clipping at 1).
@@ -62,6 +64,8 @@ struct TrainRun {
                  .scaler = {.init_scale = o.init_scale, .growth_interval = o.growth_interval},
                  .weight_decay = 0.1,
                  .schedule = train::warmup_cosine({.max_lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 2, .total_steps = 20}),
+                 .comm = o.comm,
+                 .data_parallel = {.compression = o.compression},
                  .fp8_telemetry_every = o.telemetry_every,
                  .cuda_graph = o.graph}) {}
   // Step s's inputs, on the model's device (a copy from pageable host memory would wait for the device).
@@ -263,6 +267,48 @@ TEST(GpuTrainerGraph, RefusalsRunEagerlyAndSayWhy) {
   EXPECT_MPT_ERROR(dropout.trainer.step(std::vector<train::Batch>{},
                                         [](int64_t, const train::Batch& in) { return in[0]; }),
                    "0 micro-batches of inputs given, expected grad_accum = 1");
+}
+
+// Data parallelism is not captured (graph_status says so) and its eager steps read nothing back either: over one
+// process the GradScaler's found_inf and FP8 delayed scaling's amaxes are MAX-reduced on the device (no copy to or
+// from the host, no wait), the FP8 wire's passes run per bucket, and the steps keep the bits of the same steps without
+// data parallelism (a MAX over one rank, an average of one). fp16 with a scale that overflows (skips), fp8-delayed;
+// fp8-delayed with FP8 on the wire as well (its gradients are then MS-AMP's quantization: not compared).
+TEST(GpuTrainerGraph, DataParallelStepsRunEagerlyWithoutHostReads) {
+  MPT_REQUIRE_GPU(8);
+  const CachingOn caching;
+  for (Options o : {Options{.precision = "fp16", .init_scale = 1 << 20, .growth_interval = 1},
+                    Options{.precision = "fp8-delayed"},
+                    Options{.precision = "fp8-delayed", .compression = train::GradCompression::FP8}}) {
+    const std::string what = o.precision + (o.compression == train::GradCompression::FP8 ? " FP8 wire" : "");
+    Options alone = o;
+    alone.graph = false;
+    o.comm = dist::single_process();
+    TrainRun dp(o), plain(alone);
+    for (int s = 0; s < 6; ++s) {
+      const std::vector<train::Batch> in = dp.inputs(s);
+#if defined(MPT_CUDA_EMULATION)
+      cuda_emu::reset_counters();
+#endif
+      const train::StepMetrics m = dp.step(in);
+#if defined(MPT_CUDA_EMULATION)
+      const cuda_emu::Counters c = cuda_emu::counters();
+      if (s >= 2) {  // after the warm-ups (optimizer state, FP8 metas, the buckets' used flags)
+        EXPECT_EQ(c.h2d + c.d2h + c.syncs + c.event_syncs, 0u)
+            << what << " step " << s << ": " << cuda_emu::to_string(c);
+        EXPECT_EQ(c.graph_launches, 0u) << what;
+      }
+#endif
+      const train::StepMetrics e = plain.step(s);
+      if (o.compression == train::GradCompression::None) {
+        EXPECT_TRUE(testing::same_bits(to_cpu(m.loss), to_cpu(e.loss))) << what << " loss " << s;
+        EXPECT_TRUE(testing::same_bits(to_cpu(m.grad_norm), to_cpu(e.grad_norm))) << what << " norm " << s;
+      }
+    }
+    EXPECT_NE(dp.trainer.graph_status().off.find("data parallelism is not captured"), std::string::npos)
+        << dp.trainer.graph_status().off;
+    if (o.compression == train::GradCompression::None) expect_same_state(dp, plain, what);
+  }
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
-// tests/ops/test_fp8_wire.cpp: the FP8 gradient all-reduce's scales (ops::fp8_wire_amax_, ops::fp8_wire_scales) against MS-AMP's formula written out in double here.
+// tests/ops/test_fp8_wire.cpp: the FP8 gradient all-reduce's scales (ops::fp8_wire_amax_, ops::fp8_wire_scales) against MS-AMP's formula written out in double here, and its per-parameter passes over a bucket against each parameter's own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "mpt/mpt.h"
+#include "op_test.h"
 #include "test_util.h"
 
 namespace mpt {
@@ -60,6 +62,90 @@ TEST(Fp8Wire, ScalesAndInversesAreMsAmpsInDouble) {
   EXPECT_MPT_ERROR(ops::fp8_wire_scales(Tensor::zeros({2, 2}, DType::F32), 2), "expected a contiguous 1-d f32 vector");
   EXPECT_MPT_ERROR(ops::fp8_wire_scales(Tensor::zeros({2}, DType::F32), 0), "world must be >= 1, got 0");
   EXPECT_MPT_ERROR(ops::amax(Tensor::ones({3}), Tensor::zeros({2})), "out must be one contiguous f32 element");
+}
+
+// A bucket of parameters of awkward sizes (empty ones, single elements, one across the CUDA kernels' 8192-element
+// chunks, unaligned starts), one holding a NaN and one an inf, values that saturate E4M3 at their scale.
+struct WireBucket {
+  std::vector<int64_t> bounds{0};
+  Tensor flat;
+  Tensor scale;
+};
+
+WireBucket wire_bucket(DType dt) {
+  WireBucket b;
+  for (const int64_t n : {0, 5, 8, 0, 1, 3000, 17, 9000, 7, 0}) b.bounds.push_back(b.bounds.back() + n);
+  const int64_t numel = b.bounds.back();
+  std::vector<float> v = testing::random_tensor({numel}, DType::F32, 7, 100.0).to_vector<float>();
+  v[static_cast<size_t>(b.bounds[6] + 3)] = kNaN;   // the 17-element parameter
+  v[static_cast<size_t>(b.bounds[8] + 2)] = -kInf;  // the last non-empty one
+  b.flat = Tensor::from_vector(v, {numel}).to(dt);
+  const std::vector<float> scales{1.0f, 8.0f, 0.25f, 3.7f, 64.0f, 1.0f / 3, 2.0f, 0.5f, 1e-3f, 16.0f};
+  b.scale = Tensor::from_vector(scales, {static_cast<int64_t>(scales.size())});
+  return b;
+}
+
+// ops::fp8_wire_amaxes against max |x| per parameter computed here (a NaN as +inf, 0 for an empty parameter), and
+// fp8_wire_quantize / fp8_wire_dequantize against ops::quantize_fp8 and float(code) * inv in double per parameter.
+TEST(Fp8Wire, BucketPassesAreEachParametersOwn) {
+  for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const WireBucket b = wire_bucket(dt);
+    const size_t segments = b.bounds.size() - 1;
+    const std::vector<float> x = b.flat.to(DType::F32).to_vector<float>();
+    Tensor amax = Tensor::full({static_cast<int64_t>(segments)}, 7.0f, DType::F32);  // overwritten, not max-ed into
+    ops::fp8_wire_amaxes(b.flat, b.bounds, amax);
+    const std::vector<float> got = amax.to_vector<float>();
+    for (size_t i = 0; i < segments; ++i) {
+      float want = 0;
+      for (int64_t j = b.bounds[i]; j < b.bounds[i + 1]; ++j)
+        want = std::isnan(x[static_cast<size_t>(j)]) ? kInf : std::max(want, std::abs(x[static_cast<size_t>(j)]));
+      EXPECT_EQ(got[i], want) << "parameter " << i;
+    }
+    EXPECT_EQ(got[6], kInf) << "the NaN";
+    EXPECT_EQ(got[8], kInf) << "the -inf";
+
+    Tensor codes = Tensor::empty({b.flat.numel()}, DType::F8E4M3, Device::cpu());
+    ops::fp8_wire_quantize(b.flat, b.bounds, b.scale, codes);
+    const std::vector<float> scales = b.scale.to_vector<float>();
+    for (size_t i = 0; i < segments; ++i) {
+      if (b.bounds[i + 1] == b.bounds[i]) continue;
+      const ops::Quantized own = ops::quantize_fp8(b.flat.slice(0, b.bounds[i], b.bounds[i + 1]), DType::F8E4M3,
+                                                   {.scale = Tensor::full({}, scales[i], DType::F32)});
+      EXPECT_TRUE(testing::same_bits(codes.slice(0, b.bounds[i], b.bounds[i + 1]).contiguous(), own.data))
+          << "parameter " << i;
+    }
+
+    const std::vector<float> inv{0.5f, 1.0f / 3, 4.0f, 1e-5f, 7.25f, kNaN, 1.0f, 0.125f, 3.0f, 2.0f};
+    Tensor out = Tensor::full({b.flat.numel()}, 9.0f, dt);
+    ops::fp8_wire_dequantize(codes, b.bounds, Tensor::from_vector(inv, {static_cast<int64_t>(inv.size())}), out);
+    const std::vector<float> c = codes.to(DType::F32).to_vector<float>();  // E4M3 values are exact in f32
+    std::vector<float> want(c.size());
+    for (size_t i = 0; i < segments; ++i)
+      for (int64_t j = b.bounds[i]; j < b.bounds[i + 1]; ++j)
+        want[static_cast<size_t>(j)] =
+            static_cast<float>(static_cast<double>(c[static_cast<size_t>(j)]) * static_cast<double>(inv[i]));
+    EXPECT_TRUE(testing::same_bits(out, Tensor::from_vector(want, {b.flat.numel()}).to(dt)));
+  }
+}
+
+TEST(Fp8Wire, BucketPassesRefuseWhatDoesNotFit) {
+  const Tensor flat = Tensor::zeros({10}, DType::BF16), amax = Tensor::zeros({2}, DType::F32);
+  const Tensor codes = Tensor::empty({10}, DType::F8E4M3, Device::cpu());
+  EXPECT_MPT_ERROR(ops::fp8_wire_amaxes(flat, {0, 4, 9}, amax),
+                   "[fp8_wire_amaxes] the parameter bounds must run from 0 to the buffer's 10 elements, got 3 bounds "
+                   "from 0 to 9");
+  EXPECT_MPT_ERROR(ops::fp8_wire_amaxes(flat, {0, 6, 4, 10}, Tensor::zeros({3}, DType::F32)),
+                   "parameter bound 2 (4) is below bound 1 (6)");
+  EXPECT_MPT_ERROR(ops::fp8_wire_amaxes(flat, {0, 4, 6, 10}, amax), "expected the amaxes as a contiguous f32 [3]");
+  EXPECT_MPT_ERROR(ops::fp8_wire_amaxes(Tensor::zeros({2, 5}, DType::F32), {0, 4, 10}, amax),
+                   "expected a contiguous 1-d f32, bf16 or f16 gradient buffer, got");
+  EXPECT_MPT_ERROR(ops::fp8_wire_quantize(flat, {0, 4, 10}, amax, Tensor::empty({10}, DType::F8E5M2, Device::cpu())),
+                   "[fp8_wire_quantize] expected the codes as a contiguous f8e4m3 [10]");
+  EXPECT_MPT_ERROR(ops::fp8_wire_dequantize(codes, {0, 4, 10}, Tensor::zeros({2}, DType::BF16), flat),
+                   "[fp8_wire_dequantize] expected the inverse scales as a contiguous f32 [2]");
+  EXPECT_MPT_ERROR(ops::fp8_wire_dequantize(codes.slice(0, 0, 8), {0, 4, 10}, amax, flat),
+                   "expected the codes as a contiguous f8e4m3 [10]");
 }
 
 }  // namespace

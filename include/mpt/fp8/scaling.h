@@ -113,10 +113,12 @@ struct Fp8LinearMetas {
   std::shared_ptr<Fp8TensorMeta> input, weight, grad_output;
 };
 
-// Called by update() with one f32 0-d tensor per meta (registration order, on the state's device) holding that
-// meta's current amax. A data-parallel run all-reduces them with MAX in place (or replaces the vector's entries),
-// so every rank computes the same scales. Ranks must register their metas in the same order.
-using AmaxReduction = std::function<void(std::vector<Tensor>& amaxes)>;
+// Called by update() with this step's amaxes as one contiguous f32 vector [metas] on the state's device (a copy of
+// every meta's current amax, registration order). A data-parallel run MAX-reduces it in place, so every rank computes
+// the same scales: one collective, which the update's kernel may wait for on the device rather than the host
+// (train::DataParallel::attach). Ranks must register their metas in the same order. (Until 2026-12-03 the hook got one
+// 0-d tensor per meta, and DataParallel read each to the host: a copy and a synchronisation per meta per step.)
+using AmaxReduction = std::function<void(Tensor& amaxes)>;
 
 // The metas of one model's FP8 tensors under one recipe: registration, scale updates, checkpoint state, telemetry.
 class Fp8ScalingState {

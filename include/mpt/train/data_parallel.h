@@ -63,7 +63,8 @@ class DataParallel {
   std::vector<optim::ParamGroup> shard(std::vector<optim::ParamGroup> groups) const;
   // zero1: every parameter's new value from its owner (after the optimizer step). Otherwise nothing to do.
   void sync_parameters();
-  // optim::clip_grad_norm_ over the gradients of every rank (with zero1 the squared norms are summed across ranks).
+  // optim::clip_grad_norm_ over the gradients of every rank (with zero1 the squared norms are summed across ranks),
+  // summed in the module's parameter order (as optim::clip_grad_norm_(model.parameters()) sums them).
   Tensor clip_grad_norm_(double max_norm);
   // The same without touching the gradients (optim::clip_coefficient): the total norm and the coefficient as 0-d
   // tensors on the device (f32; f64 for f64 gradients), for the optimizer to apply as it reads each gradient
@@ -72,7 +73,8 @@ class DataParallel {
   // undefined tensors when no gradient is defined.
   optim::ClipCoefficient clip_coefficient(double max_norm);
   // Hooks that make every rank agree: the GradScaler's found_inf (MAX; needed with zero1, where each rank
-  // unscales its own gradients) and FP8 delayed scaling's amaxes (MAX).
+  // unscales its own gradients) and FP8 delayed scaling's amaxes (MAX), each one all-reduce on the device that the
+  // device's later work waits for, not the host (found_inf on several devices goes through the host).
   void attach(train::GradScaler& scaler);
   void attach(fp8::Fp8ScalingState& fp8);
 
@@ -126,6 +128,7 @@ class DataParallel {
   Device device_ = Device::cpu();  // of every parameter, buffer and bucket
   bool device_set_ = false;
   std::vector<Tensor> params_;   // trainable, in bucket order
+  std::vector<Tensor> module_order_;  // the same in the module's order: clipping sums over them in it
   std::vector<std::string> names_;
   std::vector<size_t> bucket_of_;
   std::vector<int> owner_;       // param -> rank (zero1)
