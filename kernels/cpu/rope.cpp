@@ -2,6 +2,8 @@
 // baseline / AVX2+FMA / AVX-512 clone that kernels/cpu/map.h picks).
 #include "kernels/cpu/rope.h"
 
+#include <cstring>
+
 #include "kernels/cpu/map.h"
 #include "kernels/math/opmath.h"
 
@@ -40,7 +42,9 @@ void rope(const T* x, T* y, const F* cos, const F* sin, const RopeShape& s) {
     const F* sn = sin + (t + s.position0) * s.table_ld;
     const T* xr = x + math::rope_row_offset(s, r, s.x_ld);
     T* yr = y + math::rope_row_offset(s, r, s.y_ld);
-    if (isa == MapIsa::Avx512) {
+    if (!math::rope_row_rotated(s, r)) {
+      std::memcpy(yr, xr, static_cast<size_t>(s.head_dim) * sizeof(T));
+    } else if (isa == MapIsa::Avx512) {
       rope_row_avx512(xr, yr, c, sn, sign, half);
     } else if (isa == MapIsa::Avx2Fma) {
       rope_row_avx2(xr, yr, c, sn, sign, half);

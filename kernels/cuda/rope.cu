@@ -20,6 +20,11 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, T* y, const 
     const int64_t at = (t + s.position0) * s.table_ld + i;
     const T* xr = x + math::rope_row_offset(s, r, s.x_ld);
     T* yr = y + math::rope_row_offset(s, r, s.y_ld);
+    if (!math::rope_row_rotated(s, r)) {  // a copied head (Llama's v): its bits
+      yr[i] = xr[i];
+      yr[i + half] = xr[i + half];
+      continue;
+    }
     float y1, y2;
     math::rope_pair<float>(math::load(xr[i]), math::load(xr[i + half]), cos[at], sign * sin[at], y1, y2);
     yr[i] = math::store<T>(y1);
@@ -32,7 +37,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, T* y, const 
 template <class T>
 cudaError_t rope(const T* x, T* y, const float* cos, const float* sin, const RopeShape& s, cudaStream_t stream) {
   if (s.rows < 0 || s.seq < 1 || s.heads < 1 || s.head_dim < 2 || s.head_dim % 2 != 0 || s.position0 < 0 ||
-      (s.x_ld != 0 && s.x_ld < s.heads * s.head_dim) || (s.y_ld != 0 && s.y_ld < s.heads * s.head_dim))
+      (s.x_ld != 0 && s.x_ld < s.heads * s.head_dim) || (s.y_ld != 0 && s.y_ld < s.heads * s.head_dim) || s.rotated > s.heads)
     return cudaErrorInvalidValue;
   const int64_t pairs = s.rows * (s.head_dim / 2);
   if (pairs == 0) return cudaSuccess;

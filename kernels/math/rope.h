@@ -24,7 +24,15 @@ struct RopeShape {
   // Elements from one token's heads to the next's in x and in y: 0 for H * D (contiguous (B, T, H, D)); more for the
   // heads of a wider packed row (Llama's q | k | v projection output, ops::rope_qkv).
   int64_t x_ld = 0, y_ld = 0;
+  // Heads [rotated, H) of each token are copied unrotated (Llama's v heads beside its q and k heads, ops::rope_qkv);
+  // 0: every head is rotated.
+  int64_t rotated = 0;
 };
+
+// Whether row r (token r / H, head r % H) is rotated (else copied).
+MPT_HD MPT_INLINE bool rope_row_rotated(const RopeShape& s, int64_t r) {
+  return s.rotated <= 0 || r % s.heads < s.rotated;
+}
 
 // Where row r (token r / H, head r % H) of a RopeShape's x (ld = s.x_ld) or y starts.
 MPT_HD MPT_INLINE int64_t rope_row_offset(const RopeShape& s, int64_t r, int64_t ld) {

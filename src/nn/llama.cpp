@@ -79,21 +79,21 @@ Tensor LlamaAttention::forward(const Tensor& x, const ops::RopeTable& rope, cons
   const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
   // (B, T, heads, D): rotated in that layout, then viewed (B, heads, T, D): attention reads q and the H_kv heads of k
   // and v in place and writes y (B, T, H, D), which o_proj reads as a view (no head copies; ops/attention.h).
-  Tensor q, k, v;
-  if (const Tensor qkv = packed_projection(x, {q_.get(), k_.get(), v_.get()}, f32_grad); qkv.defined()) {
-    // q, k and v as one GEMM; their gradients come back as one tensor (ops::rope_qkv), so one input-gradient GEMM.
-    const ops::QkvRotated r = ops::rope_qkv(qkv.view({B, T, n_head_ + 2 * n_kv_head_, D}), rope, n_head_, n_kv_head_);
-    q = r.q.transpose(1, 2), k = r.k.transpose(1, 2), v = r.v.transpose(1, 2);
-  } else {
-    const std::vector<Tensor> in = f32_grad ? ops::fan_out(x, 3) : std::vector<Tensor>{x, x, x};
-    q = ops::rope(q_->forward(in[0]).view({B, T, n_head_, D}), rope).transpose(1, 2);
-    k = ops::rope(k_->forward(in[1]).view({B, T, n_kv_head_, D}), rope).transpose(1, 2);
-    v = v_->forward(in[2]).view({B, T, n_kv_head_, D}).transpose(1, 2);
-  }
   ops::AttentionOptions options;
   options.lengths = lengths;
+  const int64_t H = n_head_, Hkv = n_kv_head_, W = (H + 2 * Hkv) * D;
+  if (const Tensor qkv = packed_projection(x, {q_.get(), k_.get(), v_.get()}, f32_grad); qkv.defined()) {
+    // q, k and v as one GEMM, rotated (v copied) in one pass into one tensor that attention reads in place; d(qkv)
+    // comes back as one tensor through one inverse pass (ops::rope_qkv), so one input-gradient GEMM.
+    const ops::QkvRotated r = ops::rope_qkv(qkv.view({B, T, H + 2 * Hkv, D}), rope, H, Hkv);
+    return o_->forward(ops::causal_attention_qkv(r.packed.view({B, T, W}), H, Hkv, options).out);
+  }
+  const std::vector<Tensor> in = f32_grad ? ops::fan_out(x, 3) : std::vector<Tensor>{x, x, x};
+  const Tensor q = ops::rope(q_->forward(in[0]).view({B, T, H, D}), rope).transpose(1, 2);
+  const Tensor k = ops::rope(k_->forward(in[1]).view({B, T, Hkv, D}), rope).transpose(1, 2);
+  const Tensor v = v_->forward(in[2]).view({B, T, Hkv, D}).transpose(1, 2);
   const Tensor y = ops::causal_attention(q, k, v, options).out;  // (B, H, T, D) viewing (B, T, H, D)
-  return o_->forward(y.transpose(1, 2).reshape({B, T, n_head_ * D}));
+  return o_->forward(y.transpose(1, 2).reshape({B, T, H * D}));
 }
 
 Tensor LlamaAttention::forward_cached(const Tensor& x, const ops::RopeTable& rope, Tensor& k_cache, Tensor& v_cache,

@@ -210,10 +210,17 @@ Tensor repeat_kv(const Tensor& kv, int64_t groups) {
 
 int64_t groups_of(const Tensor& q, const Tensor& k) { return q.size(1) / k.size(1); }
 
-// The CUDA GEMM path on any layout: head-major contiguous operands with the kv heads repeated, results copied into
-// `r` (or summed over each group into `g`).
-void gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v, kernels::cpu::AttentionShape s,
-                  AttentionResult& r, const char* op) {
+void check_grad(const Tensor& g, const Tensor& like, const char* what, const char* op) {
+  detail::check_same_dtype({&like, &g}, op);
+  detail::check_shape(g, like.shape(), what, op);
+}
+
+}  // namespace
+
+namespace detail {
+
+void gemm_attention_forward_any_layout(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       kernels::cpu::AttentionShape s, AttentionResult& r, const char* op) {
   const int64_t groups = groups_of(q, k);
   s.kv_heads = s.heads;
   s.qkv = s.kv = s.out = {};
@@ -223,8 +230,9 @@ void gemm_forward(const Tensor& q, const Tensor& k, const Tensor& v, kernels::cp
   if (!direct) Tensor(r.out).copy_(heads.out);
 }
 
-void gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                   kernels::cpu::AttentionShape s, AttentionGrads& g, bool accumulate, const char* op) {
+void gemm_attention_backward_any_layout(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                         kernels::cpu::AttentionShape s, AttentionGrads& g, bool accumulate,
+                                         const char* op) {
   const int64_t groups = groups_of(q, k);
   s.kv_heads = s.heads;
   s.qkv = s.kv = s.out = {};
@@ -250,14 +258,6 @@ void gemm_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   }
 }
 
-void check_grad(const Tensor& g, const Tensor& like, const char* what, const char* op) {
-  detail::check_same_dtype({&like, &g}, op);
-  detail::check_shape(g, like.shape(), what, op);
-}
-
-}  // namespace
-
-namespace detail {
 
 Tensor attention_empty(const Shape& bhtd, DType dtype, Device device, AttentionLayout layout) {
   if (layout != AttentionLayout::TokenMajor) return Tensor::empty(bhtd, dtype, device);
@@ -282,7 +282,7 @@ AttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const T
     if (q.numel() == 0) return;
     if (!dev.is_cpu()) {
       if (detail::cudnn_attention_forward(q, k, v, shape, r, layout, op)) return;
-      gemm_forward(q, k, v, shape, r, op);
+      detail::gemm_attention_forward_any_layout(q, k, v, shape, r, op);
       return;
     }
     visit_float(q.dtype(), op, [&](auto tag) {
@@ -347,7 +347,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   if (q.numel() == 0) return finish();
   if (!dev.is_cpu()) {
     if (!detail::cudnn_attention_backward(q, k, v, out, dout, lse, shape, d, in_place, layout, op))
-      gemm_backward(q, k, v, dout, shape, d, in_place, op);
+      detail::gemm_attention_backward_any_layout(q, k, v, dout, shape, d, in_place, op);
     return finish();
   }
   visit_float(q.dtype(), op, [&](auto tag) {

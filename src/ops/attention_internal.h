@@ -27,9 +27,17 @@ void gemm_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const kernels::cpu::AttentionShape& s, AttentionGrads& g, bool accumulate,
                              const char* op);
 
+// The CUDA GEMM path on q, k, v, out (dout, dq, dk, dv) in any strides and with fewer kv heads: head-major contiguous
+// copies with the kv heads repeated, results copied into `r` (or summed over each group into `g`; += when accumulate).
+void gemm_attention_forward_any_layout(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       kernels::cpu::AttentionShape s, AttentionResult& r, const char* op);
+void gemm_attention_backward_any_layout(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                        kernels::cpu::AttentionShape s, AttentionGrads& g, bool accumulate,
+                                        const char* op);
+
 // Where q, k, v, out (and dout, dq, dk, dv) live. HeadMajor: contiguous (B, H, T, D) each (k, v: H_kv heads).
 // TokenMajor: each a transpose(1, 2) view of a contiguous (B, T, H, D) (what projections write and read). Packed: q,
-// k, v (dq, dk, dv) the column blocks of one (B, T, 3, H, D) buffer, out and dout (B, T, H, D); no grouped-query form.
+// k, v (dq, dk, dv) the column blocks of one (B, T, H + 2 H_kv, D) buffer, out and dout (B, T, H, D).
 enum class AttentionLayout { HeadMajor, TokenMajor, Packed };
 
 // An uninitialised (B, H, T, D) tensor in `layout` (HeadMajor or TokenMajor).

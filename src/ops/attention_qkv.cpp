@@ -11,38 +11,47 @@ namespace {
 constexpr const char* kOp = "causal_attention_qkv";
 constexpr const char* kBackwardOp = "causal_attention_qkv_backward";
 
-// q, k, v: (B, H, T, D) views of qkv (B, T, 3, H, D), and a (B, T, H, D) buffer as (B, H, T, D).
+// q (B, H, T, D), k and v (B, H_kv, T, D): views of qkv (B, T, H + 2 H_kv, D), the token rows' q | k | v heads.
 struct Views {
   Tensor q, k, v;
-  int64_t B = 0, T = 0, C = 0, H = 0, D = 0;
+  int64_t B = 0, T = 0, C = 0, H = 0, Hkv = 0, D = 0;
+  int64_t width() const { return (H + 2 * Hkv) * D; }  // qkv's row
 };
 
-Views views_of(const Tensor& qkv, int64_t n_head, const char* op) {
-  MPT_CHECK(qkv.defined() && qkv.dim() == 3 && n_head > 0 && qkv.size(2) % (3 * n_head) == 0 && qkv.size(2) > 0,
-            "[{}] expected qkv [B, T, 3 * C] with C a non-zero multiple of n_head {}, got {}", op, n_head,
+Views views_of(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, const char* op) {
+  const int64_t heads = n_head + 2 * n_kv_head;
+  const bool grouped = n_kv_head != n_head;
+  MPT_CHECK(!grouped || (n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0),
+            "[{}] n_kv_head {} must divide n_head {} (both positive)", op, n_kv_head, n_head);
+  MPT_CHECK(n_head > 0 && qkv.defined() && qkv.dim() == 3 && qkv.size(2) % heads == 0 && qkv.size(2) > 0,
+            "[{}] expected qkv [B, T, {}] with {} a non-zero multiple of n_head {}, got {}", op,
+            grouped ? "(n_head + 2 n_kv_head) * D" : "3 * C", grouped ? "D" : "C", n_head,
             qkv.defined() ? qkv.meta_str() : "undefined");
   MPT_CHECK(qkv.is_contiguous(), "[{}] qkv must be contiguous (a projection's output), got {} with strides {}", op,
             qkv.meta_str(), shape_str(qkv.strides()));
   Views w;
-  w.B = qkv.size(0), w.T = qkv.size(1), w.C = qkv.size(2) / 3, w.H = n_head, w.D = w.C / n_head;
-  const Tensor all = qkv.detach().view({w.B, w.T, 3, w.H, w.D});
-  w.q = all.select(2, 0).transpose(1, 2);
-  w.k = all.select(2, 1).transpose(1, 2);
-  w.v = all.select(2, 2).transpose(1, 2);
+  w.B = qkv.size(0), w.T = qkv.size(1), w.H = n_head, w.Hkv = n_kv_head, w.D = qkv.size(2) / heads;
+  w.C = w.H * w.D;
+  const Tensor all = qkv.detach().view({w.B, w.T, heads, w.D});
+  w.q = all.slice(2, 0, w.H).transpose(1, 2);
+  w.k = all.slice(2, w.H, w.H + w.Hkv).transpose(1, 2);
+  w.v = all.slice(2, w.H + w.Hkv, heads).transpose(1, 2);
   return w;
 }
 
 Tensor heads_view(const Tensor& bthd) { return bthd.transpose(1, 2); }  // (B, T, H, D) as (B, H, T, D)
 
-// For the CUDA GEMM path, which reads head-major operands: qkv copied to (3, B, H, T, D) in one pass.
+// For the CUDA GEMM path, which reads head-major operands: qkv (H_kv = H) copied to (3, B, H, T, D) in one pass.
 Tensor head_major(const Views& w, const Tensor& qkv) {
   return qkv.detach().view({w.B, w.T, 3, w.H, w.D}).permute({2, 0, 3, 1, 4}).contiguous();
 }
 
-// The kernels' shape with the packed strides: q, k, v at {T * 3C, D, 3C}, out and dout at {T * C, D, C}.
+// The kernels' shape with the packed strides: q, k, v at {T * W, D, W} (W = (H + 2 H_kv) D), out and dout at
+// {T * C, D, C}.
 kernels::cpu::AttentionShape packed_shape(const Views& w, const AttentionOptions& options, const char* op) {
   kernels::cpu::AttentionShape s = detail::attention_shape(w.q, w.k, w.v, options, op);
-  s.qkv = {w.T * 3 * w.C, w.D, 3 * w.C};
+  s.qkv = {w.T * w.width(), w.D, w.width()};
+  if (w.Hkv != w.H) s.kv = s.qkv;  // fewer kv heads: placed by `kv` (with as many, `qkv` places them)
   s.out = {w.T * w.C, w.D, w.C};
   return s;
 }
@@ -66,7 +75,12 @@ Tensor gemm_backward(const Tensor& all, const Tensor& dout_heads, const Attentio
 }  // namespace
 
 AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, const AttentionOptions& options) {
-  const Views w = views_of(qkv, n_head, kOp);
+  return causal_attention_qkv(qkv, n_head, n_head, options);
+}
+
+AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                                     const AttentionOptions& options) {
+  const Views w = views_of(qkv, n_head, n_kv_head, kOp);
   const detail::GradRecorder grad({&qkv});
   kernels::cpu::AttentionShape shape = packed_shape(w, options, kOp);
   const Tensor lengths = detail::attention_key_lengths(w.q, options, shape, kOp);
@@ -80,6 +94,10 @@ AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, const At
     if (!dev.is_cpu()) {
       AttentionResult heads{out, r.lse};
       if (detail::cudnn_attention_forward(w.q, w.k, w.v, shape, heads, detail::AttentionLayout::Packed, kOp)) return;
+      if (w.Hkv != w.H) {  // fewer kv heads: the head-major op's GEMM path (copies, the kv heads repeated)
+        detail::gemm_attention_forward_any_layout(w.q, w.k, w.v, shape, heads, kOp);
+        return;
+      }
       // The GEMM path: q, k, v copied to head-major in one pass, the output copied back in another.
       kernels::cpu::AttentionShape plain = shape;
       plain.qkv = plain.out = {};
@@ -105,17 +123,24 @@ AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, const At
     });
   } else {
     grad.record("CausalAttentionQkvBackward", {&r.out},
-                [qkv = qkv.detach(), out = r.out.detach(), lse = r.lse, n_head, options](
+                [qkv = qkv.detach(), out = r.out.detach(), lse = r.lse, n_head, n_kv_head, options](
                     const std::vector<Tensor>& g) {
-                  return std::vector<Tensor>{causal_attention_qkv_backward(g[0], qkv, out, lse, n_head, options)};
+                  return std::vector<Tensor>{
+                      causal_attention_qkv_backward(g[0], qkv, out, lse, n_head, n_kv_head, options)};
                 });
   }
   return r;
 }
 
+Tensor causal_attention_qkv_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                     int64_t n_head, const AttentionOptions& options) {
+  return causal_attention_qkv_backward(dout, qkv, out, lse, n_head, n_head, options);
+}
+
 Tensor causal_attention_qkv_backward(const Tensor& dout_in, const Tensor& qkv, const Tensor& out_in,
-                                     const Tensor& lse_in, int64_t n_head, const AttentionOptions& options) {
-  const Views w = views_of(qkv, n_head, kBackwardOp);
+                                     const Tensor& lse_in, int64_t n_head, int64_t n_kv_head,
+                                     const AttentionOptions& options) {
+  const Views w = views_of(qkv, n_head, n_kv_head, kBackwardOp);
   kernels::cpu::AttentionShape shape = packed_shape(w, options, kBackwardOp);
   detail::check_same_device({&qkv, &dout_in, &out_in, &lse_in}, kBackwardOp);
   detail::check_same_dtype({&qkv, &dout_in, &out_in}, kBackwardOp);
@@ -130,7 +155,7 @@ Tensor causal_attention_qkv_backward(const Tensor& dout_in, const Tensor& qkv, c
   Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dev);
   if (qkv.numel() == 0) return dqkv;
   const Tensor dout = dout_in.contiguous(), out = out_in.contiguous(), lse = lse_in.contiguous();
-  const Views d = views_of(dqkv, n_head, kBackwardOp);
+  const Views d = views_of(dqkv, n_head, n_kv_head, kBackwardOp);
   const Tensor out_h = heads_view(out.view({w.B, w.T, w.H, w.D}));
   const Tensor dout_heads = heads_view(dout.view({w.B, w.T, w.H, w.D}));
   AttentionGrads g{d.q, d.k, d.v};
@@ -138,6 +163,10 @@ Tensor causal_attention_qkv_backward(const Tensor& dout_in, const Tensor& qkv, c
     if (detail::cudnn_attention_backward(w.q, w.k, w.v, out_h, dout_heads, lse, shape, g, false,
                                          detail::AttentionLayout::Packed, kBackwardOp))
       return dqkv;
+    if (w.Hkv != w.H) {
+      detail::gemm_attention_backward_any_layout(w.q, w.k, w.v, dout_heads, shape, g, false, kBackwardOp);
+      return dqkv;
+    }
     return gemm_backward(head_major(w, qkv), dout_heads, options, kBackwardOp, dqkv);
   }
   detail::visit_float(qkv.dtype(), kBackwardOp, [&](auto tag) {

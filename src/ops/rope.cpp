@@ -38,13 +38,15 @@ RopeTable rope_table(int64_t positions, int64_t head_dim, double theta, Device d
 namespace {
 
 // x, y (B, T, H, D) of one shape: contiguous, or the heads of a wider packed row (each token's H heads adjacent, a
-// token stride of at least H * D: stride(1), the kernels' x_ld / y_ld).
-void rope_into(const Tensor& x, const Tensor& y, const RopeTable& table, int64_t position0, bool inverse) {
+// token stride of at least H * D: stride(1), the kernels' x_ld / y_ld). Heads [rotated, H) are copied (0: none).
+void rope_into(const Tensor& x, const Tensor& y, const RopeTable& table, int64_t position0, bool inverse,
+               int64_t rotated = 0) {
   const Device dev = x.device();
   kernels::math::RopeShape shape{x.size(0) * x.size(1) * x.size(2), x.size(1), x.size(2), x.size(3),
                                  x.size(3) / 2, position0, inverse};
   shape.x_ld = x.stride(1);
   shape.y_ld = y.stride(1);
+  shape.rotated = rotated;
   visit_float(x.dtype(), "rope", [&](auto tag) {
     using T = decltype(tag);
     using F = kernels::math::opmath_t<T>;
@@ -94,13 +96,9 @@ Tensor rope(const Tensor& x_in, const RopeTable& table, int64_t position0) {
 
 namespace {
 
-// qkv's heads [from, from + n) as a (B, T, n, D) view (the token stride qkv's).
-Tensor heads(const Tensor& qkv, int64_t from, int64_t n) { return qkv.slice(2, from, from + n); }
-
-}  // namespace
-
-QkvRotated rope_qkv(const Tensor& qkv_in, const RopeTable& table, int64_t n_head, int64_t n_kv_head,
-                    int64_t position0) {
+// rope_qkv's packed tensor (its slices are views taken outside the op, as a caller's would be).
+Tensor rope_qkv_packed(const Tensor& qkv_in, const RopeTable& table, int64_t n_head, int64_t n_kv_head,
+                       int64_t position0) {
   const char* op = "rope_qkv";
   MPT_CHECK(qkv_in.defined() && qkv_in.dim() == 4 && n_head >= 1 && n_kv_head >= 1 &&
                 qkv_in.size(2) == n_head + 2 * n_kv_head && qkv_in.size(3) % 2 == 0 && qkv_in.size(3) >= 2,
@@ -120,34 +118,30 @@ QkvRotated rope_qkv(const Tensor& qkv_in, const RopeTable& table, int64_t n_head
             qkv_in.meta_str(), table.positions());
   const Tensor qkv = qkv_in.contiguous();
   const RopeTable t{table.cos.contiguous(), table.sin.contiguous()};
-  const int64_t B = qkv.size(0), D = qkv.size(3), H = n_head, Hkv = n_kv_head;
-  QkvRotated r{Tensor::empty({B, T, H, D}, qkv.dtype(), qkv.device()),
-               Tensor::empty({B, T, Hkv, D}, qkv.dtype(), qkv.device()),
-               Tensor::empty({B, T, Hkv, D}, qkv.dtype(), qkv.device())};
-  rope_into(heads(qkv, 0, H), r.q, t, position0, false);
-  rope_into(heads(qkv, H, Hkv), r.k, t, position0, false);
-  {
-    autograd::NoGradGuard no_grad;
-    r.v.copy_(heads(qkv, H + Hkv, Hkv));
-  }
-  grad.record("RopeQkvBackward", {&r.q, &r.k, &r.v},
-              [t, position0, shape = qkv.shape(), dtype = qkv.dtype(), H, Hkv](const std::vector<Tensor>& g) {
-                const Device dev = t.cos.device();
-                Tensor dqkv = Tensor::empty(shape, dtype, dev);
-                autograd::NoGradGuard no_grad;
-                const int64_t from[3] = {0, H, H + Hkv}, count[3] = {H, Hkv, Hkv};
-                for (int i = 0; i < 3; ++i) {
-                  const Tensor region = heads(dqkv, from[i], count[i]);
-                  if (!g[i].defined()) {
-                    Tensor(region).zero_();
-                  } else if (i < 2) {
-                    rope_into(g[i].to(dtype).contiguous(), region, t, position0, true);
-                  } else {
-                    Tensor(region).copy_(g[i]);
-                  }
-                }
-                return std::vector<Tensor>{dqkv};
-              });
+  const int64_t H = n_head, Hkv = n_kv_head, rotated = H + Hkv;
+  // One pass: q's and k's heads rotated, v's copied (rope_into's `rotated`).
+  Tensor packed = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+  rope_into(qkv, packed, t, position0, false, rotated);
+  grad.record("RopeQkvBackward", {&packed}, [t, position0, rotated](const std::vector<Tensor>& g) {
+    if (!g[0].defined()) return std::vector<Tensor>{Tensor{}};
+    const Tensor dy = g[0].contiguous();
+    Tensor dqkv = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    rope_into(dy, dqkv, t, position0, true, rotated);  // dq and dk rotated back, dv copied: one pass
+    return std::vector<Tensor>{dqkv};
+  });
+  return packed;
+}
+
+}  // namespace
+
+QkvRotated rope_qkv(const Tensor& qkv, const RopeTable& table, int64_t n_head, int64_t n_kv_head,
+                    int64_t position0) {
+  QkvRotated r;
+  r.packed = rope_qkv_packed(qkv, table, n_head, n_kv_head, position0);
+  const int64_t H = n_head, Hkv = n_kv_head;
+  r.q = r.packed.slice(2, 0, H);
+  r.k = r.packed.slice(2, H, H + Hkv);
+  r.v = r.packed.slice(2, H + Hkv, H + 2 * Hkv);
   return r;
 }
 

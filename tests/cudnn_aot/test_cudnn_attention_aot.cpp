@@ -205,6 +205,21 @@ INSTANTIATE_TEST_SUITE_P(CudnnAttentionAotGrouped, GptShape,
                                          Case{9, true, AttentionPass::Backward, 2, false, 128, false, 4, true}),
                          param_name);
 
+// Llama's packed row (ops::rope_qkv's output read in place: each token's 12 q heads, 4 or 1 k heads, as many v heads;
+// d(qkv) written as one tensor), plain and key-padded: the grouped graphs at the packed row's strides. As above, the
+// engines exist; tests/ops/test_attention_qkv.cpp holds the strides to the head-major op on the CPU kernel and
+// tests/emu_backend to the token-major graph.
+INSTANTIATE_TEST_SUITE_P(CudnnAttentionAotGroupedPacked, GptShape,
+                         testing::Values(Case{9, true, AttentionPass::Forward, 4, false, 64, true, 4},
+                                         Case{9, true, AttentionPass::Backward, 3, false, 64, true, 4},
+                                         Case{9, false, AttentionPass::Backward, 3, false, 64, true, 4},
+                                         Case{8, true, AttentionPass::Forward, 3, false, 64, true, 4},
+                                         Case{8, true, AttentionPass::Backward, 3, false, 64, true, 4},
+                                         Case{9, true, AttentionPass::Forward, 4, true, 64, true, 4},
+                                         Case{9, true, AttentionPass::Backward, 3, true, 64, true, 4},
+                                         Case{9, true, AttentionPass::Backward, 3, false, 64, true, 1}),
+                         param_name);
+
 // The shape tests/gpu's GpuAttention.KeyPaddedForwardAndBackwardMatchCpu runs on cuDNN (B=3, H=2, T=77, D=32, bf16,
 // lengths {77, 30, 1}): T is no multiple of the engine's tiles, D is small. Both passes, both described devices.
 TEST(CudnnAttentionAot, GpuTestPaddedShapeFinalizesUpToModuleLoad) {

@@ -157,6 +157,54 @@ TEST_F(CudnnSdpaEmu, GroupedQueryTokenMajorReadsTheKvHeadsInPlace) {
   }
 }
 
+// Llama's packed row on the cuDNN path (ops::rope_qkv's output: each token's H q heads, then H_kv k heads, then H_kv
+// v heads): the packed graph reads q, k and v at that row's strides and writes d(qkv) as one tensor, one launch per
+// pass unpadded; out, lse and every gradient the bits of the grouped token-major graph on the same heads (the test
+// above ties that one to the multi-head graph), the padding keys' dk and dv exactly zero.
+TEST_F(CudnnSdpaEmu, GroupedQueryPackedRowReadsQkvInPlace) {
+  const int64_t B = 2, T = 45, H = 4, Hkv = 2, D = 64, W = (H + 2 * Hkv) * D;
+  const Device gpu = Device::cuda(0);
+  for (bool padded : {false, true}) {
+    ops::AttentionOptions o;
+    if (padded) o.lengths = Tensor::from_vector(std::vector<int32_t>{45, 20}, {B});
+    for (DType dt : {DType::BF16, DType::F16}) {
+      const std::string n = std::string(dtype_name(dt)) + (padded ? " padded" : "");
+      const Tensor qkv = testing::random_tensor({B, T, W}, dt, 41).to(gpu);
+      const Tensor dout = testing::random_tensor({B, T, H * D}, dt, 42).to(gpu);
+      const uint64_t before = cuda_emu::cudnn_sdpa_executions(), launches = cuda_emu::counters().kernel_launches;
+      const ops::AttentionResult r = ops::causal_attention_qkv(qkv, H, Hkv, o);
+      const Tensor dqkv = ops::causal_attention_qkv_backward(dout, qkv, r.out, r.lse, H, Hkv, o);
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 2) << n;
+      if (!padded) {
+        EXPECT_EQ(cuda_emu::counters().kernel_launches, launches + 2) << n;
+      }
+      ASSERT_EQ(dqkv.shape(), qkv.shape()) << n;
+
+      const Tensor all = qkv.view({B, T, H + 2 * Hkv, D});
+      const Tensor q = all.slice(2, 0, H).contiguous().transpose(1, 2);
+      const Tensor k = all.slice(2, H, H + Hkv).contiguous().transpose(1, 2);
+      const Tensor v = all.slice(2, H + Hkv, H + 2 * Hkv).contiguous().transpose(1, 2);
+      const Tensor dout_h = dout.view({B, T, H, D}).transpose(1, 2);
+      const ops::AttentionResult m = ops::causal_attention(q, k, v, o);
+      const ops::AttentionGrads g = ops::causal_attention_backward(dout_h, q, k, v, m.out, m.lse, o);
+      EXPECT_EQ(cuda_emu::cudnn_sdpa_executions(), before + 4) << n;
+      EXPECT_TRUE(same_bits(r.out, m.out.transpose(1, 2).reshape({B, T, H * D}))) << "out " << n;
+      EXPECT_TRUE(same_bits(r.lse, m.lse)) << "lse " << n;
+      const Tensor d = dqkv.view({B, T, H + 2 * Hkv, D});
+      EXPECT_TRUE(same_bits(d.slice(2, 0, H).contiguous(), g.dq.transpose(1, 2).contiguous())) << "dq " << n;
+      EXPECT_TRUE(same_bits(d.slice(2, H, H + Hkv).contiguous(), g.dk.transpose(1, 2).contiguous())) << "dk " << n;
+      EXPECT_TRUE(same_bits(d.slice(2, H + Hkv, H + 2 * Hkv).contiguous(), g.dv.transpose(1, 2).contiguous()))
+          << "dv " << n;
+      EXPECT_GT(max_abs(g.dk), 0.0) << n;
+      if (padded) {  // sample 1's padding keys (20..44): exactly zero dk and dv
+        for (double x : cpu(d).select(0, 1).slice(0, 20, T).slice(1, H, H + 2 * Hkv).to(DType::F64).contiguous()
+                            .to_vector<double>())
+          ASSERT_EQ(x, 0.0) << n;
+      }
+    }
+  }
+}
+
 // One BF16-autocast loss + backward of a model on cuda:0 (the cuDNN double on) and of its CPU twin (the same
 // initialisation): each attention layer runs cuDNN once per pass, the losses agree within u relative and every
 // gradient within `bound_u` u normwise.

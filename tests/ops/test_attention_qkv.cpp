@@ -1,5 +1,6 @@
 // tests/ops/test_attention_qkv.cpp: causal_attention_qkv (q, k, v read from the fused projection's (B, T, 3C)
-// output, the output written (B, T, C), d(qkv) in one tensor) against the head-major op, bit for bit, and its errors.
+// output, or Llama's (B, T, (H + 2 H_kv) D), the output written (B, T, C), d(qkv) in one tensor) against the
+// head-major op, bit for bit, and its errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@ using mpt::testing::same_bits;
 struct Case {
   int64_t B, T, H, D;
   std::vector<int32_t> lengths;  // empty: no key padding
+  int64_t Hkv = 0;               // 0: H (GPT's layout); fewer: Llama's grouped-query layout
 };
 
 // The head-major path GPT ran before: split_qkv_heads (one copy), causal_attention, the output transposed back to
@@ -31,43 +33,55 @@ struct Outputs {
   Tensor out, lse, dqkv;
 };
 
-Outputs head_major(const Tensor& qkv, const Tensor& dout, int64_t H, const ops::AttentionOptions& o) {
+// The reference: q, k, v as slices of qkv viewed (B, T, H + 2 H_kv, D) (GPT's layout: split_qkv_heads, one copy),
+// causal_attention, the output transposed back to (B, T, C), d(qkv) through autograd.
+Outputs head_major(const Tensor& qkv, const Tensor& dout, int64_t H, int64_t Hkv, const ops::AttentionOptions& o) {
   Tensor x = qkv.clone();
   x.requires_grad_();
-  const ops::QkvHeads h = ops::split_qkv_heads(x, H);
-  const ops::AttentionResult r = ops::causal_attention(h.q, h.k, h.v, o);
+  ops::AttentionResult r;
+  if (Hkv == H) {
+    const ops::QkvHeads h = ops::split_qkv_heads(x, H);
+    r = ops::causal_attention(h.q, h.k, h.v, o);
+  } else {
+    const Tensor all = x.view({qkv.size(0), qkv.size(1), H + 2 * Hkv, -1});
+    r = ops::causal_attention(all.slice(2, 0, H).transpose(1, 2), all.slice(2, H, H + Hkv).transpose(1, 2),
+                              all.slice(2, H + Hkv, H + 2 * Hkv).transpose(1, 2), o);
+  }
   const Tensor out = r.out.transpose(1, 2).reshape(dout.shape());
   out.backward(dout);
   return {out.detach(), r.lse, x.grad()};
 }
 
-Outputs packed(const Tensor& qkv, const Tensor& dout, int64_t H, const ops::AttentionOptions& o) {
+Outputs packed(const Tensor& qkv, const Tensor& dout, int64_t H, int64_t Hkv, const ops::AttentionOptions& o) {
   Tensor x = qkv.clone();
   x.requires_grad_();
-  const ops::AttentionResult r = ops::causal_attention_qkv(x, H, o);
+  const ops::AttentionResult r =
+      Hkv == H ? ops::causal_attention_qkv(x, H, o) : ops::causal_attention_qkv(x, H, Hkv, o);
   r.out.backward(dout);
   return {r.out.detach(), r.lse, x.grad()};
 }
 
 // Every dtype, odd T (partial 64-row blocks), D not a multiple of 16 (padded vectors), one and several heads, key
-// padding with a length-1 sample: out, lse and d(qkv) equal the head-major op's bit for bit (the kernels do the same
+// padding with a length-1 sample, GPT's layout and Llama's grouped-query one (H_kv of 1, 2 and 4, and = H): out, lse and d(qkv) equal the head-major op's bit for bit (the kernels do the same
 // arithmetic on the same values; only where they read and write moved), with both CPU builds of the kernels.
 TEST(AttentionQkv, MatchesTheHeadMajorOpBitForBit) {
-  const std::vector<Case> cases = {{2, 67, 3, 16, {}}, {1, 130, 2, 8, {}}, {3, 77, 2, 24, {77, 30, 1}},
-                                   {1, 1, 1, 4, {}}};
+  const std::vector<Case> cases = {{2, 67, 3, 16, {}},    {1, 130, 2, 8, {}},           {3, 77, 2, 24, {77, 30, 1}},
+                                   {1, 1, 1, 4, {}},      {2, 67, 6, 16, {}, 2},        {3, 77, 4, 8, {77, 30, 1}, 1},
+                                   {1, 70, 4, 24, {}, 4}};
   for (bool avx512 : {true, false}) {
     kernels::cpu::set_attention_avx512(avx512);
     for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
       for (const Case& c : cases) {
+        const int64_t Hkv = c.Hkv > 0 ? c.Hkv : c.H;
         const std::string n = std::string(dtype_name(dt)) + " B" + std::to_string(c.B) + " T" + std::to_string(c.T) +
-                              " H" + std::to_string(c.H) + " D" + std::to_string(c.D) +
+                              " H" + std::to_string(c.H) + " Hkv" + std::to_string(Hkv) + " D" + std::to_string(c.D) +
                               (c.lengths.empty() ? "" : " padded") + (avx512 ? "" : " generic");
         const int64_t C = c.H * c.D;
-        const Tensor qkv = mpt::testing::random_tensor({c.B, c.T, 3 * C}, dt, 11);
+        const Tensor qkv = mpt::testing::random_tensor({c.B, c.T, (c.H + 2 * Hkv) * c.D}, dt, 11);
         const Tensor dout = mpt::testing::random_tensor({c.B, c.T, C}, dt, 12);
         ops::AttentionOptions o;
         if (!c.lengths.empty()) o.lengths = Tensor::from_vector(c.lengths, {c.B});
-        const Outputs want = head_major(qkv, dout, c.H, o), got = packed(qkv, dout, c.H, o);
+        const Outputs want = head_major(qkv, dout, c.H, Hkv, o), got = packed(qkv, dout, c.H, Hkv, o);
         EXPECT_EQ(got.out.shape(), (Shape{c.B, c.T, C})) << n;
         EXPECT_TRUE(got.out.is_contiguous()) << n;
         EXPECT_TRUE(same_bits(got.out, want.out)) << "out " << n;
@@ -75,7 +89,7 @@ TEST(AttentionQkv, MatchesTheHeadMajorOpBitForBit) {
         EXPECT_TRUE(same_bits(got.dqkv, want.dqkv)) << "d(qkv) " << n;
         // The explicit backward gives the node's gradient.
         autograd::NoGradGuard no_grad;
-        const Tensor d = ops::causal_attention_qkv_backward(dout, qkv, got.out, got.lse, c.H, o);
+        const Tensor d = ops::causal_attention_qkv_backward(dout, qkv, got.out, got.lse, c.H, Hkv, o);
         EXPECT_TRUE(same_bits(d, want.dqkv)) << "causal_attention_qkv_backward " << n;
       }
     }
@@ -133,6 +147,13 @@ TEST(AttentionQkv, RejectsWhatItCannotRun) {
                    "[causal_attention_qkv_backward] dout");
   EXPECT_MPT_ERROR(ops::causal_attention_qkv_backward(r.out, qkv, r.out, r.lse.to(DType::F64), 2),
                    "[causal_attention_qkv_backward]");
+  // The grouped-query form: n_kv_head must divide n_head, and the row hold (n_head + 2 n_kv_head) heads.
+  EXPECT_MPT_ERROR(ops::causal_attention_qkv(Tensor::zeros({2, 5, 14}, DType::F32), 4, 3),
+                   "[causal_attention_qkv] n_kv_head 3 must divide n_head 4");
+  EXPECT_MPT_ERROR(ops::causal_attention_qkv(Tensor::zeros({2, 5, 14}, DType::F32), 4, 2),
+                   "[causal_attention_qkv] expected qkv [B, T, (n_head + 2 n_kv_head) * D] with D a non-zero multiple "
+                   "of n_head 4, got f32[2, 5, 14]");
+  EXPECT_MPT_ERROR(ops::causal_attention_qkv(Tensor::zeros({2, 5, 16}, DType::F32), 4, 0), "must divide n_head 4");
 }
 
 }  // namespace

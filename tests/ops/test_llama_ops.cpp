@@ -195,6 +195,9 @@ TEST(RopeQkv, BitsOfRopeOnEachProjectionAndOneGradient) {
     EXPECT_TRUE(same_bits(r.q, qr)) << dtype_name(dt);
     EXPECT_TRUE(same_bits(r.k, kr)) << dtype_name(dt);
     EXPECT_TRUE(same_bits(r.v, v.detach())) << dtype_name(dt);
+    // q, k and v are views of the one packed tensor causal_attention_qkv reads.
+    EXPECT_TRUE(same_bits(r.packed, ops::cat({qr, kr, v}, 2).detach())) << dtype_name(dt);
+    EXPECT_EQ(r.q.data_ptr(), r.packed.data_ptr()) << dtype_name(dt);
     const Tensor dq = random_tensor(r.q.shape(), dt, 8), dk = random_tensor(r.k.shape(), dt, 9);
     const Tensor dv = random_tensor(r.v.shape(), dt, 10);
     autograd::backward({r.q, r.k, r.v}, {dq, dk, dv});

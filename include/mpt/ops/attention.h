@@ -75,12 +75,21 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
 // values of causal_attention on split_qkv_heads(qkv) with its output transposed to (B, T, H, D), bit for bit on the
 // CPU, without their head copies: the CPU kernel and cuDNN read q, k, v and write out at their strides, and the
 // backward reads dout and writes d(qkv), one (B, T, 3 * H * D) tensor, likewise. (The CUDA GEMM fallback copies to
-// head-major and back.) Options as causal_attention's, key padding included; no grouped-query form.
+// head-major and back.) Options as causal_attention's, key padding included.
 AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, const AttentionOptions& options = {});
 
-// Its gradient: d(qkv) (B, T, 3 * H * D) from dout (B, T, H * D), the forward's qkv, out and lse.
+// Grouped-query form (Llama's: ops::rope_qkv's packed output viewed (B, T, (H + 2 H_kv) * D)): each token row holds
+// q's H heads, then k's H_kv, then v's H_kv (n_kv_head dividing n_head); the values of causal_attention on those
+// heads, read in place (cuDNN and the CPU kernel; the CUDA GEMM fallback copies them to head-major), out (B, T, H * D)
+// and d(qkv) one tensor of qkv's shape. n_kv_head = n_head is the form above.
+AttentionResult causal_attention_qkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                                     const AttentionOptions& options = {});
+
+// Their gradient: d(qkv) (qkv's shape) from dout (B, T, H * D), the forward's qkv, out and lse.
 Tensor causal_attention_qkv_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                      int64_t n_head, const AttentionOptions& options = {});
+Tensor causal_attention_qkv_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                     int64_t n_head, int64_t n_kv_head, const AttentionOptions& options = {});
 
 struct QkvHeads {
   Tensor q, k, v;  // (B, H, T, D) each, contiguous

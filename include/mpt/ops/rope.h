@@ -25,11 +25,13 @@ RopeTable rope_table(int64_t positions, int64_t head_dim, double theta = 10000.0
 Tensor rope(const Tensor& x, const RopeTable& table, int64_t position0 = 0);
 
 // Llama's packed projection output qkv (B, T, n_head + 2 n_kv_head, D): q's heads then k's then v's in each token row
-// (ops::packed_linear over q_proj, k_proj, v_proj). Returns q (B, T, n_head, D) and k (B, T, n_kv_head, D) rotated as
-// rope() rotates them (the same bits), and v (B, T, n_kv_head, D) copied: the token-major operands causal_attention
-// reads in place. Backward writes d(qkv) as one tensor (dq and dk rotated back into their heads, dv copied into its),
-// so the packed projection receives one gradient.
+// (ops::packed_linear over q_proj, k_proj, v_proj). Returns `packed`, a new tensor of qkv's shape with q's and k's
+// heads rotated as rope() rotates them (the same bits) and v's heads copied, made in one pass; q, k and v are its
+// (B, T, heads, D) head slices. Give `packed` to causal_attention_qkv (n_head, n_kv_head), which reads the three in
+// place and writes d(packed) as one tensor; the backward rotates dq and dk back and copies dv in one pass, so the
+// packed projection receives one gradient. (Gradients through the q, k, v slices reach `packed` too, as any view's.)
 struct QkvRotated {
+  Tensor packed;
   Tensor q, k, v;
 };
 QkvRotated rope_qkv(const Tensor& qkv, const RopeTable& table, int64_t n_head, int64_t n_kv_head,

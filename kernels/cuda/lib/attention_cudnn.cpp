@@ -27,8 +27,7 @@ const char* cudnn_attention_unsupported(const CudnnAttentionProblem& p, Attentio
   if (!std::isfinite(p.scale)) return "the scale must be finite";
   if (p.d % 8 != 0) return "the head dimension must be a multiple of 8";
   if (p.kv_heads() < 1 || p.h % p.kv_heads() != 0) return "the kv heads must divide the query heads";
-  if (p.packed && (p.kv_heads() != p.h || p.token_major))
-    return "the packed layout holds as many kv heads as query heads, and is not token-major";
+  if (p.packed && p.token_major) return "the packed layout is not token-major";
   if (cudnnGetVersion() < 91600) return "needs cuDNN 9.16 or newer (older versions need graph workarounds)";
   const bool backward = pass == AttentionPass::Backward;
   if (sm_major == 8 && sm_minor != 0 && p.d > 128) return "the head dimension must be <= 128 on sm_86/sm_89";
@@ -127,11 +126,12 @@ void CudnnAttentionPlan::execute(cudnnHandle_t handle, const int64_t* uids, void
 
 void CudnnAttentionPlan::check_packed(const void* q, const void* k, const void* v, const char* what) const {
   if (!problem_.packed) return;
-  const int64_t block = problem_.h * problem_.d * 2;  // one of q, k, v per (b, t) row, in bytes (f16 or bf16)
+  // q's and k's heads per (b, t) row, in bytes (f16 or bf16): k follows q, v follows k.
+  const int64_t q_block = problem_.h * problem_.d * 2, kv_block = problem_.kv_heads() * problem_.d * 2;
   const char* base = static_cast<const char*>(q);
-  if (k != base + block || v != base + 2 * block)
+  if (k != base + q_block || v != base + q_block + kv_block)
     throw CudnnError(CUDNN_STATUS_BAD_PARAM, std::string("CudnnAttentionPlan: a packed plan's ") + what +
-                                                 " must be the three column blocks of one (B, T, 3, H, D) buffer");
+                                                 " must be the three column blocks of one (B, T, H + 2 H_kv, D) buffer");
 }
 
 int CudnnAttentionPlan::add_seq_lens(CudnnSeqLens seq_lens, int64_t* uids, void** ptrs, int n) const {
@@ -203,7 +203,8 @@ void CudnnAttentionPlan::backward(cudnnHandle_t handle, const void* q, const voi
   if (p.padded) {
     const int64_t grad_bytes = p.b * p.h * p.t * p.d * 2;  // f16 or bf16
     if (p.packed) {
-      zero(dq, 3 * grad_bytes, "dQKV");  // dk and dv interleave with dq; dq's rows are all rewritten
+      // dk and dv interleave with dq; dq's rows are all rewritten
+      zero(dq, grad_bytes / p.h * (p.h + 2 * p.kv_heads()), "dQKV");
     } else {
       const int64_t kv_bytes = grad_bytes / p.h * p.kv_heads();  // dk and dv: contiguous in either layout
       zero(dk, kv_bytes, "dK");

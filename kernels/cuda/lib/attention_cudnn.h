@@ -17,9 +17,9 @@ namespace mpt::kernels::cuda {
 // One attention call: q, o, do, dq are (B, H, T, D) and k, v, dk, dv (B, H_kv, T, D) in f16 or bf16 (grouped-query
 // attention when H_kv < H: query head h reads kv head h / (H / H_kv)), contiguous (strides H*T*D, T*D, D, 1), or
 // `token_major`, each one contiguous (B, T, heads, D) (strides T*H*D, D, H*D, 1; the projections' layout), or
-// `packed`, where a fused QKV projection and the next GEMM keep them (llm.c's layout; H_kv = H): q, k and v (and dq,
-// dk, dv) the three column blocks of one (B, T, 3, H, D) buffer (k = q + H*D elements, v = q + 2*H*D; strides
-// T*3HD, D, 3HD, 1) and o, do (B, T, H, D) (strides T*HD, D, HD, 1). stats is f32 (B, H, T) contiguous: each
+// `packed`, where a fused QKV projection and the next GEMM keep them (llm.c's layout; Llama's with H_kv < H): q, k and
+// v (and dq, dk, dv) the three column blocks of one (B, T, H + 2 H_kv, D) buffer (k = q + H*D elements, v = k +
+// H_kv*D; strides T*W, D, W, 1 with W = (H + 2 H_kv) D) and o, do (B, T, H, D) (strides T*HD, D, HD, 1). stats is f32 (B, H, T) contiguous: each
 // row's logsumexp of the scaled, causally masked scores (the op's lse). Compute is f32 throughout; the
 // probabilities P enter the second GEMM in the I/O dtype (flash attention). With H_kv < H the backward graph
 // computes each query head's dK and dV (in the I/O dtype, as cudnn-frontend declares them) and sums each group.
@@ -48,7 +48,7 @@ struct CudnnSeqLens {
 enum class AttentionPass : uint8_t { Forward, Backward };
 
 // The static rules for cuDNN 9.19's fused engine (no GPU needed): "" when supported, else why not. sm_80+, head
-// dim a multiple of 8; H_kv dividing H (packed: H_kv = H, not token_major); forward d <= 256 on sm_8x/9x, backward d <= 256 on sm_90 and d <= 128 elsewhere (sm_80:
+// dim a multiple of 8; H_kv dividing H (packed: not token_major); forward d <= 256 on sm_8x/9x, backward d <= 256 on sm_90 and d <= 128 elsewhere (sm_80:
 // d = 256 backward finds no engine); d <= 128 on sm_100+ (not checked offline, conservative). Key padding adds no
 // rule (the padded graphs find engines wherever the unpadded ones do). f16/bf16 only: the problem type cannot
 // express f32, which the op rejects before asking.

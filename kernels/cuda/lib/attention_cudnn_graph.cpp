@@ -185,9 +185,10 @@ struct Layouts {
 // A stored (B, heads, T, D) tensor's strides, and those of its (B, heads, D, T) transposed view.
 Dims stored_strides(const CudnnAttentionProblem& p, int64_t heads, bool transposed) {
   const int64_t t = p.t, d = p.d;
-  const int64_t row = p.packed ? 3 * p.h * d : p.token_major ? heads * d : d;  // between positions
+  const int64_t packed_row = (p.h + 2 * p.kv_heads()) * d;  // q's, k's and v's heads of one position
+  const int64_t row = p.packed ? packed_row : p.token_major ? heads * d : d;  // between positions
   const int64_t head = p.packed || p.token_major ? d : t * d;
-  const int64_t batch = p.packed ? t * 3 * p.h * d : t * heads * d;
+  const int64_t batch = p.packed ? t * packed_row : t * heads * d;
   return transposed ? Dims{batch, head, 1, row} : Dims{batch, head, row, 1};
 }
 
