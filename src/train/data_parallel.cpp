@@ -75,7 +75,7 @@ bool same_view(const Tensor& a, const Tensor& b) {
 
 struct DataParallel::Bucket {
   std::vector<size_t> params;    // indices into params_, in flat order: grouped by owner rank
-  std::vector<int64_t> offsets;  // of each parameter in flat
+  std::vector<int64_t> offsets;  // of each parameter in flat, then numel (the bounds ops::fp8_wire_amaxes and kin take)
   std::vector<int64_t> counts;   // elements per owner rank (the reduce-scatter split)
   int64_t numel = 0;             // elements of flat
   DType dtype = DType::F32;      // flat's: its parameters' gradient dtype when they share one (BF16: llm.c's), else F32
@@ -95,12 +95,6 @@ struct DataParallel::Bucket {
   std::unique_ptr<dist::Work> work, meta_work;
   bool launched = false;
   Tensor part(size_t k, const Tensor& of) const;  // parameter k's slice of flat (`of`: the parameter)
-  // offsets and numel: the parameters' bounds in flat (ops::fp8_wire_amaxes and its kin).
-  std::vector<int64_t> bounds() const {
-    std::vector<int64_t> v = offsets;
-    v.push_back(numel);
-    return v;
-  }
   // flat made when undefined: the previous step's while gradients still view it, else a new one (contents undefined).
   void ensure_flat(Device device) {
     if (flat.defined()) return;
@@ -172,6 +166,7 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<dist::Communicato
       bucket_of_[i] = buckets_.size();
     }
     b->numel = at;
+    b->offsets.push_back(at);
     // One gradient dtype for the whole bucket (autograd::grad_dtype, amp::Policy::grads): the bucket holds and
     // reduces the gradients in it, and they stay its views (no copy, no FP32 bucket beside BF16 gradients).
     const DType first = autograd::grad_dtype(params_[order.front()]);
@@ -308,7 +303,7 @@ void DataParallel::launch(Bucket& b) {
   if (options_.compression == GradCompression::FP8) {
     // The amaxes go straight into meta's slots, one pass over the bucket (an unused parameter's zeros give 0); a NaN
     // travels as inf: MAX keeps it on every rank.
-    ops::fp8_wire_amaxes(b.flat, b.bounds(), b.meta.slice(0, n_p, 2 * n_p));
+    ops::fp8_wire_amaxes(b.flat, b.offsets, b.meta.slice(0, n_p, 2 * n_p));
   }
   b.meta_work = comm_->all_reduce(b.meta, dist::ReduceOp::Max);
   const int64_t numel = b.numel;
@@ -332,7 +327,7 @@ void DataParallel::launch(Bucket& b) {
       b.fp8 = ops::fp8_wire_scales(b.meta.slice(0, static_cast<int64_t>(np), static_cast<int64_t>(2 * np)),
                                    comm_->size());
       b.wire = Tensor::empty({numel}, DType::F8E4M3, device_);
-      ops::fp8_wire_quantize(b.flat, b.bounds(), b.fp8.scale, b.wire);  // codes = saturate(g * s), s per parameter
+      ops::fp8_wire_quantize(b.flat, b.offsets, b.fp8.scale, b.wire);  // codes = saturate(g * s), s per parameter
       b.work = comm_->all_reduce_on_wire(b.wire, dist::ReduceOp::Sum);
       break;
     }
@@ -374,7 +369,7 @@ void DataParallel::finish() {
       b.flat.copy_(ops::scale(b.flat.dtype() == DType::BF16 ? b.wire : b.wire.to(DType::F32), 1.0 / n));
     } else if (options_.compression == GradCompression::FP8) {
       // g = sum * 1 / (s * n) per parameter; a non-finite shared amax gives NaN everywhere in it.
-      ops::fp8_wire_dequantize(b.wire, b.bounds(), b.fp8.inv, b.flat);
+      ops::fp8_wire_dequantize(b.wire, b.offsets, b.fp8.inv, b.flat);
     }
     // With zero1 this rank's shard starts at the offset of its first parameter in the bucket.
     int64_t shard_start = 0;
