@@ -122,9 +122,9 @@ Tensor rope_qkv_packed(const Tensor& qkv_in, const RopeTable& table, int64_t n_h
   // One pass: q's and k's heads rotated, v's copied (rope_into's `rotated`).
   Tensor packed = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
   rope_into(qkv, packed, t, position0, false, rotated);
-  grad.record("RopeQkvBackward", {&packed}, [t, position0, rotated](const std::vector<Tensor>& g) {
+  grad.record("RopeQkvBackward", {&packed}, [t, position0, rotated, dtype = qkv.dtype()](const std::vector<Tensor>& g) {
     if (!g[0].defined()) return std::vector<Tensor>{Tensor{}};
-    const Tensor dy = g[0].contiguous();
+    const Tensor dy = g[0].to(dtype).contiguous();  // qkv's dtype (gradients summed from several readers may be wider)
     Tensor dqkv = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
     rope_into(dy, dqkv, t, position0, true, rotated);  // dq and dk rotated back, dv copied: one pass
     return std::vector<Tensor>{dqkv};
