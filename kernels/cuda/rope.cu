@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, T* y, const 
 template <class T>
 cudaError_t rope(const T* x, T* y, const float* cos, const float* sin, const RopeShape& s, cudaStream_t stream) {
   if (s.rows < 0 || s.seq < 1 || s.heads < 1 || s.head_dim < 2 || s.head_dim % 2 != 0 || s.position0 < 0 ||
-      (s.x_ld != 0 && s.x_ld < s.heads * s.head_dim) || (s.y_ld != 0 && s.y_ld < s.heads * s.head_dim) || s.rotated > s.heads)
+      (s.x_ld != 0 && s.x_ld < s.heads * s.head_dim) || (s.y_ld != 0 && s.y_ld < s.heads * s.head_dim) ||
+      s.rotated > s.heads)
     return cudaErrorInvalidValue;
   const int64_t pairs = s.rows * (s.head_dim / 2);
   if (pairs == 0) return cudaSuccess;

@@ -258,7 +258,6 @@ void gemm_attention_backward_any_layout(const Tensor& q, const Tensor& k, const 
   }
 }
 
-
 Tensor attention_empty(const Shape& bhtd, DType dtype, Device device, AttentionLayout layout) {
   if (layout != AttentionLayout::TokenMajor) return Tensor::empty(bhtd, dtype, device);
   return Tensor::empty({bhtd[0], bhtd[2], bhtd[1], bhtd[3]}, dtype, device).transpose(1, 2);

@@ -23,9 +23,13 @@ Views views_of(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, const char*
   const bool grouped = n_kv_head != n_head;
   MPT_CHECK(!grouped || (n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0),
             "[{}] n_kv_head {} must divide n_head {} (both positive)", op, n_kv_head, n_head);
+  if (grouped) {
+    MPT_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % heads == 0 && qkv.size(2) > 0,
+              "[{}] expected qkv [B, T, (n_head + 2 n_kv_head) * D] with D >= 1 for n_head {} and n_kv_head {} (a "
+              "multiple of {}), got {}", op, n_head, n_kv_head, heads, qkv.defined() ? qkv.meta_str() : "undefined");
+  }
   MPT_CHECK(n_head > 0 && qkv.defined() && qkv.dim() == 3 && qkv.size(2) % heads == 0 && qkv.size(2) > 0,
-            "[{}] expected qkv [B, T, {}] with {} a non-zero multiple of n_head {}, got {}", op,
-            grouped ? "(n_head + 2 n_kv_head) * D" : "3 * C", grouped ? "D" : "C", n_head,
+            "[{}] expected qkv [B, T, 3 * C] with C a non-zero multiple of n_head {}, got {}", op, n_head,
             qkv.defined() ? qkv.meta_str() : "undefined");
   MPT_CHECK(qkv.is_contiguous(), "[{}] qkv must be contiguous (a projection's output), got {} with strides {}", op,
             qkv.meta_str(), shape_str(qkv.strides()));

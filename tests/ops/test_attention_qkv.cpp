@@ -151,8 +151,8 @@ TEST(AttentionQkv, RejectsWhatItCannotRun) {
   EXPECT_MPT_ERROR(ops::causal_attention_qkv(Tensor::zeros({2, 5, 14}, DType::F32), 4, 3),
                    "[causal_attention_qkv] n_kv_head 3 must divide n_head 4");
   EXPECT_MPT_ERROR(ops::causal_attention_qkv(Tensor::zeros({2, 5, 14}, DType::F32), 4, 2),
-                   "[causal_attention_qkv] expected qkv [B, T, (n_head + 2 n_kv_head) * D] with D a non-zero multiple "
-                   "of n_head 4, got f32[2, 5, 14]");
+                   "[causal_attention_qkv] expected qkv [B, T, (n_head + 2 n_kv_head) * D] with D >= 1 for n_head 4 "
+                   "and n_kv_head 2 (a multiple of 8), got f32[2, 5, 14]");
   EXPECT_MPT_ERROR(ops::causal_attention_qkv(Tensor::zeros({2, 5, 16}, DType::F32), 4, 0), "must divide n_head 4");
 }
 

@@ -19,9 +19,10 @@ namespace mpt::kernels::cuda {
 // `token_major`, each one contiguous (B, T, heads, D) (strides T*H*D, D, H*D, 1; the projections' layout), or
 // `packed`, where a fused QKV projection and the next GEMM keep them (llm.c's layout; Llama's with H_kv < H): q, k and
 // v (and dq, dk, dv) the three column blocks of one (B, T, H + 2 H_kv, D) buffer (k = q + H*D elements, v = k +
-// H_kv*D; strides T*W, D, W, 1 with W = (H + 2 H_kv) D) and o, do (B, T, H, D) (strides T*HD, D, HD, 1). stats is f32 (B, H, T) contiguous: each
-// row's logsumexp of the scaled, causally masked scores (the op's lse). Compute is f32 throughout; the
-// probabilities P enter the second GEMM in the I/O dtype (flash attention). With H_kv < H the backward graph
+// H_kv*D; strides T*W, D, W, 1 with W = (H + 2 H_kv) D) and o, do (B, T, H, D) (strides T*HD, D, HD, 1). stats is
+// f32 (B, H, T) contiguous: each row's logsumexp of the scaled, causally masked scores (the op's lse). Compute is
+// f32 throughout; the probabilities P enter the second GEMM in the I/O dtype (flash attention). With H_kv < H the
+// backward graph
 // computes each query head's dK and dV (in the I/O dtype, as cudnn-frontend declares them) and sums each group.
 struct CudnnAttentionProblem {
   int64_t b = 0, h = 0, t = 0, d = 0;
