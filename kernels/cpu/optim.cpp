@@ -3,6 +3,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/map.h"
 #include "kernels/math/elementwise.h"
@@ -27,16 +29,44 @@ void write_compute_copy(const math::AdamWTensor<P, G, M>& t, int64_t begin, int6
 
 constexpr int64_t kCopyChunk = 4096;  // elements updated, then converted into the compute copy, per piece
 
+// The FP8 codes of parameters [begin, end) as they now stand (t.codes set; math::store_fp8_code per element, the
+// CUDA kernels' bits), their amax bits folded into m.
+template <class P, class G, class M>
+void write_fp8_codes(const math::AdamWTensor<P, G, M>& t, int64_t begin, int64_t end, uint32_t& m) {
+  if constexpr (std::is_same_v<P, float>) {
+    const float scale = *t.code_scale;
+    for (int64_t i = begin; i < end; ++i) math::store_fp8_code(t, i, t.param[i], scale, m);
+  }
+}
+
+// A tensor's whole FP8 codes, scale_inv and amax (the last folded into *code_amax), from its parameters as they stand;
+// `update(begin, end)` first updates each chunk of parameters (nothing for a skipped step).
+template <class P, class G, class M, class Update>
+void with_fp8_codes(const math::AdamWTensor<P, G, M>& t, int64_t chunk, int64_t threshold, Update&& update) {
+  const int64_t chunks = (t.n + chunk - 1) / chunk;
+  uint32_t m = 0;
+#pragma omp parallel for schedule(static) reduction(max : m) if (t.n > threshold)
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t begin = k * chunk, end = t.n - begin < chunk ? t.n : begin + chunk;
+    update(begin, end);
+    if (t.codes != nullptr) write_fp8_codes(t, begin, end, m);
+  }
+  if (t.codes != nullptr) {
+    *t.code_scale_inv = math::reciprocal(*t.code_scale);
+    uint32_t old;
+    std::memcpy(&old, t.code_amax, sizeof old);
+    const uint32_t folded = math::canonical_amax_bits(m) > old ? math::canonical_amax_bits(m) : old;
+    std::memcpy(t.code_amax, &folded, sizeof folded);
+  }
+}
+
 template <class P, class G, class M>
 void adamw_dense(const math::AdamWTensor<P, G, M>& t, const math::AdamWCoefficients<math::opmath_t<P>>& c,
                  const float* grad_scale_inv) {
   using F = math::opmath_t<P>;
   const bool scaled = grad_scale_inv != nullptr;
   const F scale = scaled ? F(*grad_scale_inv) : F(1);
-  const int64_t chunks = (t.n + kCopyChunk - 1) / kCopyChunk;
-#pragma omp parallel for schedule(static) if (t.n > kParallelThreshold)
-  for (int64_t k = 0; k < chunks; ++k) {
-    const int64_t begin = k * kCopyChunk, end = t.n - begin < kCopyChunk ? t.n : begin + kCopyChunk;
+  with_fp8_codes(t, kCopyChunk, kParallelThreshold, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       F g = math::load(t.grad[i]);
       if (scaled) g = math::optim_detail::mul(g, scale);
@@ -47,7 +77,7 @@ void adamw_dense(const math::AdamWTensor<P, G, M>& t, const math::AdamWCoefficie
       t.exp_avg_sq[i] = math::store<M>(v);
     }
     write_compute_copy(t, begin, end);
-  }
+  });
 }
 
 // The codes of one block's new moments (`valid` lanes): math::quantize_*_state lane by lane. Each lane's bisection is
@@ -162,15 +192,21 @@ void adamw_8bit_block(const math::AdamWTensor<float, G, uint8_t>& t, int64_t blo
 template <class P, class G, class M>
 void adamw_step(const math::AdamWTensor<P, G, M>* tensors, int64_t count, const math::AdamWHyper& h, int64_t step,
                 math::StepGuards guards) {
-  if (skipped(guards)) return;
+  if (skipped(guards)) {  // the FP8 codes are still made: their scale may have moved
+    for (int64_t k = 0; k < count; ++k) {
+      if (tensors[k].codes == nullptr) continue;
+      with_fp8_codes(tensors[k], kCopyChunk, kParallelThreshold, [](int64_t, int64_t) {});
+    }
+    return;
+  }
   for (int64_t k = 0; k < count; ++k) {
     const auto& t = tensors[k];
     const auto cf = math::adamw_coefficients(h, math::step_of(t, step)).template to<math::opmath_t<P>>();
     if constexpr (std::is_same_v<M, uint8_t>) {
-      const int64_t blocks = (t.n + math::kQuantBlock - 1) / math::kQuantBlock;
       const bool avx512 = map_isa() == MapIsa::Avx512;
-#pragma omp parallel for schedule(static) if (t.n > kParallelThreshold / 4)
-      for (int64_t b = 0; b < blocks; ++b) adamw_8bit_block(t, b, cf, guards.grad_scale_inv, avx512);
+      with_fp8_codes(t, math::kQuantBlock, kParallelThreshold / 4, [&](int64_t begin, int64_t) {
+        adamw_8bit_block(t, begin / math::kQuantBlock, cf, guards.grad_scale_inv, avx512);
+      });
     } else {
       adamw_dense(t, cf, guards.grad_scale_inv);
     }

@@ -4,6 +4,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "kernels/cuda/amax.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/optim.h"
 #include "kernels/math/elementwise.h"
@@ -23,9 +24,9 @@ constexpr int kQuantBlocksPerChunk = 8;                // 8-bit kernel: absmax b
 constexpr int kTableBytes = 1920;                      // keeps every kernel's arguments under 4 KiB
 
 // Up to kMax tensors; tensor s owns the thread blocks [block_begin[s], block_begin[s + 1]).
-template <class T>
+template <class T, int kBytes = kTableBytes>
 struct TensorTable {
-  static constexpr int kMax = kTableBytes / (sizeof(T) + sizeof(int32_t));
+  static constexpr int kMax = kBytes / (sizeof(T) + sizeof(int32_t));
   T tensors[kMax];
   int32_t block_begin[kMax + 1];
   int32_t count;
@@ -36,8 +37,8 @@ struct DynamicMaps {
   float v[256];
 };
 
-template <class T>
-MPT_DEVICE MPT_INLINE int table_slot(const TensorTable<T>& table) {
+template <class T, int kBytes>
+MPT_DEVICE MPT_INLINE int table_slot(const TensorTable<T, kBytes>& table) {
   int s = 0;
   while (static_cast<int32_t>(blockIdx.x) >= table.block_begin[s + 1]) ++s;
   return s;
@@ -47,15 +48,42 @@ MPT_DEVICE MPT_INLINE bool step_skipped(const math::StepGuards& guards) {
   return guards.found_inf != nullptr && *guards.found_inf != 0.0f;
 }
 
+// A tensor's FP8 codes of its parameters [begin, begin + kThreads * kIlp) (strided by kThreads) as they stand, for a
+// step that found_inf skips (the codes' scale may have moved); the block's amax folded in. Block-uniform.
+template <class G, class M>
+MPT_DEVICE MPT_INLINE void fp8_codes_only(const math::AdamWTensor<float, G, M>& t, int64_t begin, int64_t chunk) {
+  const float cs = *t.code_scale;
+  uint32_t m = 0;
+  for (int64_t k = 0; k < chunk; k += kThreads) {
+    const int64_t i = begin + k;
+    if (i < t.n) math::store_fp8_code(t, i, t.param[i], cs, m);
+  }
+  block_amax_to(m, reinterpret_cast<unsigned*>(t.code_amax));
+}
+
+// The first thread block of a tensor with FP8 codes writes their scale_inv.
+template <class G, class M>
+MPT_DEVICE MPT_INLINE void fp8_scale_inv(const math::AdamWTensor<float, G, M>& t, int64_t first_element) {
+  if (t.codes != nullptr && first_element == 0 && threadIdx.x == 0) *t.code_scale_inv = math::reciprocal(*t.code_scale);
+}
+
+// The dense kernels' table: larger than kTableBytes (their other arguments are small), so that a step over a model's
+// few hundred parameters takes few launches although each entry carries the FP8 code pointers.
+constexpr int kDenseTableBytes = 3584;
+
 template <class G, class M>
 __global__ void __launch_bounds__(kThreads)
-    adamw_dense_kernel(const TensorTable<math::AdamWTensor<float, G, M>> table, const math::AdamWHyper h,
-                       const int64_t step, const math::StepGuards guards) {
-  if (step_skipped(guards)) return;
+    adamw_dense_kernel(const TensorTable<math::AdamWTensor<float, G, M>, kDenseTableBytes> table,
+                       const math::AdamWHyper h, const int64_t step, const math::StepGuards guards) {
+  const bool skipped = step_skipped(guards);
   const int s = table_slot(table);
   const math::AdamWTensor<float, G, M> t = table.tensors[s];
+  if (skipped && t.codes == nullptr) return;
+  const int64_t first = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk;
+  const int64_t begin = first + threadIdx.x;
+  fp8_scale_inv(t, first);
+  if (skipped) return fp8_codes_only(t, begin, kDenseChunk);
   const auto c = math::adamw_coefficients(h, math::step_of(t, step)).template to<float>();
-  const int64_t begin = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kDenseChunk + threadIdx.x;
   const float* scale = guards.grad_scale_inv;
   float g[kIlp], m[kIlp], v[kIlp], p[kIlp];
 #pragma unroll
@@ -69,6 +97,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   const float sc = scale != nullptr ? *scale : 1.0f;
+  const float cs = t.codes != nullptr ? *t.code_scale : 0.0f;
+  uint32_t amax = 0;
 #pragma unroll
   for (int k = 0; k < kIlp; ++k) {
     const int64_t i = begin + k * kThreads;
@@ -80,8 +110,10 @@ __global__ void __launch_bounds__(kThreads)
       math::store_compute_copy(t, i, p[k]);
       t.exp_avg[i] = math::store<M>(m[k]);
       t.exp_avg_sq[i] = math::store<M>(v[k]);
+      if (t.codes != nullptr) math::store_fp8_code(t, i, p[k], cs, amax);
     }
   }
+  if (t.codes != nullptr) block_amax_to(amax, reinterpret_cast<unsigned*>(t.code_amax));  // block-uniform
 }
 
 // One thread per lane of a 256-element absmax block; the block's new absmax values come from two block-wide
@@ -93,14 +125,20 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kThreads == math::kQuantBlock, "one thread per lane of an absmax block");
   __shared__ float code_m[256], code_v[256];
   __shared__ float scratch[math::kBlockReduceScratch];
-  if (step_skipped(guards)) return;  // uniform over the block, before any barrier
+  const bool skipped = step_skipped(guards);
+  const int s = table_slot(table);
+  const math::AdamWTensor<float, G, uint8_t> t = table.tensors[s];
+  if (skipped && t.codes == nullptr) return;  // uniform over the block, before any barrier
+  const int64_t first_block = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kQuantBlocksPerChunk;
+  fp8_scale_inv(t, first_block);
+  if (skipped) return fp8_codes_only(t, first_block * math::kQuantBlock + threadIdx.x,
+                                     int64_t{kQuantBlocksPerChunk} * math::kQuantBlock);
   code_m[threadIdx.x] = maps.m[threadIdx.x];
   code_v[threadIdx.x] = maps.v[threadIdx.x];
   __syncthreads();
-  const int s = table_slot(table);
-  const math::AdamWTensor<float, G, uint8_t> t = table.tensors[s];
   const auto c = math::adamw_coefficients(h, math::step_of(t, step)).template to<float>();
-  const int64_t first_block = static_cast<int64_t>(blockIdx.x - table.block_begin[s]) * kQuantBlocksPerChunk;
+  const float cs = t.codes != nullptr ? *t.code_scale : 0.0f;
+  uint32_t amax = 0;
   for (int qb = 0; qb < kQuantBlocksPerChunk; ++qb) {
     const int64_t block = first_block + qb;
     const int64_t base = block * math::kQuantBlock;
@@ -122,12 +160,14 @@ __global__ void __launch_bounds__(kThreads)
       }
       t.exp_avg[i] = math::quantize_signed_state(code_m, l.m, absmax_m);
       t.exp_avg_sq[i] = math::quantize_unsigned_state(code_v, l.v, absmax_v);
+      if (t.codes != nullptr) math::store_fp8_code(t, i, t.param[i], cs, amax);  // updated or not
     }
     if (threadIdx.x == 0) {
       t.exp_avg_absmax[block] = absmax_m;
       t.exp_avg_sq_absmax[block] = absmax_v;
     }
   }
+  if (t.codes != nullptr) block_amax_to(amax, reinterpret_cast<unsigned*>(t.code_amax));
 }
 
 template <class G>
@@ -291,9 +331,9 @@ __global__ void __launch_bounds__(kThreads) add_multi_kernel(const TensorTable<A
 
 // Fills tables of up to kMax tensors (ceil(n / per_block) thread blocks each) and calls launch(table, blocks)
 // for each; empty tensors are skipped.
-template <class T, class Launch>
+template <class T, int kBytes = kTableBytes, class Launch>
 cudaError_t launch_tables(const T* tensors, int64_t count, int64_t per_block, Launch&& launch_one) {
-  TensorTable<T> table;
+  TensorTable<T, kBytes> table;
   table.count = 0;
   int64_t blocks = 0;
   auto flush = [&]() -> cudaError_t {
@@ -310,7 +350,7 @@ cudaError_t launch_tables(const T* tensors, int64_t count, int64_t per_block, La
     const int64_t nb = (n + per_block - 1) / per_block;
     if (nb == 0) continue;
     if (nb > INT_MAX) return cudaErrorInvalidValue;
-    if (table.count == TensorTable<T>::kMax || blocks + nb > INT_MAX) {
+    if (table.count == TensorTable<T, kBytes>::kMax || blocks + nb > INT_MAX) {
       if (const cudaError_t e = flush(); e != cudaSuccess) return e;
     }
     table.tensors[table.count] = tensors[k];
@@ -348,6 +388,10 @@ template <class G, class M>
 void add_traffic(Traffic& tr, const math::AdamWTensor<float, G, M>& t) {
   const uint64_t n = static_cast<uint64_t>(t.n);
   tr.written += (t.copy_bf16 != nullptr || t.copy_f16 != nullptr) ? n * 2 : 0;  // the compute copy
+  if (t.codes != nullptr) {  // the FP8 codes and their scale_inv written, the scale read, the amax's atomicMax
+    tr.read += 2 * sizeof(float);
+    tr.written += n + 2 * sizeof(float);
+  }
   if constexpr (std::is_same_v<M, uint8_t>) {
     // 8-bit states: also one absmax pair per 256-element block, read and written. (A non-finite gradient skips its
     // param read and write; counted anyway.)
@@ -383,8 +427,8 @@ void add_traffic(Traffic& tr, const AddSlot<G>& t) {
   tr.written += static_cast<uint64_t>(t.n) * sizeof(G);
 }
 
-template <class T>
-Traffic table_traffic(const TensorTable<T>& table) {
+template <class T, int kBytes>
+Traffic table_traffic(const TensorTable<T, kBytes>& table) {
   Traffic tr;
   for (int32_t k = 0; k < table.count; ++k) add_traffic(tr, table.tensors[k]);
   return tr;
@@ -411,7 +455,8 @@ cudaError_t adamw_step(const math::AdamWTensor<float, G, M>* tensors, int64_t co
                                       table, maps, h, step, guards);
                       });
   } else {
-    e = launch_tables(tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
+    e = launch_tables<math::AdamWTensor<float, G, M>, kDenseTableBytes>(
+        tensors, count, kDenseChunk, [&](const auto& table, int64_t blocks) {
       const Traffic tr = table_traffic(table);
       const uint64_t scalars = guard_bytes(guards) + (h.lr_wd != nullptr ? 2 * sizeof(double) : 0);
       return launch(adamw_dense_kernel<G, M>, config_for(blocks, stream, tr.read + scalars, tr.written), table, h,

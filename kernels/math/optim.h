@@ -9,6 +9,7 @@
 
 #include "kernels/math/common.h"
 #include "kernels/math/opmath.h"
+#include "kernels/math/quantize.h"
 #include "kernels/math/rounded.h"
 
 // Bit-identity between the CPU and the GPU. Every float operation below is an explicitly rounded +, -, *, / or
@@ -71,6 +72,14 @@ struct AdamWTensor {
   // parameter rounded to the copy's dtype (the cast a later forward would otherwise make of the whole tensor).
   bf16* copy_bf16 = nullptr;
   f16* copy_f16 = nullptr;
+  // Optional: the parameter's FP8 weight codes under delayed scaling (TransformerEngine's FP8 parameters): codes[i] =
+  // e4m3(p * *code_scale), saturating (quantize_value's bits), for each parameter after the step, max |p| (NaN
+  // ignored, as amax bits) folded into *code_amax, and *code_scale_inv = reciprocal(*code_scale). Written on a step
+  // that found_inf skips too, from the unchanged parameters: the scale they are made with may have moved.
+  f8e4m3* codes = nullptr;
+  const float* code_scale = nullptr;
+  float* code_amax = nullptr;
+  float* code_scale_inv = nullptr;
 };
 
 // Writes the updated parameter value p of element i into t's compute copy, if it has one.
@@ -78,6 +87,14 @@ template <class P, class G, class M, class F>
 MPT_HD MPT_INLINE void store_compute_copy(const AdamWTensor<P, G, M>& t, int64_t i, F p) {
   if (t.copy_bf16 != nullptr) t.copy_bf16[i] = store<bf16>(static_cast<float>(p));
   if (t.copy_f16 != nullptr) t.copy_f16[i] = store<f16>(static_cast<float>(p));
+}
+
+// The FP8 code of parameter value p under t's code scale (t.codes set), and p's amax bits folded into m.
+template <class P, class G, class M>
+MPT_HD MPT_INLINE void store_fp8_code(const AdamWTensor<P, G, M>& t, int64_t i, float p, float scale, uint32_t& m) {
+  t.codes[i] = quantize_value<f8e4m3>(p, scale, Fp8Saturation::Saturate);
+  const uint32_t b = amax_bits(p, true);
+  m = b > m ? b : m;
 }
 
 // One parameter of an SGD step; momentum_buffer is null when momentum == 0.

@@ -119,6 +119,25 @@ void check_state(const AdamWState& st, const Tensor& param, MomentStorage storag
   }
 }
 
+// A slot's FP8 codes (AdamWSlot::Fp8Codes), when it has them.
+void check_fp8_codes(const AdamWSlot& s, const CallTypes& types, int64_t i, const char* op) {
+  const AdamWSlot::Fp8Codes& f = s.fp8;
+  if (!f.codes.defined() && !f.scale.defined() && !f.amax.defined() && !f.scale_inv.defined()) return;
+  MPT_CHECK(types.param == DType::F32 && f.codes.defined() && f.codes.dtype() == DType::F8E4M3 &&
+                f.codes.device() == types.dev && f.codes.is_contiguous() && f.codes.numel() == s.param.numel(),
+            "[{}] parameter {}: FP8 codes must be a contiguous f8e4m3 tensor of the f32 parameter's {} elements on {}, "
+            "got {} beside {}", op, i, s.param.numel(), types.dev, f.codes.defined() ? f.codes.meta_str() : "none",
+            s.param.meta_str());
+  for (const auto& [t, what] : {std::pair{&f.scale, "scale"}, {&f.amax, "amax"}, {&f.scale_inv, "scale_inv"}}) {
+    MPT_CHECK(t->defined(), "[{}] parameter {}: FP8 codes need their {} (an f32 tensor with one element)", op, i,
+              what);
+    check_scalar(*t, types.dev, what, op);
+  }
+  MPT_CHECK(f.amax.data_ptr() != f.scale.data_ptr() && f.scale_inv.data_ptr() != f.scale.data_ptr() &&
+                f.amax.data_ptr() != f.scale_inv.data_ptr(),
+            "[{}] parameter {}: the FP8 codes' scale, amax and scale_inv must be three different elements", op, i);
+}
+
 // The slots' step counts: all defined (0-d i64 on dev) or none; a null pointer per slot when none.
 template <class Slot>
 std::vector<int64_t*> step_counts(std::span<const Slot> slots, Device dev, const char* op) {
@@ -153,6 +172,15 @@ void run_adamw(std::span<const AdamWSlot> slots, const std::vector<Tensor>& grad
     const Tensor& copy = s.compute_copy;
     if (copy.defined() && copy.dtype() == DType::BF16) ts.back().copy_bf16 = copy.data<bf16>();
     if (copy.defined() && copy.dtype() == DType::F16) ts.back().copy_f16 = copy.data<f16>();
+    if constexpr (std::is_same_v<P, float>) {
+      if (s.fp8.codes.defined()) {
+        auto& t = ts.back();
+        t.codes = s.fp8.codes.data<f8e4m3>();
+        t.code_scale = s.fp8.scale.data<float>();
+        t.code_amax = s.fp8.amax.data<float>();
+        t.code_scale_inv = s.fp8.scale_inv.data<float>();
+      }
+    }
   }
   if (dev.is_cpu()) {
     kernels::cpu::adamw_step(ts.data(), static_cast<int64_t>(ts.size()), h, step, guards);
@@ -225,6 +253,7 @@ void adamw_step(std::span<const AdamWSlot> slots, const AdamWParams& hp, const G
                 "parameter's {} elements on {}, got {} beside {}", op, i, slots[i].param.numel(), types.dev,
                 c.meta_str(), slots[i].param.meta_str());
     }
+    check_fp8_codes(slots[i], types, static_cast<int64_t>(i), op);
     grads.push_back(slots[i].grad.contiguous());
   }
   const km::StepGuards guards = guards_of(scaling, types.dev, op);

@@ -104,6 +104,45 @@ TEST(GpuOptimOps, AdamWWithGradScalingAndNonFiniteGradientsMatchesCpu) {
   }
 }
 
+// AdamW writing FP8 weight codes (AdamWSlot::fp8) as it updates the parameters, on steps taken and skipped: codes,
+// amax and scale_inv as the CPU writes them (exact under emulation; on a GPU a parameter an ulp apart may land one
+// E4M3 step over).
+TEST(GpuOptimOps, AdamWFp8CodesMatchCpu) {
+  MPT_REQUIRE_GPU(8);
+  const Match code_match = Match::exact(testing::Tolerance{0.125, 0});
+  for (auto storage : {ops::MomentStorage::F32, ops::MomentStorage::BF16, ops::MomentStorage::Int8}) {
+    for (float found : {0.0f, 1.0f}) {
+      const std::string n = "AdamW FP8 codes, moments " + std::to_string(static_cast<int>(storage)) + " found_inf " +
+                            std::to_string(found);
+      std::vector<ops::AdamWSlot> cs, gs;
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        const Tensor p = random_tensor({kSizes[i] * 11}, DType::F32, 800 + i, 0.05);
+        const Tensor g = random_tensor({kSizes[i] * 11}, DType::BF16, 900 + i, 0.1);
+        const ops::AdamWSlot::Fp8Codes f{Tensor::zeros({p.numel()}, DType::F8E4M3),
+                                         Tensor::full({}, 2048.0, DType::F32),
+                                         Tensor::full({1}, i == 0 ? 1.0 : 0.0, DType::F32),
+                                         Tensor::zeros({}, DType::F32)};
+        cs.push_back({p.clone(), g, ops::adamw_state(p, storage), {}, {}, f});
+        gs.push_back({to_gpu(p), to_gpu(g), ops::adamw_state(to_gpu(p), storage), {}, {},
+                      {to_gpu(f.codes), to_gpu(f.scale), to_gpu(f.amax), to_gpu(f.scale_inv)}});
+      }
+      const Tensor fi = Tensor::full({}, found, DType::F32);
+      for (int64_t step = 1; step <= 2; ++step) {
+        const ops::AdamWParams hp{.lr = 1e-2, .step = step};
+        ops::adamw_step(cs, hp, {Tensor(), fi});
+        ops::adamw_step(gs, hp, {Tensor(), to_gpu(fi)});
+      }
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        const std::string s = n + " tensor " + std::to_string(i);
+        expect_match(gs[i].param, cs[i].param, kParam, s + " param");
+        expect_match(gs[i].fp8.codes.to(DType::F32), cs[i].fp8.codes.to(DType::F32), code_match, s + " codes");
+        expect_match(gs[i].fp8.amax, cs[i].fp8.amax, kParam, s + " amax");
+        EXPECT_TRUE(testing::same_bits(to_cpu(gs[i].fp8.scale_inv), cs[i].fp8.scale_inv)) << s;
+      }
+    }
+  }
+}
+
 TEST(GpuOptimOps, SgdVariantsMatchCpu) {
   MPT_REQUIRE_GPU(8);
   struct Variant {

@@ -56,6 +56,17 @@ struct AdamWSlot {
   // bit the cast of the new parameter (amp's cached copies, refreshed by the step instead of remade by the next
   // forward: llm.c's AdamW writes its BF16 parameters likewise). A step skipped by found_inf leaves it as it was.
   Tensor compute_copy{};
+  // Optional: the F32 parameter's FP8 weight codes under delayed scaling, rewritten by the step as it updates the
+  // parameter (TransformerEngine's FP8 parameters; amp's cached FP8 copies, amp::refreshable_fp8_copy): see Fp8Codes.
+  struct Fp8Codes {
+    Tensor codes;      // f8e4m3, contiguous, param.numel() elements: e4m3(p * scale), saturating, for every element
+                       // (bit for bit ops::quantize_fp8 of the updated parameter with that scale)
+    Tensor scale;      // f32, one element: the delayed-scaling scale the codes are made with
+    Tensor amax;       // f32, one element holding a non-negative float: max |p| (NaN ignored) folded in (fmax)
+    Tensor scale_inv;  // f32, one element: set to 1 / scale (the codes' scale_inv)
+  } fp8{};
+  // Unlike the compute copy, the codes are written on a step found_inf skips too (from the unchanged parameter),
+  // since their scale may have changed since they were last made.
 };
 
 // What a GradScaler hands a step; both optional, F32 with one element, on the parameters' device (nothing is
