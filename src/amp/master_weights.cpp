@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -35,7 +36,13 @@ struct Fp8Entry {
   std::shared_ptr<fp8::Fp8TensorMeta> meta;         // the weight meta it was made (and records its amax) with
   fp8::Fp8Recipe recipe;                            // the recipe it was made under
   std::shared_ptr<autograd::AutogradMeta> owner;
+  bool rewritten = false;  // an optimizer step rewrote it (fp8_copy_rewritten): its tensors stay while it is cached
+  bool measured = false;   // telemetry was measured when it was made (a rewritten copy is not)
 };
+
+// The key of the delayed-scaling copies (the only ones an optimizer step rewrites).
+constexpr size_t kDelayedIndex = 0;
+static_assert(std::is_same_v<std::variant_alternative_t<kDelayedIndex, fp8::Fp8Recipe>, fp8::DelayedScaling>);
 
 // Several masters' copies packed as the rows of one tensor (packed_compute_copy); each master's entry in `entries`
 // is a view of its rows while the packing is current.
@@ -128,20 +135,75 @@ std::shared_ptr<const fp8::Fp8Weight> fp8_weight_copy(const Tensor& master, cons
     // Delayed: the codes must have been made under the meta's current scale version (update() and load_state_dict
     // bump it, on the host: no read of the device). Within a version the miss already recorded W's amax into the
     // history slot, which only those calls reset, so a hit records nothing.
-    const bool valid = e.copy && e.data == master.data_ptr() && e.meta == weight_meta &&
-                       same_weight_quantization(e.recipe, recipe) && (!transpose || e.copy->has_transpose()) &&
+    // A copy an optimizer step rewrote measured no telemetry: a step that collects it remakes the copy.
+    const bool same = e.copy && e.data == master.data_ptr() && e.meta == weight_meta &&
+                      same_weight_quantization(e.recipe, recipe) && (!transpose || e.copy->has_transpose());
+    const bool unmeasured = delayed && weight_meta && weight_meta->collect_telemetry && !e.measured;
+    const bool valid = same && !unmeasured &&
                        (!delayed || (weight_meta && weight_meta->scale_version == e.copy->scale_version));
     if (valid) {
       ++c.stats.hits;
       ++c.stats.fp8_hits;
       return e.copy;
     }
+    if (same && e.rewritten) {  // requantized into the tensors it had (made afresh, then copied in: a rare path)
+      Fp8Entry& kept = it->second;
+      const auto fresh = quantize_weight(master, recipe, weight_meta, kept.copy->has_transpose());
+      auto into = std::make_shared<fp8::Fp8Weight>(*kept.copy);
+      Tensor(into->rowwise.data).copy_(fresh->rowwise.data);
+      Tensor(into->rowwise.scale_inv).copy_(fresh->rowwise.scale_inv);
+      if (into->has_transpose()) {
+        Tensor(into->columnwise.data).copy_(fresh->columnwise.data);
+        if (!into->columnwise.scale_inv.shares_storage(into->rowwise.scale_inv))
+          Tensor(into->columnwise.scale_inv).copy_(fresh->columnwise.scale_inv);
+      }
+      into->scale_version = fresh->scale_version;
+      kept.copy = into;
+      kept.measured = weight_meta->collect_telemetry;
+      ++c.stats.casts;
+      ++c.stats.fp8_casts;
+      return kept.copy;
+    }
   }
   auto copy = quantize_weight(master, recipe, weight_meta, transpose);
-  c.fp8_entries.insert_or_assign(key, Fp8Entry{copy, master.data_ptr(), weight_meta, recipe, master.autograd_meta()});
+  c.fp8_entries.insert_or_assign(key, Fp8Entry{copy, master.data_ptr(), weight_meta, recipe, master.autograd_meta(),
+                                               false, weight_meta && weight_meta->collect_telemetry});
   ++c.stats.casts;
   ++c.stats.fp8_casts;
   return copy;
+}
+
+ops::AdamWSlot::Fp8Codes refreshable_fp8_copy(const Tensor& master) {
+  if (!master.defined() || master.dtype() != DType::F32 || master.autograd_meta() == nullptr) return {};
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  const auto it = c.fp8_entries.find({master.autograd_meta().get(), kDelayedIndex});
+  if (it == c.fp8_entries.end()) return {};
+  const Fp8Entry& e = it->second;
+  if (!e.copy || !e.meta || e.data != master.data_ptr() || e.copy->scale_version >= e.meta->scale_version) return {};
+  const ops::Quantized& q = e.copy->rowwise;
+  if (q.layout != ops::ScaleLayout::PerTensor || q.data.dtype() != DType::F8E4M3 || !q.data.is_contiguous() ||
+      q.data.numel() != master.numel() || q.data.device() != master.device())
+    return {};
+  return {q.data, e.meta->scale, e.meta->amax_history.slice(0, 0, 1), q.scale_inv};
+}
+
+void fp8_copy_rewritten(const Tensor& master) {
+  MPT_CHECK(master.defined() && master.autograd_meta() != nullptr, "[fp8_copy_rewritten] expected an F32 master "
+            "parameter, got {}", master.defined() ? master.meta_str() : "an undefined tensor");
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  const auto it = c.fp8_entries.find({master.autograd_meta().get(), kDelayedIndex});
+  MPT_CHECK(it != c.fp8_entries.end() && it->second.copy && it->second.meta,
+            "[fp8_copy_rewritten] {} has no cached delayed-scaling FP8 copy (refreshable_fp8_copy gave none)",
+            master.meta_str());
+  Fp8Entry& e = it->second;
+  auto copy = std::make_shared<fp8::Fp8Weight>(*e.copy);
+  if (copy->has_transpose()) Tensor(copy->columnwise.data).copy_(copy->rowwise.data.t());
+  copy->scale_version = e.meta->scale_version;
+  e.copy = std::move(copy);
+  e.rewritten = true;
+  e.measured = false;
 }
 
 Tensor compute_copy(const Tensor& master, DType dtype) { return compute_copy(master, dtype, 0); }
@@ -269,7 +331,7 @@ Tensor refreshable_compute_copy(const Tensor& master) {
   return found;
 }
 
-void invalidate_compute_copies(const Tensor& master, const Tensor& keep) {
+void invalidate_compute_copies(const Tensor& master, const Tensor& keep, bool keep_fp8) {
   if (!master.defined() || master.autograd_meta() == nullptr) return;
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
@@ -282,8 +344,13 @@ void invalidate_compute_copies(const Tensor& master, const Tensor& keep) {
       it = c.entries.erase(it);
     }
   }
-  for (auto it = c.fp8_entries.lower_bound({id, size_t{0}}); it != c.fp8_entries.end() && it->first.first == id;)
-    it = c.fp8_entries.erase(it);
+  for (auto it = c.fp8_entries.lower_bound({id, size_t{0}}); it != c.fp8_entries.end() && it->first.first == id;) {
+    if (keep_fp8 && it->first.second == kDelayedIndex) {
+      ++it;
+    } else {
+      it = c.fp8_entries.erase(it);
+    }
+  }
   for (auto it = c.packed.begin(); it != c.packed.end();) {
     const auto& ids = it->first.first;
     const bool holds = std::find(ids.begin(), ids.end(), id) != ids.end();

@@ -95,7 +95,7 @@ void AdamW::step_group(const ParamGroup& group, std::span<Ready> ready, const op
       slots.push_back({ready[i].param, ready[i].grad,
                        {t.at("exp_avg"), t.at("exp_avg_sq"), int8 ? t.at("exp_avg_absmax") : Tensor{},
                         int8 ? t.at("exp_avg_sq_absmax") : Tensor{}},
-                       ready[i].state->step, ready[i].copy});
+                       ready[i].state->step, ready[i].copy, ready[i].fp8});
     }
     ops::AdamWParams hp{.lr = *group.lr,
                         .beta1 = group.options.at("beta1"),
@@ -113,7 +113,10 @@ void AdamW::step_group(const ParamGroup& group, std::span<Ready> ready, const op
       });
     }
     ops::adamw_step(slots, hp, scaling);
-    for (size_t i : batches.members(b)) ready[i].copy_written = ready[i].copy.defined();  // rewritten by the kernel
+    for (size_t i : batches.members(b)) {  // rewritten by the kernel
+      ready[i].copy_written = ready[i].copy.defined();
+      ready[i].fp8_written = ready[i].fp8.codes.defined();
+    }
   }
 }
 

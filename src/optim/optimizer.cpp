@@ -139,11 +139,16 @@ void Optimizer::step(const ops::GradScaling& scaling) {
     std::vector<Ready> ready;
     for (size_t i : ready_index[g]) {
       const Tensor& p = group.params[i];
-      ready.push_back({p, p.grad(), &ensure_state(g, i), amp::refreshable_compute_copy(p)});
+      ready.push_back({p, p.grad(), &ensure_state(g, i), amp::refreshable_compute_copy(p), false,
+                       amp::refreshable_fp8_copy(p)});
     }
     step_group(group, ready, scaling);
-    // A compute copy the step rewrote stays; every other copy of an updated parameter is stale now.
-    for (Ready& r : ready) amp::invalidate_compute_copies(r.param, r.copy_written ? r.copy : Tensor());
+    // A compute copy the step rewrote stays (an FP8 one once W^T's codes are made); every other copy of an updated
+    // parameter is stale now.
+    for (Ready& r : ready) {
+      if (r.fp8_written) amp::fp8_copy_rewritten(r.param);
+      amp::invalidate_compute_copies(r.param, r.copy_written ? r.copy : Tensor(), r.fp8_written);
+    }
   }
 }
 

@@ -139,15 +139,18 @@ StepMetrics Trainer::device_step(const std::function<MicroBatchLoss(int64_t)>& m
     }
   }
   m.lr = current_lr();
-  // The skip happens on the device; whether it did is read only with a loss scaler (it waits for the device).
-  m.stepped = scaler_.step(*optimizer_, clip_multiplier);
-  if (dp_ != nullptr) dp_->sync_parameters();  // ZeRO-1: every rank's updated shard everywhere
-  scaler_.update();
   if (telemetry) {
     m.fp8_telemetry = fp8->telemetry();
     fp8->set_collect_telemetry(false);
   }
-  if (fp8 != nullptr) fp8->update();  // delayed scaling: the next step's scales from the amax history
+  // Delayed scaling: the next step's scales from the amax history, before the optimizer step (which reads no amax),
+  // so that AdamW can write the weights' FP8 codes under them as it updates the masters (amp::refreshable_fp8_copy)
+  // instead of the next forward quantizing every master again. The scales are the same either way.
+  if (fp8 != nullptr) fp8->update();
+  // The skip happens on the device; whether it did is read only with a loss scaler (it waits for the device).
+  m.stepped = scaler_.step(*optimizer_, clip_multiplier);
+  if (dp_ != nullptr) dp_->sync_parameters();  // ZeRO-1: every rank's updated shard everywhere
+  scaler_.update();
   return m;
 }
 

@@ -5,8 +5,9 @@
 #include <memory>
 #include <vector>
 
-#include "mpt/fp8/scaling.h"
 #include "mpt/core/tensor.h"
+#include "mpt/fp8/scaling.h"
+#include "mpt/ops/optim.h"
 
 namespace mpt::fp8 {
 struct Fp8Weight;  // mpt/fp8/linear.h
@@ -54,8 +55,24 @@ std::shared_ptr<const fp8::Fp8Weight> fp8_weight_copy(const Tensor& master, cons
 // Drops the cached copies (FP16/BF16 and FP8) of one parameter, or of all.
 void invalidate_compute_copies(const Tensor& master);
 void invalidate_compute_copies();
-// The same, keeping `keep` (one of the master's FP16/BF16 copies that the caller brought up to date).
-void invalidate_compute_copies(const Tensor& master, const Tensor& keep);
+// The same, keeping `keep` (one of the master's FP16/BF16 copies that the caller brought up to date) and, when
+// keep_fp8, its delayed-scaling FP8 copy (which fp8_copy_rewritten brought up to date).
+void invalidate_compute_copies(const Tensor& master, const Tensor& keep, bool keep_fp8 = false);
+
+// The cached delayed-scaling FP8 copy of the F32 master `master` that an optimizer step may rewrite as it updates the
+// master (ops::AdamWSlot::fp8, TransformerEngine's FP8 parameters) instead of dropping it, when the scale the next
+// forward would remake it with is already known: fp8::Fp8ScalingState::update() ran since the copy was made (its
+// scale version is older than its meta's), which also started the history's current slot afresh. Returns the copy's
+// rowwise codes and scale_inv with the meta's scale and amax_history[0] (into which the step folds max |W|, as
+// remaking the copy would); nothing (codes undefined) when no such copy is cached. The Trainer updates the scales
+// before the optimizer step for this; a program that steps first and updates after keeps the old rule (the copy is
+// dropped and remade by the next forward): the same bits either way.
+ops::AdamWSlot::Fp8Codes refreshable_fp8_copy(const Tensor& master);
+// After a step wrote the codes refreshable_fp8_copy(master) returned: makes W^T's codes from them (a byte transpose,
+// when the copy has W^T) and marks the copy current under its meta's scale version, so the next forward reuses it.
+// From then on the copy's tensors stay the same while it is cached: a miss (update() ran again, telemetry is due)
+// requantizes into them, so a CUDA graph whose forward read them keeps reading the current codes.
+void fp8_copy_rewritten(const Tensor& master);
 
 // The cached FP16/BF16 copy of the F32 master `master` that an optimizer step may rewrite in place instead of dropping
 // it (ops::AdamWSlot::compute_copy: each updated element rounded to the copy's dtype, the cast's bits): contiguous,

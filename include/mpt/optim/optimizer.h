@@ -109,6 +109,8 @@ class Optimizer {
     ParamState* state;
     Tensor copy;                // the parameter's cached FP16/BF16 compute copy, if any (amp::refreshable_compute_copy)
     bool copy_written = false;  // set by step_group when its kernels rewrote `copy` (else the step drops it)
+    ops::AdamWSlot::Fp8Codes fp8{};  // its cached FP8 copy's codes to rewrite, if any (amp::refreshable_fp8_copy)
+    bool fp8_written = false;        // set by step_group when its kernels rewrote them (else the step drops the copy)
   };
   // Updates the ready parameters of one group (the kernels advance their step counts).
   virtual void step_group(const ParamGroup& group, std::span<Ready> ready, const ops::GradScaling& scaling) = 0;

@@ -40,7 +40,8 @@ ScheduleFactory warmup_cosine(const optim::WarmupCosineOptions& options);
 
 struct TrainerOptions {
   // What GEMMs compute in (amp::Policy::named("bf16", ...)). An FP16 policy gets a dynamic loss scaler (`scaler`
-  // below); an FP8 policy's scaling state is updated after every optimizer step and checkpointed.
+  // below); an FP8 policy's scaling state is updated after every backward, before the optimizer step (which then
+  // writes the FP8 weights' codes under the new scales: amp::refreshable_fp8_copy), and checkpointed.
   amp::Policy policy = amp::Policy::fp32();
   // The recipe's name as checkpoints record it ("fp32", "bf16", "fp16", "fp8-delayed", ...): a run of another precision
   // refuses the checkpoint. Empty: the policy's compute precision ("fp8" for any FP8 recipe).
