@@ -102,13 +102,12 @@ __global__ void __launch_bounds__(kTile* kTileRows)
 // A 2-d transpose of bytes (FP8 codes) in 64 x 64 tiles (byte_tile.cuh): a = [a_rows, a_cols] with row pitch
 // a_pitch read eight bytes per thread, b = a^T with row pitch b_pitch written sixteen. The launcher checks
 // a_cols % 8 == 0, a_rows % 16 == 0 and the alignments.
-__global__ void __launch_bounds__(kByteTileThreads)
-    transpose_bytes_kernel(uint8_t* b, const uint8_t* a, int64_t a_rows, int64_t a_cols, int64_t a_pitch,
-                           int64_t b_pitch, int64_t col_tiles) {
-  __shared__ __align__(16) ByteTile tile;
+MPT_DEVICE MPT_INLINE void transpose_byte_tile(ByteTile& tile, uint8_t* b, const uint8_t* a, int64_t a_rows,
+                                               int64_t a_cols, int64_t a_pitch, int64_t b_pitch, uint32_t tile_index,
+                                               uint32_t col_tiles) {
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x / col_tiles) * kByteTile;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x % col_tiles) * kByteTile;
+  const int64_t r0 = static_cast<int64_t>(tile_index / col_tiles) * kByteTile;  // a grid's tiles fit 32 bits
+  const int64_t c0 = static_cast<int64_t>(tile_index % col_tiles) * kByteTile;
   const int tc = (tid % kByteTileLanesPerRow) * 8;
   for (int tr = tid / kByteTileLanesPerRow; tr < kByteTile; tr += kByteTileRowsPerPass) {
     const int64_t r = r0 + tr, c = c0 + tc;
@@ -116,6 +115,32 @@ __global__ void __launch_bounds__(kByteTileThreads)
   }
   __syncthreads();
   store_transposed16(tile, b, b_pitch, a_cols, a_rows, r0, c0);
+}
+
+__global__ void __launch_bounds__(kByteTileThreads)
+    transpose_bytes_kernel(uint8_t* b, const uint8_t* a, int64_t a_rows, int64_t a_cols, int64_t a_pitch,
+                           int64_t b_pitch, int64_t col_tiles) {
+  __shared__ __align__(16) ByteTile tile;
+  transpose_byte_tile(tile, b, a, a_rows, a_cols, a_pitch, b_pitch, blockIdx.x, static_cast<uint32_t>(col_tiles));
+}
+
+// Several matrices' tiles in one grid: matrix s owns the blocks [first_tile[s], first_tile[s + 1]).
+struct ByteTransposeTable {
+  static constexpr int kMax = 3584 / (sizeof(ByteTranspose) + sizeof(int32_t));
+  ByteTranspose jobs[kMax];
+  int32_t first_tile[kMax + 1];
+  int32_t count;
+};
+
+int64_t byte_col_tiles(const ByteTranspose& t) { return (t.cols + kByteTile - 1) / kByteTile; }
+
+__global__ void __launch_bounds__(kByteTileThreads) transpose_bytes_multi_kernel(const ByteTransposeTable table) {
+  __shared__ __align__(16) ByteTile tile;
+  int s = 0;
+  while (static_cast<int32_t>(blockIdx.x) >= table.first_tile[s + 1]) ++s;
+  const ByteTranspose t = table.jobs[s];
+  transpose_byte_tile(tile, t.b, t.a, t.rows, t.cols, t.cols, t.rows, blockIdx.x - table.first_tile[s],
+                      static_cast<uint32_t>((t.cols + kByteTile - 1) / kByteTile));
 }
 
 template <class Dst, class Src>
@@ -230,6 +255,40 @@ bool has_zero_extent(const int64_t* shape, int ndim) {
 }
 
 }  // namespace
+
+cudaError_t byte_transposes(const ByteTranspose* list, int64_t count, cudaStream_t stream) {
+  if (count < 0 || (count > 0 && list == nullptr)) return cudaErrorInvalidValue;
+  for (int64_t k = 0; k < count; ++k) {
+    if (!byte_transpose_vectorisable(list[k])) return cudaErrorInvalidValue;
+  }
+  ByteTransposeTable table;
+  table.count = 0;
+  int64_t tiles = 0;
+  uint64_t bytes = 0;
+  auto flush = [&]() -> cudaError_t {
+    if (table.count == 0) return cudaSuccess;
+    table.first_tile[table.count] = static_cast<int32_t>(tiles);
+    // Each matrix read once and written once.
+    const LaunchConfig config{dim3(static_cast<unsigned>(tiles)), dim3(kByteTileThreads), 0, stream, bytes, bytes};
+    const cudaError_t e = launch(transpose_bytes_multi_kernel, config, table);
+    table.count = 0, tiles = 0, bytes = 0;
+    return e;
+  };
+  for (int64_t k = 0; k < count; ++k) {
+    const ByteTranspose& t = list[k];
+    const int64_t n = byte_col_tiles(t) * ((t.rows + kByteTile - 1) / kByteTile);
+    if (n > 2147483647) return cudaErrorInvalidValue;
+    if (table.count == ByteTransposeTable::kMax || tiles + n > 2147483647) {
+      if (const cudaError_t e = flush(); e != cudaSuccess) return e;
+    }
+    table.jobs[table.count] = t;
+    table.first_tile[table.count] = static_cast<int32_t>(tiles);
+    ++table.count;
+    tiles += n;
+    bytes += static_cast<uint64_t>(t.rows * t.cols);
+  }
+  return flush();
+}
 
 cudaError_t strided_copy(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
                          const int64_t* shape, int ndim, size_t element_size, cudaStream_t stream) {

@@ -23,6 +23,23 @@ namespace mpt::kernels::cuda {
 cudaError_t strided_copy(void* dst, const int64_t* dst_strides, const void* src, const int64_t* src_strides,
                          const int64_t* shape, int ndim, size_t element_size, cudaStream_t stream);
 
+// One matrix of bytes to transpose: b = a^T, a = [rows, cols] and b = [cols, rows], both contiguous.
+struct ByteTranspose {
+  const uint8_t* a;
+  uint8_t* b;
+  int64_t rows, cols;
+};
+// Whether byte_transposes takes `t` (its vectorised tile: cols % 8 == 0, rows % 16 == 0, a 8-byte and b 16-byte
+// aligned); strided_copy takes any. (Inline: the emulation build compiles the .cu files a second time.)
+inline bool byte_transpose_vectorisable(const ByteTranspose& t) {
+  return t.a != nullptr && t.b != nullptr && t.rows > 0 && t.cols > 0 && t.cols % 8 == 0 && t.rows % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(t.a) % 8 == 0 && reinterpret_cast<uintptr_t>(t.b) % 16 == 0;
+}
+// Every matrix of the list transposed, as many as fit a launch's arguments per launch (64 x 64 tiles of bytes, each
+// read eight bytes and written sixteen per thread): the FP8 codes of W^T for several weights at once. Each must be
+// byte_transpose_vectorisable (cudaErrorInvalidValue otherwise, before any launch) and none may overlap another.
+cudaError_t byte_transposes(const ByteTranspose* list, int64_t count, cudaStream_t stream);
+
 // dst[i] = the element_size bytes at the host address `value` (a bit pattern: converted by the caller) for every
 // index i of `shape`.
 cudaError_t strided_fill(void* dst, const int64_t* strides, const int64_t* shape, int ndim, const void* value,

@@ -14,6 +14,7 @@
 
 #include "mpt/autograd/grad_mode.h"
 #include "mpt/autograd/node.h"
+#include "mpt/ops/cast.h"
 #include "mpt/ops/elementwise.h"
 #include "mpt/ops/linear.h"
 #include "mpt/fp8/linear.h"
@@ -36,7 +37,7 @@ struct Fp8Entry {
   std::shared_ptr<fp8::Fp8TensorMeta> meta;         // the weight meta it was made (and records its amax) with
   fp8::Fp8Recipe recipe;                            // the recipe it was made under
   std::shared_ptr<autograd::AutogradMeta> owner;
-  bool rewritten = false;  // an optimizer step rewrote it (fp8_copy_rewritten): its tensors stay while it is cached
+  bool rewritten = false;  // an optimizer step rewrote it (fp8_copies_rewritten): its tensors stay while it is cached
   bool measured = false;   // telemetry was measured when it was made (a rewritten copy is not)
 };
 
@@ -188,22 +189,32 @@ ops::AdamWSlot::Fp8Codes refreshable_fp8_copy(const Tensor& master) {
   return {q.data, e.meta->scale, e.meta->amax_history.slice(0, 0, 1), q.scale_inv};
 }
 
-void fp8_copy_rewritten(const Tensor& master) {
-  MPT_CHECK(master.defined() && master.autograd_meta() != nullptr, "[fp8_copy_rewritten] expected an F32 master "
-            "parameter, got {}", master.defined() ? master.meta_str() : "an undefined tensor");
+void fp8_copies_rewritten(std::span<const Tensor> masters) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  const auto it = c.fp8_entries.find({master.autograd_meta().get(), kDelayedIndex});
-  MPT_CHECK(it != c.fp8_entries.end() && it->second.copy && it->second.meta,
-            "[fp8_copy_rewritten] {} has no cached delayed-scaling FP8 copy (refreshable_fp8_copy gave none)",
-            master.meta_str());
-  Fp8Entry& e = it->second;
-  auto copy = std::make_shared<fp8::Fp8Weight>(*e.copy);
-  if (copy->has_transpose()) Tensor(copy->columnwise.data).copy_(copy->rowwise.data.t());
-  copy->scale_version = e.meta->scale_version;
-  e.copy = std::move(copy);
-  e.rewritten = true;
-  e.measured = false;
+  std::vector<Fp8Entry*> entries;
+  std::vector<Tensor> rows, cols;  // the rewritten codes and W^T's, to transpose into
+  for (const Tensor& master : masters) {
+    MPT_CHECK(master.defined() && master.autograd_meta() != nullptr, "[fp8_copies_rewritten] expected an F32 master "
+              "parameter, got {}", master.defined() ? master.meta_str() : "an undefined tensor");
+    const auto it = c.fp8_entries.find({master.autograd_meta().get(), kDelayedIndex});
+    MPT_CHECK(it != c.fp8_entries.end() && it->second.copy && it->second.meta,
+              "[fp8_copies_rewritten] {} has no cached delayed-scaling FP8 copy (refreshable_fp8_copy gave none)",
+              master.meta_str());
+    entries.push_back(&it->second);
+    if (it->second.copy->has_transpose()) {
+      rows.push_back(it->second.copy->rowwise.data);
+      cols.push_back(it->second.copy->columnwise.data);
+    }
+  }
+  ops::transpose_codes(rows, cols);
+  for (Fp8Entry* e : entries) {
+    auto copy = std::make_shared<fp8::Fp8Weight>(*e->copy);
+    copy->scale_version = e->meta->scale_version;
+    e->copy = std::move(copy);
+    e->rewritten = true;
+    e->measured = false;
+  }
 }
 
 Tensor compute_copy(const Tensor& master, DType dtype) { return compute_copy(master, dtype, 0); }

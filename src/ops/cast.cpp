@@ -13,6 +13,7 @@
 #include "ops/dispatch.h"
 #if defined(MPT_WITH_CUDA)
 #include "kernels/cuda/quantize.h"
+#include "kernels/cuda/strided.h"
 #endif
 
 namespace mpt::ops {
@@ -323,6 +324,43 @@ std::pair<Quantized, Quantized> quantize_fp8_transpose(const Tensor& x_in, DType
   Quantized qt{Tensor::empty({d.cols, d.rows}, fp8, dev), scale_inv, ScaleLayout::PerTensor};
   quantize_per_tensor(x, q.data, qt.data, scale_inv, options, "quantize_fp8_transpose");
   return {q, qt};
+}
+
+void transpose_codes(std::span<const Tensor> src, std::span<const Tensor> dst) {
+  constexpr const char* op = "transpose_codes";
+  MPT_CHECK(src.size() == dst.size(), "[{}] {} sources for {} destinations", op, src.size(), dst.size());
+  for (size_t k = 0; k < src.size(); ++k) {
+    const Tensor &a = src[k], &b = dst[k];
+    MPT_CHECK(a.defined() && b.defined() && a.dim() == 2 && a.is_contiguous() && a.element_size() == 1 &&
+                  a.device() == src[0].device(),
+              "[{}] source {}: expected a contiguous 2-d tensor of 1-byte codes on {}, got {}", op, k,
+              src[0].device(), a.defined() ? a.meta_str() : "undefined");
+    MPT_CHECK(b.dtype() == a.dtype() && b.device() == a.device() && b.is_contiguous() &&
+                  (b.shape() == Shape{a.size(1), a.size(0)}) && !b.shares_storage(a),
+              "[{}] destination {}: expected a contiguous {}[{}, {}] on {} apart from its source, got {}", op, k,
+              a.dtype(), a.size(1), a.size(0), a.device(), b.defined() ? b.meta_str() : "undefined");
+  }
+  if (src.empty()) return;
+#if defined(MPT_WITH_CUDA)
+  if (src[0].device().is_cuda()) {
+    std::vector<kernels::cuda::ByteTranspose> tiles;
+    for (size_t k = 0; k < src.size(); ++k) {
+      const kernels::cuda::ByteTranspose t{static_cast<const uint8_t*>(src[k].data_ptr()),
+                                           static_cast<uint8_t*>(dst[k].data_ptr()), src[k].size(0), src[k].size(1)};
+      if (kernels::cuda::byte_transpose_vectorisable(t)) {
+        tiles.push_back(t);
+      } else {
+        Tensor(dst[k]).copy_(src[k].t());
+      }
+    }
+    if (!tiles.empty()) {
+      MPT_CUDA_KERNEL(kernels::cuda::byte_transposes(tiles.data(), static_cast<int64_t>(tiles.size()),
+                                                     static_cast<cudaStream_t>(detail::stream_of(src[0].device()))));
+    }
+    return;
+  }
+#endif
+  for (size_t k = 0; k < src.size(); ++k) Tensor(dst[k]).copy_(src[k].t());
 }
 
 #if defined(MPT_WITH_CUDA)

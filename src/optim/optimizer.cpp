@@ -133,6 +133,7 @@ void Optimizer::step(const ops::GradScaling& scaling) {
       ready_index[g].push_back(i);
     }
   }
+  std::vector<Tensor> fp8_written;  // parameters whose FP8 copies the step rewrote (W^T's codes made below, at once)
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (ready_index[g].empty()) continue;
     const ParamGroup& group = groups_[g];
@@ -146,10 +147,11 @@ void Optimizer::step(const ops::GradScaling& scaling) {
     // A compute copy the step rewrote stays (an FP8 one once W^T's codes are made); every other copy of an updated
     // parameter is stale now.
     for (Ready& r : ready) {
-      if (r.fp8_written) amp::fp8_copy_rewritten(r.param);
+      if (r.fp8_written) fp8_written.push_back(r.param);
       amp::invalidate_compute_copies(r.param, r.copy_written ? r.copy : Tensor(), r.fp8_written);
     }
   }
+  if (!fp8_written.empty()) amp::fp8_copies_rewritten(fp8_written);
 }
 
 ParamState& Optimizer::ensure_state(size_t g, size_t i) {

@@ -1,5 +1,5 @@
 // tests/fp8/test_fp8_weight_refresh.cpp: delayed scaling's FP8 weight copies rewritten by AdamW as it updates the
-// masters (amp::refreshable_fp8_copy, fp8_copy_rewritten): the codes of quantizing the new master, reused by the next
+// masters (amp::refreshable_fp8_copy, fp8_copies_rewritten): the codes of quantizing the new master, reused by the next
 // forward; the Trainer's steps keep the bits of steps that quantize every master in the forward.
 #include <gtest/gtest.h>
 

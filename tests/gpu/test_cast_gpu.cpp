@@ -226,6 +226,33 @@ TEST(GpuCast, QuantizationOfSpecialValuesMatchesCpu) {
   }
 }
 
+// W^T's codes of several weights at once (ops::transpose_codes): the CPU's bits; on the emulated GPU the pairs the
+// vectorised tile takes share a launch per 99 matrices, the others (rows % 16 != 0, cols % 8 != 0) a copy each.
+TEST(GpuCast, TransposeCodesMatchesCpuAndSharesLaunches) {
+  MPT_REQUIRE_GPU(8);
+  std::vector<Shape> shapes = {{16, 8}, {48, 40}, {64, 64}, {80, 200}, {32, 1000}, {136, 200}, {16, 12}};
+  for (int k = 0; k < 120; ++k) shapes.push_back({16, 8});
+  std::vector<Tensor> cs, cd, gs, gd;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    cs.push_back(random_tensor(shapes[k], DType::F32, 900 + k, 100.0).to(DType::F8E4M3));
+    cd.push_back(Tensor::zeros({shapes[k][1], shapes[k][0]}, DType::F8E4M3));
+    gs.push_back(to_gpu(cs.back()));
+    gd.push_back(to_gpu(cd.back()));
+  }
+#if defined(MPT_CUDA_EMULATION)
+  cuda_emu::reset_counters();
+#endif
+  ops::transpose_codes(gs, gd);
+#if defined(MPT_CUDA_EMULATION)
+  EXPECT_EQ(cuda_emu::counters().kernel_launches, 4u) << "125 vectorisable matrices in two launches, two copies";
+#endif
+  ops::transpose_codes(cs, cd);
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    EXPECT_TRUE(testing::same_bits(cd[k], cs[k].t().contiguous())) << k;
+    EXPECT_TRUE(testing::same_bits(to_cpu(gd[k]), cd[k])) << k;
+  }
+}
+
 TEST(GpuCast, BlockQuantizationMatchesCpu) {
   MPT_REQUIRE_GPU(8);
   for (DType dt : kHigh) {

@@ -717,3 +717,37 @@ TEST(Cast, RejectsBadArguments) {
   EXPECT_MPT_ERROR(ops::dequantize(q, DType::I32), "[dequantize] expected the output dtype to be f32, f16 or bf16, got i32");
   EXPECT_MPT_ERROR(ops::dequantize({q.data, q.scale_inv.to(DType::F16), q.layout}), "scale_inv must be f32");
 }
+
+// Several matrices of 1-byte codes transposed at once: each the byte transpose of its source (checked element by
+// element), any dtype of one byte; mismatched lists, wide dtypes, wrong shapes and a destination sharing its source's
+// storage are refused.
+TEST(TransposeCodes, EachDestinationIsItsSourceTransposed) {
+  const std::vector<Shape> shapes = {{1, 1}, {16, 8}, {48, 40}, {136, 200}, {3, 70}};
+  std::vector<Tensor> src, dst;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const DType d = k % 2 == 0 ? DType::F8E4M3 : DType::U8;
+    src.push_back(mpt::testing::random_tensor(shapes[k], DType::F32, 60 + k, 100.0).to(d));
+    dst.push_back(Tensor::zeros({shapes[k][1], shapes[k][0]}, d));
+  }
+  ops::transpose_codes(src, dst);
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const auto* a = static_cast<const uint8_t*>(src[k].data_ptr());
+    const auto* b = static_cast<const uint8_t*>(dst[k].data_ptr());
+    const int64_t rows = shapes[k][0], cols = shapes[k][1];
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) wrong += a[r * cols + c] != b[c * rows + r];
+    EXPECT_EQ(wrong, 0) << "matrix " << k;
+  }
+  ops::transpose_codes({}, {});
+  const Tensor a = Tensor::zeros({16, 8}, DType::F8E4M3);
+  EXPECT_MPT_ERROR(ops::transpose_codes(std::vector<Tensor>{a}, {}), "[transpose_codes] 1 sources for 0 destinations");
+  const std::vector<Tensor> wide{a.to(DType::BF16)}, wide_t{a.t().contiguous()};
+  EXPECT_MPT_ERROR(ops::transpose_codes(wide, wide_t),
+                   "source 0: expected a contiguous 2-d tensor of 1-byte codes");
+  EXPECT_MPT_ERROR(ops::transpose_codes(std::vector<Tensor>{a}, std::vector<Tensor>{a.clone()}),
+                   "destination 0: expected a contiguous f8e4m3[8, 16] on cpu apart from its source, got "
+                   "f8e4m3[16, 8]");
+  EXPECT_MPT_ERROR(ops::transpose_codes(std::vector<Tensor>{a}, std::vector<Tensor>{a.view({8, 16})}),
+                   "apart from its source");
+}

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "mpt/core/tensor.h"
@@ -56,7 +57,7 @@ std::shared_ptr<const fp8::Fp8Weight> fp8_weight_copy(const Tensor& master, cons
 void invalidate_compute_copies(const Tensor& master);
 void invalidate_compute_copies();
 // The same, keeping `keep` (one of the master's FP16/BF16 copies that the caller brought up to date) and, when
-// keep_fp8, its delayed-scaling FP8 copy (which fp8_copy_rewritten brought up to date).
+// keep_fp8, its delayed-scaling FP8 copy (which fp8_copies_rewritten brought up to date).
 void invalidate_compute_copies(const Tensor& master, const Tensor& keep, bool keep_fp8 = false);
 
 // The cached delayed-scaling FP8 copy of the F32 master `master` that an optimizer step may rewrite as it updates the
@@ -68,11 +69,12 @@ void invalidate_compute_copies(const Tensor& master, const Tensor& keep, bool ke
 // before the optimizer step for this; a program that steps first and updates after keeps the old rule (the copy is
 // dropped and remade by the next forward): the same bits either way.
 ops::AdamWSlot::Fp8Codes refreshable_fp8_copy(const Tensor& master);
-// After a step wrote the codes refreshable_fp8_copy(master) returned: makes W^T's codes from them (a byte transpose,
-// when the copy has W^T) and marks the copy current under its meta's scale version, so the next forward reuses it.
-// From then on the copy's tensors stay the same while it is cached: a miss (update() ran again, telemetry is due)
-// requantizes into them, so a CUDA graph whose forward read them keeps reading the current codes.
-void fp8_copy_rewritten(const Tensor& master);
+// After a step wrote the codes refreshable_fp8_copy returned for each of `masters`: makes W^T's codes from them (byte
+// transposes, one launch for all on CUDA: ops::transpose_codes, when the copies have W^T) and marks each copy current
+// under its meta's scale version, so the next forward reuses it. From then on a copy's tensors stay the same while it
+// is cached: a miss (update() again, telemetry is due) requantizes into them, so a CUDA graph whose forward read them
+// keeps reading the current codes.
+void fp8_copies_rewritten(std::span<const Tensor> masters);
 
 // The cached FP16/BF16 copy of the F32 master `master` that an optimizer step may rewrite in place instead of dropping
 // it (ops::AdamWSlot::compute_copy: each updated element rounded to the copy's dtype, the cast's bits): contiguous,

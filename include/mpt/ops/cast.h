@@ -93,6 +93,12 @@ Quantized quantize_fp8(const Tensor& x, DType fp8, const QuantizeOptions& option
 // scale_inv tensor. Equal bit for bit to quantize_fp8(x) followed by a transpose.
 std::pair<Quantized, Quantized> quantize_fp8_transpose(const Tensor& x, DType fp8, const QuantizeOptions& options = {});
 
+// dst[k] = src[k]^T for every pair: 2-d contiguous tensors of 1-byte codes (f8e4m3, f8e5m2, u8, i8) on one device,
+// dst[k] [cols, rows] of src[k]'s dtype, apart from it. Bit for bit dst[k].copy_(src[k].t()); on CUDA the pairs whose
+// shapes and alignment allow the vectorised tile (cols % 8 == 0, rows % 16 == 0) take one launch together (W^T's codes
+// of several FP8 weights after an optimizer step: amp::fp8_copies_rewritten), the others a strided copy each.
+void transpose_codes(std::span<const Tensor> src, std::span<const Tensor> dst);
+
 // Block quantization with `layout` Block1x128 or Block128x128: per block s = fp8_max / amax(block) (amax 0 or
 // non-finite: s = 1), q = fp8(x * s) saturating, scale_inv[block] = 1 / s. data has x's shape.
 Quantized quantize_blockwise(const Tensor& x, DType fp8, ScaleLayout layout, const BlockQuantizeOptions& options = {});
